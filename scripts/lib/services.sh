@@ -1,0 +1,54 @@
+# Helpers that start throwaway services for tests and benchmarks. Source, don't run.
+# Every service lives in a temporary folder, listens on loopback only, and is stopped on exit.
+
+_fenceline_cleanups=()
+_fenceline_cleanup() {
+  local i
+  for ((i = ${#_fenceline_cleanups[@]} - 1; i >= 0; i--)); do
+    eval "${_fenceline_cleanups[$i]}" || true
+  done
+}
+trap _fenceline_cleanup EXIT
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+find_pg_bin() {
+  local d
+  for d in /usr/lib/postgresql/*/bin; do
+    if [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ]; then PG_BIN="$d"; fi
+  done
+  [ -n "${PG_BIN:-}" ]
+}
+
+# start_postgres [extra postgres -c settings...]: sets PG_URL (database "postgres", trust auth).
+start_postgres() {
+  if ! find_pg_bin; then
+    echo "== installing PostgreSQL from Debian's packages"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq postgresql >/dev/null
+    find_pg_bin || { echo "PostgreSQL binaries not found after install" >&2; return 1; }
+  fi
+  local dir port run_as=()
+  dir=$(mktemp -d /tmp/fenceline-pg.XXXXXX)
+  port=$(free_port)
+  if [ "$(id -u)" = 0 ]; then
+    # initdb refuses to run as root.
+    id postgres >/dev/null 2>&1 || useradd --system --home-dir "$dir" postgres
+    chown postgres "$dir"
+    run_as=(runuser -u postgres --)
+  fi
+  (cd /tmp && "${run_as[@]}" "$PG_BIN/initdb" -D "$dir/data" -U postgres --auth=trust \
+      --encoding=UTF8 --locale=C >"$dir/initdb.log" 2>&1) \
+    || { cat "$dir/initdb.log" >&2; return 1; }
+  local settings=(-c "port=$port" -c "listen_addresses=127.0.0.1" -c "unix_socket_directories=$dir"
+    -c "max_connections=400" "$@")
+  (cd /tmp && "${run_as[@]}" "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w \
+      -o "${settings[*]}" start >/dev/null) \
+    || { cat "$dir/server.log" >&2; return 1; }
+  _fenceline_cleanups+=("(cd /tmp && ${run_as[*]} '$PG_BIN/pg_ctl' -D '$dir/data' -m immediate stop >/dev/null 2>&1); rm -rf '$dir'")
+  PG_URL="postgres://postgres@127.0.0.1:$port/postgres"
+  echo "== PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$port"
+}

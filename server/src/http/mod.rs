@@ -1,0 +1,114 @@
+//! The HTTP surface: REST API v1 (bearer tokens, tenant from the token), health and readiness,
+//! the OpenAPI document, the stylesheet and the server-rendered console.
+//!
+//! Owns translating requests into ledger calls and ledger outcomes into status codes. Must not
+//! put SQL here, must never answer bad input with a 5xx, and must never log request bodies,
+//! tokens or answers.
+
+mod api;
+mod auth;
+mod error;
+mod health;
+pub mod openapi;
+pub mod time;
+
+use axum::extract::DefaultBodyLimit;
+use axum::http::{header, HeaderValue, Request, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use leptos::config::LeptosOptions;
+use leptos_axum::LeptosRoutes;
+
+pub use error::ApiError;
+
+use crate::ledger::Ledger;
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub ledger: Ledger,
+    /// Larger request bodies are refused with 413.
+    pub max_body_bytes: usize,
+}
+
+const STYLESHEET: &str = include_str!("../../../style/fenceline.css");
+
+/// The whole HTTP application.
+pub fn router(state: AppState) -> Router {
+    let max_body_bytes = state.max_body_bytes;
+    let options = LeptosOptions::builder()
+        .output_name("fenceline")
+        // Nothing is served from disk: the stylesheet is compiled in. A dedicated, empty
+        // folder keeps any future static handler away from the working directory.
+        .site_root("target/site")
+        .build();
+    let routes = leptos_axum::generate_route_list(fenceline_app::App);
+    let console = Router::new()
+        .leptos_routes(&options, routes, {
+            let options = options.clone();
+            move || fenceline_app::shell(options.clone())
+        })
+        .with_state(options);
+
+    let service = Router::new()
+        .nest("/api/v1", api::routes())
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/style/fenceline.css", get(stylesheet))
+        .with_state(state)
+        .layer(DefaultBodyLimit::max(max_body_bytes));
+
+    service
+        .merge(console)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn(security_headers))
+}
+
+async fn stylesheet() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "text/css; charset=utf-8"),
+            (header::CACHE_CONTROL, "public, max-age=300"),
+        ],
+        STYLESHEET,
+    )
+}
+
+async fn not_found(uri: axum::http::Uri) -> Response {
+    if uri.path().starts_with("/api/") {
+        ApiError::NotFound(format!("no endpoint at {}", uri.path())).into_response()
+    } else {
+        (StatusCode::NOT_FOUND, "not found").into_response()
+    }
+}
+
+async fn method_not_allowed() -> Response {
+    ApiError::MethodNotAllowed.into_response()
+}
+
+/// Headers every response carries. `Referrer-Policy` stays `same-origin`, never `no-referrer`:
+/// console forms redirect back to their `Referer`.
+async fn security_headers(request: Request<axum::body::Body>, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self'; \
+             img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+        ),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    response
+}

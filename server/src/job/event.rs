@@ -1,0 +1,118 @@
+//! Event kinds of the timeline and who acted. Stable strings: extend, never rename.
+
+use std::fmt;
+
+macro_rules! event_kinds {
+    ($($variant:ident => $name:literal),+ $(,)?) => {
+        /// One kind of timeline event. The string form is persisted and shown to operators.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum EventKind { $($variant),+ }
+
+        impl EventKind {
+            /// Every kind, in declaration order.
+            pub const ALL: &'static [EventKind] = &[$(EventKind::$variant),+];
+
+            /// The persisted name of the kind.
+            pub const fn as_str(self) -> &'static str {
+                match self { $(EventKind::$variant => $name),+ }
+            }
+        }
+    };
+}
+
+event_kinds! {
+    JobCreated => "job_created",
+    IdempotencyHit => "idempotency_hit",
+    IdempotencyConflict => "idempotency_conflict",
+    Dispatched => "dispatched",
+    DispatchFailed => "dispatch_failed",
+    DeliveryReceived => "delivery_received",
+    DuplicateSuppressed => "duplicate_suppressed",
+    DeliveryDeferred => "delivery_deferred",
+    Claimed => "claimed",
+    RecoveryClaimed => "recovery_claimed",
+    AttemptStarted => "attempt_started",
+    AttemptFinished => "attempt_finished",
+    VisibilityRenewed => "visibility_renewed",
+    VisibilityRenewalFailed => "visibility_renewal_failed",
+    LeaseRenewed => "lease_renewed",
+    LeaseRenewalFailed => "lease_renewal_failed",
+    LeaseLost => "lease_lost",
+    ResultAccepted => "result_accepted",
+    ResultRejected => "result_rejected",
+    StateChanged => "state_changed",
+    DecisionRecorded => "decision_recorded",
+    MessageDeleted => "message_deleted",
+    DeleteFailed => "delete_failed",
+    DeliveryAckedTerminal => "delivery_acked_terminal",
+    MovedToDlq => "moved_to_dlq",
+    Replayed => "replayed",
+    DeadlineExpired => "deadline_expired",
+    BudgetExhausted => "budget_exhausted",
+}
+
+impl fmt::Display for EventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Who caused an event: a worker, an operator, the system (reaper, dispatcher), a drill, or an
+/// API client acting for a tenant. Rendered as `worker:<id>`, `operator:<name>`, `system`,
+/// `drill`, `api:<tenant>`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Actor {
+    Worker(String),
+    Operator(String),
+    Api(String),
+    System,
+    Drill,
+    /// A pre-approved replay policy acting on its own.
+    Policy,
+}
+
+impl fmt::Display for Actor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Actor::Worker(id) => write!(f, "worker:{id}"),
+            Actor::Operator(name) => write!(f, "operator:{name}"),
+            Actor::Api(tenant) => write!(f, "api:{tenant}"),
+            Actor::System => f.write_str("system"),
+            Actor::Drill => f.write_str("drill"),
+            Actor::Policy => f.write_str("policy"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_kind_names_are_the_stable_ones_from_the_domain() {
+        let names: Vec<_> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(names.len(), 28);
+        for name in [
+            "job_created",
+            "duplicate_suppressed",
+            "recovery_claimed",
+            "result_rejected",
+            "delivery_acked_terminal",
+            "budget_exhausted",
+        ] {
+            assert!(names.contains(&name), "{name} missing");
+        }
+        let mut unique = names.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "duplicate kind names");
+        assert!(names.iter().all(|n| n.chars().all(|c| c.is_ascii_lowercase() || c == '_')));
+    }
+
+    #[test]
+    fn actors_render_with_their_role() {
+        assert_eq!(Actor::Worker("w1".into()).to_string(), "worker:w1");
+        assert_eq!(Actor::Operator("ana".into()).to_string(), "operator:ana");
+        assert_eq!(Actor::System.to_string(), "system");
+    }
+}

@@ -1,0 +1,16 @@
+//! The pure job domain: states and their transition table, event kinds, identities and the
+//! canonical request digest.
+//!
+//! Owns the rules of `domain.md` that can be stated without I/O. Must not touch a database,
+//! a queue, a clock or the network: the ledger enforces these rules again in SQL, and the
+//! database enforces them a third time with `CHECK`s and triggers.
+
+mod digest;
+mod event;
+mod id;
+mod state;
+
+pub use digest::{canonical_json, request_digest};
+pub use event::{Actor, EventKind};
+pub use id::{JobId, ParseJobIdError};
+pub use state::{Cause, JobState, ParseStateError, TransitionError};

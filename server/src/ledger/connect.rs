@@ -1,0 +1,146 @@
+//! Opening the ledger: pools, SQLite pragmas, migrations.
+
+use std::sync::Once;
+use std::time::Duration;
+
+use sqlx::any::AnyPoolOptions;
+use sqlx::{Connection, Executor};
+
+use super::dialect::{Backend, Dialect};
+use super::{Ledger, LedgerError};
+
+static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+
+/// SQLite durability level. `Full` makes every acknowledged write survive a power cut; `Normal`
+/// (in WAL) may lose the last transactions on power loss but never corrupts the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SqliteSync {
+    #[default]
+    Full,
+    Normal,
+}
+
+/// How to open the ledger.
+#[derive(Debug, Clone)]
+pub struct LedgerOptions {
+    /// Connections for PostgreSQL; readers for SQLite (it always has exactly one writer).
+    pub max_connections: u32,
+    pub acquire_timeout: Duration,
+    pub sqlite_sync: SqliteSync,
+}
+
+impl Default for LedgerOptions {
+    fn default() -> Self {
+        LedgerOptions {
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(5),
+            sqlite_sync: SqliteSync::Full,
+        }
+    }
+}
+
+impl Ledger {
+    /// Connects to `url` (`postgres://…` or `sqlite://…`). Does not migrate.
+    pub async fn connect(url: &str, options: &LedgerOptions) -> Result<Ledger, LedgerError> {
+        static DRIVERS: Once = Once::new();
+        DRIVERS.call_once(sqlx::any::install_default_drivers);
+
+        let backend = Backend::from_url(url).ok_or_else(|| {
+            LedgerError::Invalid(
+                "DATABASE_URL must start with postgres://, postgresql:// or sqlite:".into(),
+            )
+        })?;
+        let dialect = Dialect { backend };
+        match backend {
+            Backend::Postgres => {
+                let pool = AnyPoolOptions::new()
+                    .max_connections(options.max_connections)
+                    .acquire_timeout(options.acquire_timeout)
+                    .connect(url)
+                    .await?;
+                Ok(Ledger {
+                    writer: pool.clone(),
+                    reader: pool,
+                    dialect,
+                })
+            }
+            Backend::Sqlite => {
+                let sync = match options.sqlite_sync {
+                    SqliteSync::Full => "PRAGMA synchronous = FULL",
+                    SqliteSync::Normal => "PRAGMA synchronous = NORMAL",
+                };
+                let writer = AnyPoolOptions::new()
+                    .max_connections(1)
+                    .acquire_timeout(options.acquire_timeout)
+                    .after_connect(move |conn, _| {
+                        Box::pin(async move {
+                            conn.execute("PRAGMA journal_mode = WAL").await?;
+                            conn.execute(sync).await?;
+                            conn.execute("PRAGMA foreign_keys = ON").await?;
+                            conn.execute("PRAGMA busy_timeout = 5000").await?;
+                            Ok(())
+                        })
+                    })
+                    .connect(url)
+                    .await?;
+                // Touch the file through the writer first so that readers find it in WAL mode.
+                writer.acquire().await?.ping().await?;
+                let reader = AnyPoolOptions::new()
+                    .max_connections(options.max_connections.max(1))
+                    .acquire_timeout(options.acquire_timeout)
+                    .after_connect(|conn, _| {
+                        Box::pin(async move {
+                            conn.execute("PRAGMA busy_timeout = 5000").await?;
+                            conn.execute("PRAGMA query_only = ON").await?;
+                            Ok(())
+                        })
+                    })
+                    .connect(url)
+                    .await?;
+                Ok(Ledger {
+                    writer,
+                    reader,
+                    dialect,
+                })
+            }
+        }
+    }
+
+    /// Applies the migrations of this backend that have not run yet.
+    pub async fn migrate(&self) -> Result<(), LedgerError> {
+        match self.dialect.backend {
+            Backend::Postgres => POSTGRES_MIGRATIONS.run(&self.writer).await?,
+            Backend::Sqlite => SQLITE_MIGRATIONS.run(&self.writer).await?,
+        }
+        Ok(())
+    }
+
+    /// Which database this is.
+    pub fn backend(&self) -> Backend {
+        self.dialect.backend
+    }
+
+    /// Answers only when the database answers a query.
+    pub async fn ping(&self) -> Result<(), LedgerError> {
+        sqlx::query("SELECT 1").execute(&self.reader).await?;
+        Ok(())
+    }
+
+    /// The database clock, in microseconds since the Unix epoch.
+    pub async fn now_us(&self) -> Result<i64, LedgerError> {
+        let sql = self.dialect.sql("SELECT {now}");
+        Ok(sqlx::query_scalar(&sql).fetch_one(&self.reader).await?)
+    }
+
+    /// Closes the pools, waiting for connections in use.
+    pub async fn close(&self) {
+        self.writer.close().await;
+        self.reader.close().await;
+    }
+
+    /// For benchmarks and tests: the pool that writes.
+    pub fn write_pool(&self) -> &sqlx::AnyPool {
+        &self.writer
+    }
+}

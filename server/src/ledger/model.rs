@@ -1,0 +1,350 @@
+//! What goes into and comes out of the ledger.
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::job::{Actor, EventKind, JobState};
+
+/// Whether an `unknown` job may be retried without an operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplayPolicy {
+    /// An uncertain attempt waits for an operator decision or a provider retrieval.
+    #[default]
+    Manual,
+    /// Pre-approved: an uncertain attempt may be retried, accepting possible duplicate cost.
+    ReplayOnUnknown,
+}
+
+impl ReplayPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReplayPolicy::Manual => "manual",
+            ReplayPolicy::ReplayOnUnknown => "replay_on_unknown",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        match s {
+            "manual" => Some(ReplayPolicy::Manual),
+            "replay_on_unknown" => Some(ReplayPolicy::ReplayOnUnknown),
+            _ => None,
+        }
+    }
+}
+
+/// A job to create. The digest is computed by the caller from the same input.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub tenant: String,
+    pub idempotency_key: String,
+    pub request_digest: String,
+    pub contract_version: String,
+    /// The workload input, stored as JSON text; never logged or put in events.
+    pub input: Value,
+    /// Model parameters, stored as JSON text.
+    pub model: Value,
+    /// Fixed at creation; every later attempt spends what remains of it.
+    pub deadline: Duration,
+    pub max_attempts: u32,
+    pub replay_policy: ReplayPolicy,
+}
+
+/// The outcome of an idempotent create.
+#[derive(Debug, Clone)]
+pub enum Created {
+    /// A new job was written, with its outbox row.
+    New(Job),
+    /// The same tenant, key and digest already made this job.
+    Existing(Job),
+}
+
+impl Created {
+    pub fn job(&self) -> &Job {
+        match self {
+            Created::New(job) | Created::Existing(job) => job,
+        }
+    }
+}
+
+/// The job record.
+#[derive(Debug, Clone, Serialize)]
+pub struct Job {
+    pub job_id: String,
+    pub tenant: String,
+    pub idempotency_key: String,
+    pub request_digest: String,
+    pub input_ref: String,
+    pub contract_version: String,
+    #[serde(serialize_with = "serialize_state")]
+    pub state: JobState,
+    pub owner_epoch: i64,
+    pub owner_id: Option<String>,
+    /// Microseconds since the Unix epoch, database clock.
+    pub owner_until: Option<i64>,
+    pub deadline_at: i64,
+    pub attempt_count: i64,
+    pub max_attempts: i64,
+    pub retry_at: Option<i64>,
+    pub result_ref: Option<String>,
+    pub error_code: Option<String>,
+    pub replay_policy: ReplayPolicy,
+    pub recovery_reason: Option<String>,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub terminal_at: Option<i64>,
+    /// The attempt in flight under the current owner, if any.
+    pub pending_attempt: Option<i64>,
+}
+
+fn serialize_state<S: serde::Serializer>(state: &JobState, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(state.as_str())
+}
+
+/// A claim that made the caller the owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claimed {
+    pub epoch: i64,
+    pub owner_until: i64,
+    pub deadline_at: i64,
+    pub attempt_count: i64,
+    pub max_attempts: i64,
+}
+
+/// A durable attempt record, written before the provider is called.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptStarted {
+    pub attempt_no: i64,
+    pub epoch: i64,
+}
+
+/// What one owner's lease renewal did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Renewal {
+    pub job_id: String,
+    pub epoch: i64,
+    /// The new lease expiry, or why the lease could not be renewed.
+    pub outcome: Result<i64, super::Refusal>,
+}
+
+/// A result that became the job's one accepted result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Accepted {
+    pub result_ref: String,
+}
+
+/// A confirmed provider failure reported by the owner.
+#[derive(Debug, Clone)]
+pub enum Failure {
+    /// Another attempt may help; not before `backoff`.
+    Retryable { error_code: String, backoff: Duration },
+    /// No attempt will help.
+    Fatal { error_code: String },
+}
+
+/// Where a reported failure left the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FailureOutcome {
+    pub state: JobState,
+}
+
+/// Where a recovery claim left the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recovered {
+    pub state: JobState,
+    pub epoch: i64,
+    /// Attempts that were pending and are now `lost` (their outcome is unknown).
+    pub lost_attempts: i64,
+}
+
+/// A recorded decision over an `unknown` job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Evidence shows the call succeeded; `result` becomes the accepted result.
+    ResolveSucceeded { result: String, evidence: String },
+    /// The job fails for good.
+    ResolveFailed { error_code: String },
+    /// Another attempt is permitted (an operator or a provider retrieval).
+    AuthorizeRetry,
+    /// The job's pre-approved replay policy permits another attempt.
+    ReplayPolicy,
+}
+
+impl Decision {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Decision::ResolveSucceeded { .. } => "resolve_succeeded",
+            Decision::ResolveFailed { .. } => "resolve_failed",
+            Decision::AuthorizeRetry => "authorize_retry",
+            Decision::ReplayPolicy => "replay_policy",
+        }
+    }
+}
+
+/// A decision as the audit log keeps it.
+#[derive(Debug, Clone, Serialize)]
+pub struct DecisionRecord {
+    pub id: i64,
+    pub job_id: String,
+    pub decided_at: i64,
+    pub actor: String,
+    pub decision: String,
+    pub seen_epoch: i64,
+    pub new_epoch: i64,
+    pub from_state: String,
+    pub to_state: String,
+    pub reason: String,
+}
+
+/// How an attempt ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptOutcome {
+    Pending,
+    Succeeded,
+    FailedRetryable,
+    FailedFatal,
+    /// The owner lost the job with the call in flight: its outcome is unknown.
+    Lost,
+    /// The answer came back after the owner was fenced out; kept as evidence only.
+    StaleDiscarded,
+}
+
+impl AttemptOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AttemptOutcome::Pending => "pending",
+            AttemptOutcome::Succeeded => "succeeded",
+            AttemptOutcome::FailedRetryable => "failed_retryable",
+            AttemptOutcome::FailedFatal => "failed_fatal",
+            AttemptOutcome::Lost => "lost",
+            AttemptOutcome::StaleDiscarded => "stale_discarded",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Self> {
+        [
+            AttemptOutcome::Pending,
+            AttemptOutcome::Succeeded,
+            AttemptOutcome::FailedRetryable,
+            AttemptOutcome::FailedFatal,
+            AttemptOutcome::Lost,
+            AttemptOutcome::StaleDiscarded,
+        ]
+        .into_iter()
+        .find(|o| o.as_str() == s)
+    }
+}
+
+/// One provider attempt.
+#[derive(Debug, Clone, Serialize)]
+pub struct Attempt {
+    pub job_id: String,
+    pub attempt_no: i64,
+    pub epoch: i64,
+    pub worker_id: String,
+    pub provider: String,
+    pub provider_request_id: Option<String>,
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+    pub outcome: AttemptOutcome,
+    pub error_code: Option<String>,
+    pub result_ref: Option<String>,
+}
+
+/// Which queue delivery an event is about. Never the receipt handle itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeliveryRef {
+    pub message_id: String,
+    pub receive_count: i64,
+    /// 8 hex characters of SHA-256 of the receipt handle.
+    pub handle_hash: String,
+}
+
+/// The 8-hex-character fingerprint of a receipt handle that events may carry.
+pub fn handle_hash(receipt_handle: &str) -> String {
+    hex::encode(&Sha256::digest(receipt_handle.as_bytes())[..4])
+}
+
+/// An event to append.
+#[derive(Debug, Clone)]
+pub struct NewEvent {
+    pub kind: EventKind,
+    pub actor: Actor,
+    /// The epoch the actor acted under; the job's current epoch when `None`.
+    pub epoch: Option<i64>,
+    pub delivery: Option<DeliveryRef>,
+    pub attempt_no: Option<i64>,
+    /// Small and bounded; never prompts, answers, credentials or receipt handles.
+    pub detail: Value,
+}
+
+impl NewEvent {
+    pub fn new(kind: EventKind, actor: &Actor) -> Self {
+        NewEvent {
+            kind,
+            actor: actor.clone(),
+            epoch: None,
+            delivery: None,
+            attempt_no: None,
+            detail: Value::Object(Default::default()),
+        }
+    }
+
+    pub fn epoch(mut self, epoch: i64) -> Self {
+        self.epoch = Some(epoch);
+        self
+    }
+
+    pub fn attempt(mut self, attempt_no: i64) -> Self {
+        self.attempt_no = Some(attempt_no);
+        self
+    }
+
+    pub fn delivery(mut self, delivery: DeliveryRef) -> Self {
+        self.delivery = Some(delivery);
+        self
+    }
+
+    pub fn detail(mut self, detail: Value) -> Self {
+        self.detail = detail;
+        self
+    }
+}
+
+/// One timeline event.
+#[derive(Debug, Clone, Serialize)]
+pub struct Event {
+    pub job_id: String,
+    pub seq: i64,
+    /// Microseconds since the Unix epoch, database clock.
+    pub at: i64,
+    pub kind: String,
+    pub epoch: i64,
+    pub actor: String,
+    pub delivery: Option<DeliveryRef>,
+    pub attempt_no: Option<i64>,
+    /// Milliseconds left before the job's deadline when the event happened.
+    pub deadline_left_ms: Option<i64>,
+    pub detail: Value,
+}
+
+/// Which jobs to list. Pages run newest first; `before` is the last id of the previous page.
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    pub tenant: Option<String>,
+    pub state: Option<JobState>,
+    pub before: Option<String>,
+    pub limit: u32,
+}
+
+/// One page of jobs.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobPage {
+    pub jobs: Vec<Job>,
+    /// Pass as `before` for the next page; `None` on the last page.
+    pub next: Option<String>,
+}

@@ -1,0 +1,287 @@
+//! Reads for workers, the API and the console. Pages by keyset, never by offset, and never
+//! loads a whole timeline to show one page.
+
+use serde_json::Value;
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use super::model::{
+    Attempt, AttemptOutcome, DecisionRecord, DeliveryRef, Event, Job, JobFilter, JobPage,
+    ReplayPolicy,
+};
+use super::{Ledger, LedgerError};
+use crate::job::JobState;
+
+pub(crate) const JOB_COLUMNS: &str = "job_id, tenant, idempotency_key, request_digest, input_ref, \
+    contract_version, state, owner_epoch, owner_id, owner_until, deadline_at, attempt_count, \
+    max_attempts, retry_at, result_ref, error_code, replay_policy, recovery_reason, created_at, \
+    updated_at, terminal_at, pending_attempt";
+
+pub(crate) fn job_from_row(row: &AnyRow) -> Result<Job, LedgerError> {
+    let state: String = row.try_get("state")?;
+    let policy: String = row.try_get("replay_policy")?;
+    Ok(Job {
+        job_id: row.try_get("job_id")?,
+        tenant: row.try_get("tenant")?,
+        idempotency_key: row.try_get("idempotency_key")?,
+        request_digest: row.try_get("request_digest")?,
+        input_ref: row.try_get("input_ref")?,
+        contract_version: row.try_get("contract_version")?,
+        state: state
+            .parse::<JobState>()
+            .map_err(|e| LedgerError::Corrupt(e.to_string()))?,
+        owner_epoch: row.try_get("owner_epoch")?,
+        owner_id: row.try_get("owner_id")?,
+        owner_until: row.try_get("owner_until")?,
+        deadline_at: row.try_get("deadline_at")?,
+        attempt_count: row.try_get("attempt_count")?,
+        max_attempts: row.try_get("max_attempts")?,
+        retry_at: row.try_get("retry_at")?,
+        result_ref: row.try_get("result_ref")?,
+        error_code: row.try_get("error_code")?,
+        replay_policy: ReplayPolicy::parse(&policy)
+            .ok_or_else(|| LedgerError::Corrupt(format!("replay policy {policy:?}")))?,
+        recovery_reason: row.try_get("recovery_reason")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+        terminal_at: row.try_get("terminal_at")?,
+        pending_attempt: row.try_get("pending_attempt")?,
+    })
+}
+
+fn attempt_from_row(row: &AnyRow) -> Result<Attempt, LedgerError> {
+    let outcome: String = row.try_get("outcome")?;
+    Ok(Attempt {
+        job_id: row.try_get("job_id")?,
+        attempt_no: row.try_get("attempt_no")?,
+        epoch: row.try_get("epoch")?,
+        worker_id: row.try_get("worker_id")?,
+        provider: row.try_get("provider")?,
+        provider_request_id: row.try_get("provider_request_id")?,
+        started_at: row.try_get("started_at")?,
+        finished_at: row.try_get("finished_at")?,
+        outcome: AttemptOutcome::parse(&outcome)
+            .ok_or_else(|| LedgerError::Corrupt(format!("attempt outcome {outcome:?}")))?,
+        error_code: row.try_get("error_code")?,
+        result_ref: row.try_get("result_ref")?,
+    })
+}
+
+fn event_from_row(row: &AnyRow) -> Result<Event, LedgerError> {
+    let message_id: Option<String> = row.try_get("message_id")?;
+    let detail: String = row.try_get("detail")?;
+    let delivery = match message_id {
+        Some(message_id) => Some(DeliveryRef {
+            message_id,
+            receive_count: row.try_get::<Option<i64>, _>("receive_count")?.unwrap_or(0),
+            handle_hash: row
+                .try_get::<Option<String>, _>("handle_hash")?
+                .unwrap_or_default(),
+        }),
+        None => None,
+    };
+    Ok(Event {
+        job_id: row.try_get("job_id")?,
+        seq: row.try_get("seq")?,
+        at: row.try_get("at")?,
+        kind: row.try_get("kind")?,
+        epoch: row.try_get("epoch")?,
+        actor: row.try_get("actor")?,
+        delivery,
+        attempt_no: row.try_get("attempt_no")?,
+        deadline_left_ms: row.try_get("deadline_left_ms")?,
+        detail: serde_json::from_str(&detail).unwrap_or(Value::Null),
+    })
+}
+
+impl Ledger {
+    /// One job, whoever owns it (workers, operators).
+    pub async fn job(&self, job_id: &str) -> Result<Option<Job>, LedgerError> {
+        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = $1");
+        let row = sqlx::query(&sql)
+            .bind(job_id)
+            .fetch_optional(&self.reader)
+            .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    /// One job, only if it belongs to `tenant`: another tenant's job does not exist for them.
+    pub async fn job_for_tenant(
+        &self,
+        tenant: &str,
+        job_id: &str,
+    ) -> Result<Option<Job>, LedgerError> {
+        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = $1 AND tenant = $2");
+        let row = sqlx::query(&sql)
+            .bind(job_id)
+            .bind(tenant)
+            .fetch_optional(&self.reader)
+            .await?;
+        row.as_ref().map(job_from_row).transpose()
+    }
+
+    /// The job's stored input and model parameters (for the worker; never for logs).
+    pub async fn job_input(&self, job_id: &str) -> Result<Option<(Value, Value)>, LedgerError> {
+        let row = sqlx::query("SELECT input, model FROM job_inputs WHERE job_id = $1")
+            .bind(job_id)
+            .fetch_optional(&self.reader)
+            .await?;
+        let Some(row) = row else { return Ok(None) };
+        let parse = |col: &str| -> Result<Value, LedgerError> {
+            let text: String = row.try_get(col)?;
+            serde_json::from_str(&text).map_err(|e| LedgerError::Corrupt(e.to_string()))
+        };
+        Ok(Some((parse("input")?, parse("model")?)))
+    }
+
+    /// The body of a stored result (accepted or stale evidence).
+    pub async fn result_body(&self, result_ref: &str) -> Result<Option<String>, LedgerError> {
+        Ok(sqlx::query_scalar("SELECT body FROM results WHERE result_ref = $1")
+            .bind(result_ref)
+            .fetch_optional(&self.reader)
+            .await?)
+    }
+
+    /// Every attempt of a job, oldest first.
+    pub async fn attempts(&self, job_id: &str) -> Result<Vec<Attempt>, LedgerError> {
+        let rows = sqlx::query(
+            "SELECT job_id, attempt_no, epoch, worker_id, provider, provider_request_id, \
+             started_at, finished_at, outcome, error_code, result_ref \
+             FROM attempts WHERE job_id = $1 ORDER BY attempt_no",
+        )
+        .bind(job_id)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter().map(attempt_from_row).collect()
+    }
+
+    /// One page of a job's timeline: events with `seq > after`, oldest first.
+    pub async fn events(
+        &self,
+        job_id: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<Event>, LedgerError> {
+        let rows = sqlx::query(
+            "SELECT job_id, seq, at, kind, epoch, actor, message_id, receive_count, handle_hash, \
+             attempt_no, deadline_left_ms, detail FROM events \
+             WHERE job_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+        )
+        .bind(job_id)
+        .bind(after)
+        .bind(i64::from(limit.clamp(1, 1000)))
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    /// The audit log of decisions over a job, oldest first.
+    pub async fn decisions(&self, job_id: &str) -> Result<Vec<DecisionRecord>, LedgerError> {
+        let rows = sqlx::query(
+            "SELECT id, job_id, decided_at, actor, decision, seen_epoch, new_epoch, from_state, \
+             to_state, reason FROM decisions WHERE job_id = $1 ORDER BY id",
+        )
+        .bind(job_id)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(DecisionRecord {
+                    id: row.try_get("id")?,
+                    job_id: row.try_get("job_id")?,
+                    decided_at: row.try_get("decided_at")?,
+                    actor: row.try_get("actor")?,
+                    decision: row.try_get("decision")?,
+                    seen_epoch: row.try_get("seen_epoch")?,
+                    new_epoch: row.try_get("new_epoch")?,
+                    from_state: row.try_get("from_state")?,
+                    to_state: row.try_get("to_state")?,
+                    reason: row.try_get("reason")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Jobs newest first, filtered by tenant and state, one keyset page at a time.
+    pub async fn list_jobs(&self, filter: &JobFilter) -> Result<JobPage, LedgerError> {
+        let limit = filter.limit.clamp(1, 500);
+        let mut conditions = Vec::new();
+        let mut args: Vec<String> = Vec::new();
+        if let Some(tenant) = &filter.tenant {
+            args.push(tenant.clone());
+            conditions.push(format!("tenant = ${}", args.len()));
+        }
+        if let Some(state) = filter.state {
+            args.push(state.as_str().to_owned());
+            conditions.push(format!("state = ${}", args.len()));
+        }
+        if let Some(before) = &filter.before {
+            args.push(before.clone());
+            conditions.push(format!("job_id < ${}", args.len()));
+        }
+        let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs");
+        if !conditions.is_empty() {
+            sql.push_str(" WHERE ");
+            sql.push_str(&conditions.join(" AND "));
+        }
+        sql.push_str(&format!(" ORDER BY job_id DESC LIMIT ${}", args.len() + 1));
+        let mut query = sqlx::query(&sql);
+        for arg in &args {
+            query = query.bind(arg.as_str());
+        }
+        // One more than the page, to know whether another page follows.
+        let rows = query
+            .bind(i64::from(limit) + 1)
+            .fetch_all(&self.reader)
+            .await?;
+        let mut jobs = rows.iter().map(job_from_row).collect::<Result<Vec<_>, _>>()?;
+        let next = if jobs.len() > limit as usize {
+            jobs.truncate(limit as usize);
+            jobs.last().map(|j| j.job_id.clone())
+        } else {
+            None
+        };
+        Ok(JobPage { jobs, next })
+    }
+
+    /// How many jobs are in each state (all seven, zeros included).
+    pub async fn count_by_state(
+        &self,
+        tenant: Option<&str>,
+    ) -> Result<Vec<(JobState, i64)>, LedgerError> {
+        let rows = match tenant {
+            Some(tenant) => {
+                sqlx::query("SELECT state, COUNT(*) AS n FROM jobs WHERE tenant = $1 GROUP BY state")
+                    .bind(tenant)
+                    .fetch_all(&self.reader)
+                    .await?
+            }
+            None => {
+                sqlx::query("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")
+                    .fetch_all(&self.reader)
+                    .await?
+            }
+        };
+        let mut counts: Vec<(JobState, i64)> = JobState::ALL.iter().map(|s| (*s, 0)).collect();
+        for row in rows {
+            let state: String = row.try_get("state")?;
+            let n: i64 = row.try_get("n")?;
+            let state: JobState = state
+                .parse()
+                .map_err(|e: crate::job::ParseStateError| LedgerError::Corrupt(e.to_string()))?;
+            if let Some(slot) = counts.iter_mut().find(|(s, _)| *s == state) {
+                slot.1 = n;
+            }
+        }
+        Ok(counts)
+    }
+
+    /// How many outbox rows wait to be sent.
+    pub async fn outbox_pending(&self) -> Result<i64, LedgerError> {
+        Ok(
+            sqlx::query_scalar("SELECT COUNT(*) FROM outbox WHERE dispatched_at IS NULL")
+                .fetch_one(&self.reader)
+                .await?,
+        )
+    }
+}

@@ -1,0 +1,307 @@
+//! The HTTP API through a real socket, on both backends.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::helpers::{error_code, spawn_app, spawn_app_with_body_limit, Db};
+use crate::on_both_backends;
+
+on_both_backends!(
+    creating_a_job_is_idempotent_and_a_changed_request_conflicts,
+    one_tenant_never_sees_another_tenants_jobs,
+    bad_input_gets_a_4xx_with_a_json_message,
+    requests_without_a_valid_token_are_refused,
+    an_oversized_body_is_refused_with_413,
+    a_job_its_attempts_timeline_and_result_are_readable,
+    every_documented_path_answers_without_a_server_error,
+);
+
+fn job_request(key: &str, input: Value) -> Value {
+    json!({ "idempotency_key": key, "input": input, "model": {"temperature": 0} })
+}
+
+async fn creating_a_job_is_idempotent_and_a_changed_request_conflicts(db: Db) {
+    let app = spawn_app(db).await;
+    let token = app.token("acme").await;
+
+    let first = app.post_job(&token, &job_request("doc-7", json!({"text": "a"}))).await;
+    assert_eq!(first.status(), 201);
+    let location = first.headers()["location"].to_str().unwrap().to_owned();
+    let first: Value = first.json().await.unwrap();
+    assert_eq!(first["state"], "ready");
+    assert_eq!(location, format!("/api/v1/jobs/{}", first["job_id"].as_str().unwrap()));
+
+    // Key order in the body does not change the request.
+    let same = json!({ "model": {"temperature": 0}, "input": {"text": "a"}, "idempotency_key": "doc-7" });
+    let again = app.post_job(&token, &same).await;
+    assert_eq!(again.status(), 200);
+    let again: Value = again.json().await.unwrap();
+    assert_eq!(again["job_id"], first["job_id"]);
+
+    let changed = app.post_job(&token, &job_request("doc-7", json!({"text": "b"}))).await;
+    assert_eq!(changed.status(), 409);
+    let body: Value = changed.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "idempotency_conflict");
+    assert_eq!(body["error"]["job_id"], first["job_id"]);
+}
+
+async fn one_tenant_never_sees_another_tenants_jobs(db: Db) {
+    let app = spawn_app(db).await;
+    let acme = app.token("acme").await;
+    let globex = app.token("globex").await;
+    let created: Value = app
+        .post_job(&acme, &job_request("k", json!("x")))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let job_id = created["job_id"].as_str().unwrap();
+
+    for path in [
+        format!("/api/v1/jobs/{job_id}"),
+        format!("/api/v1/jobs/{job_id}/events"),
+        format!("/api/v1/jobs/{job_id}/result"),
+    ] {
+        let response = app.get(Some(&globex), &path).await;
+        assert_eq!(response.status(), 404, "{path}");
+    }
+    let listed: Value = app.get(Some(&globex), "/api/v1/jobs").await.json().await.unwrap();
+    assert_eq!(listed["jobs"], json!([]));
+    let own: Value = app.get(Some(&acme), "/api/v1/jobs").await.json().await.unwrap();
+    assert_eq!(own["jobs"].as_array().unwrap().len(), 1);
+
+    // The same key under another tenant is that tenant's own job.
+    let theirs = app.post_job(&globex, &job_request("k", json!("x"))).await;
+    assert_eq!(theirs.status(), 201);
+}
+
+async fn bad_input_gets_a_4xx_with_a_json_message(db: Db) {
+    let app = spawn_app(db).await;
+    let token = app.token("acme").await;
+    let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
+        ("application/json", b"{not json".to_vec(), 400, "invalid_json"),
+        ("application/json", b"[]".to_vec(), 400, "invalid_json"),
+        ("application/json", b"{\"input\": 1}".to_vec(), 400, "invalid_json"),
+        ("application/json", br#"{"idempotency_key":"k","input":1,"tenant":"globex"}"#.to_vec(), 400, "invalid_json"),
+        ("application/json", br#"{"idempotency_key":"","input":1}"#.to_vec(), 400, "bad_request"),
+        ("application/json", br#"{"idempotency_key":"k","input":null}"#.to_vec(), 400, "bad_request"),
+        ("application/json", br#"{"idempotency_key":"k","input":1,"deadline_seconds":0}"#.to_vec(), 400, "bad_request"),
+        ("application/json", br#"{"idempotency_key":"k","input":1,"deadline_seconds":99999999}"#.to_vec(), 400, "bad_request"),
+        ("application/json", br#"{"idempotency_key":"k","input":1,"max_attempts":0}"#.to_vec(), 400, "bad_request"),
+        ("application/json", br#"{"idempotency_key":"k","input":1,"model":[1]}"#.to_vec(), 400, "bad_request"),
+        ("application/json", br#"{"idempotency_key":"k","input":1,"replay_policy":"always"}"#.to_vec(), 400, "invalid_json"),
+        ("application/json", br#"{"idempotency_key":"k","input":1,"max_attempts":-1}"#.to_vec(), 400, "invalid_json"),
+        ("application/json", vec![0xff, 0xfe, 0x00], 400, "invalid_json"),
+        ("text/plain", br#"{"idempotency_key":"k","input":1}"#.to_vec(), 415, "unsupported_media_type"),
+    ];
+    for (content_type, body, status, code) in cases {
+        let shown = String::from_utf8_lossy(&body).into_owned();
+        let response = app.post_raw(Some(&token), content_type, body).await;
+        assert_eq!(response.status().as_u16(), status, "{shown}");
+        assert_eq!(error_code(response).await, code, "{shown}");
+    }
+    for (path, status) in [
+        ("/api/v1/jobs/not-a-job", 400),
+        ("/api/v1/jobs/job_0190b3c2-0000-7000-8000-000000000000", 404),
+        ("/api/v1/jobs?state=finished", 400),
+        ("/api/v1/jobs?limit=0", 400),
+        ("/api/v1/jobs?limit=abc", 400),
+        ("/api/v1/jobs?before=zzz", 400),
+        ("/api/v1/nope", 404),
+    ] {
+        let response = app.get(Some(&token), path).await;
+        assert_eq!(response.status().as_u16(), status, "{path}");
+        error_code(response).await;
+    }
+    let wrong_method = app
+        .client
+        .delete(format!("{}/api/v1/jobs", app.base))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong_method.status(), 405);
+    assert_eq!(error_code(wrong_method).await, "method_not_allowed");
+    // Nothing was created by any of it.
+    let listed: Value = app.get(Some(&token), "/api/v1/jobs").await.json().await.unwrap();
+    assert_eq!(listed["jobs"], json!([]));
+}
+
+async fn requests_without_a_valid_token_are_refused(db: Db) {
+    let app = spawn_app(db).await;
+    let missing = app.get(None, "/api/v1/jobs").await;
+    assert_eq!(missing.status(), 401);
+    assert_eq!(missing.headers()["www-authenticate"], "Bearer");
+    assert_eq!(error_code(missing).await, "unauthorized");
+    for token in ["fl_0000", "nonsense", ""] {
+        let response = app.get(Some(token), "/api/v1/jobs").await;
+        assert_eq!(response.status(), 401, "{token:?}");
+    }
+    let basic = app
+        .client
+        .get(format!("{}/api/v1/jobs", app.base))
+        .basic_auth("acme", Some("pw"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(basic.status(), 401);
+    let post = app.post_raw(None, "application/json", b"{}".to_vec()).await;
+    assert_eq!(post.status(), 401);
+}
+
+async fn an_oversized_body_is_refused_with_413(db: Db) {
+    let app = spawn_app_with_body_limit(db, 16 * 1024).await;
+    let token = app.token("acme").await;
+    let big = job_request("big", json!("x".repeat(20 * 1024)));
+    let response = app.post_job(&token, &big).await;
+    assert_eq!(response.status(), 413);
+    assert_eq!(error_code(response).await, "payload_too_large");
+    let small = job_request("small", json!("x".repeat(1024)));
+    assert_eq!(app.post_job(&token, &small).await.status(), 201);
+}
+
+async fn a_job_its_attempts_timeline_and_result_are_readable(db: Db) {
+    let app = spawn_app(db).await;
+    let token = app.token("acme").await;
+    let created: Value = app
+        .post_job(&token, &job_request("read", json!({"doc": "d"})))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let job_id = created["job_id"].as_str().unwrap().to_owned();
+    let no_result = app.get(Some(&token), &format!("/api/v1/jobs/{job_id}/result")).await;
+    assert_eq!(no_result.status(), 404);
+
+    // A worker runs it through the ledger.
+    let claimed = app
+        .ledger
+        .claim(&job_id, "w1", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let attempt = app
+        .ledger
+        .start_attempt(&job_id, claimed.epoch, "w1", "stub")
+        .await
+        .unwrap();
+    app.ledger
+        .accept_result(&job_id, claimed.epoch, attempt.attempt_no, "w1", r#"{"summary":"s"}"#)
+        .await
+        .unwrap();
+
+    let job: Value = app
+        .get(Some(&token), &format!("/api/v1/jobs/{job_id}"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(job["state"], "succeeded");
+    assert_eq!(job["terminal"], true);
+    assert_eq!(job["owner_epoch"], 1);
+    assert_eq!(job["attempts"][0]["outcome"], "succeeded");
+    assert!(job["deadline_at"].as_str().unwrap().ends_with('Z'));
+
+    let result: Value = app
+        .get(Some(&token), &format!("/api/v1/jobs/{job_id}/result"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(result["result"], json!({"summary": "s"}));
+
+    let page: Value = app
+        .get(Some(&token), &format!("/api/v1/jobs/{job_id}/events?limit=2"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let kinds: Vec<_> = page["events"].as_array().unwrap().iter().map(|e| e["kind"].clone()).collect();
+    assert_eq!(kinds, [json!("job_created"), json!("claimed")]);
+    assert_eq!(page["next_after"], 2);
+    assert_eq!(page["events"][1]["permalink"], format!("/jobs/{job_id}#e2"));
+    let rest: Value = app
+        .get(Some(&token), &format!("/api/v1/jobs/{job_id}/events?after=2"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(rest["events"].as_array().unwrap().len(), 3);
+    assert_eq!(rest["next_after"], Value::Null);
+
+    let succeeded: Value = app
+        .get(Some(&token), "/api/v1/jobs?state=succeeded")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(succeeded["jobs"][0]["job_id"], job_id.as_str());
+}
+
+async fn every_documented_path_answers_without_a_server_error(db: Db) {
+    let app = spawn_app(db).await;
+    let token = app.token("acme").await;
+    let created: Value = app
+        .post_job(&token, &job_request("doc", json!(1)))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let job_id = created["job_id"].as_str().unwrap();
+    let spec: Value = app.get(None, "/api/v1/openapi.json").await.json().await.unwrap();
+    assert_eq!(spec["openapi"], "3.1.0");
+    let paths = spec["paths"].as_object().unwrap();
+    assert!(paths.len() >= 4);
+    for (path, operations) in paths {
+        if operations.get("get").is_none() {
+            continue;
+        }
+        let url = format!("/api/v1{}", path.replace("{job_id}", job_id));
+        let response = app.get(Some(&token), &url).await;
+        let status = response.status().as_u16();
+        assert!(status == 200 || status == 404, "{url} answered {status}");
+    }
+    assert_eq!(app.get(None, "/healthz").await.status(), 200);
+    let ready: Value = app.get(None, "/readyz").await.json().await.unwrap();
+    assert_eq!(ready["ready"], true);
+    let console = app.get(None, "/").await;
+    assert_eq!(console.status(), 200);
+    assert_eq!(console.headers()["x-content-type-options"], "nosniff");
+    assert!(console.text().await.unwrap().contains("<h1>Fenceline</h1>"));
+    let css = app.get(None, "/style/fenceline.css").await;
+    assert_eq!(css.headers()["content-type"], "text/css; charset=utf-8");
+    // The working directory is never served.
+    for path in ["/Cargo.toml", "/fenceline.sqlite", "/style/../Cargo.toml"] {
+        assert_eq!(app.get(None, path).await.status(), 404, "{path}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_database_makes_the_service_not_ready_and_requests_503_not_500() {
+    if crate::helpers::skip_postgres() {
+        return;
+    }
+    let app = spawn_app(Db::Postgres).await;
+    let token = app.token("acme").await;
+    assert_eq!(app.get(None, "/readyz").await.status(), 200);
+
+    let admin = std::env::var("FENCELINE_TEST_PG_URL").unwrap();
+    let name = app.db.url.rsplit('/').next().unwrap().to_owned();
+    use sqlx::{Connection, Executor};
+    let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
+    conn.execute(format!("DROP DATABASE {name} WITH (FORCE)").as_str())
+        .await
+        .unwrap();
+
+    let ready = app.get(None, "/readyz").await;
+    assert_eq!(ready.status(), 503);
+    let body: Value = ready.json().await.unwrap();
+    assert_eq!(body["ready"], false);
+    let create = app.post_job(&token, &job_request("k", json!(1))).await;
+    assert!(
+        create.status().is_server_error() && create.status() != 500,
+        "a lost database is 503, got {}",
+        create.status()
+    );
+    assert_eq!(app.get(None, "/healthz").await.status(), 200, "the process itself is alive");
+}

@@ -1,0 +1,242 @@
+//! Fresh databases, a spawned application on port 0, and a client with one method per call.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use fenceline::job::{request_digest, Actor};
+use fenceline::ledger::{Ledger, LedgerOptions, NewJob, ReplayPolicy, SqliteSync};
+use fenceline::startup::Application;
+use serde_json::{json, Value};
+use sqlx::{Connection, Executor};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Db {
+    Sqlite,
+    Postgres,
+}
+
+/// Generates one test per backend for each listed `async fn name(db: Db)`.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),+ $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn on_sqlite() {
+                    super::$name($crate::helpers::Db::Sqlite).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn on_postgres() {
+                    if $crate::helpers::skip_postgres() {
+                        return;
+                    }
+                    super::$name($crate::helpers::Db::Postgres).await
+                }
+            }
+        )+
+    };
+}
+
+pub fn skip_postgres() -> bool {
+    std::env::var("FENCELINE_TEST_SKIP_PG").is_ok_and(|v| v == "1")
+}
+
+/// A database that exists for one test.
+pub struct TestDb {
+    pub url: String,
+    pub db: Db,
+    sqlite_path: Option<PathBuf>,
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some(path) = &self.sqlite_path {
+            for suffix in ["", "-wal", "-shm"] {
+                let mut p = path.clone().into_os_string();
+                p.push(suffix);
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+}
+
+pub async fn fresh_db(db: Db) -> TestDb {
+    let name = format!("fl_test_{}", uuid::Uuid::now_v7().simple());
+    match db {
+        Db::Sqlite => {
+            let path = std::env::temp_dir().join(format!("{name}.sqlite"));
+            TestDb {
+                url: format!("sqlite://{}?mode=rwc", path.display()),
+                db,
+                sqlite_path: Some(path),
+            }
+        }
+        Db::Postgres => {
+            let admin = std::env::var("FENCELINE_TEST_PG_URL").expect(
+                "FENCELINE_TEST_PG_URL is not set: run scripts/test.sh, which starts a \
+                 throwaway PostgreSQL (or set FENCELINE_TEST_SKIP_PG=1 to skip on purpose)",
+            );
+            let mut conn = sqlx::PgConnection::connect(&admin)
+                .await
+                .expect("connect to the test PostgreSQL");
+            conn.execute(format!("CREATE DATABASE {name}").as_str())
+                .await
+                .expect("create a test database");
+            let base = admin
+                .rsplit_once('/')
+                .map(|(base, _)| base)
+                .expect("FENCELINE_TEST_PG_URL ends in /database");
+            TestDb {
+                url: format!("{base}/{name}"),
+                db,
+                sqlite_path: None,
+            }
+        }
+    }
+}
+
+pub fn options() -> LedgerOptions {
+    LedgerOptions {
+        max_connections: 40,
+        acquire_timeout: Duration::from_secs(10),
+        sqlite_sync: SqliteSync::Normal,
+    }
+}
+
+/// A migrated ledger on a fresh database.
+pub async fn fresh_ledger(db: Db) -> (Ledger, TestDb) {
+    let test_db = fresh_db(db).await;
+    let ledger = Ledger::connect(&test_db.url, &options())
+        .await
+        .expect("connect the ledger");
+    ledger.migrate().await.expect("migrate");
+    (ledger, test_db)
+}
+
+pub fn new_job(tenant: &str, key: &str, input: Value) -> NewJob {
+    NewJob {
+        tenant: tenant.into(),
+        idempotency_key: key.into(),
+        request_digest: request_digest(&input, "v1", &json!({})),
+        contract_version: "v1".into(),
+        input,
+        model: json!({}),
+        deadline: Duration::from_secs(600),
+        max_attempts: 3,
+        replay_policy: ReplayPolicy::Manual,
+    }
+}
+
+/// Creates a job and returns its id.
+pub async fn create(ledger: &Ledger, new: NewJob) -> String {
+    ledger
+        .create_job(new, &Actor::Api("t".into()))
+        .await
+        .expect("create job")
+        .job()
+        .job_id
+        .clone()
+}
+
+/// The kinds of a job's whole timeline, in order.
+pub async fn kinds(ledger: &Ledger, job_id: &str) -> Vec<String> {
+    ledger
+        .events(job_id, 0, 1000)
+        .await
+        .expect("events")
+        .into_iter()
+        .map(|e| e.kind)
+        .collect()
+}
+
+/// The running application and a client for it.
+pub struct TestApp {
+    pub base: String,
+    pub client: reqwest::Client,
+    pub ledger: Ledger,
+    pub db: TestDb,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+pub async fn spawn_app(db: Db) -> TestApp {
+    spawn_app_with_body_limit(db, 1024 * 1024).await
+}
+
+pub async fn spawn_app_with_body_limit(db: Db, max_body_bytes: usize) -> TestApp {
+    let test_db = fresh_db(db).await;
+    let app = Application::build(
+        &test_db.url,
+        &options(),
+        "127.0.0.1:0".parse().unwrap(),
+        max_body_bytes,
+    )
+    .await
+    .expect("build the application");
+    let base = format!("http://{}", app.local_addr());
+    let ledger = app.ledger().clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(app.run_until_stopped(async move {
+        let _ = stopped.await;
+    }));
+    TestApp {
+        base,
+        client: reqwest::Client::new(),
+        ledger,
+        db: test_db,
+        stop: Some(stop),
+    }
+}
+
+impl TestApp {
+    pub async fn token(&self, tenant: &str) -> String {
+        self.ledger.add_token(tenant, "test").await.expect("token")
+    }
+
+    pub async fn post_job(&self, token: &str, body: &Value) -> reqwest::Response {
+        self.client
+            .post(format!("{}/api/v1/jobs", self.base))
+            .bearer_auth(token)
+            .json(body)
+            .send()
+            .await
+            .expect("request")
+    }
+
+    pub async fn post_raw(&self, token: Option<&str>, content_type: &str, body: Vec<u8>) -> reqwest::Response {
+        let mut request = self
+            .client
+            .post(format!("{}/api/v1/jobs", self.base))
+            .header("content-type", content_type)
+            .body(body);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send().await.expect("request")
+    }
+
+    pub async fn get(&self, token: Option<&str>, path: &str) -> reqwest::Response {
+        let mut request = self.client.get(format!("{}{}", self.base, path));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send().await.expect("request")
+    }
+}
+
+/// The `error.code` of a JSON error response, checking it is JSON.
+pub async fn error_code(response: reqwest::Response) -> String {
+    let body: Value = response.json().await.expect("a JSON error body");
+    assert!(
+        body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "error without a message: {body}"
+    );
+    body["error"]["code"].as_str().expect("error.code").to_owned()
+}

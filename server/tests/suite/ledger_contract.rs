@@ -1,0 +1,673 @@
+//! The ledger contract, run against SQLite and PostgreSQL alike.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use fenceline::job::{Actor, JobState};
+use fenceline::ledger::{
+    AttemptOutcome, Created, Decision, Failure, JobFilter, LedgerError, Refusal, ReplayPolicy,
+};
+use serde_json::json;
+
+use crate::helpers::{create, fresh_ledger, kinds, new_job, Db};
+use crate::on_both_backends;
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn refusal(result: Result<impl std::fmt::Debug, LedgerError>) -> Refusal {
+    match result {
+        Err(LedgerError::Refused { refusal, .. }) => refusal,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+on_both_backends!(
+    the_same_key_and_request_return_the_same_job_and_a_different_request_conflicts,
+    a_job_runs_from_claim_to_one_accepted_result_with_every_step_on_its_timeline,
+    thirty_two_racing_claims_make_exactly_one_owner,
+    an_owner_fenced_by_a_recovery_claim_can_neither_renew_nor_start_nor_accept,
+    an_accept_after_the_lease_or_the_deadline_is_refused_even_at_the_right_epoch,
+    an_uncertain_attempt_needs_a_recorded_decision_before_another_attempt,
+    a_recovery_with_no_attempt_in_flight_authorizes_a_retry,
+    a_live_owner_holds_off_claims_and_recoveries,
+    retryable_failures_back_off_and_end_in_failed_terminal_when_the_budget_is_spent,
+    a_fatal_failure_is_terminal_at_once,
+    many_leases_renew_in_one_call_and_each_refusal_says_why,
+    only_a_replay_policy_job_may_be_retried_by_the_policy,
+    an_operator_can_resolve_an_unknown_job_as_succeeded_with_evidence,
+    the_database_refuses_illegal_states_even_from_raw_sql,
+    jobs_and_timelines_page_by_keyset,
+);
+
+async fn the_same_key_and_request_return_the_same_job_and_a_different_request_conflicts(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let actor = Actor::Api("acme".into());
+    let first = ledger
+        .create_job(new_job("acme", "k1", json!({"doc": 1})), &actor)
+        .await
+        .unwrap();
+    assert!(matches!(first, Created::New(_)));
+    let again = ledger
+        .create_job(new_job("acme", "k1", json!({"doc": 1})), &actor)
+        .await
+        .unwrap();
+    assert!(matches!(again, Created::Existing(_)));
+    assert_eq!(again.job().job_id, first.job().job_id);
+
+    let conflict = ledger
+        .create_job(new_job("acme", "k1", json!({"doc": 2})), &actor)
+        .await;
+    match conflict {
+        Err(LedgerError::IdempotencyConflict { existing }) => {
+            assert_eq!(existing, first.job().job_id)
+        }
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    // The same key under another tenant is another job.
+    let other = ledger
+        .create_job(new_job("globex", "k1", json!({"doc": 2})), &actor)
+        .await
+        .unwrap();
+    assert!(matches!(other, Created::New(_)));
+    assert_ne!(other.job().job_id, first.job().job_id);
+
+    assert_eq!(
+        kinds(&ledger, &first.job().job_id).await,
+        ["job_created", "idempotency_hit", "idempotency_conflict"]
+    );
+    assert_eq!(ledger.outbox_pending().await.unwrap(), 2, "one outbox row per new job");
+    let (input, _) = ledger.job_input(&first.job().job_id).await.unwrap().unwrap();
+    assert_eq!(input, json!({"doc": 1}));
+}
+
+async fn a_job_runs_from_claim_to_one_accepted_result_with_every_step_on_its_timeline(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let job_id = create(&ledger, new_job("acme", "k", json!("summarise"))).await;
+    let claimed = ledger.claim(&job_id, "w1", LONG).await.unwrap();
+    assert_eq!(claimed.epoch, 1);
+    assert!(claimed.owner_until <= claimed.deadline_at);
+    let attempt = ledger.start_attempt(&job_id, 1, "w1", "stub").await.unwrap();
+    assert_eq!(attempt.attempt_no, 1);
+    ledger
+        .set_provider_request_id(&job_id, 1, 1, "req-123")
+        .await
+        .unwrap();
+    let accepted = ledger
+        .accept_result(&job_id, 1, 1, "w1", r#"{"summary":"ok"}"#)
+        .await
+        .unwrap();
+
+    let job = ledger.job(&job_id).await.unwrap().unwrap();
+    assert_eq!(job.state, JobState::Succeeded);
+    assert_eq!(job.result_ref.as_deref(), Some(accepted.result_ref.as_str()));
+    assert!(job.terminal_at.is_some());
+    assert_eq!(job.attempt_count, 1);
+    assert_eq!(job.pending_attempt, None);
+    assert_eq!(
+        ledger.result_body(&accepted.result_ref).await.unwrap().as_deref(),
+        Some(r#"{"summary":"ok"}"#)
+    );
+    let attempts = ledger.attempts(&job_id).await.unwrap();
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attempts[0].outcome, AttemptOutcome::Succeeded);
+    assert_eq!(attempts[0].provider_request_id.as_deref(), Some("req-123"));
+
+    let events = ledger.events(&job_id, 0, 100).await.unwrap();
+    let seqs: Vec<_> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, [1, 2, 3, 4, 5]);
+    let kinds: Vec<_> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["job_created", "claimed", "attempt_started", "attempt_finished", "result_accepted"]
+    );
+    assert_eq!(events[1].epoch, 1);
+    assert_eq!(events[1].actor, "worker:w1");
+    assert_eq!(events[2].attempt_no, Some(1));
+    assert!(events.windows(2).all(|w| w[0].at <= w[1].at));
+    assert!(events[1].deadline_left_ms.unwrap() > 500_000);
+
+    // A terminal job refuses everything; a second accept never writes.
+    let again = ledger.accept_result(&job_id, 1, 1, "w1", "other").await;
+    assert_eq!(refusal(again), Refusal::AlreadyTerminal(JobState::Succeeded));
+    assert_eq!(
+        refusal(ledger.claim(&job_id, "w2", LONG).await),
+        Refusal::AlreadyTerminal(JobState::Succeeded)
+    );
+}
+
+async fn thirty_two_racing_claims_make_exactly_one_owner(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let job_id = create(&ledger, new_job("acme", "race", json!(1))).await;
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..32 {
+        let ledger = ledger.clone();
+        let job_id = job_id.clone();
+        tasks.spawn(async move { ledger.claim(&job_id, &format!("w{i}"), LONG).await });
+    }
+    let mut winners = 0;
+    let mut refusals = HashSet::new();
+    while let Some(joined) = tasks.join_next().await {
+        match joined.unwrap() {
+            Ok(claimed) => {
+                winners += 1;
+                assert_eq!(claimed.epoch, 1);
+            }
+            Err(error) => {
+                refusals.insert(refusal(Err::<(), _>(error)));
+            }
+        }
+    }
+    assert_eq!(winners, 1);
+    assert_eq!(refusals, HashSet::from([Refusal::LiveOwner { epoch: 1 }]));
+    let job = ledger.job(&job_id).await.unwrap().unwrap();
+    assert_eq!(job.owner_epoch, 1);
+    assert_eq!(kinds(&ledger, &job_id).await, ["job_created", "claimed"]);
+}
+
+async fn an_owner_fenced_by_a_recovery_claim_can_neither_renew_nor_start_nor_accept(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let job_id = create(&ledger, new_job("acme", "fence", json!(1))).await;
+    let a = ledger
+        .claim(&job_id, "a", Duration::from_millis(300))
+        .await
+        .unwrap();
+    let attempt = ledger.start_attempt(&job_id, a.epoch, "a", "stub").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+
+    let recovered = ledger
+        .recovery_claim(&job_id, &Actor::Worker("b".into()), "lease_expired", false)
+        .await
+        .unwrap();
+    assert_eq!(recovered.epoch, a.epoch + 1);
+    assert_eq!(recovered.state, JobState::Unknown);
+    assert_eq!(recovered.lost_attempts, 1);
+
+    let stale = Refusal::StaleEpoch {
+        expected: a.epoch,
+        found: a.epoch + 1,
+    };
+    let renewals = ledger
+        .renew_leases("a", &[(job_id.clone(), a.epoch)], LONG)
+        .await
+        .unwrap();
+    assert_eq!(renewals[0].outcome, Err(stale.clone()));
+    assert_eq!(
+        refusal(ledger.start_attempt(&job_id, a.epoch, "a", "stub").await),
+        stale
+    );
+    let rejected = ledger
+        .accept_result(&job_id, a.epoch, attempt.attempt_no, "a", "late answer")
+        .await;
+    assert_eq!(refusal(rejected), stale);
+
+    let job = ledger.job(&job_id).await.unwrap().unwrap();
+    assert_eq!(job.state, JobState::Unknown);
+    assert_eq!(job.result_ref, None, "a stale answer never becomes the result");
+    let attempts = ledger.attempts(&job_id).await.unwrap();
+    assert_eq!(attempts[0].outcome, AttemptOutcome::StaleDiscarded);
+    let evidence = attempts[0].result_ref.clone().expect("stale answer kept as evidence");
+    assert_eq!(
+        ledger.result_body(&evidence).await.unwrap().as_deref(),
+        Some("late answer")
+    );
+    let events = ledger.events(&job_id, 0, 100).await.unwrap();
+    let rejected = events.iter().find(|e| e.kind == "result_rejected").unwrap();
+    assert_eq!(rejected.detail["reason"], "stale_epoch");
+    assert_eq!(rejected.epoch, a.epoch, "the event names the epoch the stale owner held");
+    assert!(events.iter().any(|e| e.kind == "lease_renewal_failed"));
+    assert!(events.iter().any(|e| e.kind == "recovery_claimed" && e.epoch == a.epoch + 1));
+}
+
+async fn an_accept_after_the_lease_or_the_deadline_is_refused_even_at_the_right_epoch(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let job_id = create(&ledger, new_job("acme", "lease", json!(1))).await;
+    let a = ledger
+        .claim(&job_id, "a", Duration::from_millis(200))
+        .await
+        .unwrap();
+    let attempt = ledger.start_attempt(&job_id, a.epoch, "a", "stub").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let late = ledger
+        .accept_result(&job_id, a.epoch, attempt.attempt_no, "a", "answer")
+        .await;
+    assert_eq!(refusal(late), Refusal::LeaseExpired);
+    assert_eq!(
+        ledger.job(&job_id).await.unwrap().unwrap().state,
+        JobState::Running
+    );
+
+    let mut short = new_job("acme", "deadline", json!(2));
+    short.deadline = Duration::from_millis(400);
+    let job_id = create(&ledger, short).await;
+    let a = ledger.claim(&job_id, "a", LONG).await.unwrap();
+    assert_eq!(a.owner_until, a.deadline_at, "a lease never outlives the deadline");
+    let attempt = ledger.start_attempt(&job_id, a.epoch, "a", "stub").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let late = ledger
+        .accept_result(&job_id, a.epoch, attempt.attempt_no, "a", "answer")
+        .await;
+    assert_eq!(refusal(late), Refusal::DeadlinePassed);
+    let renewed = ledger
+        .renew_leases("a", &[(job_id.clone(), a.epoch)], LONG)
+        .await
+        .unwrap();
+    assert_eq!(renewed[0].outcome, Err(Refusal::DeadlinePassed));
+    assert!(ledger.expire_if_due(&job_id, &Actor::System).await.unwrap());
+    assert!(!ledger.expire_if_due(&job_id, &Actor::System).await.unwrap());
+    let job = ledger.job(&job_id).await.unwrap().unwrap();
+    assert_eq!(job.state, JobState::Expired);
+    assert_eq!(ledger.attempts(&job_id).await.unwrap()[0].outcome, AttemptOutcome::StaleDiscarded);
+    let expired = kinds(&ledger, &job_id).await;
+    assert_eq!(expired.last().map(String::as_str), Some("deadline_expired"));
+}
+
+async fn an_uncertain_attempt_needs_a_recorded_decision_before_another_attempt(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let job_id = create(&ledger, new_job("acme", "unknown", json!(1))).await;
+    let a = ledger
+        .claim(&job_id, "a", Duration::from_millis(200))
+        .await
+        .unwrap();
+    ledger.start_attempt(&job_id, a.epoch, "a", "stub").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let recovered = ledger
+        .recovery_claim(&job_id, &Actor::System, "lease_expired", true)
+        .await
+        .unwrap();
+    assert_eq!(recovered.state, JobState::Unknown);
+
+    // Nothing starts from unknown.
+    assert_eq!(
+        refusal(ledger.claim(&job_id, "b", LONG).await),
+        Refusal::WrongState(JobState::Unknown)
+    );
+    let outbox_before = ledger.outbox_pending().await.unwrap();
+
+    let operator = Actor::Operator("ana".into());
+    let stale = ledger
+        .decide(&job_id, a.epoch, &Decision::AuthorizeRetry, &operator, "saw old page")
+        .await;
+    assert_eq!(
+        refusal(stale),
+        Refusal::StaleEpoch {
+            expected: a.epoch,
+            found: recovered.epoch
+        }
+    );
+    let blank = ledger
+        .decide(&job_id, recovered.epoch, &Decision::AuthorizeRetry, &operator, "  ")
+        .await;
+    assert!(matches!(blank, Err(LedgerError::Invalid(_))));
+
+    let to = ledger
+        .decide(
+            &job_id,
+            recovered.epoch,
+            &Decision::AuthorizeRetry,
+            &operator,
+            "provider shows no request; duplicate cost accepted",
+        )
+        .await
+        .unwrap();
+    assert_eq!(to, JobState::RetryAuthorized);
+    assert_eq!(ledger.outbox_pending().await.unwrap(), outbox_before + 1);
+    let b = ledger.claim(&job_id, "b", LONG).await.unwrap();
+    assert_eq!(b.epoch, recovered.epoch + 2, "decision and claim each authorize a new owner");
+    let attempt = ledger.start_attempt(&job_id, b.epoch, "b", "stub").await.unwrap();
+    assert_eq!(attempt.attempt_no, 2, "attempts are cumulative across owners");
+    ledger
+        .accept_result(&job_id, b.epoch, 2, "b", "answer")
+        .await
+        .unwrap();
+    let decisions = ledger.decisions(&job_id).await.unwrap();
+    assert_eq!(decisions.len(), 1);
+    assert_eq!(decisions[0].actor, "operator:ana");
+    assert_eq!(decisions[0].seen_epoch, recovered.epoch);
+    assert_eq!(decisions[0].decision, "authorize_retry");
+    let kinds = kinds(&ledger, &job_id).await;
+    let decided = kinds.iter().position(|k| k == "decision_recorded").unwrap();
+    let second_attempt = kinds.iter().rposition(|k| k == "attempt_started").unwrap();
+    assert!(decided < second_attempt);
+}
+
+async fn a_recovery_with_no_attempt_in_flight_authorizes_a_retry(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let job_id = create(&ledger, new_job("acme", "no-attempt", json!(1))).await;
+    ledger
+        .claim(&job_id, "a", Duration::from_millis(150))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let recovered = ledger
+        .recovery_claim(&job_id, &Actor::Worker("b".into()), "lease_expired", false)
+        .await
+        .unwrap();
+    assert_eq!(recovered.state, JobState::RetryAuthorized);
+    assert_eq!(recovered.lost_attempts, 0);
+    let b = ledger.claim(&job_id, "b", LONG).await.unwrap();
+    assert_eq!(b.epoch, 3);
+    assert_eq!(b.attempt_count, 0);
+}
+
+async fn a_live_owner_holds_off_claims_and_recoveries(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let job_id = create(&ledger, new_job("acme", "live", json!(1))).await;
+    ledger.claim(&job_id, "a", LONG).await.unwrap();
+    assert_eq!(
+        refusal(ledger.claim(&job_id, "b", LONG).await),
+        Refusal::LiveOwner { epoch: 1 }
+    );
+    assert_eq!(
+        refusal(
+            ledger
+                .recovery_claim(&job_id, &Actor::System, "lease_expired", true)
+                .await
+        ),
+        Refusal::LiveOwner { epoch: 1 }
+    );
+    assert_eq!(
+        refusal(ledger.claim("job_0190b3c2-0000-7000-8000-000000000000", "b", LONG).await),
+        Refusal::NotFound
+    );
+}
+
+async fn retryable_failures_back_off_and_end_in_failed_terminal_when_the_budget_is_spent(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let mut new = new_job("acme", "retry", json!(1));
+    new.max_attempts = 2;
+    let job_id = create(&ledger, new).await;
+    let retry = Failure::Retryable {
+        error_code: "rate_limited".into(),
+        backoff: Duration::from_millis(300),
+    };
+    let a = ledger.claim(&job_id, "a", LONG).await.unwrap();
+    ledger.start_attempt(&job_id, a.epoch, "a", "stub").await.unwrap();
+    // The owner may not start a second attempt while the first has no outcome.
+    assert_eq!(
+        refusal(ledger.start_attempt(&job_id, a.epoch, "a", "stub").await),
+        Refusal::AttemptPending
+    );
+    let outcome = ledger.record_failure(&job_id, a.epoch, 1, "a", &retry).await.unwrap();
+    assert_eq!(outcome.state, JobState::RetryAuthorized);
+    assert_eq!(
+        refusal(ledger.claim(&job_id, "b", LONG).await),
+        Refusal::BackoffPending
+    );
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    let b = ledger.claim(&job_id, "b", LONG).await.unwrap();
+    let attempt = ledger.start_attempt(&job_id, b.epoch, "b", "stub").await.unwrap();
+    assert_eq!(attempt.attempt_no, 2);
+    let outcome = ledger.record_failure(&job_id, b.epoch, 2, "b", &retry).await.unwrap();
+    assert_eq!(outcome.state, JobState::FailedTerminal);
+    let job = ledger.job(&job_id).await.unwrap().unwrap();
+    assert_eq!(job.error_code.as_deref(), Some("rate_limited"));
+    assert_eq!(job.attempt_count, 2);
+    let kinds = kinds(&ledger, &job_id).await;
+    assert_eq!(kinds.last().map(String::as_str), Some("budget_exhausted"));
+    assert_eq!(kinds.iter().filter(|k| *k == "attempt_started").count(), 2);
+}
+
+async fn a_fatal_failure_is_terminal_at_once(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let job_id = create(&ledger, new_job("acme", "fatal", json!(1))).await;
+    let a = ledger.claim(&job_id, "a", LONG).await.unwrap();
+    ledger.start_attempt(&job_id, a.epoch, "a", "stub").await.unwrap();
+    let fatal = Failure::Fatal {
+        error_code: "invalid_request".into(),
+    };
+    // Only the pending attempt of the current owner can be reported.
+    assert_eq!(
+        refusal(ledger.record_failure(&job_id, a.epoch, 7, "a", &fatal).await),
+        Refusal::NoSuchAttempt(7)
+    );
+    let outcome = ledger.record_failure(&job_id, a.epoch, 1, "a", &fatal).await.unwrap();
+    assert_eq!(outcome.state, JobState::FailedTerminal);
+    assert_eq!(
+        ledger.attempts(&job_id).await.unwrap()[0].outcome,
+        AttemptOutcome::FailedFatal
+    );
+}
+
+async fn many_leases_renew_in_one_call_and_each_refusal_says_why(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let mut leases = Vec::new();
+    for i in 0..5 {
+        let job_id = create(&ledger, new_job("acme", &format!("renew-{i}"), json!(i))).await;
+        let lease = if i == 0 { Duration::from_millis(150) } else { LONG };
+        let claimed = ledger.claim(&job_id, "w", lease).await.unwrap();
+        leases.push((job_id, claimed.epoch));
+    }
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    ledger
+        .recovery_claim(&leases[0].0, &Actor::System, "lease_expired", true)
+        .await
+        .unwrap();
+    let before = ledger.job(&leases[1].0).await.unwrap().unwrap().owner_until.unwrap();
+    let renewals = ledger.renew_leases("w", &leases, LONG).await.unwrap();
+    assert_eq!(renewals.len(), 5);
+    assert_eq!(
+        renewals[0].outcome,
+        Err(Refusal::StaleEpoch {
+            expected: 1,
+            found: 2
+        })
+    );
+    for renewal in &renewals[1..] {
+        let until = renewal.outcome.clone().expect("renewed");
+        assert!(until > before, "the lease moved forward");
+    }
+    assert_eq!(
+        kinds(&ledger, &leases[3].0).await,
+        ["job_created", "claimed", "lease_renewed"]
+    );
+}
+
+async fn only_a_replay_policy_job_may_be_retried_by_the_policy(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let mut jobs = Vec::new();
+    for policy in [ReplayPolicy::Manual, ReplayPolicy::ReplayOnUnknown] {
+        let mut new = new_job("acme", policy.as_str(), json!(1));
+        new.replay_policy = policy;
+        let job_id = create(&ledger, new).await;
+        let a = ledger
+            .claim(&job_id, "a", Duration::from_millis(150))
+            .await
+            .unwrap();
+        ledger.start_attempt(&job_id, a.epoch, "a", "stub").await.unwrap();
+        jobs.push(job_id);
+    }
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let mut epochs = Vec::new();
+    for job_id in &jobs {
+        let r = ledger
+            .recovery_claim(job_id, &Actor::System, "lease_expired", true)
+            .await
+            .unwrap();
+        epochs.push(r.epoch);
+    }
+    let manual = ledger
+        .decide(&jobs[0], epochs[0], &Decision::ReplayPolicy, &Actor::Policy, "policy")
+        .await;
+    assert_eq!(refusal(manual), Refusal::PolicyForbids);
+    let replay = ledger
+        .decide(&jobs[1], epochs[1], &Decision::ReplayPolicy, &Actor::Policy, "policy")
+        .await
+        .unwrap();
+    assert_eq!(replay, JobState::RetryAuthorized);
+}
+
+async fn an_operator_can_resolve_an_unknown_job_as_succeeded_with_evidence(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let job_id = create(&ledger, new_job("acme", "resolve", json!(1))).await;
+    let a = ledger
+        .claim(&job_id, "a", Duration::from_millis(150))
+        .await
+        .unwrap();
+    ledger.start_attempt(&job_id, a.epoch, "a", "stub").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let r = ledger
+        .recovery_claim(&job_id, &Actor::System, "lease_expired", true)
+        .await
+        .unwrap();
+    let operator = Actor::Operator("ana".into());
+    let no_evidence = Decision::ResolveSucceeded {
+        result: "answer".into(),
+        evidence: String::new(),
+    };
+    assert!(matches!(
+        ledger.decide(&job_id, r.epoch, &no_evidence, &operator, "x").await,
+        Err(LedgerError::Invalid(_))
+    ));
+    let resolve = Decision::ResolveSucceeded {
+        result: "answer from the provider console".into(),
+        evidence: "provider request req-9 completed".into(),
+    };
+    let to = ledger
+        .decide(&job_id, r.epoch, &resolve, &operator, "retrieved by hand")
+        .await
+        .unwrap();
+    assert_eq!(to, JobState::Succeeded);
+    let job = ledger.job(&job_id).await.unwrap().unwrap();
+    assert_eq!(job.owner_epoch, r.epoch);
+    let body = ledger.result_body(job.result_ref.as_deref().unwrap()).await.unwrap();
+    assert_eq!(body.as_deref(), Some("answer from the provider console"));
+    // A second decision finds the job terminal.
+    assert_eq!(
+        refusal(
+            ledger
+                .decide(&job_id, r.epoch, &Decision::AuthorizeRetry, &operator, "again")
+                .await
+        ),
+        Refusal::AlreadyTerminal(JobState::Succeeded)
+    );
+}
+
+async fn the_database_refuses_illegal_states_even_from_raw_sql(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let pool = ledger.write_pool();
+    let job_id = create(&ledger, new_job("acme", "raw", json!(1))).await;
+    let exec = |sql: &'static str| {
+        let job_id = job_id.clone();
+        async move { sqlx::query(sql).bind(job_id).execute(pool).await }
+    };
+    assert!(exec("UPDATE jobs SET state = 'bogus' WHERE job_id = $1").await.is_err());
+    assert!(
+        exec("UPDATE jobs SET state = 'succeeded', result_ref = 'r', terminal_at = 1 WHERE job_id = $1")
+            .await
+            .is_err(),
+        "ready → succeeded skips the owner"
+    );
+    assert!(
+        exec("UPDATE jobs SET state = 'unknown' WHERE job_id = $1").await.is_err(),
+        "ready → unknown is not in the table"
+    );
+    assert!(
+        exec("UPDATE jobs SET state = 'running' WHERE job_id = $1").await.is_err(),
+        "running needs an owner and a lease"
+    );
+    assert!(exec("UPDATE jobs SET deadline_at = deadline_at + 1 WHERE job_id = $1").await.is_err());
+
+    let a = ledger.claim(&job_id, "a", Duration::from_millis(100)).await.unwrap();
+    ledger.start_attempt(&job_id, a.epoch, "a", "stub").await.unwrap();
+    assert!(exec("UPDATE jobs SET owner_epoch = 0 WHERE job_id = $1").await.is_err());
+    assert!(exec("UPDATE jobs SET attempt_count = 0, pending_attempt = NULL WHERE job_id = $1")
+        .await
+        .is_err());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    ledger
+        .recovery_claim(&job_id, &Actor::System, "lease_expired", true)
+        .await
+        .unwrap();
+    assert!(
+        exec("UPDATE jobs SET state = 'running' WHERE job_id = $1").await.is_err(),
+        "unknown → running needs a decision"
+    );
+    // At most one accepted result per job, in the schema itself.
+    exec("INSERT INTO results (result_ref, job_id, epoch, status, body, digest, created_at) \
+          VALUES ('r1', $1, 2, 'accepted', 'x', 'd', 0)")
+        .await
+        .unwrap();
+    assert!(exec(
+        "INSERT INTO results (result_ref, job_id, epoch, status, body, digest, created_at) \
+         VALUES ('r2', $1, 2, 'accepted', 'y', 'd', 0)"
+    )
+    .await
+    .is_err());
+    exec("UPDATE jobs SET state = 'failed_terminal', terminal_at = 5 WHERE job_id = $1")
+        .await
+        .expect("unknown → failed_terminal is allowed");
+    assert!(
+        exec("UPDATE jobs SET state = 'retry_authorized', terminal_at = NULL WHERE job_id = $1")
+            .await
+            .is_err(),
+        "terminal states are final"
+    );
+}
+
+async fn jobs_and_timelines_page_by_keyset(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let mut ids = Vec::new();
+    for i in 0..7 {
+        ids.push(create(&ledger, new_job("acme", &format!("p{i}"), json!(i))).await);
+    }
+    create(&ledger, new_job("globex", "other", json!(0))).await;
+    ledger.claim(&ids[2], "w", LONG).await.unwrap();
+
+    let mut seen = Vec::new();
+    let mut before = None;
+    loop {
+        let page = ledger
+            .list_jobs(&JobFilter {
+                tenant: Some("acme".into()),
+                state: None,
+                before: before.clone(),
+                limit: 3,
+            })
+            .await
+            .unwrap();
+        assert!(page.jobs.len() <= 3);
+        seen.extend(page.jobs.iter().map(|j| j.job_id.clone()));
+        match page.next {
+            Some(next) => before = Some(next),
+            None => break,
+        }
+    }
+    let mut newest_first = ids.clone();
+    newest_first.reverse();
+    assert_eq!(seen, newest_first);
+
+    let running = ledger
+        .list_jobs(&JobFilter {
+            tenant: Some("acme".into()),
+            state: Some(JobState::Running),
+            before: None,
+            limit: 10,
+        })
+        .await
+        .unwrap();
+    assert_eq!(running.jobs.len(), 1);
+    assert_eq!(running.jobs[0].job_id, ids[2]);
+    let counts = ledger.count_by_state(Some("acme")).await.unwrap();
+    assert_eq!(counts.len(), 7);
+    assert!(counts.contains(&(JobState::Ready, 6)));
+    assert!(counts.contains(&(JobState::Running, 1)));
+    assert!(counts.contains(&(JobState::Unknown, 0)));
+
+    // A long timeline, read page by page.
+    let leases = vec![(ids[2].clone(), 1_i64)];
+    for _ in 0..12 {
+        ledger.renew_leases("w", &leases, LONG).await.unwrap();
+    }
+    let mut after = 0;
+    let mut total = 0;
+    loop {
+        let page = ledger.events(&ids[2], after, 5).await.unwrap();
+        if page.is_empty() {
+            break;
+        }
+        assert!(page.iter().all(|e| e.seq > after));
+        after = page.last().unwrap().seq;
+        total += page.len();
+    }
+    assert_eq!(total, 14);
+}

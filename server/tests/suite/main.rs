@@ -1,0 +1,11 @@
+//! Fenceline's one integration-test binary.
+//!
+//! The ledger contract and the API run against both backends: SQLite in a temporary file and
+//! PostgreSQL in a fresh database on the server named by `FENCELINE_TEST_PG_URL` (started by
+//! `scripts/test.sh`). Without that variable the PostgreSQL half fails, unless
+//! `FENCELINE_TEST_SKIP_PG=1` says to skip it on purpose.
+
+mod api;
+mod helpers;
+mod ledger_contract;
+mod properties;
