@@ -158,9 +158,11 @@ async fn baseline(
     statements: usize,
 ) -> Result<Measurement, LedgerError> {
     let pool = ledger.write_pool();
-    sqlx::query("CREATE TABLE IF NOT EXISTS bench_baseline (id BIGINT PRIMARY KEY, v BIGINT NOT NULL)")
-        .execute(pool)
-        .await?;
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS bench_baseline (id BIGINT PRIMARY KEY, v BIGINT NOT NULL)",
+    )
+    .execute(pool)
+    .await?;
     for owner in 0..owners {
         sqlx::query("DELETE FROM bench_baseline WHERE id = $1")
             .bind(owner as i64)

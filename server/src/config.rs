@@ -32,7 +32,12 @@ pub struct Cli {
     pub sqlite_synchronous: SyncArg,
 
     /// Database connections (PostgreSQL) or reader connections (SQLite).
-    #[arg(long, env = "FENCELINE_DB_MAX_CONNECTIONS", global = true, default_value_t = 16)]
+    #[arg(
+        long,
+        env = "FENCELINE_DB_MAX_CONNECTIONS",
+        global = true,
+        default_value_t = 16
+    )]
     pub db_max_connections: u32,
 
     #[command(subcommand)]

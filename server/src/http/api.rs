@@ -252,7 +252,10 @@ async fn read_result(
     Path(job_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let job = tenant_job(&state, &tenant, &job_id).await?;
-    let Some(result_ref) = job.result_ref.as_deref().filter(|_| job.state == JobState::Succeeded)
+    let Some(result_ref) = job
+        .result_ref
+        .as_deref()
+        .filter(|_| job.state == JobState::Succeeded)
     else {
         return Err(ApiError::NotFound(format!(
             "job {} has no accepted result; it is {}",
@@ -279,7 +282,9 @@ pub(super) struct EventsQuery {
     limit: Option<u32>,
 }
 
-fn query_or_400<T>(query: Result<Query<T>, axum::extract::rejection::QueryRejection>) -> Result<T, ApiError> {
+fn query_or_400<T>(
+    query: Result<Query<T>, axum::extract::rejection::QueryRejection>,
+) -> Result<T, ApiError> {
     query
         .map(|Query(q)| q)
         .map_err(|e| ApiError::BadRequest(e.body_text()))
@@ -294,7 +299,9 @@ async fn read_events(
     let query = query_or_400(query)?;
     let limit = query.limit.unwrap_or(100);
     if limit == 0 || limit > 1000 {
-        return Err(ApiError::BadRequest("limit must be between 1 and 1000".into()));
+        return Err(ApiError::BadRequest(
+            "limit must be between 1 and 1000".into(),
+        ));
     }
     let job = tenant_job(&state, &tenant, &job_id).await?;
     let events = state
@@ -343,7 +350,9 @@ async fn list_jobs(
         .map(|id| id.to_string());
     let limit = query.limit.unwrap_or(50);
     if limit == 0 || limit > 500 {
-        return Err(ApiError::BadRequest("limit must be between 1 and 500".into()));
+        return Err(ApiError::BadRequest(
+            "limit must be between 1 and 500".into(),
+        ));
     }
     let page = state
         .ledger

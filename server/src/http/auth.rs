@@ -17,13 +17,17 @@ impl FromRequestParts<AppState> for Tenant {
         let header = parts
             .headers
             .get(AUTHORIZATION)
-            .ok_or(ApiError::Unauthorized("send an API token as `Authorization: Bearer <token>`"))?;
+            .ok_or(ApiError::Unauthorized(
+                "send an API token as `Authorization: Bearer <token>`",
+            ))?;
         let token = header
             .to_str()
             .ok()
             .and_then(|h| h.strip_prefix("Bearer "))
             .map(str::trim)
-            .ok_or(ApiError::Unauthorized("the Authorization header must be `Bearer <token>`"))?;
+            .ok_or(ApiError::Unauthorized(
+                "the Authorization header must be `Bearer <token>`",
+            ))?;
         match state.ledger.tenant_for_token(token).await? {
             Some(tenant) => Ok(Tenant(tenant)),
             None => Err(ApiError::Unauthorized("the API token is not valid")),

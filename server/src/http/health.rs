@@ -25,7 +25,9 @@ pub(super) async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
         ),
         _ => (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "ready": false, "database": backend, "reason": "the ledger database does not answer" })),
+            Json(
+                json!({ "ready": false, "database": backend, "reason": "the ledger database does not answer" }),
+            ),
         ),
     }
 }

@@ -20,8 +20,15 @@ pub fn spec() -> Value {
         "name": "job_id", "in": "path", "required": true,
         "schema": { "type": "string", "pattern": "^job_[0-9a-f-]{36}$" }
     });
-    let states = json!(["ready", "running", "unknown", "retry_authorized", "succeeded",
-        "failed_terminal", "expired"]);
+    let states = json!([
+        "ready",
+        "running",
+        "unknown",
+        "retry_authorized",
+        "succeeded",
+        "failed_terminal",
+        "expired"
+    ]);
     json!({
         "openapi": "3.1.0",
         "info": {

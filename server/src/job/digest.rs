@@ -72,9 +72,18 @@ mod tests {
     fn input_contract_and_model_each_change_the_digest() {
         let base = request_digest(&json!({"doc": "x"}), "v1", &json!({"temperature": 0}));
         assert_eq!(base.len(), 64);
-        assert_ne!(base, request_digest(&json!({"doc": "y"}), "v1", &json!({"temperature": 0})));
-        assert_ne!(base, request_digest(&json!({"doc": "x"}), "v2", &json!({"temperature": 0})));
-        assert_ne!(base, request_digest(&json!({"doc": "x"}), "v1", &json!({"temperature": 1})));
+        assert_ne!(
+            base,
+            request_digest(&json!({"doc": "y"}), "v1", &json!({"temperature": 0}))
+        );
+        assert_ne!(
+            base,
+            request_digest(&json!({"doc": "x"}), "v2", &json!({"temperature": 0}))
+        );
+        assert_ne!(
+            base,
+            request_digest(&json!({"doc": "x"}), "v1", &json!({"temperature": 1}))
+        );
         // Array order is meaningful.
         assert_ne!(
             request_digest(&json!([1, 2]), "v1", &json!({})),

@@ -12,7 +12,11 @@ impl JobId {
 
     /// A new, time-ordered id.
     pub fn generate() -> Self {
-        JobId(format!("{}{}", Self::PREFIX, uuid::Uuid::now_v7().hyphenated()))
+        JobId(format!(
+            "{}{}",
+            Self::PREFIX,
+            uuid::Uuid::now_v7().hyphenated()
+        ))
     }
 
     /// The id as stored and shown.
@@ -56,7 +60,13 @@ mod tests {
 
     #[test]
     fn foreign_text_is_not_a_job_id() {
-        for bad in ["", "job_", "job_xyz", "42", "JOB_0190b3c2-0000-7000-8000-000000000000"] {
+        for bad in [
+            "",
+            "job_",
+            "job_xyz",
+            "42",
+            "JOB_0190b3c2-0000-7000-8000-000000000000",
+        ] {
             assert_eq!(bad.parse::<JobId>(), Err(ParseJobIdError), "{bad}");
         }
     }

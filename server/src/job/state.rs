@@ -211,7 +211,10 @@ impl Cause {
     pub const fn advances_epoch(self) -> bool {
         matches!(
             self,
-            Cause::Claim | Cause::RecoverUncertain | Cause::RecoverNoAttempt | Cause::AuthorizeRetry
+            Cause::Claim
+                | Cause::RecoverUncertain
+                | Cause::RecoverNoAttempt
+                | Cause::AuthorizeRetry
         )
     }
 }
@@ -339,7 +342,10 @@ mod tests {
 
     #[test]
     fn only_new_owners_advance_the_epoch() {
-        let advancing: Vec<_> = Cause::ALL.into_iter().filter(|c| c.advances_epoch()).collect();
+        let advancing: Vec<_> = Cause::ALL
+            .into_iter()
+            .filter(|c| c.advances_epoch())
+            .collect();
         assert_eq!(
             advancing,
             [

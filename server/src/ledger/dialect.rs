@@ -40,11 +40,7 @@ impl Dialect {
     pub(crate) fn sql(&self, template: &str) -> String {
         let (now, least, for_update) = match self.backend {
             Backend::Postgres => ("fl_now_us()", "LEAST", " FOR UPDATE"),
-            Backend::Sqlite => (
-                "CAST(unixepoch('subsec') * 1000000 AS INTEGER)",
-                "MIN",
-                "",
-            ),
+            Backend::Sqlite => ("CAST(unixepoch('subsec') * 1000000 AS INTEGER)", "MIN", ""),
         };
         template
             .replace("{now}", now)
@@ -80,13 +76,18 @@ mod tests {
     #[test]
     fn backends_are_chosen_by_url_scheme() {
         assert_eq!(Backend::from_url("postgres://x/y"), Some(Backend::Postgres));
-        assert_eq!(Backend::from_url("sqlite://a.db?mode=rwc"), Some(Backend::Sqlite));
+        assert_eq!(
+            Backend::from_url("sqlite://a.db?mode=rwc"),
+            Some(Backend::Sqlite)
+        );
         assert_eq!(Backend::from_url("mysql://x"), None);
     }
 
     #[test]
     fn sqlite_has_no_row_locks_and_its_own_clock() {
-        let d = Dialect { backend: Backend::Sqlite };
+        let d = Dialect {
+            backend: Backend::Sqlite,
+        };
         let sql = d.sql("SELECT {least}({now}, 1) FROM jobs{for_update}");
         assert!(sql.contains("MIN(CAST(unixepoch"), "{sql}");
         assert!(sql.ends_with("FROM jobs"), "{sql}");

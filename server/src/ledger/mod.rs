@@ -24,8 +24,8 @@ pub use dialect::Backend;
 pub use error::{LedgerError, Refusal};
 pub use model::{
     handle_hash, Accepted, Attempt, AttemptOutcome, AttemptStarted, Claimed, Created, Decision,
-    DecisionRecord, DeliveryRef, Event, Failure, FailureOutcome, Job, JobFilter, JobPage,
-    NewEvent, NewJob, Recovered, Renewal, ReplayPolicy,
+    DecisionRecord, DeliveryRef, Event, Failure, FailureOutcome, Job, JobFilter, JobPage, NewEvent,
+    NewJob, Recovered, Renewal, ReplayPolicy,
 };
 
 use sqlx::AnyPool;
@@ -43,6 +43,8 @@ pub struct Ledger {
 
 impl std::fmt::Debug for Ledger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ledger").field("backend", &self.dialect.backend).finish()
+        f.debug_struct("Ledger")
+            .field("backend", &self.dialect.backend)
+            .finish()
     }
 }

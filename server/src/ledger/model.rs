@@ -140,7 +140,10 @@ pub struct Accepted {
 #[derive(Debug, Clone)]
 pub enum Failure {
     /// Another attempt may help; not before `backoff`.
-    Retryable { error_code: String, backoff: Duration },
+    Retryable {
+        error_code: String,
+        backoff: Duration,
+    },
     /// No attempt will help.
     Fatal { error_code: String },
 }

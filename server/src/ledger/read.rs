@@ -136,10 +136,12 @@ impl Ledger {
 
     /// The body of a stored result (accepted or stale evidence).
     pub async fn result_body(&self, result_ref: &str) -> Result<Option<String>, LedgerError> {
-        Ok(sqlx::query_scalar("SELECT body FROM results WHERE result_ref = $1")
-            .bind(result_ref)
-            .fetch_optional(&self.reader)
-            .await?)
+        Ok(
+            sqlx::query_scalar("SELECT body FROM results WHERE result_ref = $1")
+                .bind(result_ref)
+                .fetch_optional(&self.reader)
+                .await?,
+        )
     }
 
     /// Every attempt of a job, oldest first.
@@ -234,7 +236,10 @@ impl Ledger {
             .bind(i64::from(limit) + 1)
             .fetch_all(&self.reader)
             .await?;
-        let mut jobs = rows.iter().map(job_from_row).collect::<Result<Vec<_>, _>>()?;
+        let mut jobs = rows
+            .iter()
+            .map(job_from_row)
+            .collect::<Result<Vec<_>, _>>()?;
         let next = if jobs.len() > limit as usize {
             jobs.truncate(limit as usize);
             jobs.last().map(|j| j.job_id.clone())
@@ -251,10 +256,12 @@ impl Ledger {
     ) -> Result<Vec<(JobState, i64)>, LedgerError> {
         let rows = match tenant {
             Some(tenant) => {
-                sqlx::query("SELECT state, COUNT(*) AS n FROM jobs WHERE tenant = $1 GROUP BY state")
-                    .bind(tenant)
-                    .fetch_all(&self.reader)
-                    .await?
+                sqlx::query(
+                    "SELECT state, COUNT(*) AS n FROM jobs WHERE tenant = $1 GROUP BY state",
+                )
+                .bind(tenant)
+                .fetch_all(&self.reader)
+                .await?
             }
             None => {
                 sqlx::query("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")

@@ -116,9 +116,13 @@ fn state_of(row: &AnyRow) -> Result<JobState, LedgerError> {
 pub(crate) enum Intent {
     Claim,
     /// An owner acting under its epoch (attempt start, renewal, accept, failure).
-    Owner { epoch: i64 },
+    Owner {
+        epoch: i64,
+    },
     Recovery,
-    Decision { epoch: i64 },
+    Decision {
+        epoch: i64,
+    },
 }
 
 /// Why a guarded write found no row. Pure: the job as re-read and the database clock.
@@ -219,7 +223,16 @@ impl Ledger {
             "deadline_ms": micros(new.deadline) / 1000,
             "replay_policy": new.replay_policy.as_str(),
         }));
-        append(&mut tx, job_id.as_str(), 1, created_at, 0, deadline_at, &[event]).await?;
+        append(
+            &mut tx,
+            job_id.as_str(),
+            1,
+            created_at,
+            0,
+            deadline_at,
+            &[event],
+        )
+        .await?;
         tx.commit().await?;
         let job = self
             .job(job_id.as_str())
@@ -229,7 +242,8 @@ impl Ledger {
     }
 
     async fn idempotent_replay(&self, new: NewJob, actor: &Actor) -> Result<Created, LedgerError> {
-        let sql = format!("SELECT {JOB_COLUMNS} FROM jobs WHERE tenant = $1 AND idempotency_key = $2");
+        let sql =
+            format!("SELECT {JOB_COLUMNS} FROM jobs WHERE tenant = $1 AND idempotency_key = $2");
         let row = sqlx::query(&sql)
             .bind(&new.tenant)
             .bind(&new.idempotency_key)
@@ -260,7 +274,11 @@ impl Ledger {
             "UPDATE jobs SET next_event_seq = next_event_seq + 1 WHERE job_id = $1 \
              RETURNING next_event_seq - 1 AS seq, {now} AS now_us, deadline_at, owner_epoch",
         );
-        let Some(row) = sqlx::query(&sql).bind(job_id).fetch_optional(&mut *tx).await? else {
+        let Some(row) = sqlx::query(&sql)
+            .bind(job_id)
+            .fetch_optional(&mut *tx)
+            .await?
+        else {
             return Err(LedgerError::refused(job_id, Refusal::NotFound));
         };
         let seq = get_i64(&row, "seq")?;
@@ -333,8 +351,8 @@ impl Ledger {
         } else {
             JobState::RetryAuthorized
         };
-        let event = NewEvent::new(EventKind::Claimed, &Actor::Worker(worker_id.to_owned()))
-            .detail(json!({
+        let event =
+            NewEvent::new(EventKind::Claimed, &Actor::Worker(worker_id.to_owned())).detail(json!({
                 "from": from.as_str(),
                 "lease_ms": (claimed.owner_until - now) / 1000,
                 "attempts_used": claimed.attempt_count,
@@ -363,7 +381,11 @@ impl Ledger {
              WHERE job_id = $1 AND state = 'retry_authorized' AND attempt_count >= max_attempts \
              RETURNING next_event_seq - 1 AS seq, updated_at, deadline_at, owner_epoch, attempt_count",
         );
-        let Some(row) = sqlx::query(&sql).bind(job_id).fetch_optional(&mut *tx).await? else {
+        let Some(row) = sqlx::query(&sql)
+            .bind(job_id)
+            .fetch_optional(&mut *tx)
+            .await?
+        else {
             return Ok(false);
         };
         let event = NewEvent::new(EventKind::BudgetExhausted, actor)
@@ -433,9 +455,12 @@ impl Ledger {
         .bind(now)
         .execute(&mut *tx)
         .await?;
-        let event = NewEvent::new(EventKind::AttemptStarted, &Actor::Worker(worker_id.to_owned()))
-            .attempt(attempt_no)
-            .detail(json!({ "provider": provider }));
+        let event = NewEvent::new(
+            EventKind::AttemptStarted,
+            &Actor::Worker(worker_id.to_owned()),
+        )
+        .attempt(attempt_no)
+        .detail(json!({ "provider": provider }));
         append(
             &mut tx,
             job_id,
@@ -543,7 +568,9 @@ impl Ledger {
                 let outcome = match renewed.get(job_id) {
                     Some(until) => Ok(*until),
                     None => {
-                        let refusal = self.refusal(job_id, Intent::Owner { epoch: *epoch }).await?;
+                        let refusal = self
+                            .refusal(job_id, Intent::Owner { epoch: *epoch })
+                            .await?;
                         if refusal != Refusal::NotFound {
                             let event = NewEvent::new(EventKind::LeaseRenewalFailed, &actor)
                                 .epoch(*epoch)
@@ -600,8 +627,17 @@ impl Ledger {
                 .await?);
         };
         let now = get_i64(&row, "updated_at")?;
-        insert_result(&mut tx, &result_ref, job_id, Some(attempt_no), epoch, "accepted", body, now)
-            .await?;
+        insert_result(
+            &mut tx,
+            &result_ref,
+            job_id,
+            Some(attempt_no),
+            epoch,
+            "accepted",
+            body,
+            now,
+        )
+        .await?;
         sqlx::query(
             "UPDATE attempts SET outcome = 'succeeded', finished_at = $4, result_ref = $5 \
              WHERE job_id = $1 AND attempt_no = $2 AND epoch = $3",
@@ -673,8 +709,17 @@ impl Ledger {
         .await?
         .rows_affected();
         if marked > 0 {
-            insert_result(&mut tx, result_ref, job_id, Some(attempt_no), epoch, "stale", body, now)
-                .await?;
+            insert_result(
+                &mut tx,
+                result_ref,
+                job_id,
+                Some(attempt_no),
+                epoch,
+                "stale",
+                body,
+                now,
+            )
+            .await?;
         }
         let event = NewEvent::new(EventKind::ResultRejected, actor)
             .epoch(epoch)
@@ -846,7 +891,7 @@ impl Ledger {
             })),
             NewEvent::new(EventKind::StateChanged, actor).detail(json!({
                 "to": state.as_str(),
-                "why": if lost > 0 {
+                "why": if state == JobState::Unknown {
                     "an attempt may have reached the provider"
                 } else {
                     "no attempt was in flight"
@@ -945,7 +990,8 @@ impl Ledger {
             let mut refusal = self
                 .refusal(job_id, Intent::Decision { epoch: seen_epoch })
                 .await?;
-            if *decision == Decision::ReplayPolicy && refusal == Refusal::WrongState(JobState::Unknown)
+            if *decision == Decision::ReplayPolicy
+                && refusal == Refusal::WrongState(JobState::Unknown)
             {
                 refusal = Refusal::PolicyForbids;
             }
@@ -958,8 +1004,10 @@ impl Ledger {
                 let last_attempt = get_i64(&row, "attempt_count")?;
                 let result_ref = result_ref.as_deref().unwrap_or_default();
                 let attempt = (last_attempt > 0).then_some(last_attempt);
-                insert_result(&mut tx, result_ref, job_id, attempt, seen_epoch, "accepted", result, now)
-                    .await?;
+                insert_result(
+                    &mut tx, result_ref, job_id, attempt, seen_epoch, "accepted", result, now,
+                )
+                .await?;
                 Some(evidence.clone())
             }
             _ => None,
@@ -1017,7 +1065,11 @@ impl Ledger {
         let sql = self
             .dialect
             .sql("SELECT state FROM jobs WHERE job_id = $1{for_update}");
-        let Some(before) = sqlx::query(&sql).bind(job_id).fetch_optional(&mut *tx).await? else {
+        let Some(before) = sqlx::query(&sql)
+            .bind(job_id)
+            .fetch_optional(&mut *tx)
+            .await?
+        else {
             return Err(LedgerError::refused(job_id, Refusal::NotFound));
         };
         let from = state_of(&before)?;
@@ -1028,7 +1080,11 @@ impl Ledger {
              AND deadline_at <= {now} \
              RETURNING next_event_seq - 1 AS seq, updated_at, deadline_at, owner_epoch",
         );
-        let Some(row) = sqlx::query(&sql).bind(job_id).fetch_optional(&mut *tx).await? else {
+        let Some(row) = sqlx::query(&sql)
+            .bind(job_id)
+            .fetch_optional(&mut *tx)
+            .await?
+        else {
             return Ok(false);
         };
         let now = get_i64(&row, "updated_at")?;
@@ -1167,23 +1223,44 @@ mod tests {
     #[test]
     fn the_current_owner_is_told_whether_its_lease_or_the_deadline_ran_out() {
         let j = job(JobState::Running, 3, Some(400));
-        assert_eq!(classify(Some(&j), 500, Intent::Owner { epoch: 3 }), Refusal::LeaseExpired);
-        assert_eq!(classify(Some(&j), 1_000, Intent::Owner { epoch: 3 }), Refusal::DeadlinePassed);
+        assert_eq!(
+            classify(Some(&j), 500, Intent::Owner { epoch: 3 }),
+            Refusal::LeaseExpired
+        );
+        assert_eq!(
+            classify(Some(&j), 1_000, Intent::Owner { epoch: 3 }),
+            Refusal::DeadlinePassed
+        );
         assert_eq!(classify(None, 0, Intent::Claim), Refusal::NotFound);
     }
 
     #[test]
     fn a_claim_over_a_live_owner_is_a_duplicate_and_over_an_expired_one_needs_recovery() {
         let j = job(JobState::Running, 3, Some(600));
-        assert_eq!(classify(Some(&j), 500, Intent::Claim), Refusal::LiveOwner { epoch: 3 });
-        assert_eq!(classify(Some(&j), 700, Intent::Claim), Refusal::LeaseExpired);
-        assert_eq!(classify(Some(&j), 500, Intent::Recovery), Refusal::LiveOwner { epoch: 3 });
+        assert_eq!(
+            classify(Some(&j), 500, Intent::Claim),
+            Refusal::LiveOwner { epoch: 3 }
+        );
+        assert_eq!(
+            classify(Some(&j), 700, Intent::Claim),
+            Refusal::LeaseExpired
+        );
+        assert_eq!(
+            classify(Some(&j), 500, Intent::Recovery),
+            Refusal::LiveOwner { epoch: 3 }
+        );
         let mut spent = job(JobState::RetryAuthorized, 3, None);
         spent.attempt_count = 3;
-        assert_eq!(classify(Some(&spent), 500, Intent::Claim), Refusal::BudgetExhausted);
+        assert_eq!(
+            classify(Some(&spent), 500, Intent::Claim),
+            Refusal::BudgetExhausted
+        );
         let mut backoff = job(JobState::RetryAuthorized, 3, None);
         backoff.retry_at = Some(800);
-        assert_eq!(classify(Some(&backoff), 500, Intent::Claim), Refusal::BackoffPending);
+        assert_eq!(
+            classify(Some(&backoff), 500, Intent::Claim),
+            Refusal::BackoffPending
+        );
         let unknown = job(JobState::Unknown, 3, None);
         assert_eq!(
             classify(Some(&unknown), 500, Intent::Claim),

@@ -25,21 +25,29 @@ async fn creating_a_job_is_idempotent_and_a_changed_request_conflicts(db: Db) {
     let app = spawn_app(db).await;
     let token = app.token("acme").await;
 
-    let first = app.post_job(&token, &job_request("doc-7", json!({"text": "a"}))).await;
+    let first = app
+        .post_job(&token, &job_request("doc-7", json!({"text": "a"})))
+        .await;
     assert_eq!(first.status(), 201);
     let location = first.headers()["location"].to_str().unwrap().to_owned();
     let first: Value = first.json().await.unwrap();
     assert_eq!(first["state"], "ready");
-    assert_eq!(location, format!("/api/v1/jobs/{}", first["job_id"].as_str().unwrap()));
+    assert_eq!(
+        location,
+        format!("/api/v1/jobs/{}", first["job_id"].as_str().unwrap())
+    );
 
     // Key order in the body does not change the request.
-    let same = json!({ "model": {"temperature": 0}, "input": {"text": "a"}, "idempotency_key": "doc-7" });
+    let same =
+        json!({ "model": {"temperature": 0}, "input": {"text": "a"}, "idempotency_key": "doc-7" });
     let again = app.post_job(&token, &same).await;
     assert_eq!(again.status(), 200);
     let again: Value = again.json().await.unwrap();
     assert_eq!(again["job_id"], first["job_id"]);
 
-    let changed = app.post_job(&token, &job_request("doc-7", json!({"text": "b"}))).await;
+    let changed = app
+        .post_job(&token, &job_request("doc-7", json!({"text": "b"})))
+        .await;
     assert_eq!(changed.status(), 409);
     let body: Value = changed.json().await.unwrap();
     assert_eq!(body["error"]["code"], "idempotency_conflict");
@@ -66,9 +74,19 @@ async fn one_tenant_never_sees_another_tenants_jobs(db: Db) {
         let response = app.get(Some(&globex), &path).await;
         assert_eq!(response.status(), 404, "{path}");
     }
-    let listed: Value = app.get(Some(&globex), "/api/v1/jobs").await.json().await.unwrap();
+    let listed: Value = app
+        .get(Some(&globex), "/api/v1/jobs")
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(listed["jobs"], json!([]));
-    let own: Value = app.get(Some(&acme), "/api/v1/jobs").await.json().await.unwrap();
+    let own: Value = app
+        .get(Some(&acme), "/api/v1/jobs")
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(own["jobs"].as_array().unwrap().len(), 1);
 
     // The same key under another tenant is that tenant's own job.
@@ -80,20 +98,85 @@ async fn bad_input_gets_a_4xx_with_a_json_message(db: Db) {
     let app = spawn_app(db).await;
     let token = app.token("acme").await;
     let cases: Vec<(&str, Vec<u8>, u16, &str)> = vec![
-        ("application/json", b"{not json".to_vec(), 400, "invalid_json"),
+        (
+            "application/json",
+            b"{not json".to_vec(),
+            400,
+            "invalid_json",
+        ),
         ("application/json", b"[]".to_vec(), 400, "invalid_json"),
-        ("application/json", b"{\"input\": 1}".to_vec(), 400, "invalid_json"),
-        ("application/json", br#"{"idempotency_key":"k","input":1,"tenant":"globex"}"#.to_vec(), 400, "invalid_json"),
-        ("application/json", br#"{"idempotency_key":"","input":1}"#.to_vec(), 400, "bad_request"),
-        ("application/json", br#"{"idempotency_key":"k","input":null}"#.to_vec(), 400, "bad_request"),
-        ("application/json", br#"{"idempotency_key":"k","input":1,"deadline_seconds":0}"#.to_vec(), 400, "bad_request"),
-        ("application/json", br#"{"idempotency_key":"k","input":1,"deadline_seconds":99999999}"#.to_vec(), 400, "bad_request"),
-        ("application/json", br#"{"idempotency_key":"k","input":1,"max_attempts":0}"#.to_vec(), 400, "bad_request"),
-        ("application/json", br#"{"idempotency_key":"k","input":1,"model":[1]}"#.to_vec(), 400, "bad_request"),
-        ("application/json", br#"{"idempotency_key":"k","input":1,"replay_policy":"always"}"#.to_vec(), 400, "invalid_json"),
-        ("application/json", br#"{"idempotency_key":"k","input":1,"max_attempts":-1}"#.to_vec(), 400, "invalid_json"),
-        ("application/json", vec![0xff, 0xfe, 0x00], 400, "invalid_json"),
-        ("text/plain", br#"{"idempotency_key":"k","input":1}"#.to_vec(), 415, "unsupported_media_type"),
+        (
+            "application/json",
+            b"{\"input\": 1}".to_vec(),
+            400,
+            "invalid_json",
+        ),
+        (
+            "application/json",
+            br#"{"idempotency_key":"k","input":1,"tenant":"globex"}"#.to_vec(),
+            400,
+            "invalid_json",
+        ),
+        (
+            "application/json",
+            br#"{"idempotency_key":"","input":1}"#.to_vec(),
+            400,
+            "bad_request",
+        ),
+        (
+            "application/json",
+            br#"{"idempotency_key":"k","input":null}"#.to_vec(),
+            400,
+            "bad_request",
+        ),
+        (
+            "application/json",
+            br#"{"idempotency_key":"k","input":1,"deadline_seconds":0}"#.to_vec(),
+            400,
+            "bad_request",
+        ),
+        (
+            "application/json",
+            br#"{"idempotency_key":"k","input":1,"deadline_seconds":99999999}"#.to_vec(),
+            400,
+            "bad_request",
+        ),
+        (
+            "application/json",
+            br#"{"idempotency_key":"k","input":1,"max_attempts":0}"#.to_vec(),
+            400,
+            "bad_request",
+        ),
+        (
+            "application/json",
+            br#"{"idempotency_key":"k","input":1,"model":[1]}"#.to_vec(),
+            400,
+            "bad_request",
+        ),
+        (
+            "application/json",
+            br#"{"idempotency_key":"k","input":1,"replay_policy":"always"}"#.to_vec(),
+            400,
+            "invalid_json",
+        ),
+        (
+            "application/json",
+            br#"{"idempotency_key":"k","input":1,"max_attempts":-1}"#.to_vec(),
+            400,
+            "invalid_json",
+        ),
+        (
+            "application/json",
+            vec![0xff, 0xfe, 0x00],
+            400,
+            "invalid_json",
+        ),
+        (
+            "text/plain",
+            br#"{"idempotency_key":"k","input":1}"#.to_vec(),
+            415,
+            "unsupported_media_type",
+        ),
     ];
     for (content_type, body, status, code) in cases {
         let shown = String::from_utf8_lossy(&body).into_owned();
@@ -124,7 +207,12 @@ async fn bad_input_gets_a_4xx_with_a_json_message(db: Db) {
     assert_eq!(wrong_method.status(), 405);
     assert_eq!(error_code(wrong_method).await, "method_not_allowed");
     // Nothing was created by any of it.
-    let listed: Value = app.get(Some(&token), "/api/v1/jobs").await.json().await.unwrap();
+    let listed: Value = app
+        .get(Some(&token), "/api/v1/jobs")
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(listed["jobs"], json!([]));
 }
 
@@ -171,7 +259,9 @@ async fn a_job_its_attempts_timeline_and_result_are_readable(db: Db) {
         .await
         .unwrap();
     let job_id = created["job_id"].as_str().unwrap().to_owned();
-    let no_result = app.get(Some(&token), &format!("/api/v1/jobs/{job_id}/result")).await;
+    let no_result = app
+        .get(Some(&token), &format!("/api/v1/jobs/{job_id}/result"))
+        .await;
     assert_eq!(no_result.status(), 404);
 
     // A worker runs it through the ledger.
@@ -186,7 +276,13 @@ async fn a_job_its_attempts_timeline_and_result_are_readable(db: Db) {
         .await
         .unwrap();
     app.ledger
-        .accept_result(&job_id, claimed.epoch, attempt.attempt_no, "w1", r#"{"summary":"s"}"#)
+        .accept_result(
+            &job_id,
+            claimed.epoch,
+            attempt.attempt_no,
+            "w1",
+            r#"{"summary":"s"}"#,
+        )
         .await
         .unwrap();
 
@@ -211,17 +307,28 @@ async fn a_job_its_attempts_timeline_and_result_are_readable(db: Db) {
     assert_eq!(result["result"], json!({"summary": "s"}));
 
     let page: Value = app
-        .get(Some(&token), &format!("/api/v1/jobs/{job_id}/events?limit=2"))
+        .get(
+            Some(&token),
+            &format!("/api/v1/jobs/{job_id}/events?limit=2"),
+        )
         .await
         .json()
         .await
         .unwrap();
-    let kinds: Vec<_> = page["events"].as_array().unwrap().iter().map(|e| e["kind"].clone()).collect();
+    let kinds: Vec<_> = page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].clone())
+        .collect();
     assert_eq!(kinds, [json!("job_created"), json!("claimed")]);
     assert_eq!(page["next_after"], 2);
     assert_eq!(page["events"][1]["permalink"], format!("/jobs/{job_id}#e2"));
     let rest: Value = app
-        .get(Some(&token), &format!("/api/v1/jobs/{job_id}/events?after=2"))
+        .get(
+            Some(&token),
+            &format!("/api/v1/jobs/{job_id}/events?after=2"),
+        )
         .await
         .json()
         .await
@@ -248,7 +355,12 @@ async fn every_documented_path_answers_without_a_server_error(db: Db) {
         .await
         .unwrap();
     let job_id = created["job_id"].as_str().unwrap();
-    let spec: Value = app.get(None, "/api/v1/openapi.json").await.json().await.unwrap();
+    let spec: Value = app
+        .get(None, "/api/v1/openapi.json")
+        .await
+        .json()
+        .await
+        .unwrap();
     assert_eq!(spec["openapi"], "3.1.0");
     let paths = spec["paths"].as_object().unwrap();
     assert!(paths.len() >= 4);
@@ -303,5 +415,9 @@ async fn a_lost_database_makes_the_service_not_ready_and_requests_503_not_500() 
         "a lost database is 503, got {}",
         create.status()
     );
-    assert_eq!(app.get(None, "/healthz").await.status(), 200, "the process itself is alive");
+    assert_eq!(
+        app.get(None, "/healthz").await.status(),
+        200,
+        "the process itself is alive"
+    );
 }

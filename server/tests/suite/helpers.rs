@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use sqlx::{Connection, Executor};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Db {
+pub(crate) enum Db {
     Sqlite,
     Postgres,
 }
@@ -37,14 +37,13 @@ macro_rules! on_both_backends {
     };
 }
 
-pub fn skip_postgres() -> bool {
+pub(crate) fn skip_postgres() -> bool {
     std::env::var("FENCELINE_TEST_SKIP_PG").is_ok_and(|v| v == "1")
 }
 
 /// A database that exists for one test.
-pub struct TestDb {
-    pub url: String,
-    pub db: Db,
+pub(crate) struct TestDb {
+    pub(crate) url: String,
     sqlite_path: Option<PathBuf>,
 }
 
@@ -60,14 +59,13 @@ impl Drop for TestDb {
     }
 }
 
-pub async fn fresh_db(db: Db) -> TestDb {
+pub(crate) async fn fresh_db(db: Db) -> TestDb {
     let name = format!("fl_test_{}", uuid::Uuid::now_v7().simple());
     match db {
         Db::Sqlite => {
             let path = std::env::temp_dir().join(format!("{name}.sqlite"));
             TestDb {
                 url: format!("sqlite://{}?mode=rwc", path.display()),
-                db,
                 sqlite_path: Some(path),
             }
         }
@@ -88,14 +86,13 @@ pub async fn fresh_db(db: Db) -> TestDb {
                 .expect("FENCELINE_TEST_PG_URL ends in /database");
             TestDb {
                 url: format!("{base}/{name}"),
-                db,
                 sqlite_path: None,
             }
         }
     }
 }
 
-pub fn options() -> LedgerOptions {
+pub(crate) fn options() -> LedgerOptions {
     LedgerOptions {
         max_connections: 40,
         acquire_timeout: Duration::from_secs(10),
@@ -104,7 +101,7 @@ pub fn options() -> LedgerOptions {
 }
 
 /// A migrated ledger on a fresh database.
-pub async fn fresh_ledger(db: Db) -> (Ledger, TestDb) {
+pub(crate) async fn fresh_ledger(db: Db) -> (Ledger, TestDb) {
     let test_db = fresh_db(db).await;
     let ledger = Ledger::connect(&test_db.url, &options())
         .await
@@ -113,7 +110,7 @@ pub async fn fresh_ledger(db: Db) -> (Ledger, TestDb) {
     (ledger, test_db)
 }
 
-pub fn new_job(tenant: &str, key: &str, input: Value) -> NewJob {
+pub(crate) fn new_job(tenant: &str, key: &str, input: Value) -> NewJob {
     NewJob {
         tenant: tenant.into(),
         idempotency_key: key.into(),
@@ -128,7 +125,7 @@ pub fn new_job(tenant: &str, key: &str, input: Value) -> NewJob {
 }
 
 /// Creates a job and returns its id.
-pub async fn create(ledger: &Ledger, new: NewJob) -> String {
+pub(crate) async fn create(ledger: &Ledger, new: NewJob) -> String {
     ledger
         .create_job(new, &Actor::Api("t".into()))
         .await
@@ -139,7 +136,7 @@ pub async fn create(ledger: &Ledger, new: NewJob) -> String {
 }
 
 /// The kinds of a job's whole timeline, in order.
-pub async fn kinds(ledger: &Ledger, job_id: &str) -> Vec<String> {
+pub(crate) async fn kinds(ledger: &Ledger, job_id: &str) -> Vec<String> {
     ledger
         .events(job_id, 0, 1000)
         .await
@@ -150,11 +147,11 @@ pub async fn kinds(ledger: &Ledger, job_id: &str) -> Vec<String> {
 }
 
 /// The running application and a client for it.
-pub struct TestApp {
-    pub base: String,
-    pub client: reqwest::Client,
-    pub ledger: Ledger,
-    pub db: TestDb,
+pub(crate) struct TestApp {
+    pub(crate) base: String,
+    pub(crate) client: reqwest::Client,
+    pub(crate) ledger: Ledger,
+    pub(crate) db: TestDb,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -166,11 +163,11 @@ impl Drop for TestApp {
     }
 }
 
-pub async fn spawn_app(db: Db) -> TestApp {
+pub(crate) async fn spawn_app(db: Db) -> TestApp {
     spawn_app_with_body_limit(db, 1024 * 1024).await
 }
 
-pub async fn spawn_app_with_body_limit(db: Db, max_body_bytes: usize) -> TestApp {
+pub(crate) async fn spawn_app_with_body_limit(db: Db, max_body_bytes: usize) -> TestApp {
     let test_db = fresh_db(db).await;
     let app = Application::build(
         &test_db.url,
@@ -196,11 +193,11 @@ pub async fn spawn_app_with_body_limit(db: Db, max_body_bytes: usize) -> TestApp
 }
 
 impl TestApp {
-    pub async fn token(&self, tenant: &str) -> String {
+    pub(crate) async fn token(&self, tenant: &str) -> String {
         self.ledger.add_token(tenant, "test").await.expect("token")
     }
 
-    pub async fn post_job(&self, token: &str, body: &Value) -> reqwest::Response {
+    pub(crate) async fn post_job(&self, token: &str, body: &Value) -> reqwest::Response {
         self.client
             .post(format!("{}/api/v1/jobs", self.base))
             .bearer_auth(token)
@@ -210,7 +207,12 @@ impl TestApp {
             .expect("request")
     }
 
-    pub async fn post_raw(&self, token: Option<&str>, content_type: &str, body: Vec<u8>) -> reqwest::Response {
+    pub(crate) async fn post_raw(
+        &self,
+        token: Option<&str>,
+        content_type: &str,
+        body: Vec<u8>,
+    ) -> reqwest::Response {
         let mut request = self
             .client
             .post(format!("{}/api/v1/jobs", self.base))
@@ -222,7 +224,7 @@ impl TestApp {
         request.send().await.expect("request")
     }
 
-    pub async fn get(&self, token: Option<&str>, path: &str) -> reqwest::Response {
+    pub(crate) async fn get(&self, token: Option<&str>, path: &str) -> reqwest::Response {
         let mut request = self.client.get(format!("{}{}", self.base, path));
         if let Some(token) = token {
             request = request.bearer_auth(token);
@@ -232,11 +234,16 @@ impl TestApp {
 }
 
 /// The `error.code` of a JSON error response, checking it is JSON.
-pub async fn error_code(response: reqwest::Response) -> String {
+pub(crate) async fn error_code(response: reqwest::Response) -> String {
     let body: Value = response.json().await.expect("a JSON error body");
     assert!(
-        body["error"]["message"].as_str().is_some_and(|m| !m.is_empty()),
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
         "error without a message: {body}"
     );
-    body["error"]["code"].as_str().expect("error.code").to_owned()
+    body["error"]["code"]
+        .as_str()
+        .expect("error.code")
+        .to_owned()
 }

@@ -75,8 +75,16 @@ async fn the_same_key_and_request_return_the_same_job_and_a_different_request_co
         kinds(&ledger, &first.job().job_id).await,
         ["job_created", "idempotency_hit", "idempotency_conflict"]
     );
-    assert_eq!(ledger.outbox_pending().await.unwrap(), 2, "one outbox row per new job");
-    let (input, _) = ledger.job_input(&first.job().job_id).await.unwrap().unwrap();
+    assert_eq!(
+        ledger.outbox_pending().await.unwrap(),
+        2,
+        "one outbox row per new job"
+    );
+    let (input, _) = ledger
+        .job_input(&first.job().job_id)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(input, json!({"doc": 1}));
 }
 
@@ -86,7 +94,10 @@ async fn a_job_runs_from_claim_to_one_accepted_result_with_every_step_on_its_tim
     let claimed = ledger.claim(&job_id, "w1", LONG).await.unwrap();
     assert_eq!(claimed.epoch, 1);
     assert!(claimed.owner_until <= claimed.deadline_at);
-    let attempt = ledger.start_attempt(&job_id, 1, "w1", "stub").await.unwrap();
+    let attempt = ledger
+        .start_attempt(&job_id, 1, "w1", "stub")
+        .await
+        .unwrap();
     assert_eq!(attempt.attempt_no, 1);
     ledger
         .set_provider_request_id(&job_id, 1, 1, "req-123")
@@ -99,12 +110,19 @@ async fn a_job_runs_from_claim_to_one_accepted_result_with_every_step_on_its_tim
 
     let job = ledger.job(&job_id).await.unwrap().unwrap();
     assert_eq!(job.state, JobState::Succeeded);
-    assert_eq!(job.result_ref.as_deref(), Some(accepted.result_ref.as_str()));
+    assert_eq!(
+        job.result_ref.as_deref(),
+        Some(accepted.result_ref.as_str())
+    );
     assert!(job.terminal_at.is_some());
     assert_eq!(job.attempt_count, 1);
     assert_eq!(job.pending_attempt, None);
     assert_eq!(
-        ledger.result_body(&accepted.result_ref).await.unwrap().as_deref(),
+        ledger
+            .result_body(&accepted.result_ref)
+            .await
+            .unwrap()
+            .as_deref(),
         Some(r#"{"summary":"ok"}"#)
     );
     let attempts = ledger.attempts(&job_id).await.unwrap();
@@ -118,7 +136,13 @@ async fn a_job_runs_from_claim_to_one_accepted_result_with_every_step_on_its_tim
     let kinds: Vec<_> = events.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(
         kinds,
-        ["job_created", "claimed", "attempt_started", "attempt_finished", "result_accepted"]
+        [
+            "job_created",
+            "claimed",
+            "attempt_started",
+            "attempt_finished",
+            "result_accepted"
+        ]
     );
     assert_eq!(events[1].epoch, 1);
     assert_eq!(events[1].actor, "worker:w1");
@@ -128,7 +152,10 @@ async fn a_job_runs_from_claim_to_one_accepted_result_with_every_step_on_its_tim
 
     // A terminal job refuses everything; a second accept never writes.
     let again = ledger.accept_result(&job_id, 1, 1, "w1", "other").await;
-    assert_eq!(refusal(again), Refusal::AlreadyTerminal(JobState::Succeeded));
+    assert_eq!(
+        refusal(again),
+        Refusal::AlreadyTerminal(JobState::Succeeded)
+    );
     assert_eq!(
         refusal(ledger.claim(&job_id, "w2", LONG).await),
         Refusal::AlreadyTerminal(JobState::Succeeded)
@@ -171,7 +198,10 @@ async fn an_owner_fenced_by_a_recovery_claim_can_neither_renew_nor_start_nor_acc
         .claim(&job_id, "a", Duration::from_millis(300))
         .await
         .unwrap();
-    let attempt = ledger.start_attempt(&job_id, a.epoch, "a", "stub").await.unwrap();
+    let attempt = ledger
+        .start_attempt(&job_id, a.epoch, "a", "stub")
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
 
     let recovered = ledger
@@ -202,10 +232,16 @@ async fn an_owner_fenced_by_a_recovery_claim_can_neither_renew_nor_start_nor_acc
 
     let job = ledger.job(&job_id).await.unwrap().unwrap();
     assert_eq!(job.state, JobState::Unknown);
-    assert_eq!(job.result_ref, None, "a stale answer never becomes the result");
+    assert_eq!(
+        job.result_ref, None,
+        "a stale answer never becomes the result"
+    );
     let attempts = ledger.attempts(&job_id).await.unwrap();
     assert_eq!(attempts[0].outcome, AttemptOutcome::StaleDiscarded);
-    let evidence = attempts[0].result_ref.clone().expect("stale answer kept as evidence");
+    let evidence = attempts[0]
+        .result_ref
+        .clone()
+        .expect("stale answer kept as evidence");
     assert_eq!(
         ledger.result_body(&evidence).await.unwrap().as_deref(),
         Some("late answer")
@@ -213,9 +249,14 @@ async fn an_owner_fenced_by_a_recovery_claim_can_neither_renew_nor_start_nor_acc
     let events = ledger.events(&job_id, 0, 100).await.unwrap();
     let rejected = events.iter().find(|e| e.kind == "result_rejected").unwrap();
     assert_eq!(rejected.detail["reason"], "stale_epoch");
-    assert_eq!(rejected.epoch, a.epoch, "the event names the epoch the stale owner held");
+    assert_eq!(
+        rejected.epoch, a.epoch,
+        "the event names the epoch the stale owner held"
+    );
     assert!(events.iter().any(|e| e.kind == "lease_renewal_failed"));
-    assert!(events.iter().any(|e| e.kind == "recovery_claimed" && e.epoch == a.epoch + 1));
+    assert!(events
+        .iter()
+        .any(|e| e.kind == "recovery_claimed" && e.epoch == a.epoch + 1));
 }
 
 async fn an_accept_after_the_lease_or_the_deadline_is_refused_even_at_the_right_epoch(db: Db) {
@@ -225,7 +266,10 @@ async fn an_accept_after_the_lease_or_the_deadline_is_refused_even_at_the_right_
         .claim(&job_id, "a", Duration::from_millis(200))
         .await
         .unwrap();
-    let attempt = ledger.start_attempt(&job_id, a.epoch, "a", "stub").await.unwrap();
+    let attempt = ledger
+        .start_attempt(&job_id, a.epoch, "a", "stub")
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let late = ledger
         .accept_result(&job_id, a.epoch, attempt.attempt_no, "a", "answer")
@@ -240,8 +284,14 @@ async fn an_accept_after_the_lease_or_the_deadline_is_refused_even_at_the_right_
     short.deadline = Duration::from_millis(400);
     let job_id = create(&ledger, short).await;
     let a = ledger.claim(&job_id, "a", LONG).await.unwrap();
-    assert_eq!(a.owner_until, a.deadline_at, "a lease never outlives the deadline");
-    let attempt = ledger.start_attempt(&job_id, a.epoch, "a", "stub").await.unwrap();
+    assert_eq!(
+        a.owner_until, a.deadline_at,
+        "a lease never outlives the deadline"
+    );
+    let attempt = ledger
+        .start_attempt(&job_id, a.epoch, "a", "stub")
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let late = ledger
         .accept_result(&job_id, a.epoch, attempt.attempt_no, "a", "answer")
@@ -256,7 +306,10 @@ async fn an_accept_after_the_lease_or_the_deadline_is_refused_even_at_the_right_
     assert!(!ledger.expire_if_due(&job_id, &Actor::System).await.unwrap());
     let job = ledger.job(&job_id).await.unwrap().unwrap();
     assert_eq!(job.state, JobState::Expired);
-    assert_eq!(ledger.attempts(&job_id).await.unwrap()[0].outcome, AttemptOutcome::StaleDiscarded);
+    assert_eq!(
+        ledger.attempts(&job_id).await.unwrap()[0].outcome,
+        AttemptOutcome::StaleDiscarded
+    );
     let expired = kinds(&ledger, &job_id).await;
     assert_eq!(expired.last().map(String::as_str), Some("deadline_expired"));
 }
@@ -268,7 +321,10 @@ async fn an_uncertain_attempt_needs_a_recorded_decision_before_another_attempt(d
         .claim(&job_id, "a", Duration::from_millis(200))
         .await
         .unwrap();
-    ledger.start_attempt(&job_id, a.epoch, "a", "stub").await.unwrap();
+    ledger
+        .start_attempt(&job_id, a.epoch, "a", "stub")
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let recovered = ledger
         .recovery_claim(&job_id, &Actor::System, "lease_expired", true)
@@ -285,7 +341,13 @@ async fn an_uncertain_attempt_needs_a_recorded_decision_before_another_attempt(d
 
     let operator = Actor::Operator("ana".into());
     let stale = ledger
-        .decide(&job_id, a.epoch, &Decision::AuthorizeRetry, &operator, "saw old page")
+        .decide(
+            &job_id,
+            a.epoch,
+            &Decision::AuthorizeRetry,
+            &operator,
+            "saw old page",
+        )
         .await;
     assert_eq!(
         refusal(stale),
@@ -295,7 +357,13 @@ async fn an_uncertain_attempt_needs_a_recorded_decision_before_another_attempt(d
         }
     );
     let blank = ledger
-        .decide(&job_id, recovered.epoch, &Decision::AuthorizeRetry, &operator, "  ")
+        .decide(
+            &job_id,
+            recovered.epoch,
+            &Decision::AuthorizeRetry,
+            &operator,
+            "  ",
+        )
         .await;
     assert!(matches!(blank, Err(LedgerError::Invalid(_))));
 
@@ -312,9 +380,19 @@ async fn an_uncertain_attempt_needs_a_recorded_decision_before_another_attempt(d
     assert_eq!(to, JobState::RetryAuthorized);
     assert_eq!(ledger.outbox_pending().await.unwrap(), outbox_before + 1);
     let b = ledger.claim(&job_id, "b", LONG).await.unwrap();
-    assert_eq!(b.epoch, recovered.epoch + 2, "decision and claim each authorize a new owner");
-    let attempt = ledger.start_attempt(&job_id, b.epoch, "b", "stub").await.unwrap();
-    assert_eq!(attempt.attempt_no, 2, "attempts are cumulative across owners");
+    assert_eq!(
+        b.epoch,
+        recovered.epoch + 2,
+        "decision and claim each authorize a new owner"
+    );
+    let attempt = ledger
+        .start_attempt(&job_id, b.epoch, "b", "stub")
+        .await
+        .unwrap();
+    assert_eq!(
+        attempt.attempt_no, 2,
+        "attempts are cumulative across owners"
+    );
     ledger
         .accept_result(&job_id, b.epoch, 2, "b", "answer")
         .await
@@ -366,7 +444,11 @@ async fn a_live_owner_holds_off_claims_and_recoveries(db: Db) {
         Refusal::LiveOwner { epoch: 1 }
     );
     assert_eq!(
-        refusal(ledger.claim("job_0190b3c2-0000-7000-8000-000000000000", "b", LONG).await),
+        refusal(
+            ledger
+                .claim("job_0190b3c2-0000-7000-8000-000000000000", "b", LONG)
+                .await
+        ),
         Refusal::NotFound
     );
 }
@@ -381,13 +463,19 @@ async fn retryable_failures_back_off_and_end_in_failed_terminal_when_the_budget_
         backoff: Duration::from_millis(300),
     };
     let a = ledger.claim(&job_id, "a", LONG).await.unwrap();
-    ledger.start_attempt(&job_id, a.epoch, "a", "stub").await.unwrap();
+    ledger
+        .start_attempt(&job_id, a.epoch, "a", "stub")
+        .await
+        .unwrap();
     // The owner may not start a second attempt while the first has no outcome.
     assert_eq!(
         refusal(ledger.start_attempt(&job_id, a.epoch, "a", "stub").await),
         Refusal::AttemptPending
     );
-    let outcome = ledger.record_failure(&job_id, a.epoch, 1, "a", &retry).await.unwrap();
+    let outcome = ledger
+        .record_failure(&job_id, a.epoch, 1, "a", &retry)
+        .await
+        .unwrap();
     assert_eq!(outcome.state, JobState::RetryAuthorized);
     assert_eq!(
         refusal(ledger.claim(&job_id, "b", LONG).await),
@@ -395,9 +483,15 @@ async fn retryable_failures_back_off_and_end_in_failed_terminal_when_the_budget_
     );
     tokio::time::sleep(Duration::from_millis(350)).await;
     let b = ledger.claim(&job_id, "b", LONG).await.unwrap();
-    let attempt = ledger.start_attempt(&job_id, b.epoch, "b", "stub").await.unwrap();
+    let attempt = ledger
+        .start_attempt(&job_id, b.epoch, "b", "stub")
+        .await
+        .unwrap();
     assert_eq!(attempt.attempt_no, 2);
-    let outcome = ledger.record_failure(&job_id, b.epoch, 2, "b", &retry).await.unwrap();
+    let outcome = ledger
+        .record_failure(&job_id, b.epoch, 2, "b", &retry)
+        .await
+        .unwrap();
     assert_eq!(outcome.state, JobState::FailedTerminal);
     let job = ledger.job(&job_id).await.unwrap().unwrap();
     assert_eq!(job.error_code.as_deref(), Some("rate_limited"));
@@ -411,16 +505,26 @@ async fn a_fatal_failure_is_terminal_at_once(db: Db) {
     let (ledger, _db) = fresh_ledger(db).await;
     let job_id = create(&ledger, new_job("acme", "fatal", json!(1))).await;
     let a = ledger.claim(&job_id, "a", LONG).await.unwrap();
-    ledger.start_attempt(&job_id, a.epoch, "a", "stub").await.unwrap();
+    ledger
+        .start_attempt(&job_id, a.epoch, "a", "stub")
+        .await
+        .unwrap();
     let fatal = Failure::Fatal {
         error_code: "invalid_request".into(),
     };
     // Only the pending attempt of the current owner can be reported.
     assert_eq!(
-        refusal(ledger.record_failure(&job_id, a.epoch, 7, "a", &fatal).await),
+        refusal(
+            ledger
+                .record_failure(&job_id, a.epoch, 7, "a", &fatal)
+                .await
+        ),
         Refusal::NoSuchAttempt(7)
     );
-    let outcome = ledger.record_failure(&job_id, a.epoch, 1, "a", &fatal).await.unwrap();
+    let outcome = ledger
+        .record_failure(&job_id, a.epoch, 1, "a", &fatal)
+        .await
+        .unwrap();
     assert_eq!(outcome.state, JobState::FailedTerminal);
     assert_eq!(
         ledger.attempts(&job_id).await.unwrap()[0].outcome,
@@ -433,7 +537,11 @@ async fn many_leases_renew_in_one_call_and_each_refusal_says_why(db: Db) {
     let mut leases = Vec::new();
     for i in 0..5 {
         let job_id = create(&ledger, new_job("acme", &format!("renew-{i}"), json!(i))).await;
-        let lease = if i == 0 { Duration::from_millis(150) } else { LONG };
+        let lease = if i == 0 {
+            Duration::from_millis(150)
+        } else {
+            LONG
+        };
         let claimed = ledger.claim(&job_id, "w", lease).await.unwrap();
         leases.push((job_id, claimed.epoch));
     }
@@ -442,7 +550,13 @@ async fn many_leases_renew_in_one_call_and_each_refusal_says_why(db: Db) {
         .recovery_claim(&leases[0].0, &Actor::System, "lease_expired", true)
         .await
         .unwrap();
-    let before = ledger.job(&leases[1].0).await.unwrap().unwrap().owner_until.unwrap();
+    let before = ledger
+        .job(&leases[1].0)
+        .await
+        .unwrap()
+        .unwrap()
+        .owner_until
+        .unwrap();
     let renewals = ledger.renew_leases("w", &leases, LONG).await.unwrap();
     assert_eq!(renewals.len(), 5);
     assert_eq!(
@@ -473,7 +587,10 @@ async fn only_a_replay_policy_job_may_be_retried_by_the_policy(db: Db) {
             .claim(&job_id, "a", Duration::from_millis(150))
             .await
             .unwrap();
-        ledger.start_attempt(&job_id, a.epoch, "a", "stub").await.unwrap();
+        ledger
+            .start_attempt(&job_id, a.epoch, "a", "stub")
+            .await
+            .unwrap();
         jobs.push(job_id);
     }
     tokio::time::sleep(Duration::from_millis(250)).await;
@@ -486,11 +603,23 @@ async fn only_a_replay_policy_job_may_be_retried_by_the_policy(db: Db) {
         epochs.push(r.epoch);
     }
     let manual = ledger
-        .decide(&jobs[0], epochs[0], &Decision::ReplayPolicy, &Actor::Policy, "policy")
+        .decide(
+            &jobs[0],
+            epochs[0],
+            &Decision::ReplayPolicy,
+            &Actor::Policy,
+            "policy",
+        )
         .await;
     assert_eq!(refusal(manual), Refusal::PolicyForbids);
     let replay = ledger
-        .decide(&jobs[1], epochs[1], &Decision::ReplayPolicy, &Actor::Policy, "policy")
+        .decide(
+            &jobs[1],
+            epochs[1],
+            &Decision::ReplayPolicy,
+            &Actor::Policy,
+            "policy",
+        )
         .await
         .unwrap();
     assert_eq!(replay, JobState::RetryAuthorized);
@@ -503,7 +632,10 @@ async fn an_operator_can_resolve_an_unknown_job_as_succeeded_with_evidence(db: D
         .claim(&job_id, "a", Duration::from_millis(150))
         .await
         .unwrap();
-    ledger.start_attempt(&job_id, a.epoch, "a", "stub").await.unwrap();
+    ledger
+        .start_attempt(&job_id, a.epoch, "a", "stub")
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(250)).await;
     let r = ledger
         .recovery_claim(&job_id, &Actor::System, "lease_expired", true)
@@ -515,7 +647,9 @@ async fn an_operator_can_resolve_an_unknown_job_as_succeeded_with_evidence(db: D
         evidence: String::new(),
     };
     assert!(matches!(
-        ledger.decide(&job_id, r.epoch, &no_evidence, &operator, "x").await,
+        ledger
+            .decide(&job_id, r.epoch, &no_evidence, &operator, "x")
+            .await,
         Err(LedgerError::Invalid(_))
     ));
     let resolve = Decision::ResolveSucceeded {
@@ -529,13 +663,22 @@ async fn an_operator_can_resolve_an_unknown_job_as_succeeded_with_evidence(db: D
     assert_eq!(to, JobState::Succeeded);
     let job = ledger.job(&job_id).await.unwrap().unwrap();
     assert_eq!(job.owner_epoch, r.epoch);
-    let body = ledger.result_body(job.result_ref.as_deref().unwrap()).await.unwrap();
+    let body = ledger
+        .result_body(job.result_ref.as_deref().unwrap())
+        .await
+        .unwrap();
     assert_eq!(body.as_deref(), Some("answer from the provider console"));
     // A second decision finds the job terminal.
     assert_eq!(
         refusal(
             ledger
-                .decide(&job_id, r.epoch, &Decision::AuthorizeRetry, &operator, "again")
+                .decide(
+                    &job_id,
+                    r.epoch,
+                    &Decision::AuthorizeRetry,
+                    &operator,
+                    "again"
+                )
                 .await
         ),
         Refusal::AlreadyTerminal(JobState::Succeeded)
@@ -550,7 +693,9 @@ async fn the_database_refuses_illegal_states_even_from_raw_sql(db: Db) {
         let job_id = job_id.clone();
         async move { sqlx::query(sql).bind(job_id).execute(pool).await }
     };
-    assert!(exec("UPDATE jobs SET state = 'bogus' WHERE job_id = $1").await.is_err());
+    assert!(exec("UPDATE jobs SET state = 'bogus' WHERE job_id = $1")
+        .await
+        .is_err());
     assert!(
         exec("UPDATE jobs SET state = 'succeeded', result_ref = 'r', terminal_at = 1 WHERE job_id = $1")
             .await
@@ -558,35 +703,57 @@ async fn the_database_refuses_illegal_states_even_from_raw_sql(db: Db) {
         "ready → succeeded skips the owner"
     );
     assert!(
-        exec("UPDATE jobs SET state = 'unknown' WHERE job_id = $1").await.is_err(),
+        exec("UPDATE jobs SET state = 'unknown' WHERE job_id = $1")
+            .await
+            .is_err(),
         "ready → unknown is not in the table"
     );
     assert!(
-        exec("UPDATE jobs SET state = 'running' WHERE job_id = $1").await.is_err(),
+        exec("UPDATE jobs SET state = 'running' WHERE job_id = $1")
+            .await
+            .is_err(),
         "running needs an owner and a lease"
     );
-    assert!(exec("UPDATE jobs SET deadline_at = deadline_at + 1 WHERE job_id = $1").await.is_err());
+    assert!(
+        exec("UPDATE jobs SET deadline_at = deadline_at + 1 WHERE job_id = $1")
+            .await
+            .is_err()
+    );
 
-    let a = ledger.claim(&job_id, "a", Duration::from_millis(100)).await.unwrap();
-    ledger.start_attempt(&job_id, a.epoch, "a", "stub").await.unwrap();
-    assert!(exec("UPDATE jobs SET owner_epoch = 0 WHERE job_id = $1").await.is_err());
-    assert!(exec("UPDATE jobs SET attempt_count = 0, pending_attempt = NULL WHERE job_id = $1")
+    let a = ledger
+        .claim(&job_id, "a", Duration::from_millis(100))
+        .await
+        .unwrap();
+    ledger
+        .start_attempt(&job_id, a.epoch, "a", "stub")
+        .await
+        .unwrap();
+    assert!(exec("UPDATE jobs SET owner_epoch = 0 WHERE job_id = $1")
         .await
         .is_err());
+    assert!(
+        exec("UPDATE jobs SET attempt_count = 0, pending_attempt = NULL WHERE job_id = $1")
+            .await
+            .is_err()
+    );
     tokio::time::sleep(Duration::from_millis(200)).await;
     ledger
         .recovery_claim(&job_id, &Actor::System, "lease_expired", true)
         .await
         .unwrap();
     assert!(
-        exec("UPDATE jobs SET state = 'running' WHERE job_id = $1").await.is_err(),
+        exec("UPDATE jobs SET state = 'running' WHERE job_id = $1")
+            .await
+            .is_err(),
         "unknown → running needs a decision"
     );
     // At most one accepted result per job, in the schema itself.
-    exec("INSERT INTO results (result_ref, job_id, epoch, status, body, digest, created_at) \
-          VALUES ('r1', $1, 2, 'accepted', 'x', 'd', 0)")
-        .await
-        .unwrap();
+    exec(
+        "INSERT INTO results (result_ref, job_id, epoch, status, body, digest, created_at) \
+          VALUES ('r1', $1, 2, 'accepted', 'x', 'd', 0)",
+    )
+    .await
+    .unwrap();
     assert!(exec(
         "INSERT INTO results (result_ref, job_id, epoch, status, body, digest, created_at) \
          VALUES ('r2', $1, 2, 'accepted', 'y', 'd', 0)"
