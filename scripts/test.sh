@@ -16,3 +16,6 @@ echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test (SQLite and PostgreSQL at $PG_URL)"
 cargo test --workspace --locked
+
+echo "== browser tests (Playwright + Chromium)"
+scripts/e2e.sh

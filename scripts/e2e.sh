@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Browser tests: Playwright (from npm, no browser download) driving Debian's Chromium against
+# the debug `fenceline` binary on a temporary SQLite database. Installs what is missing.
+# Screenshots land in end2end/test-results/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/lib/services.sh
+
+if [ ! -x /usr/bin/chromium ]; then
+  echo "== installing Chromium from Debian's packages"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq chromium >/dev/null
+fi
+cargo build --locked -p fenceline
+export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
+(cd end2end && npm ci --no-audit --no-fund --loglevel=error)
+
+dir=$(mktemp -d /tmp/fenceline-e2e.XXXXXX)
+_fenceline_cleanups+=("rm -rf '$dir'")
+export FENCELINE_E2E_DATABASE_URL="sqlite://$dir/e2e.sqlite?mode=rwc"
+export FENCELINE_E2E_PORT=$(free_port)
+export FENCELINE_E2E_TOKEN=$(target/debug/fenceline token add e2e --database-url "$FENCELINE_E2E_DATABASE_URL" 2>/dev/null)
+export FENCELINE_BIN="$PWD/target/debug/fenceline"
+cd end2end
+npx playwright test
