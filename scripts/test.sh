@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Runs every test Fenceline has, on a fresh machine too:
-#   formatting, clippy (-D warnings), unit tests, and the integration suite against SQLite and
-#   a throwaway PostgreSQL that this script starts (and stops) itself.
-# Needs: the Rust toolchain. Installs PostgreSQL from Debian's packages when the machine has none.
+#   formatting, clippy (-D warnings), unit tests, the integration suite against SQLite and a
+#   throwaway PostgreSQL that this script starts (and stops) itself, and the browser tests.
+# Needs: the Rust toolchain. Installs PostgreSQL and Chromium from Debian's packages and
+# Playwright from npm when the machine has none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/services.sh
+
+logs=$(mktemp -d /tmp/fenceline-test.XXXXXX)
+_fenceline_cleanups+=("rm -rf '$logs'")
 
 start_postgres
 export FENCELINE_TEST_PG_URL="$PG_URL"
@@ -15,7 +19,12 @@ cargo fmt --all --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test (SQLite and PostgreSQL at $PG_URL)"
-cargo test --workspace --locked
+cargo test --workspace --locked 2>&1 | tee "$logs/cargo.log"
 
 echo "== browser tests (Playwright + Chromium)"
-scripts/e2e.sh
+scripts/e2e.sh 2>&1 | tee "$logs/e2e.log"
+
+passed=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($i ~ /^passed;?$/) p += $(i-1) } END { print p + 0 }' "$logs/cargo.log")
+failed=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($i ~ /^failed;?$/) f += $(i-1) } END { print f + 0 }' "$logs/cargo.log")
+e2e=$(grep -Eo '^ +[0-9]+ passed' "$logs/e2e.log" | tail -1 | tr -dc '0-9')
+echo "tests: $((passed + ${e2e:-0})) passed, $failed failed"
