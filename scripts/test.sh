@@ -2,8 +2,8 @@
 # Runs every test Fenceline has, on a fresh machine too:
 #   formatting, clippy (-D warnings), unit tests, the integration suite against SQLite and a
 #   throwaway PostgreSQL that this script starts (and stops) itself, and the browser tests.
-# Needs: the Rust toolchain. Installs PostgreSQL and Chromium from Debian's packages and
-# Playwright from npm when the machine has none.
+# Needs: the Rust toolchain and python3. Installs PostgreSQL and Chromium from Debian's packages,
+# moto[server] from PyPI (in a virtualenv) and Playwright from npm when the machine has none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/services.sh
@@ -13,12 +13,13 @@ _fenceline_cleanups+=("rm -rf '$logs'")
 
 start_postgres
 export FENCELINE_TEST_PG_URL="$PG_URL"
+start_moto
 
 echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "== cargo test (SQLite and PostgreSQL at $PG_URL)"
+echo "== cargo test (SQLite, PostgreSQL at $PG_URL, SQS at $MOTO_URL)"
 cargo test --workspace --locked 2>&1 | tee "$logs/cargo.log"
 
 echo "== browser tests (Playwright + Chromium)"

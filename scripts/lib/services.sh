@@ -52,3 +52,31 @@ start_postgres() {
   PG_URL="postgres://postgres@127.0.0.1:$port/postgres"
   echo "== PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$port"
 }
+
+# start_moto: an SQS protocol peer (moto_server from PyPI, in a virtualenv) on loopback.
+# Sets MOTO_URL and the AWS variables the SDK reads.
+start_moto() {
+  local venv="${FENCELINE_VENV:-$HOME/.cache/fenceline/venv}"
+  if [ ! -x "$venv/bin/moto_server" ]; then
+    echo "== installing moto[server] from PyPI into $venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check 'moto[server]==5.2.5'
+  fi
+  local port dir
+  port=$(free_port)
+  dir=$(mktemp -d /tmp/fenceline-moto.XXXXXX)
+  "$venv/bin/moto_server" -H 127.0.0.1 -p "$port" >"$dir/moto.log" 2>&1 &
+  local pid=$!
+  _fenceline_cleanups+=("kill $pid 2>/dev/null; rm -rf '$dir'")
+  local i
+  for i in $(seq 1 100); do
+    if python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/moto-api/')" 2>/dev/null; then
+      break
+    fi
+    sleep 0.2
+  done
+  MOTO_URL="http://127.0.0.1:$port"
+  export AWS_ENDPOINT_URL_SQS="$MOTO_URL" AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing \
+    AWS_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true
+  echo "== moto_server on $MOTO_URL"
+}

@@ -16,4 +16,5 @@ pub mod config;
 pub mod http;
 pub mod job;
 pub mod ledger;
+pub mod queue;
 pub mod startup;

@@ -139,8 +139,18 @@ impl Ledger {
         self.reader.close().await;
     }
 
-    /// For benchmarks and tests: the pool that writes.
+    /// For benchmarks, tests and the embedded queue: the pool that writes.
     pub fn write_pool(&self) -> &sqlx::AnyPool {
         &self.writer
+    }
+
+    /// The pool that reads (the writer's on PostgreSQL).
+    pub fn read_pool(&self) -> &sqlx::AnyPool {
+        &self.reader
+    }
+
+    /// A statement template with this backend's dialect filled in (see [`super::dialect`]).
+    pub(crate) fn sql(&self, template: &str) -> String {
+        self.dialect.sql(template)
     }
 }

@@ -36,16 +36,28 @@ pub(crate) struct Dialect {
 impl Dialect {
     /// Fills the dialect tokens of a statement template:
     /// `{now}` the database clock in microseconds, `{least}` the two-argument minimum,
-    /// `{for_update}` a row lock where the backend has one (SQLite serialises writers anyway).
+    /// `{for_update}` a row lock where the backend has one (SQLite serialises writers anyway),
+    /// `{skip_locked}` the same lock skipping rows another transaction holds.
     pub(crate) fn sql(&self, template: &str) -> String {
-        let (now, least, for_update) = match self.backend {
-            Backend::Postgres => ("fl_now_us()", "LEAST", " FOR UPDATE"),
-            Backend::Sqlite => ("CAST(unixepoch('subsec') * 1000000 AS INTEGER)", "MIN", ""),
+        let (now, least, for_update, skip_locked) = match self.backend {
+            Backend::Postgres => (
+                "fl_now_us()",
+                "LEAST",
+                " FOR UPDATE",
+                " FOR UPDATE SKIP LOCKED",
+            ),
+            Backend::Sqlite => (
+                "CAST(unixepoch('subsec') * 1000000 AS INTEGER)",
+                "MIN",
+                "",
+                "",
+            ),
         };
         template
             .replace("{now}", now)
             .replace("{least}", least)
             .replace("{for_update}", for_update)
+            .replace("{skip_locked}", skip_locked)
     }
 }
 

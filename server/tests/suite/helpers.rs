@@ -247,3 +247,93 @@ pub(crate) async fn error_code(response: reqwest::Response) -> String {
         .expect("error.code")
         .to_owned()
 }
+
+/// Where a queue under test lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum QueueKind {
+    EmbeddedSqlite,
+    EmbeddedPostgres,
+    /// An SQS protocol peer (`moto_server`) at `AWS_ENDPOINT_URL_SQS`.
+    Sqs,
+}
+
+/// Generates one test per queue for each listed `async fn name(kind: QueueKind)`.
+#[macro_export]
+macro_rules! on_every_queue {
+    ($($name:ident),+ $(,)?) => {
+        $(
+            mod $name {
+                use $crate::helpers::QueueKind;
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn on_embedded_sqlite() {
+                    super::$name(QueueKind::EmbeddedSqlite).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn on_embedded_postgres() {
+                    if $crate::helpers::skip_postgres() {
+                        return;
+                    }
+                    super::$name(QueueKind::EmbeddedPostgres).await
+                }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn on_sqs() {
+                    if $crate::helpers::skip_sqs() {
+                        return;
+                    }
+                    super::$name(QueueKind::Sqs).await
+                }
+            }
+        )+
+    };
+}
+
+pub(crate) fn skip_sqs() -> bool {
+    std::env::var("FENCELINE_TEST_SKIP_SQS").is_ok_and(|v| v == "1")
+}
+
+/// A fresh queue (with its dead-letter queue) and what keeps it alive.
+pub(crate) struct TestQueue {
+    pub(crate) queue: fenceline::queue::AnyQueue,
+    pub(crate) ledger: Option<Ledger>,
+    _db: Option<TestDb>,
+}
+
+pub(crate) async fn fresh_queue(kind: QueueKind, max_receive_count: u32) -> TestQueue {
+    use fenceline::queue::{embedded::EmbeddedQueue, sqs::SqsQueue, AnyQueue};
+    let name = format!("q{}", uuid::Uuid::now_v7().simple());
+    match kind {
+        QueueKind::EmbeddedSqlite | QueueKind::EmbeddedPostgres => {
+            let db = if kind == QueueKind::EmbeddedSqlite {
+                Db::Sqlite
+            } else {
+                Db::Postgres
+            };
+            let (ledger, test_db) = fresh_ledger(db).await;
+            TestQueue {
+                queue: AnyQueue::Embedded(EmbeddedQueue::new(
+                    ledger.clone(),
+                    &name,
+                    max_receive_count,
+                )),
+                ledger: Some(ledger),
+                _db: Some(test_db),
+            }
+        }
+        QueueKind::Sqs => {
+            assert!(
+                std::env::var("AWS_ENDPOINT_URL_SQS").is_ok(),
+                "AWS_ENDPOINT_URL_SQS is not set: run scripts/test.sh, which starts moto_server \
+                 (or set FENCELINE_TEST_SKIP_SQS=1 to skip on purpose)"
+            );
+            let client = SqsQueue::client_from_env().await;
+            let queue = SqsQueue::create(client, &name, max_receive_count, Duration::from_secs(10))
+                .await
+                .expect("create the SQS queue");
+            TestQueue {
+                queue: AnyQueue::Sqs(queue),
+                ledger: None,
+                _db: None,
+            }
+        }
+    }
+}

@@ -9,3 +9,4 @@ mod api;
 mod helpers;
 mod ledger_contract;
 mod properties;
+mod queue_contract;

@@ -1,0 +1,274 @@
+//! Queues: what the worker needs of a message transport, with SQS's semantics.
+//!
+//! Owns the transport only: send, receive with visibility, change visibility, delete, and the
+//! dead-letter queue. Must not decide anything about jobs — a delivery only triggers an
+//! examination of the ledger — and must never log or display a receipt handle.
+//!
+//! Two implementations, one contract (`tests/suite/queue_contract.rs`):
+//! [`sqs::SqsQueue`] (Amazon SQS or any SQS-compatible endpoint through `aws-sdk-sqs`) and
+//! [`embedded::EmbeddedQueue`] (durable in the ledger database, the default of `serve`).
+
+pub mod embedded;
+pub mod sqs;
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+/// SQS's caps, which both implementations keep.
+pub const MAX_BATCH: usize = 10;
+/// A visibility chain ends 12 hours after the first receive; renewals do not restart it.
+pub const VISIBILITY_CAP: Duration = Duration::from_secs(12 * 3600);
+/// Longest single visibility timeout.
+pub const MAX_VISIBILITY: Duration = Duration::from_secs(12 * 3600);
+/// Longest long-poll wait.
+pub const MAX_WAIT: Duration = Duration::from_secs(20);
+
+/// A per-receive capability to delete or extend one delivery. Never logged or shown: `Debug`
+/// prints only its 8-hex-character fingerprint.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct ReceiptHandle(String);
+
+impl ReceiptHandle {
+    pub fn new(handle: String) -> Self {
+        ReceiptHandle(handle)
+    }
+
+    /// The handle itself, for the transport request that needs it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// 8 hex characters of SHA-256, safe for events and logs.
+    pub fn fingerprint(&self) -> String {
+        hex::encode(&Sha256::digest(self.0.as_bytes())[..4])
+    }
+}
+
+impl fmt::Debug for ReceiptHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ReceiptHandle({})", self.fingerprint())
+    }
+}
+
+/// One receive of one message.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub message_id: String,
+    pub receipt: ReceiptHandle,
+    pub body: String,
+    /// How many times the message has been received, this time included.
+    pub receive_count: u32,
+    /// When the message was first received (ms since the Unix epoch, the queue's clock); the
+    /// 12-hour visibility cap counts from here.
+    pub first_receive_at_ms: Option<i64>,
+    pub sent_at_ms: Option<i64>,
+}
+
+/// Approximate message counts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Depth {
+    pub visible: i64,
+    pub in_flight: i64,
+    pub delayed: i64,
+}
+
+/// Transport errors, classified where they happen.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QueueError {
+    /// The handle is malformed, or not the latest for an in-flight message.
+    #[error("the receipt handle is not valid for this message")]
+    InvalidReceiptHandle,
+    /// The message is not in flight (visible again, or gone).
+    #[error("the message is not in flight")]
+    MessageNotInflight,
+    /// The change would pass the 12-hour visibility cap counted from the first receive.
+    #[error("the visibility change passes the 12-hour cap from the first receive")]
+    VisibilityCapExceeded,
+    /// Too many messages in flight.
+    #[error("too many messages in flight")]
+    OverLimit,
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// No answer within the bound: the request may or may not have taken effect.
+    #[error("the queue did not answer in time")]
+    Timeout,
+    /// The queue cannot be reached or refused to work; retry later.
+    #[error("the queue is unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl QueueError {
+    /// Whether the request may have taken effect although it failed (record as uncertain).
+    pub fn is_uncertain(&self) -> bool {
+        matches!(self, QueueError::Timeout | QueueError::Unavailable(_))
+    }
+
+    /// A stable code for events and metrics labels.
+    pub fn code(&self) -> &'static str {
+        match self {
+            QueueError::InvalidReceiptHandle => "invalid_receipt_handle",
+            QueueError::MessageNotInflight => "message_not_inflight",
+            QueueError::VisibilityCapExceeded => "visibility_cap_exceeded",
+            QueueError::OverLimit => "over_limit",
+            QueueError::Invalid(_) => "invalid",
+            QueueError::Timeout => "timeout",
+            QueueError::Unavailable(_) => "unavailable",
+        }
+    }
+}
+
+/// The outcome of each entry of a batch request, in request order.
+pub type BatchResult = Vec<Result<(), QueueError>>;
+
+/// What the worker, dispatcher and console need of a queue.
+pub trait Queue: Clone + Send + Sync + 'static {
+    /// A short name for logs and the console ("embedded:jobs", "sqs:jobs").
+    fn describe(&self) -> String;
+
+    /// Sends one message, visible after `delay`. Returns its message id.
+    fn send(
+        &self,
+        body: &str,
+        delay: Duration,
+    ) -> impl Future<Output = Result<String, QueueError>> + Send;
+
+    /// Sends up to [`MAX_BATCH`] messages; each entry gets its message id or its error.
+    fn send_batch(
+        &self,
+        bodies: &[String],
+    ) -> impl Future<Output = Result<Vec<Result<String, QueueError>>, QueueError>> + Send;
+
+    /// Receives up to `max` (≤ 10) messages, hiding them for `visibility`, waiting up to
+    /// `wait` (≤ 20 s) for the first one.
+    fn receive(
+        &self,
+        max: usize,
+        visibility: Duration,
+        wait: Duration,
+    ) -> impl Future<Output = Result<Vec<Delivery>, QueueError>> + Send;
+
+    /// Makes an in-flight message invisible for `timeout` from now (not added to what is left).
+    fn change_visibility(
+        &self,
+        receipt: &ReceiptHandle,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<(), QueueError>> + Send;
+
+    /// Up to [`MAX_BATCH`] visibility changes.
+    fn change_visibility_batch(
+        &self,
+        entries: &[(ReceiptHandle, Duration)],
+    ) -> impl Future<Output = Result<BatchResult, QueueError>> + Send;
+
+    /// Deletes the delivery. With an outdated handle this may succeed without deleting, as on
+    /// SQS: only a durable job record makes a later copy harmless.
+    fn delete(
+        &self,
+        receipt: &ReceiptHandle,
+    ) -> impl Future<Output = Result<(), QueueError>> + Send;
+
+    /// Up to [`MAX_BATCH`] deletes.
+    fn delete_batch(
+        &self,
+        receipts: &[ReceiptHandle],
+    ) -> impl Future<Output = Result<BatchResult, QueueError>> + Send;
+
+    /// Approximate counts.
+    fn depth(&self) -> impl Future<Output = Result<Depth, QueueError>> + Send;
+
+    /// The dead-letter queue behind this one, as a queue of the same kind.
+    fn dead_letters(&self) -> Option<Self>;
+}
+
+/// Either queue, chosen at start-up.
+#[derive(Clone)]
+pub enum AnyQueue {
+    Embedded(embedded::EmbeddedQueue),
+    Sqs(sqs::SqsQueue),
+}
+
+macro_rules! dispatch {
+    ($self:ident, $q:ident => $call:expr) => {
+        match $self {
+            AnyQueue::Embedded($q) => $call,
+            AnyQueue::Sqs($q) => $call,
+        }
+    };
+}
+
+impl Queue for AnyQueue {
+    fn describe(&self) -> String {
+        dispatch!(self, q => q.describe())
+    }
+
+    async fn send(&self, body: &str, delay: Duration) -> Result<String, QueueError> {
+        dispatch!(self, q => q.send(body, delay).await)
+    }
+
+    async fn send_batch(
+        &self,
+        bodies: &[String],
+    ) -> Result<Vec<Result<String, QueueError>>, QueueError> {
+        dispatch!(self, q => q.send_batch(bodies).await)
+    }
+
+    async fn receive(
+        &self,
+        max: usize,
+        visibility: Duration,
+        wait: Duration,
+    ) -> Result<Vec<Delivery>, QueueError> {
+        dispatch!(self, q => q.receive(max, visibility, wait).await)
+    }
+
+    async fn change_visibility(
+        &self,
+        receipt: &ReceiptHandle,
+        timeout: Duration,
+    ) -> Result<(), QueueError> {
+        dispatch!(self, q => q.change_visibility(receipt, timeout).await)
+    }
+
+    async fn change_visibility_batch(
+        &self,
+        entries: &[(ReceiptHandle, Duration)],
+    ) -> Result<BatchResult, QueueError> {
+        dispatch!(self, q => q.change_visibility_batch(entries).await)
+    }
+
+    async fn delete(&self, receipt: &ReceiptHandle) -> Result<(), QueueError> {
+        dispatch!(self, q => q.delete(receipt).await)
+    }
+
+    async fn delete_batch(&self, receipts: &[ReceiptHandle]) -> Result<BatchResult, QueueError> {
+        dispatch!(self, q => q.delete_batch(receipts).await)
+    }
+
+    async fn depth(&self) -> Result<Depth, QueueError> {
+        dispatch!(self, q => q.depth().await)
+    }
+
+    fn dead_letters(&self) -> Option<Self> {
+        match self {
+            AnyQueue::Embedded(q) => q.dead_letters().map(AnyQueue::Embedded),
+            AnyQueue::Sqs(q) => q.dead_letters().map(AnyQueue::Sqs),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_receipt_handle_never_prints_itself() {
+        let handle = ReceiptHandle::new("AQEBsecret-handle-value".into());
+        let shown = format!("{handle:?}");
+        assert!(!shown.contains("secret"), "{shown}");
+        assert_eq!(handle.fingerprint().len(), 8);
+        assert!(shown.contains(&handle.fingerprint()));
+    }
+}
