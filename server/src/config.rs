@@ -52,8 +52,15 @@ pub enum SyncArg {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the API and console (migrates the database first).
+    /// Run the API and console with a worker, the outbox dispatcher and the reaper
+    /// (migrates the database first).
     Serve(ServeArgs),
+    /// Run a worker, the outbox dispatcher and the reaper without HTTP: scale out with many of
+    /// these against PostgreSQL and SQS.
+    Worker(RuntimeArgs),
+    /// Manage SQS queues (development helper).
+    #[command(subcommand)]
+    Queue(QueueCommand),
     /// Apply database migrations and exit.
     Migrate,
     /// Manage API tokens.
@@ -72,15 +79,100 @@ pub struct ServeArgs {
     /// Larger request bodies get 413.
     #[arg(long, env = "FENCELINE_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
+    /// Serve the API and console only; run no worker, dispatcher or reaper here.
+    #[arg(long, env = "FENCELINE_NO_WORKER")]
+    pub no_worker: bool,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
 }
 
-impl Default for ServeArgs {
-    fn default() -> Self {
-        ServeArgs {
-            bind: ([127, 0, 0, 1], 8080).into(),
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-        }
-    }
+/// What a process that works jobs needs: the queue, the provider, the worker's settings.
+#[derive(Debug, Clone, Args)]
+pub struct RuntimeArgs {
+    /// `embedded` (in the ledger database, SQS semantics) or `sqs` (Amazon SQS or any
+    /// SQS-compatible endpoint: standard AWS configuration, `AWS_ENDPOINT_URL_SQS`).
+    #[arg(long, env = "FENCELINE_QUEUE", value_enum, default_value_t = QueueArg::Embedded)]
+    pub queue: QueueArg,
+    /// The queue's name (SQS: a name or a URL); its dead-letter queue is `<name>-dlq`.
+    #[arg(long, env = "FENCELINE_QUEUE_NAME", default_value = "jobs")]
+    pub queue_name: String,
+    /// Embedded queue: receives before a message moves to the dead-letter queue.
+    #[arg(long, env = "FENCELINE_MAX_RECEIVE_COUNT", default_value_t = 5)]
+    pub max_receive_count: u32,
+
+    /// `stub` (a local model for trials and drills) or `openai` (any OpenAI-compatible
+    /// chat-completions endpoint; key from FENCELINE_PROVIDER_API_KEY or OPENAI_API_KEY).
+    #[arg(long, env = "FENCELINE_PROVIDER", value_enum, default_value_t = ProviderArg::Stub)]
+    pub provider: ProviderArg,
+    #[arg(
+        long,
+        env = "FENCELINE_PROVIDER_URL",
+        default_value = "https://api.openai.com/v1"
+    )]
+    pub provider_url: String,
+    /// The model when a job's parameters name none.
+    #[arg(long, env = "FENCELINE_PROVIDER_MODEL", default_value = "gpt-4o-mini")]
+    pub provider_model: String,
+    #[arg(long, env = "FENCELINE_PROVIDER_TIMEOUT_SECS", default_value_t = 600)]
+    pub provider_timeout_secs: u64,
+    /// Store completions with Fenceline's request id so uncertain attempts can be retrieved.
+    #[arg(long, env = "FENCELINE_PROVIDER_RETRIEVAL")]
+    pub provider_retrieval: bool,
+    /// Stub model: latency of each call.
+    #[arg(long, env = "FENCELINE_STUB_LATENCY_MS", default_value_t = 500)]
+    pub stub_latency_ms: u64,
+    /// Stub model: fractions of calls that fail retryably, fatally, or lose their response.
+    #[arg(long, env = "FENCELINE_STUB_RETRYABLE_RATE", default_value_t = 0.0)]
+    pub stub_retryable_rate: f64,
+    #[arg(long, env = "FENCELINE_STUB_FATAL_RATE", default_value_t = 0.0)]
+    pub stub_fatal_rate: f64,
+    #[arg(long, env = "FENCELINE_STUB_LOST_RATE", default_value_t = 0.0)]
+    pub stub_lost_rate: f64,
+
+    /// This worker's id on timelines (default: host and process id).
+    #[arg(long, env = "FENCELINE_WORKER_ID")]
+    pub worker_id: Option<String>,
+    /// Jobs one worker holds at once.
+    #[arg(long, env = "FENCELINE_MAX_IN_FLIGHT", default_value_t = 64)]
+    pub max_in_flight: usize,
+    /// `production` (90 s visibility, 25 s renewals, 90 s lease, 15 s margin) or `compressed`
+    /// (2 s, 0.7 s, 2 s, 0.3 s: drills and demos).
+    #[arg(long, env = "FENCELINE_TIMINGS", value_enum, default_value_t = TimingsArg::Production)]
+    pub timings: TimingsArg,
+    /// How often the reaper looks for expired leases, passed deadlines and unknown jobs.
+    #[arg(long, env = "FENCELINE_REAPER_INTERVAL_MS", default_value_t = 2000)]
+    pub reaper_interval_ms: u64,
+    /// A workable job whose last dispatch is older than this is sent again.
+    #[arg(long, env = "FENCELINE_REDISPATCH_AFTER_SECS", default_value_t = 900)]
+    pub redispatch_after_secs: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum QueueArg {
+    Embedded,
+    Sqs,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ProviderArg {
+    Stub,
+    Openai,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TimingsArg {
+    Production,
+    Compressed,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum QueueCommand {
+    /// Create an SQS queue and its dead-letter queue `<name>-dlq` with a redrive policy.
+    Create {
+        name: String,
+        #[arg(long, default_value_t = 5)]
+        max_receive_count: u32,
+    },
 }
 
 #[derive(Debug, Subcommand)]

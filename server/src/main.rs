@@ -1,34 +1,47 @@
 //! The `fenceline` binary: parses the command line and runs one command.
 
+use std::time::Duration;
+
 use anyhow::Context;
 use clap::Parser;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
-use fenceline::config::{self, BenchCommand, Cli, Command, ServeArgs, TokenCommand};
+use fenceline::config::{
+    self, BenchCommand, Cli, Command, QueueCommand, RuntimeArgs, ServeArgs, TokenCommand,
+};
 use fenceline::ledger::Ledger;
-use fenceline::startup::{shutdown_signal, Application};
+use fenceline::queue::sqs::SqsQueue;
+use fenceline::startup::{runtime, shutdown_signal, Application};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("FENCELINE_LOG")
-                .unwrap_or_else(|_| "info,sqlx=warn".into()),
+                .unwrap_or_else(|_| "info,sqlx=warn,aws=warn".into()),
         )
         .with_writer(std::io::stderr)
         .init();
 
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    if cli.command.is_none() {
+        // No subcommand means `serve`, with whatever global flags were given.
+        let mut args: Vec<String> = std::env::args().collect();
+        args.insert(1, "serve".into());
+        cli = Cli::parse_from(args);
+    }
     let options = config::ledger_options(&cli);
-    match cli.command.as_ref() {
-        None => serve(&cli, &ServeArgs::default()).await,
-        Some(Command::Serve(args)) => serve(&cli, args).await,
-        Some(Command::Migrate) => {
+    match cli.command.as_ref().expect("a subcommand") {
+        Command::Serve(args) => serve(&cli, args).await,
+        Command::Worker(args) => work(&cli, args).await,
+        Command::Migrate => {
             let ledger = Ledger::connect(&cli.database_url, &options).await?;
             ledger.migrate().await.context("migrating the ledger")?;
             println!("migrated the {} ledger", ledger.backend().as_str());
             Ok(())
         }
-        Some(Command::Token(TokenCommand::Add { tenant, name })) => {
+        Command::Token(TokenCommand::Add { tenant, name }) => {
             let ledger = Ledger::connect(&cli.database_url, &options).await?;
             ledger.migrate().await?;
             let token = ledger.add_token(tenant, name).await?;
@@ -36,12 +49,52 @@ async fn main() -> anyhow::Result<()> {
             println!("{token}");
             Ok(())
         }
-        Some(Command::Bench(BenchCommand::Ledger(args))) => {
+        Command::Queue(QueueCommand::Create {
+            name,
+            max_receive_count,
+        }) => {
+            let client = SqsQueue::client_from_env().await;
+            let queue = SqsQueue::create(client, name, *max_receive_count, Duration::from_secs(10))
+                .await
+                .context("creating the SQS queue")?;
+            use fenceline::queue::Queue;
+            println!(
+                "created {} with dead-letter queue {name}-dlq",
+                queue.describe()
+            );
+            Ok(())
+        }
+        Command::Bench(BenchCommand::Ledger(args)) => {
             let report = fenceline::bench::ledger(&cli.database_url, &options, args).await?;
             println!("{report}");
             Ok(())
         }
     }
+}
+
+/// Waits for the first task to end (or a signal), then stops the rest and says who ended.
+async fn supervise(
+    mut tasks: JoinSet<&'static str>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    tokio::select! {
+        _ = shutdown_signal() => {}
+        ended = tasks.join_next() => {
+            match ended {
+                Some(Ok(name)) => tracing::warn!(task = name, "a task ended; stopping the others"),
+                Some(Err(error)) => tracing::error!(%error, "a task failed; stopping the others"),
+                None => {}
+            }
+        }
+    }
+    shutdown.cancel();
+    while let Some(ended) = tasks.join_next().await {
+        match ended {
+            Ok(name) => tracing::info!(task = name, "stopped"),
+            Err(error) => tracing::error!(%error, "a task failed while stopping"),
+        }
+    }
+    Ok(())
 }
 
 async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
@@ -50,13 +103,55 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
         .await
         .context("starting fenceline")?;
     let addr = app.local_addr();
-    let backend = app.ledger().backend().as_str();
+    let ledger = app.ledger().clone();
+    let backend = ledger.backend().as_str();
+    let shutdown = CancellationToken::new();
+    let mut tasks = JoinSet::new();
+    if !args.no_worker {
+        let queue = runtime::queue(&ledger, &args.runtime).await?;
+        let provider = runtime::provider(&args.runtime)?;
+        runtime::spawn(
+            &mut tasks,
+            &ledger,
+            queue,
+            provider,
+            &args.runtime,
+            &shutdown,
+        );
+    }
+    let stop = shutdown.clone();
+    tasks.spawn(async move {
+        if let Err(error) = app
+            .run_until_stopped(async move { stop.cancelled().await })
+            .await
+        {
+            tracing::error!(%error, "the HTTP server failed");
+        }
+        "http"
+    });
     tracing::info!(%addr, database = backend, "fenceline is serving");
     println!("Fenceline is running on the {backend} ledger.");
     println!("  Console: http://{addr}/");
     println!("  API:     http://{addr}/api/v1  (OpenAPI: http://{addr}/api/v1/openapi.json)");
     println!("  Create an API token with: fenceline token add <tenant>");
-    app.run_until_stopped(shutdown_signal()).await?;
+    supervise(tasks, shutdown).await?;
+    ledger.close().await;
     tracing::info!("fenceline stopped");
+    Ok(())
+}
+
+async fn work(cli: &Cli, args: &RuntimeArgs) -> anyhow::Result<()> {
+    let options = config::ledger_options(cli);
+    let ledger = Ledger::connect(&cli.database_url, &options)
+        .await
+        .context("opening the ledger")?;
+    ledger.migrate().await.context("migrating the ledger")?;
+    let queue = runtime::queue(&ledger, args).await?;
+    let provider = runtime::provider(args)?;
+    let shutdown = CancellationToken::new();
+    let mut tasks = JoinSet::new();
+    runtime::spawn(&mut tasks, &ledger, queue, provider, args, &shutdown);
+    supervise(tasks, shutdown).await?;
+    ledger.close().await;
     Ok(())
 }

@@ -99,3 +99,119 @@ pub async fn shutdown_signal() {
         _ = terminate => tracing::info!("SIGTERM received; shutting down"),
     }
 }
+
+/// Building the parts that work jobs: queue, provider, worker, dispatcher, reaper.
+pub mod runtime {
+    use std::time::Duration;
+
+    use tokio::task::JoinSet;
+    use tokio_util::sync::CancellationToken;
+
+    use crate::config::{ProviderArg, QueueArg, RuntimeArgs, TimingsArg};
+    use crate::ledger::Ledger;
+    use crate::provider::openai::{ApiKey, OpenAiConfig, OpenAiProvider};
+    use crate::provider::stub::{StubConfig, StubProvider};
+    use crate::provider::AnyProvider;
+    use crate::queue::embedded::EmbeddedQueue;
+    use crate::queue::sqs::SqsQueue;
+    use crate::queue::{AnyQueue, Queue, QueueError};
+    use crate::worker::{dispatcher, reaper, Timings, Worker, WorkerConfig};
+
+    #[derive(Debug, thiserror::Error)]
+    pub enum RuntimeError {
+        #[error("cannot open the queue")]
+        Queue(#[from] QueueError),
+        #[error("cannot build the provider: {0}")]
+        Provider(String),
+    }
+
+    pub async fn queue(ledger: &Ledger, args: &RuntimeArgs) -> Result<AnyQueue, RuntimeError> {
+        Ok(match args.queue {
+            QueueArg::Embedded => AnyQueue::Embedded(EmbeddedQueue::new(
+                ledger.clone(),
+                &args.queue_name,
+                args.max_receive_count,
+            )),
+            QueueArg::Sqs => {
+                let client = SqsQueue::client_from_env().await;
+                AnyQueue::Sqs(
+                    SqsQueue::open(client, &args.queue_name, Duration::from_secs(10)).await?,
+                )
+            }
+        })
+    }
+
+    pub fn provider(args: &RuntimeArgs) -> Result<AnyProvider, RuntimeError> {
+        Ok(match args.provider {
+            ProviderArg::Stub => AnyProvider::Stub(StubProvider::new(StubConfig {
+                latency: Duration::from_millis(args.stub_latency_ms),
+                retryable_rate: args.stub_retryable_rate,
+                fatal_rate: args.stub_fatal_rate,
+                lost_response_rate: args.stub_lost_rate,
+            })),
+            ProviderArg::Openai => {
+                let key = std::env::var("FENCELINE_PROVIDER_API_KEY")
+                    .or_else(|_| std::env::var("OPENAI_API_KEY"))
+                    .ok()
+                    .map(ApiKey::new);
+                AnyProvider::OpenAi(
+                    OpenAiProvider::new(OpenAiConfig {
+                        base_url: args.provider_url.clone(),
+                        api_key: key,
+                        default_model: args.provider_model.clone(),
+                        timeout: Duration::from_secs(args.provider_timeout_secs),
+                        retrieval: args.provider_retrieval,
+                    })
+                    .map_err(|e| RuntimeError::Provider(e.to_string()))?,
+                )
+            }
+        })
+    }
+
+    pub fn worker_config(args: &RuntimeArgs) -> WorkerConfig {
+        let id = args.worker_id.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/etc/hostname")
+                .map(|h| h.trim().to_owned())
+                .unwrap_or_else(|_| "local".into());
+            format!("{host}-{}", std::process::id())
+        });
+        let mut config = WorkerConfig::new(id);
+        config.max_in_flight = args.max_in_flight.max(1);
+        config.timings = match args.timings {
+            TimingsArg::Production => Timings::default(),
+            TimingsArg::Compressed => Timings::compressed(),
+        };
+        config
+    }
+
+    /// Spawns the worker, the dispatcher and the reaper into `tasks`, each named.
+    pub fn spawn(
+        tasks: &mut JoinSet<&'static str>,
+        ledger: &Ledger,
+        queue: AnyQueue,
+        provider: AnyProvider,
+        args: &RuntimeArgs,
+        shutdown: &CancellationToken,
+    ) {
+        let config = worker_config(args);
+        tracing::info!(worker = %config.worker_id, queue = %queue.describe(), provider = ?args.provider, "starting the worker, dispatcher and reaper");
+        let worker = Worker::new(ledger.clone(), queue.clone(), provider.clone(), config);
+        let stop = shutdown.clone();
+        tasks.spawn(async move {
+            worker.run(stop).await;
+            "worker"
+        });
+        let (ledger_d, stop) = (ledger.clone(), shutdown.clone());
+        tasks.spawn(async move {
+            dispatcher::run(ledger_d, queue, Duration::from_millis(100), stop).await;
+            "dispatcher"
+        });
+        let (ledger_r, stop) = (ledger.clone(), shutdown.clone());
+        let interval = Duration::from_millis(args.reaper_interval_ms.max(50));
+        let quiet = Duration::from_secs(args.redispatch_after_secs);
+        tasks.spawn(async move {
+            reaper::run(ledger_r, provider, interval, quiet, stop).await;
+            "reaper"
+        });
+    }
+}

@@ -14,6 +14,7 @@ mod connect;
 mod dialect;
 mod error;
 mod model;
+mod ops;
 mod read;
 mod tokens;
 pub use tokens::valid_tenant;
@@ -27,6 +28,7 @@ pub use model::{
     DecisionRecord, DeliveryRef, Event, Failure, FailureOutcome, Job, JobFilter, JobPage, NewEvent,
     NewJob, Recovered, Renewal, ReplayPolicy,
 };
+pub use ops::{OutboxItem, RejectedMessage};
 
 use sqlx::AnyPool;
 

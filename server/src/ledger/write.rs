@@ -30,16 +30,19 @@ fn micros(d: Duration) -> i64 {
 }
 
 /// An event with its reserved place on a job's timeline.
-struct Placed<'a> {
-    job_id: &'a str,
-    seq: i64,
-    at: i64,
-    epoch: i64,
-    deadline_at: i64,
-    event: &'a NewEvent,
+pub(crate) struct Placed<'a> {
+    pub(crate) job_id: &'a str,
+    pub(crate) seq: i64,
+    pub(crate) at: i64,
+    pub(crate) epoch: i64,
+    pub(crate) deadline_at: i64,
+    pub(crate) event: &'a NewEvent,
 }
 
-async fn insert_events(conn: &mut AnyConnection, rows: &[Placed<'_>]) -> Result<(), LedgerError> {
+pub(crate) async fn insert_events(
+    conn: &mut AnyConnection,
+    rows: &[Placed<'_>],
+) -> Result<(), LedgerError> {
     for chunk in rows.chunks(EVENT_CHUNK) {
         let mut sql = String::from(
             "INSERT INTO events (job_id, seq, at, kind, epoch, actor, message_id, receive_count, \
@@ -78,7 +81,7 @@ async fn insert_events(conn: &mut AnyConnection, rows: &[Placed<'_>]) -> Result<
 }
 
 /// Places `events` at `first_seq…` on one job's timeline and inserts them.
-async fn append(
+pub(crate) async fn append(
     conn: &mut AnyConnection,
     job_id: &str,
     first_seq: i64,
@@ -170,7 +173,11 @@ pub(crate) fn classify(job: Option<&Job>, now: i64, intent: Intent) -> Refusal {
 }
 
 impl Ledger {
-    async fn refusal(&self, job_id: &str, intent: Intent) -> Result<Refusal, LedgerError> {
+    pub(crate) async fn refusal(
+        &self,
+        job_id: &str,
+        intent: Intent,
+    ) -> Result<Refusal, LedgerError> {
         let now = self.now_us().await?;
         let job = self.job(job_id).await?;
         Ok(classify(job.as_ref(), now, intent))

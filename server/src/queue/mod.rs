@@ -9,6 +9,7 @@
 //! [`embedded::EmbeddedQueue`] (durable in the ledger database, the default of `serve`).
 
 pub mod embedded;
+pub mod faults;
 pub mod sqs;
 
 use std::fmt;

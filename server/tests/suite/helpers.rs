@@ -337,3 +337,131 @@ pub(crate) async fn fresh_queue(kind: QueueKind, max_receive_count: u32) -> Test
         }
     }
 }
+
+/// A running system under test: ledger, queue (with fault injection), stub model, workers,
+/// dispatcher and reaper, with compressed timings.
+pub(crate) struct Rig {
+    pub(crate) ledger: Ledger,
+    pub(crate) queue: fenceline::queue::faults::FaultyQueue<fenceline::queue::AnyQueue>,
+    pub(crate) stub: fenceline::provider::stub::StubProvider,
+    pub(crate) shutdown: tokio_util::sync::CancellationToken,
+    tasks: tokio::task::JoinSet<()>,
+    _queue: TestQueue,
+    _db: Option<TestDb>,
+}
+
+pub(crate) async fn rig(
+    kind: QueueKind,
+    stub: fenceline::provider::stub::StubConfig,
+    workers: usize,
+) -> Rig {
+    rig_with(
+        kind,
+        stub,
+        workers,
+        fenceline::queue::faults::FaultPlan::default(),
+    )
+    .await
+}
+
+pub(crate) async fn rig_with(
+    kind: QueueKind,
+    stub: fenceline::provider::stub::StubConfig,
+    workers: usize,
+    faults: fenceline::queue::faults::FaultPlan,
+) -> Rig {
+    use fenceline::queue::faults::FaultyQueue;
+    use fenceline::worker::{dispatcher, reaper, Timings, Worker, WorkerConfig};
+    let test_queue = fresh_queue(kind, 5).await;
+    let (ledger, db) = match &test_queue.ledger {
+        Some(ledger) => (ledger.clone(), None),
+        None => {
+            let (ledger, db) = fresh_ledger(Db::Sqlite).await;
+            (ledger, Some(db))
+        }
+    };
+    let queue = FaultyQueue::new(test_queue.queue.clone());
+    queue.arm(faults);
+    let stub = fenceline::provider::stub::StubProvider::new(stub);
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..workers {
+        let mut config = WorkerConfig::new(format!("w{i}"));
+        config.timings = Timings::compressed();
+        config.max_in_flight = 32;
+        config.drain_timeout = Duration::from_millis(300);
+        let worker = Worker::new(ledger.clone(), queue.clone(), stub.clone(), config);
+        let stop = shutdown.clone();
+        tasks.spawn(async move { worker.run(stop).await });
+    }
+    let (l, q, stop) = (ledger.clone(), queue.clone(), shutdown.clone());
+    tasks.spawn(async move { dispatcher::run(l, q, Duration::from_millis(20), stop).await });
+    let (l, p, stop) = (ledger.clone(), stub.clone(), shutdown.clone());
+    tasks.spawn(async move {
+        reaper::run(
+            l,
+            p,
+            Duration::from_millis(200),
+            Duration::from_secs(600),
+            stop,
+        )
+        .await
+    });
+    Rig {
+        ledger,
+        queue,
+        stub,
+        shutdown,
+        tasks,
+        _queue: test_queue,
+        _db: db,
+    }
+}
+
+impl Rig {
+    pub(crate) async fn submit(&self, key: &str) -> String {
+        create(&self.ledger, new_job("acme", key, json!({ "doc": key }))).await
+    }
+
+    pub(crate) async fn submit_job(&self, job: NewJob) -> String {
+        create(&self.ledger, job).await
+    }
+
+    /// Waits until `done` holds for the job, or fails after `limit`.
+    pub(crate) async fn wait_for(
+        &self,
+        job_id: &str,
+        limit: Duration,
+        done: impl Fn(&fenceline::ledger::Job) -> bool,
+    ) -> fenceline::ledger::Job {
+        let until = tokio::time::Instant::now() + limit;
+        loop {
+            let job = self.ledger.job(job_id).await.unwrap().expect("job exists");
+            if done(&job) {
+                return job;
+            }
+            assert!(
+                tokio::time::Instant::now() < until,
+                "timed out waiting; job is {} at epoch {}: {:?}",
+                job.state,
+                job.owner_epoch,
+                kinds(&self.ledger, job_id).await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub(crate) async fn stop(mut self) {
+        self.shutdown.cancel();
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+/// How many of the job's events have this kind.
+pub(crate) async fn count_kind(ledger: &Ledger, job_id: &str, kind: &str) -> usize {
+    kinds(ledger, job_id)
+        .await
+        .iter()
+        .filter(|k| *k == kind)
+        .count()
+}

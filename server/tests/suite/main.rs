@@ -10,3 +10,4 @@ mod helpers;
 mod ledger_contract;
 mod properties;
 mod queue_contract;
+mod worker;

@@ -1,0 +1,379 @@
+//! Ledger operations for the worker, the outbox dispatcher and the reaper: an owner handing a
+//! job back, batches of timeline events, outbox claims, the reaper's queries, and refused
+//! queue messages.
+
+use std::time::Duration;
+
+use serde_json::json;
+use sqlx::Row;
+
+use super::model::{NewEvent, Recovered};
+use super::read::JOB_COLUMNS;
+use super::write::{append, insert_events, Intent, Placed};
+use super::{Job, Ledger, LedgerError};
+use crate::job::{Actor, EventKind, JobState};
+
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// An outbox row claimed for sending.
+#[derive(Debug, Clone)]
+pub struct OutboxItem {
+    pub id: i64,
+    pub job_id: String,
+    pub tenant: String,
+    pub reason: String,
+}
+
+/// A queue message the worker refused, for the record.
+#[derive(Debug, Clone)]
+pub struct RejectedMessage<'a> {
+    pub worker_id: &'a str,
+    pub message_id: &'a str,
+    pub receive_count: i64,
+    pub handle_hash: &'a str,
+    pub reason: &'a str,
+    pub body_bytes: i64,
+    pub job_id: Option<&'a str>,
+}
+
+impl Ledger {
+    /// The owner hands its job back while its lease is valid (epoch + 1, fencing itself out):
+    /// with an attempt in flight the job becomes `unknown` (the call may have reached the
+    /// provider), without one `retry_authorized` and re-dispatched through the outbox.
+    pub async fn release(
+        &self,
+        job_id: &str,
+        epoch: i64,
+        worker_id: &str,
+        reason: &str,
+    ) -> Result<Recovered, LedgerError> {
+        let actor = Actor::Worker(worker_id.to_owned());
+        let mut tx = self.writer.begin().await?;
+        let sql = self.sql(
+            "UPDATE jobs SET owner_epoch = owner_epoch + 1, \
+             state = CASE WHEN pending_attempt IS NULL THEN 'retry_authorized' ELSE 'unknown' END, \
+             pending_attempt = NULL, recovery_reason = $3, updated_at = {now}, \
+             next_event_seq = next_event_seq + 1 \
+             WHERE job_id = $1 AND owner_epoch = $2 AND state = 'running' \
+             AND owner_until > {now} \
+             RETURNING state, owner_epoch, next_event_seq - 1 AS seq, updated_at, deadline_at",
+        );
+        let row = sqlx::query(&sql)
+            .bind(job_id)
+            .bind(epoch)
+            .bind(reason)
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(row) = row else {
+            tx.rollback().await?;
+            let refusal = self.refusal(job_id, Intent::Owner { epoch }).await?;
+            return Err(LedgerError::refused(job_id, refusal));
+        };
+        let state: String = row.try_get("state")?;
+        let state: JobState = state
+            .parse()
+            .map_err(|e: crate::job::ParseStateError| LedgerError::Corrupt(e.to_string()))?;
+        let new_epoch: i64 = row.try_get("owner_epoch")?;
+        let now: i64 = row.try_get("updated_at")?;
+        let lost = sqlx::query(
+            "UPDATE attempts SET outcome = 'lost', finished_at = $2 \
+             WHERE job_id = $1 AND outcome = 'pending'",
+        )
+        .bind(job_id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected() as i64;
+        if state == JobState::RetryAuthorized {
+            sqlx::query(
+                "INSERT INTO outbox (job_id, epoch, reason, created_at, available_at) \
+                 VALUES ($1, $2, 'released', $3, $3)",
+            )
+            .bind(job_id)
+            .bind(new_epoch)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let event = NewEvent::new(EventKind::StateChanged, &actor)
+            .epoch(new_epoch)
+            .detail(json!({
+                "to": state.as_str(),
+                "released_by_epoch": epoch,
+                "reason": reason,
+                "lost_attempts": lost,
+            }));
+        let seq: i64 = row.try_get("seq")?;
+        let deadline_at: i64 = row.try_get("deadline_at")?;
+        append(&mut tx, job_id, seq, now, new_epoch, deadline_at, &[event]).await?;
+        tx.commit().await?;
+        Ok(Recovered {
+            state,
+            epoch: new_epoch,
+            lost_attempts: lost,
+        })
+    }
+
+    /// Appends events to many jobs in one transaction (heartbeat outcomes, dispatches).
+    /// Events for jobs that do not exist are skipped.
+    pub async fn record_events(&self, events: &[(String, NewEvent)]) -> Result<(), LedgerError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.writer.begin().await?;
+        let sql = self.sql(
+            "UPDATE jobs SET next_event_seq = next_event_seq + 1 WHERE job_id = $1 \
+             RETURNING next_event_seq - 1 AS seq, {now} AS now_us, deadline_at, owner_epoch",
+        );
+        let mut placed = Vec::with_capacity(events.len());
+        for (job_id, event) in events {
+            if let Some(row) = sqlx::query(&sql)
+                .bind(job_id)
+                .fetch_optional(&mut *tx)
+                .await?
+            {
+                placed.push(Placed {
+                    job_id: job_id.as_str(),
+                    seq: row.try_get("seq")?,
+                    at: row.try_get("now_us")?,
+                    epoch: row.try_get("owner_epoch")?,
+                    deadline_at: row.try_get("deadline_at")?,
+                    event,
+                });
+            }
+        }
+        insert_events(&mut tx, &placed).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Claims up to `limit` due outbox rows for `lock` (another dispatcher skips them until
+    /// then); each claim counts as a send attempt.
+    pub async fn claim_outbox(
+        &self,
+        limit: u32,
+        lock: Duration,
+    ) -> Result<Vec<OutboxItem>, LedgerError> {
+        let mut tx = self.writer.begin().await?;
+        let select = self.sql(
+            "SELECT id FROM outbox WHERE dispatched_at IS NULL AND available_at <= {now} \
+             AND (locked_until IS NULL OR locked_until <= {now}) \
+             ORDER BY available_at, id LIMIT $1{skip_locked}",
+        );
+        let ids: Vec<i64> = sqlx::query_scalar(&select)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await?;
+        let lock_sql = self.sql(
+            "UPDATE outbox SET locked_until = {now} + $2, send_attempts = send_attempts + 1 \
+             WHERE id = $1 \
+             RETURNING id, job_id, reason, (SELECT tenant FROM jobs WHERE jobs.job_id = outbox.job_id) AS tenant",
+        );
+        let mut items = Vec::with_capacity(ids.len());
+        for id in ids {
+            let row = sqlx::query(&lock_sql)
+                .bind(id)
+                .bind(micros(lock))
+                .fetch_one(&mut *tx)
+                .await?;
+            items.push(OutboxItem {
+                id: row.try_get("id")?,
+                job_id: row.try_get("job_id")?,
+                tenant: row
+                    .try_get::<Option<String>, _>("tenant")?
+                    .unwrap_or_default(),
+                reason: row.try_get("reason")?,
+            });
+        }
+        tx.commit().await?;
+        Ok(items)
+    }
+
+    /// Marks outbox rows sent, with `dispatched` events on their jobs.
+    pub async fn mark_dispatched(
+        &self,
+        sent: &[(OutboxItem, String)],
+        queue: &str,
+    ) -> Result<(), LedgerError> {
+        if sent.is_empty() {
+            return Ok(());
+        }
+        let sql = self.sql(
+            "UPDATE outbox SET dispatched_at = {now}, message_id = $2, locked_until = NULL WHERE id = $1",
+        );
+        let mut tx = self.writer.begin().await?;
+        for (item, message_id) in sent {
+            sqlx::query(&sql)
+                .bind(item.id)
+                .bind(message_id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        let events: Vec<_> = sent
+            .iter()
+            .map(|(item, message_id)| {
+                (
+                    item.job_id.clone(),
+                    NewEvent::new(EventKind::Dispatched, &Actor::System).detail(json!({
+                        "message_id": message_id,
+                        "queue": queue,
+                        "reason": item.reason,
+                    })),
+                )
+            })
+            .collect();
+        self.record_events(&events).await
+    }
+
+    /// An outbox row could not be sent: try again after `retry_in`, with `dispatch_failed`.
+    pub async fn dispatch_failed(
+        &self,
+        item: &OutboxItem,
+        error_code: &str,
+        retry_in: Duration,
+    ) -> Result<(), LedgerError> {
+        let sql = self.sql(
+            "UPDATE outbox SET locked_until = NULL, available_at = {now} + $2, last_error = $3 WHERE id = $1",
+        );
+        sqlx::query(&sql)
+            .bind(item.id)
+            .bind(micros(retry_in))
+            .bind(error_code)
+            .execute(&self.writer)
+            .await?;
+        let event = NewEvent::new(EventKind::DispatchFailed, &Actor::System)
+            .detail(json!({ "error": error_code, "retry_in_ms": micros(retry_in) / 1000 }));
+        self.record_event(&item.job_id, &event).await.map(|_| ())
+    }
+
+    async fn job_ids(
+        &self,
+        sql: &str,
+        limit: u32,
+        extra: Option<i64>,
+    ) -> Result<Vec<String>, LedgerError> {
+        let sql = self.sql(sql);
+        let mut query = sqlx::query_scalar(&sql).bind(i64::from(limit));
+        if let Some(extra) = extra {
+            query = query.bind(extra);
+        }
+        Ok(query.fetch_all(&self.reader).await?)
+    }
+
+    /// Running jobs whose lease has expired (the reaper recovers them).
+    pub async fn expired_leases(&self, limit: u32) -> Result<Vec<String>, LedgerError> {
+        self.job_ids(
+            "SELECT job_id FROM jobs WHERE state = 'running' AND owner_until <= {now} \
+             ORDER BY owner_until LIMIT $1",
+            limit,
+            None,
+        )
+        .await
+    }
+
+    /// Live jobs whose deadline has passed (the reaper expires them).
+    pub async fn past_deadline(&self, limit: u32) -> Result<Vec<String>, LedgerError> {
+        self.job_ids(
+            "SELECT job_id FROM jobs WHERE state IN ('ready', 'running', 'unknown', 'retry_authorized') \
+             AND deadline_at <= {now} ORDER BY deadline_at LIMIT $1",
+            limit,
+            None,
+        )
+        .await
+    }
+
+    /// Workable jobs with no send pending whose last dispatch is older than `quiet`: their
+    /// message may be gone (deleted after a crash, expired, dead-lettered). The reaper sends
+    /// them again; a duplicate is harmless.
+    pub async fn quiet_workable(
+        &self,
+        limit: u32,
+        quiet: Duration,
+    ) -> Result<Vec<String>, LedgerError> {
+        self.job_ids(
+            "SELECT j.job_id FROM jobs j WHERE j.state IN ('ready', 'retry_authorized') \
+             AND (j.retry_at IS NULL OR j.retry_at <= {now}) AND j.updated_at <= {now} - $2 \
+             AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = j.job_id \
+                 AND (o.dispatched_at IS NULL OR o.dispatched_at > {now} - $2)) \
+             ORDER BY j.updated_at LIMIT $1",
+            limit,
+            Some(micros(quiet)),
+        )
+        .await
+    }
+
+    /// `unknown` jobs, oldest first, with their last attempt's provider request id.
+    pub async fn unknown_jobs(
+        &self,
+        limit: u32,
+    ) -> Result<Vec<(Job, Option<String>)>, LedgerError> {
+        let sql = format!(
+            "SELECT {JOB_COLUMNS}, (SELECT a.provider_request_id FROM attempts a \
+             WHERE a.job_id = jobs.job_id ORDER BY a.attempt_no DESC LIMIT 1) AS last_request \
+             FROM jobs WHERE state = 'unknown' ORDER BY updated_at LIMIT $1"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(i64::from(limit))
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    super::read::job_from_row(row)?,
+                    row.try_get("last_request")?,
+                ))
+            })
+            .collect()
+    }
+
+    /// Re-dispatches a job through the outbox (reason recorded on the row).
+    pub async fn redispatch(&self, job_id: &str, reason: &str) -> Result<(), LedgerError> {
+        let sql = self.sql(
+            "INSERT INTO outbox (job_id, epoch, reason, created_at, available_at) \
+             SELECT job_id, owner_epoch, $2, {now}, {now} FROM jobs WHERE job_id = $1",
+        );
+        sqlx::query(&sql)
+            .bind(job_id)
+            .bind(reason)
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+
+    /// Keeps a record of a queue message the worker refused (never its body).
+    pub async fn record_rejected_message(
+        &self,
+        m: &RejectedMessage<'_>,
+    ) -> Result<(), LedgerError> {
+        let sql = self.sql(
+            "INSERT INTO rejected_messages (at, worker_id, message_id, receive_count, handle_hash, \
+             reason, body_bytes, job_id) VALUES ({now}, $1, $2, $3, $4, $5, $6, $7)",
+        );
+        sqlx::query(&sql)
+            .bind(m.worker_id)
+            .bind(m.message_id)
+            .bind(m.receive_count)
+            .bind(m.handle_hash)
+            .bind(m.reason)
+            .bind(m.body_bytes)
+            .bind(m.job_id)
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+
+    /// How many queue messages were refused, by reason.
+    pub async fn rejected_message_counts(&self) -> Result<Vec<(String, i64)>, LedgerError> {
+        let rows = sqlx::query(
+            "SELECT reason, COUNT(*) AS n FROM rejected_messages GROUP BY reason ORDER BY reason",
+        )
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("reason")?, r.try_get("n")?)))
+            .collect()
+    }
+}

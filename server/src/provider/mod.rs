@@ -1,0 +1,137 @@
+//! Model providers: one call per durable attempt, its failure classified where it happens.
+//!
+//! Owns talking to a model and saying what came of it: succeeded, failed retryably, failed
+//! fatally, or *uncertain* (the request may have been executed with no answer seen). Must not
+//! touch the ledger or the queue, and must never log prompts, answers or credentials.
+
+pub mod openai;
+pub mod stub;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+/// What one attempt sends.
+#[derive(Debug, Clone)]
+pub struct ProviderRequest {
+    pub job_id: String,
+    pub attempt_no: i64,
+    /// Fenceline's own id for this attempt (`job_id:attempt_no`), sent to the provider where
+    /// it accepts one, and kept on the attempt before the call for later retrieval.
+    pub client_request_id: String,
+    pub input: Value,
+    pub model: Value,
+}
+
+/// How an attempt ended, as far as the caller can know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderOutcome {
+    Succeeded {
+        answer: String,
+        request_id: Option<String>,
+    },
+    /// Confirmed not done; another attempt may help.
+    Retryable {
+        code: String,
+        request_id: Option<String>,
+    },
+    /// Confirmed not done; no attempt will help.
+    Fatal {
+        code: String,
+        request_id: Option<String>,
+    },
+    /// The request may have been executed (and billed) with no answer seen.
+    Uncertain {
+        code: String,
+        request_id: Option<String>,
+    },
+}
+
+/// What a provider's retrieval mechanism says about an earlier request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Retrieval {
+    /// The request was executed; here is its answer.
+    Found(String),
+    /// The provider states the request was never executed.
+    NeverExecuted,
+    /// Nothing conclusive (no retrieval mechanism, not found where not-found proves nothing,
+    /// or the provider did not answer).
+    Inconclusive,
+}
+
+/// Liveness of a call, for the progress rule: the provider ticks it whenever it sees progress
+/// (a streamed token, a poll that moved). A timer firing is not progress.
+#[derive(Debug, Clone)]
+pub struct Progress(Arc<AtomicI64>);
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Progress(Arc::new(AtomicI64::new(now_ms())))
+    }
+}
+
+impl Progress {
+    pub fn tick(&self) {
+        self.0.store(now_ms(), Ordering::Relaxed);
+    }
+
+    /// Milliseconds since the last tick.
+    pub fn idle_ms(&self) -> i64 {
+        now_ms() - self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A model behind one API.
+pub trait Provider: Send + Sync + 'static {
+    /// A short, stable name recorded on each attempt.
+    fn name(&self) -> &str;
+
+    fn call(
+        &self,
+        request: ProviderRequest,
+        progress: Progress,
+    ) -> impl Future<Output = ProviderOutcome> + Send;
+
+    /// Asks the provider what became of an earlier request.
+    fn retrieve(&self, client_request_id: &str) -> impl Future<Output = Retrieval> + Send;
+}
+
+/// Either provider, chosen at start-up.
+#[derive(Clone)]
+pub enum AnyProvider {
+    Stub(stub::StubProvider),
+    OpenAi(openai::OpenAiProvider),
+}
+
+impl Provider for AnyProvider {
+    fn name(&self) -> &str {
+        match self {
+            AnyProvider::Stub(p) => p.name(),
+            AnyProvider::OpenAi(p) => p.name(),
+        }
+    }
+
+    async fn call(&self, request: ProviderRequest, progress: Progress) -> ProviderOutcome {
+        match self {
+            AnyProvider::Stub(p) => p.call(request, progress).await,
+            AnyProvider::OpenAi(p) => p.call(request, progress).await,
+        }
+    }
+
+    async fn retrieve(&self, client_request_id: &str) -> Retrieval {
+        match self {
+            AnyProvider::Stub(p) => p.retrieve(client_request_id).await,
+            AnyProvider::OpenAi(p) => p.retrieve(client_request_id).await,
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! A stub model for drills, tests and benchmarks: configurable latency and failure rates, a
+//! lost-response mode that executes the request but reports it uncertain, and a retrieval API
+//! keyed by the client request id. Outcomes are drawn deterministically from the request id,
+//! so a run can be repeated.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
+use super::{Progress, Provider, ProviderOutcome, ProviderRequest, Retrieval};
+
+/// How the stub behaves. Rates are fractions in `0.0..=1.0`, drawn in this order: fatal,
+/// retryable, lost response.
+#[derive(Debug, Clone, Default)]
+pub struct StubConfig {
+    pub latency: Duration,
+    pub retryable_rate: f64,
+    pub fatal_rate: f64,
+    pub lost_response_rate: f64,
+}
+
+#[derive(Clone, Default)]
+pub struct StubProvider {
+    config: StubConfig,
+    executed: Arc<Mutex<HashMap<String, String>>>,
+    calls: Arc<Mutex<HashMap<String, u32>>>,
+}
+
+/// A number in `[0, 1)` from the request id and a salt: the same request, the same draw.
+fn draw(id: &str, salt: &str) -> f64 {
+    let digest = Sha256::digest(format!("{salt}:{id}").as_bytes());
+    let n = u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"));
+    (n >> 11) as f64 / (1u64 << 53) as f64
+}
+
+impl StubProvider {
+    pub fn new(config: StubConfig) -> Self {
+        StubProvider {
+            config,
+            ..Default::default()
+        }
+    }
+
+    /// How many times each job reached the model (across attempts), for drills and tests.
+    pub fn calls_for(&self, job_id: &str) -> u32 {
+        self.calls
+            .lock()
+            .expect("stub lock")
+            .get(job_id)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Every job the model was called for, with its call count.
+    pub fn all_calls(&self) -> HashMap<String, u32> {
+        self.calls.lock().expect("stub lock").clone()
+    }
+}
+
+impl Provider for StubProvider {
+    fn name(&self) -> &str {
+        "stub"
+    }
+
+    async fn call(&self, request: ProviderRequest, progress: Progress) -> ProviderOutcome {
+        let id = request.client_request_id.clone();
+        let request_id = Some(id.clone());
+        let fatal = draw(&id, "fatal") < self.config.fatal_rate;
+        let retryable = !fatal && draw(&id, "retryable") < self.config.retryable_rate;
+        if fatal || retryable {
+            // Refused before execution: a confirmed failure, nothing billed.
+            let code = if fatal {
+                "stub_invalid_request"
+            } else {
+                "stub_rate_limited"
+            };
+            return if fatal {
+                ProviderOutcome::Fatal {
+                    code: code.into(),
+                    request_id,
+                }
+            } else {
+                ProviderOutcome::Retryable {
+                    code: code.into(),
+                    request_id,
+                }
+            };
+        }
+        *self
+            .calls
+            .lock()
+            .expect("stub lock")
+            .entry(request.job_id.clone())
+            .or_default() += 1;
+        // Work in slices so the progress rule sees a live call.
+        let slices = 10u32;
+        for _ in 0..slices {
+            tokio::time::sleep(self.config.latency / slices).await;
+            progress.tick();
+        }
+        let digest = hex::encode(&Sha256::digest(request.input.to_string().as_bytes())[..6]);
+        let answer = json!({
+            "model": "stub",
+            "summary": format!("stub answer {digest}"),
+            "attempt": request.attempt_no,
+        })
+        .to_string();
+        self.executed
+            .lock()
+            .expect("stub lock")
+            .insert(id.clone(), answer.clone());
+        if draw(&id, "lost") < self.config.lost_response_rate {
+            return ProviderOutcome::Uncertain {
+                code: "stub_response_lost".into(),
+                request_id,
+            };
+        }
+        ProviderOutcome::Succeeded { answer, request_id }
+    }
+
+    async fn retrieve(&self, client_request_id: &str) -> Retrieval {
+        match self
+            .executed
+            .lock()
+            .expect("stub lock")
+            .get(client_request_id)
+        {
+            Some(answer) => Retrieval::Found(answer.clone()),
+            None => Retrieval::NeverExecuted,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(id: &str) -> ProviderRequest {
+        ProviderRequest {
+            job_id: "job_x".into(),
+            attempt_no: 1,
+            client_request_id: id.into(),
+            input: json!({"doc": "d"}),
+            model: json!({}),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_lost_response_was_executed_and_can_be_retrieved() {
+        let stub = StubProvider::new(StubConfig {
+            lost_response_rate: 1.0,
+            ..Default::default()
+        });
+        let out = stub.call(request("job_x:1"), Progress::default()).await;
+        assert!(matches!(out, ProviderOutcome::Uncertain { .. }), "{out:?}");
+        assert!(matches!(
+            stub.retrieve("job_x:1").await,
+            Retrieval::Found(_)
+        ));
+        assert_eq!(stub.retrieve("job_x:2").await, Retrieval::NeverExecuted);
+        assert_eq!(stub.calls_for("job_x"), 1);
+    }
+
+    #[tokio::test]
+    async fn refused_requests_are_confirmed_failures_and_never_executed() {
+        let stub = StubProvider::new(StubConfig {
+            fatal_rate: 1.0,
+            ..Default::default()
+        });
+        let out = stub.call(request("a"), Progress::default()).await;
+        assert!(matches!(out, ProviderOutcome::Fatal { .. }));
+        assert_eq!(stub.calls_for("job_x"), 0);
+        assert_eq!(stub.retrieve("a").await, Retrieval::NeverExecuted);
+    }
+
+    #[test]
+    fn draws_are_deterministic_and_spread() {
+        assert_eq!(draw("x", "s"), draw("x", "s"));
+        let below = (0..1000)
+            .filter(|i| draw(&i.to_string(), "s") < 0.3)
+            .count();
+        assert!((200..400).contains(&below), "{below}");
+    }
+}

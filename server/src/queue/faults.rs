@@ -1,0 +1,178 @@
+//! Fault injection at the transport, for drills and chaos tests: wraps any queue and, when
+//! armed, drops deletes (reported as timed out), times out visibility changes without
+//! applying them, and delivers duplicate copies of received messages. Inert when unarmed;
+//! draws are deterministic per message and call, so a run can be repeated.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use super::{BatchResult, Delivery, Depth, Queue, QueueError, ReceiptHandle};
+
+/// Fractions in `0.0..=1.0` of the calls that fail.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct FaultPlan {
+    /// `DeleteMessage` times out without deleting.
+    pub delete_timeout: f64,
+    /// `ChangeMessageVisibility` times out without changing anything.
+    pub visibility_timeout: f64,
+    /// A received message is sent again: a duplicate copy, as a standard queue may deliver.
+    pub duplicate: f64,
+}
+
+#[derive(Clone)]
+pub struct FaultyQueue<Q> {
+    inner: Q,
+    plan: Arc<RwLock<FaultPlan>>,
+    calls: Arc<AtomicU64>,
+    injected: Arc<[AtomicU64; 3]>,
+}
+
+fn draw(key: &str, n: u64) -> f64 {
+    let digest = Sha256::digest(format!("{key}:{n}").as_bytes());
+    let x = u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"));
+    (x >> 11) as f64 / (1u64 << 53) as f64
+}
+
+impl<Q: Queue> FaultyQueue<Q> {
+    pub fn new(inner: Q) -> Self {
+        FaultyQueue {
+            inner,
+            plan: Arc::default(),
+            calls: Arc::default(),
+            injected: Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]),
+        }
+    }
+
+    pub fn arm(&self, plan: FaultPlan) {
+        *self.plan.write().expect("plan lock") = plan;
+    }
+
+    pub fn disarm(&self) {
+        self.arm(FaultPlan::default());
+    }
+
+    pub fn inner(&self) -> &Q {
+        &self.inner
+    }
+
+    /// How many faults were injected: (deletes dropped, visibility changes dropped,
+    /// duplicates delivered).
+    pub fn injected(&self) -> (u64, u64, u64) {
+        let get = |i: usize| self.injected[i].load(Ordering::Relaxed);
+        (get(0), get(1), get(2))
+    }
+
+    fn fires(&self, key: &str, rate: f64, slot: usize) -> bool {
+        if rate <= 0.0 {
+            return false;
+        }
+        let n = self.calls.fetch_add(1, Ordering::Relaxed);
+        let fires = draw(key, n) < rate;
+        if fires {
+            self.injected[slot].fetch_add(1, Ordering::Relaxed);
+        }
+        fires
+    }
+
+    fn plan(&self) -> FaultPlan {
+        *self.plan.read().expect("plan lock")
+    }
+}
+
+impl<Q: Queue> Queue for FaultyQueue<Q> {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    async fn send(&self, body: &str, delay: Duration) -> Result<String, QueueError> {
+        self.inner.send(body, delay).await
+    }
+
+    async fn send_batch(
+        &self,
+        bodies: &[String],
+    ) -> Result<Vec<Result<String, QueueError>>, QueueError> {
+        self.inner.send_batch(bodies).await
+    }
+
+    async fn receive(
+        &self,
+        max: usize,
+        visibility: Duration,
+        wait: Duration,
+    ) -> Result<Vec<Delivery>, QueueError> {
+        let deliveries = self.inner.receive(max, visibility, wait).await?;
+        let rate = self.plan().duplicate;
+        for d in &deliveries {
+            if self.fires(&d.message_id, rate, 2) {
+                let _ = self.inner.send(&d.body, Duration::ZERO).await;
+            }
+        }
+        Ok(deliveries)
+    }
+
+    async fn change_visibility(
+        &self,
+        receipt: &ReceiptHandle,
+        timeout: Duration,
+    ) -> Result<(), QueueError> {
+        if self.fires(&receipt.fingerprint(), self.plan().visibility_timeout, 1) {
+            return Err(QueueError::Timeout);
+        }
+        self.inner.change_visibility(receipt, timeout).await
+    }
+
+    async fn change_visibility_batch(
+        &self,
+        entries: &[(ReceiptHandle, Duration)],
+    ) -> Result<BatchResult, QueueError> {
+        let rate = self.plan().visibility_timeout;
+        let dropped: Vec<bool> = entries
+            .iter()
+            .map(|(r, _)| self.fires(&r.fingerprint(), rate, 1))
+            .collect();
+        let kept: Vec<_> = entries
+            .iter()
+            .zip(&dropped)
+            .filter(|(_, d)| !**d)
+            .map(|(e, _)| e.clone())
+            .collect();
+        let mut results = self.inner.change_visibility_batch(&kept).await?.into_iter();
+        Ok(dropped
+            .into_iter()
+            .map(|d| {
+                if d {
+                    Err(QueueError::Timeout)
+                } else {
+                    results.next().unwrap_or(Err(QueueError::Timeout))
+                }
+            })
+            .collect())
+    }
+
+    async fn delete(&self, receipt: &ReceiptHandle) -> Result<(), QueueError> {
+        if self.fires(&receipt.fingerprint(), self.plan().delete_timeout, 0) {
+            return Err(QueueError::Timeout);
+        }
+        self.inner.delete(receipt).await
+    }
+
+    async fn delete_batch(&self, receipts: &[ReceiptHandle]) -> Result<BatchResult, QueueError> {
+        let mut out = Vec::with_capacity(receipts.len());
+        for receipt in receipts {
+            out.push(self.delete(receipt).await);
+        }
+        Ok(out)
+    }
+
+    async fn depth(&self) -> Result<Depth, QueueError> {
+        self.inner.depth().await
+    }
+
+    fn dead_letters(&self) -> Option<Self> {
+        self.inner.dead_letters().map(FaultyQueue::new)
+    }
+}

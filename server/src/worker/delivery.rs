@@ -1,0 +1,565 @@
+//! One delivery, examined: the worker's testable step. A delivery only triggers an
+//! examination of the ledger; the job record decides whether to infer, and the message is
+//! deleted only after a durable outcome or once the ledger holds responsibility for the job.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::sync::watch;
+
+use super::heartbeat::{delivery_ref, now_ms, InFlight, StopReason};
+use super::message::{self, BadMessage, JobMessage};
+use super::Shared;
+use crate::job::{Actor, EventKind, JobState};
+use crate::ledger::{
+    Decision, DeliveryRef, Failure, Job, LedgerError, NewEvent, Refusal, RejectedMessage,
+    ReplayPolicy,
+};
+use crate::provider::{Progress, Provider, ProviderOutcome, ProviderRequest, Retrieval};
+use crate::queue::{Delivery, Queue};
+
+/// What became of one delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The message was not a job message (or not this tenant's): recorded and dead-lettered.
+    Rejected(&'static str),
+    /// The job was already terminal: acknowledged without inference.
+    AckedTerminal,
+    /// A live owner holds the job: no inference, no delete, visibility pushed out.
+    DuplicateSuppressed,
+    /// The job is not workable yet (backoff): the message comes back later.
+    Deferred,
+    /// The job waits for a decision: the ledger holds it, the message is deleted.
+    HandedToLedger(JobState),
+    /// This worker's attempt produced the one accepted result.
+    Succeeded,
+    /// A confirmed provider failure was recorded; the job is now in this state.
+    Failed(JobState),
+    /// The guarded write was refused: this worker was fenced out. Nothing deleted.
+    Fenced(&'static str),
+    /// Local work stopped (lease lost, deadline, shutdown): nothing deleted unless the ledger
+    /// took the job back.
+    Stopped(String),
+    /// The ledger could not be reached: the message is left to come back.
+    LedgerUnavailable,
+}
+
+impl<Q: Queue, P: Provider> Shared<Q, P> {
+    fn actor(&self) -> Actor {
+        Actor::Worker(self.config.worker_id.clone())
+    }
+
+    async fn event(&self, job_id: &str, event: NewEvent) {
+        if let Err(error) = self.ledger.record_event(job_id, &event).await {
+            tracing::warn!(job_id, kind = event.kind.as_str(), %error, "could not record an event");
+        }
+    }
+
+    /// Deletes the delivery with its current handle and records the outcome. A failed delete
+    /// keeps whatever the ledger holds: redelivery resolves the transport uncertainty.
+    async fn delete(
+        &self,
+        job_id: &str,
+        delivery: &Delivery,
+        dref: &DeliveryRef,
+        epoch: Option<i64>,
+        reason: &str,
+    ) {
+        let result = self.queue.delete(&delivery.receipt).await;
+        let event = match &result {
+            Ok(()) => NewEvent::new(EventKind::MessageDeleted, &self.actor())
+                .detail(json!({ "reason": reason })),
+            Err(error) => NewEvent::new(EventKind::DeleteFailed, &self.actor()).detail(json!({
+                "reason": reason,
+                "error": error.code(),
+                "uncertain": error.is_uncertain(),
+            })),
+        };
+        let mut event = event.delivery(dref.clone());
+        if let Some(epoch) = epoch {
+            event = event.epoch(epoch);
+        }
+        self.event(job_id, event).await;
+    }
+
+    async fn reject(
+        &self,
+        delivery: &Delivery,
+        reason: BadMessage,
+        job_id: Option<&str>,
+    ) -> Outcome {
+        let fingerprint = delivery.receipt.fingerprint();
+        tracing::warn!(
+            message_id = %delivery.message_id,
+            receive_count = delivery.receive_count,
+            reason = reason.as_str(),
+            "refused a queue message"
+        );
+        let record = RejectedMessage {
+            worker_id: &self.config.worker_id,
+            message_id: &delivery.message_id,
+            receive_count: i64::from(delivery.receive_count),
+            handle_hash: &fingerprint,
+            reason: reason.as_str(),
+            body_bytes: delivery.body.len() as i64,
+            job_id,
+        };
+        if self.ledger.record_rejected_message(&record).await.is_err() {
+            return Outcome::LedgerUnavailable;
+        }
+        // Dead-letter it by hand so it stops circulating; without a dead-letter queue it stays
+        // and the queue's own redrive policy (or retention) decides.
+        if let Some(dlq) = self.queue.dead_letters() {
+            if dlq.send(&delivery.body, Duration::ZERO).await.is_ok() {
+                let _ = self.queue.delete(&delivery.receipt).await;
+                if let Some(job_id) = job_id {
+                    let event = NewEvent::new(EventKind::MovedToDlq, &self.actor())
+                        .delivery(delivery_ref(
+                            &delivery.message_id,
+                            delivery.receive_count,
+                            &delivery.receipt,
+                        ))
+                        .detail(json!({ "reason": reason.as_str() }));
+                    self.event(job_id, event).await;
+                }
+            }
+        }
+        Outcome::Rejected(reason.as_str())
+    }
+
+    /// Examines one delivery and does what the job record allows.
+    pub(crate) async fn handle_delivery(&self, delivery: Delivery) -> Outcome {
+        let message = match message::parse(&delivery.body) {
+            Ok(message) => message,
+            Err(bad) => return self.reject(&delivery, bad, None).await,
+        };
+        let JobMessage { job_id, tenant } = message;
+        let job = match self.ledger.job(&job_id).await {
+            Ok(Some(job)) => job,
+            Ok(None) => return self.reject(&delivery, BadMessage::UnknownJob, None).await,
+            Err(_) => return Outcome::LedgerUnavailable,
+        };
+        if job.tenant != tenant {
+            return self
+                .reject(&delivery, BadMessage::WrongTenant, Some(&job_id))
+                .await;
+        }
+        let dref = delivery_ref(
+            &delivery.message_id,
+            delivery.receive_count,
+            &delivery.receipt,
+        );
+        self.event(
+            &job_id,
+            NewEvent::new(EventKind::DeliveryReceived, &self.actor())
+                .delivery(dref.clone())
+                .detail(json!({ "state": job.state.as_str() })),
+        )
+        .await;
+        if job.state.is_terminal() {
+            return self
+                .ack_terminal(&job_id, &delivery, &dref, job.state)
+                .await;
+        }
+        self.claim_and_run(job, delivery, dref).await
+    }
+
+    async fn ack_terminal(
+        &self,
+        job_id: &str,
+        delivery: &Delivery,
+        dref: &DeliveryRef,
+        state: JobState,
+    ) -> Outcome {
+        self.event(
+            job_id,
+            NewEvent::new(EventKind::DeliveryAckedTerminal, &self.actor())
+                .delivery(dref.clone())
+                .detail(json!({ "state": state.as_str() })),
+        )
+        .await;
+        self.delete(job_id, delivery, dref, None, "terminal").await;
+        Outcome::AckedTerminal
+    }
+
+    async fn suppress_duplicate(
+        &self,
+        job_id: &str,
+        delivery: &Delivery,
+        dref: &DeliveryRef,
+        epoch: i64,
+    ) -> Outcome {
+        let wait = self.config.timings.duplicate_wait;
+        let pushed = self.queue.change_visibility(&delivery.receipt, wait).await;
+        self.event(
+            job_id,
+            NewEvent::new(EventKind::DuplicateSuppressed, &self.actor())
+                .delivery(dref.clone())
+                .detail(json!({
+                    "owner_epoch": epoch,
+                    "defer_ms": wait.as_millis() as i64,
+                    "visibility": match &pushed { Ok(()) => "pushed", Err(e) => e.code() },
+                })),
+        )
+        .await;
+        Outcome::DuplicateSuppressed
+    }
+
+    async fn hand_to_ledger(
+        &self,
+        job_id: &str,
+        delivery: &Delivery,
+        dref: &DeliveryRef,
+        state: JobState,
+    ) -> Outcome {
+        self.delete(
+            job_id,
+            delivery,
+            dref,
+            None,
+            &format!("ledger_holds_{}", state.as_str()),
+        )
+        .await;
+        Outcome::HandedToLedger(state)
+    }
+
+    async fn claim_and_run(&self, job: Job, delivery: Delivery, dref: DeliveryRef) -> Outcome {
+        let job_id = job.job_id.clone();
+        let worker = self.config.worker_id.clone();
+        let t = &self.config.timings;
+        // A few rounds at most: a recovery may make the job claimable, a claim may race.
+        for _ in 0..3 {
+            let refusal = match self.ledger.claim(&job_id, &worker, t.lease).await {
+                Ok(claimed) => {
+                    return self
+                        .run_attempt(&job, claimed.epoch, claimed, delivery, dref)
+                        .await
+                }
+                Err(LedgerError::Refused { refusal, .. }) => refusal,
+                Err(_) => return Outcome::LedgerUnavailable,
+            };
+            match refusal {
+                Refusal::LiveOwner { epoch } => {
+                    return self
+                        .suppress_duplicate(&job_id, &delivery, &dref, epoch)
+                        .await
+                }
+                Refusal::LeaseExpired => {
+                    // Recovery first: fence the old owner, then the state table decides.
+                    match self
+                        .ledger
+                        .recovery_claim(&job_id, &self.actor(), "lease_expired", false)
+                        .await
+                    {
+                        Ok(r) if r.state == JobState::Unknown => {
+                            if job.replay_policy == ReplayPolicy::ReplayOnUnknown
+                                && self
+                                    .ledger
+                                    .decide(
+                                        &job_id,
+                                        r.epoch,
+                                        &Decision::ReplayPolicy,
+                                        &Actor::Policy,
+                                        "pre-approved replay policy",
+                                    )
+                                    .await
+                                    .is_ok()
+                            {
+                                continue;
+                            }
+                            return self
+                                .hand_to_ledger(&job_id, &delivery, &dref, JobState::Unknown)
+                                .await;
+                        }
+                        Ok(_) => continue,
+                        Err(LedgerError::Refused {
+                            refusal: Refusal::LiveOwner { epoch },
+                            ..
+                        }) => {
+                            return self
+                                .suppress_duplicate(&job_id, &delivery, &dref, epoch)
+                                .await
+                        }
+                        Err(LedgerError::Refused { .. }) => continue,
+                        Err(_) => return Outcome::LedgerUnavailable,
+                    }
+                }
+                Refusal::AlreadyTerminal(state) => {
+                    return self.ack_terminal(&job_id, &delivery, &dref, state).await
+                }
+                Refusal::DeadlinePassed | Refusal::BudgetExhausted => {
+                    // The claim has moved the job to its terminal state.
+                    let state = match self.ledger.job(&job_id).await {
+                        Ok(Some(j)) => j.state,
+                        _ => return Outcome::LedgerUnavailable,
+                    };
+                    if state.is_terminal() {
+                        return self.ack_terminal(&job_id, &delivery, &dref, state).await;
+                    }
+                    return self.hand_to_ledger(&job_id, &delivery, &dref, state).await;
+                }
+                Refusal::WrongState(JobState::Unknown) => {
+                    return self
+                        .hand_to_ledger(&job_id, &delivery, &dref, JobState::Unknown)
+                        .await
+                }
+                Refusal::BackoffPending => {
+                    let wait = match self.ledger.job(&job_id).await {
+                        Ok(Some(Job {
+                            retry_at: Some(at), ..
+                        })) => Duration::from_millis(
+                            ((at / 1000) - now_ms()).clamp(0, 12 * 3600 * 1000) as u64,
+                        ),
+                        _ => t.duplicate_wait,
+                    };
+                    let _ = self.queue.change_visibility(&delivery.receipt, wait).await;
+                    self.event(
+                        &job_id,
+                        NewEvent::new(EventKind::DeliveryDeferred, &self.actor())
+                            .delivery(dref.clone())
+                            .detail(
+                                json!({ "reason": "backoff", "defer_ms": wait.as_millis() as i64 }),
+                            ),
+                    )
+                    .await;
+                    return Outcome::Deferred;
+                }
+                _ => continue,
+            }
+        }
+        Outcome::Deferred
+    }
+
+    async fn run_attempt(
+        &self,
+        job: &Job,
+        epoch: i64,
+        claimed: crate::ledger::Claimed,
+        delivery: Delivery,
+        dref: DeliveryRef,
+    ) -> Outcome {
+        let job_id = job.job_id.as_str();
+        let progress = Progress::default();
+        let (stop_tx, mut stop_rx) = watch::channel(None::<StopReason>);
+        self.registry.insert(
+            job_id,
+            InFlight {
+                epoch,
+                receipt: delivery.receipt.clone(),
+                delivery: dref.clone(),
+                first_receive_at_ms: delivery.first_receive_at_ms.unwrap_or_else(now_ms),
+                deadline_at_ms: claimed.deadline_at / 1000,
+                lease_until_ms: claimed.owner_until / 1000,
+                next_renewal: tokio::time::Instant::now().into_std()
+                    + self.config.timings.heartbeat,
+                progress: progress.clone(),
+                stop: stop_tx,
+            },
+        );
+        let outcome = self
+            .attempt(job, epoch, &delivery, &dref, progress, &mut stop_rx)
+            .await;
+        self.registry.remove(job_id);
+        outcome
+    }
+
+    async fn attempt(
+        &self,
+        job: &Job,
+        epoch: i64,
+        delivery: &Delivery,
+        dref: &DeliveryRef,
+        progress: Progress,
+        stop: &mut watch::Receiver<Option<StopReason>>,
+    ) -> Outcome {
+        let job_id = job.job_id.as_str();
+        let worker = self.config.worker_id.as_str();
+        // The durable attempt record comes first: a stale owner cannot even write it.
+        let attempt = match self
+            .ledger
+            .start_attempt(job_id, epoch, worker, self.provider.name())
+            .await
+        {
+            Ok(attempt) => attempt,
+            Err(LedgerError::Refused { refusal, .. }) => {
+                return Outcome::Fenced(static_code(&refusal))
+            }
+            Err(_) => return Outcome::LedgerUnavailable,
+        };
+        let client_request_id = format!("{job_id}:{}", attempt.attempt_no);
+        let recorded = self
+            .ledger
+            .set_provider_request_id(job_id, attempt.attempt_no, epoch, &client_request_id)
+            .await;
+        let input = self.ledger.job_input(job_id).await;
+        let (Ok(()), Ok(Some((input, model)))) = (recorded, input) else {
+            return Outcome::LedgerUnavailable;
+        };
+        let request = ProviderRequest {
+            job_id: job_id.to_owned(),
+            attempt_no: attempt.attempt_no,
+            client_request_id: client_request_id.clone(),
+            input,
+            model,
+        };
+        let call = self.provider.call(request, progress);
+        let stopped = async {
+            loop {
+                if let Some(reason) = stop.borrow_and_update().clone() {
+                    return reason;
+                }
+                if stop.changed().await.is_err() {
+                    return StopReason::Shutdown;
+                }
+            }
+        };
+        let result = tokio::select! {
+            outcome = call => Ok(outcome),
+            reason = stopped => Err(reason),
+        };
+        match result {
+            Ok(ProviderOutcome::Succeeded { answer, .. }) => {
+                self.commit(job_id, epoch, attempt.attempt_no, &answer, delivery, dref)
+                    .await
+            }
+            Ok(ProviderOutcome::Retryable { code, .. }) => {
+                let backoff = self.config.timings.backoff(attempt.attempt_no);
+                let failure = Failure::Retryable {
+                    error_code: code,
+                    backoff,
+                };
+                self.record_failure(job_id, epoch, attempt.attempt_no, &failure, delivery, dref)
+                    .await
+            }
+            Ok(ProviderOutcome::Fatal { code, .. }) => {
+                let failure = Failure::Fatal { error_code: code };
+                self.record_failure(job_id, epoch, attempt.attempt_no, &failure, delivery, dref)
+                    .await
+            }
+            Ok(ProviderOutcome::Uncertain { code, .. }) => {
+                // Ask the provider first; only a retrieved answer settles it.
+                if let Retrieval::Found(answer) = self.provider.retrieve(&client_request_id).await {
+                    return self
+                        .commit(job_id, epoch, attempt.attempt_no, &answer, delivery, dref)
+                        .await;
+                }
+                self.release(job_id, epoch, &format!("provider_{code}"), delivery, dref)
+                    .await
+            }
+            Err(StopReason::LeaseLost(code)) => {
+                // Stop new attempts and effects; never set visibility to zero while a stale
+                // owner could still commit. Recovery follows the state table.
+                self.event(
+                    job_id,
+                    NewEvent::new(EventKind::LeaseLost, &self.actor())
+                        .epoch(epoch)
+                        .attempt(attempt.attempt_no)
+                        .delivery(dref.clone())
+                        .detail(json!({ "reason": code })),
+                )
+                .await;
+                Outcome::Stopped(format!("lease_lost:{code}"))
+            }
+            Err(StopReason::DeadlineReached) => {
+                if let Ok(true) = self.ledger.expire_if_due(job_id, &self.actor()).await {
+                    self.delete(job_id, delivery, dref, Some(epoch), "expired")
+                        .await;
+                }
+                Outcome::Stopped("deadline_reached".into())
+            }
+            Err(reason @ (StopReason::NoProgress | StopReason::Shutdown)) => {
+                match self
+                    .release(job_id, epoch, reason.code(), delivery, dref)
+                    .await
+                {
+                    Outcome::HandedToLedger(_) => Outcome::Stopped(reason.code().into()),
+                    other => other,
+                }
+            }
+        }
+    }
+
+    async fn commit(
+        &self,
+        job_id: &str,
+        epoch: i64,
+        attempt_no: i64,
+        answer: &str,
+        delivery: &Delivery,
+        dref: &DeliveryRef,
+    ) -> Outcome {
+        let worker = self.config.worker_id.as_str();
+        // A transient ledger error is retried while the lease may still be valid; a refusal
+        // is final and is never followed by an unconditional write.
+        for retry in 0..3u32 {
+            match self
+                .ledger
+                .accept_result(job_id, epoch, attempt_no, worker, answer)
+                .await
+            {
+                Ok(_) => {
+                    self.delete(job_id, delivery, dref, Some(epoch), "succeeded")
+                        .await;
+                    return Outcome::Succeeded;
+                }
+                Err(LedgerError::Refused { refusal, .. }) => {
+                    return Outcome::Fenced(static_code(&refusal))
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(200 << retry)).await,
+            }
+        }
+        Outcome::LedgerUnavailable
+    }
+
+    async fn record_failure(
+        &self,
+        job_id: &str,
+        epoch: i64,
+        attempt_no: i64,
+        failure: &Failure,
+        delivery: &Delivery,
+        dref: &DeliveryRef,
+    ) -> Outcome {
+        match self
+            .ledger
+            .record_failure(job_id, epoch, attempt_no, &self.config.worker_id, failure)
+            .await
+        {
+            Ok(outcome) => {
+                // Retryable: the outbox re-dispatches after the backoff; terminal: done.
+                self.delete(job_id, delivery, dref, Some(epoch), outcome.state.as_str())
+                    .await;
+                Outcome::Failed(outcome.state)
+            }
+            Err(LedgerError::Refused { refusal, .. }) => Outcome::Fenced(static_code(&refusal)),
+            Err(_) => Outcome::LedgerUnavailable,
+        }
+    }
+
+    async fn release(
+        &self,
+        job_id: &str,
+        epoch: i64,
+        reason: &str,
+        delivery: &Delivery,
+        dref: &DeliveryRef,
+    ) -> Outcome {
+        match self
+            .ledger
+            .release(job_id, epoch, &self.config.worker_id, reason)
+            .await
+        {
+            Ok(released) => {
+                self.delete(job_id, delivery, dref, Some(released.epoch), "released")
+                    .await;
+                Outcome::HandedToLedger(released.state)
+            }
+            Err(LedgerError::Refused { refusal, .. }) => Outcome::Fenced(static_code(&refusal)),
+            Err(_) => Outcome::LedgerUnavailable,
+        }
+    }
+}
+
+fn static_code(refusal: &Refusal) -> &'static str {
+    refusal.code()
+}

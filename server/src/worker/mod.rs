@@ -1,0 +1,232 @@
+//! The worker, the outbox dispatcher and the reaper.
+//!
+//! Owns moving jobs through the queue safely: the worker examines each delivery against the
+//! ledger ([`delivery`]), keeps visibility and leases renewed separately ([`heartbeat`]), and
+//! deletes only after a durable outcome; the dispatcher sends outbox rows to the queue; the
+//! reaper recovers expired leases, expires passed deadlines, reconciles `unknown` jobs through
+//! provider retrieval and re-dispatches workable jobs whose message went missing. Each loop is
+//! a thin wrapper around a testable step, and every one is safe to run in several processes.
+//! Must not log receipt handles, inputs or answers.
+
+mod delivery;
+pub mod dispatcher;
+mod heartbeat;
+pub mod message;
+pub mod reaper;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+pub use delivery::Outcome;
+pub use heartbeat::{RenewalStats, StopReason};
+
+use crate::ledger::Ledger;
+use crate::provider::Provider;
+use crate::queue::{Delivery, Queue, MAX_BATCH};
+
+/// The clocks of the transport rules. Production defaults follow the illustrative policy:
+/// receive with 90 s of visibility, renew every 25 s, keep a 15 s margin.
+#[derive(Debug, Clone)]
+pub struct Timings {
+    /// Visibility asked on receive and on each renewal.
+    pub visibility: Duration,
+    /// How often each in-flight job's visibility and lease are renewed.
+    pub heartbeat: Duration,
+    /// Ledger lease length asked on claim and renewal (never past the deadline).
+    pub lease: Duration,
+    /// Slack kept for scheduling delay and the renewal requests themselves.
+    pub margin: Duration,
+    /// How long a duplicate delivery is pushed away while a live owner works.
+    pub duplicate_wait: Duration,
+    /// No provider progress for this long stops the job's work (the call may have run).
+    pub progress_timeout: Duration,
+    /// Long-poll wait of each receive.
+    pub receive_wait: Duration,
+    /// First retry backoff, doubled per attempt up to `backoff_max`.
+    pub backoff_base: Duration,
+    pub backoff_max: Duration,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Timings {
+            visibility: Duration::from_secs(90),
+            heartbeat: Duration::from_secs(25),
+            lease: Duration::from_secs(90),
+            margin: Duration::from_secs(15),
+            duplicate_wait: Duration::from_secs(30),
+            progress_timeout: Duration::from_secs(600),
+            receive_wait: Duration::from_secs(10),
+            backoff_base: Duration::from_secs(5),
+            backoff_max: Duration::from_secs(300),
+        }
+    }
+}
+
+impl Timings {
+    /// Compressed timings for drills and tests: the same rules, seconds instead of minutes.
+    pub fn compressed() -> Self {
+        Timings {
+            visibility: Duration::from_secs(2),
+            heartbeat: Duration::from_millis(700),
+            lease: Duration::from_secs(2),
+            margin: Duration::from_millis(300),
+            duplicate_wait: Duration::from_secs(1),
+            progress_timeout: Duration::from_secs(30),
+            receive_wait: Duration::from_millis(200),
+            backoff_base: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(2),
+        }
+    }
+
+    /// The backoff before attempt `attempt_no + 1`.
+    pub fn backoff(&self, attempt_no: i64) -> Duration {
+        let shift = u32::try_from(attempt_no.saturating_sub(1))
+            .unwrap_or(0)
+            .min(16);
+        self.backoff_base
+            .saturating_mul(1 << shift)
+            .min(self.backoff_max)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub worker_id: String,
+    pub timings: Timings,
+    /// Jobs this worker holds at once.
+    pub max_in_flight: usize,
+    /// How long a graceful shutdown lets in-flight calls finish before handing them back.
+    pub drain_timeout: Duration,
+}
+
+impl WorkerConfig {
+    pub fn new(worker_id: impl Into<String>) -> Self {
+        WorkerConfig {
+            worker_id: worker_id.into(),
+            timings: Timings::default(),
+            max_in_flight: 64,
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What every task of one worker shares.
+pub(crate) struct Shared<Q, P> {
+    pub(crate) ledger: Ledger,
+    pub(crate) queue: Q,
+    pub(crate) provider: P,
+    pub(crate) config: WorkerConfig,
+    pub(crate) registry: heartbeat::Registry,
+    pub(crate) stats: RenewalStats,
+}
+
+/// A worker: receive, examine, run, renew, commit, delete.
+pub struct Worker<Q, P> {
+    shared: Arc<Shared<Q, P>>,
+}
+
+impl<Q, P> Clone for Worker<Q, P> {
+    fn clone(&self) -> Self {
+        Worker {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+}
+
+impl<Q: Queue, P: Provider> Worker<Q, P> {
+    pub fn new(ledger: Ledger, queue: Q, provider: P, config: WorkerConfig) -> Self {
+        Worker {
+            shared: Arc::new(Shared {
+                ledger,
+                queue,
+                provider,
+                config,
+                registry: heartbeat::Registry::default(),
+                stats: RenewalStats::default(),
+            }),
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.shared.config.worker_id
+    }
+
+    /// Examines and handles one delivery to its end (the step the loop runs per message).
+    /// Its renewals need the heartbeat running ([`Worker::run`] starts it).
+    pub async fn handle_delivery(&self, delivery: Delivery) -> Outcome {
+        self.shared.handle_delivery(delivery).await
+    }
+
+    /// Jobs in flight right now.
+    pub fn in_flight(&self) -> usize {
+        self.shared.registry.len()
+    }
+
+    /// Renewal lateness observed by the heartbeat.
+    pub fn renewal_stats(&self) -> RenewalStats {
+        self.shared.stats.clone()
+    }
+
+    /// Starts only the heartbeat (for tests that drive [`Worker::handle_delivery`] directly).
+    pub fn spawn_heartbeat(&self, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(heartbeat::run(Arc::clone(&self.shared), shutdown))
+    }
+
+    /// Receives and handles messages until `shutdown`, then stops receiving, lets in-flight
+    /// work finish for up to `drain_timeout`, and hands back what is left: an attempt in
+    /// flight leaves the job `unknown`, a claim without one goes back to `retry_authorized`.
+    pub async fn run(&self, shutdown: CancellationToken) {
+        let heartbeat_stop = CancellationToken::new();
+        let heartbeat = self.spawn_heartbeat(heartbeat_stop.clone());
+        let mut tasks = tokio::task::JoinSet::new();
+        let t = &self.shared.config.timings;
+        let mut failures = 0u32;
+        while !shutdown.is_cancelled() {
+            while tasks.try_join_next().is_some() {}
+            let room = self.shared.config.max_in_flight.saturating_sub(tasks.len());
+            if room == 0 {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tasks.join_next() => continue,
+                }
+            }
+            let received = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                received = self.shared.queue.receive(room.min(MAX_BATCH), t.visibility, t.receive_wait) => received,
+            };
+            match received {
+                Ok(deliveries) => {
+                    failures = 0;
+                    for delivery in deliveries {
+                        let worker = self.clone();
+                        tasks.spawn(async move {
+                            let message_id = delivery.message_id.clone();
+                            let outcome = worker.handle_delivery(delivery).await;
+                            tracing::debug!(%message_id, ?outcome, "delivery handled");
+                        });
+                    }
+                }
+                Err(error) => {
+                    failures = failures.saturating_add(1);
+                    let pause = Duration::from_millis(100 * u64::from(failures.min(50)));
+                    tracing::warn!(%error, ?pause, "receive failed");
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+        // Drain: no new receives; give in-flight calls time, then hand them back.
+        let drained = tokio::time::timeout(self.shared.config.drain_timeout, async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        if drained.is_err() {
+            self.shared.registry.stop_all(StopReason::Shutdown);
+            while tasks.join_next().await.is_some() {}
+        }
+        heartbeat_stop.cancel();
+        let _ = heartbeat.await;
+    }
+}
