@@ -145,6 +145,43 @@ pub struct RuntimeArgs {
     /// A workable job whose last dispatch is older than this is sent again.
     #[arg(long, env = "FENCELINE_REDISPATCH_AFTER_SECS", default_value_t = 900)]
     pub redispatch_after_secs: u64,
+
+    /// `production` refuses fault injection; anything else allows it (chaos tests, drills).
+    #[arg(long, env = "FENCELINE_ENVIRONMENT", default_value = "development")]
+    pub environment: String,
+    /// Chaos testing: fraction of deletes dropped (reported as timed out).
+    #[arg(
+        long,
+        env = "FENCELINE_CHAOS_DELETE_TIMEOUT",
+        default_value_t = 0.0,
+        hide = true
+    )]
+    pub chaos_delete_timeout: f64,
+    /// Chaos testing: fraction of visibility changes dropped (reported as timed out).
+    #[arg(
+        long,
+        env = "FENCELINE_CHAOS_VISIBILITY_TIMEOUT",
+        default_value_t = 0.0,
+        hide = true
+    )]
+    pub chaos_visibility_timeout: f64,
+    /// Chaos testing: fraction of received messages delivered again as a copy.
+    #[arg(
+        long,
+        env = "FENCELINE_CHAOS_DUPLICATE",
+        default_value_t = 0.0,
+        hide = true
+    )]
+    pub chaos_duplicate: f64,
+}
+
+impl RuntimeArgs {
+    /// Whether any fault injection was asked for.
+    pub fn chaos(&self) -> bool {
+        self.chaos_delete_timeout > 0.0
+            || self.chaos_visibility_timeout > 0.0
+            || self.chaos_duplicate > 0.0
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -113,19 +113,43 @@ pub mod runtime {
     use crate::provider::stub::{StubConfig, StubProvider};
     use crate::provider::AnyProvider;
     use crate::queue::embedded::EmbeddedQueue;
+    use crate::queue::faults::{FaultPlan, FaultyQueue};
     use crate::queue::sqs::SqsQueue;
     use crate::queue::{AnyQueue, Queue, QueueError};
     use crate::worker::{dispatcher, reaper, Timings, Worker, WorkerConfig};
 
     #[derive(Debug, thiserror::Error)]
     pub enum RuntimeError {
+        #[error("fault injection is refused in a production deployment")]
+        ChaosInProduction,
         #[error("cannot open the queue")]
         Queue(#[from] QueueError),
         #[error("cannot build the provider: {0}")]
         Provider(String),
     }
 
-    pub async fn queue(ledger: &Ledger, args: &RuntimeArgs) -> Result<AnyQueue, RuntimeError> {
+    /// The configured queue, wrapped for fault injection (inert unless chaos flags are set;
+    /// refused in production).
+    pub async fn queue(
+        ledger: &Ledger,
+        args: &RuntimeArgs,
+    ) -> Result<FaultyQueue<AnyQueue>, RuntimeError> {
+        if args.chaos() && args.environment == "production" {
+            return Err(RuntimeError::ChaosInProduction);
+        }
+        let queue = FaultyQueue::new(plain_queue(ledger, args).await?);
+        if args.chaos() {
+            tracing::warn!("fault injection is armed on this worker's queue");
+            queue.arm(FaultPlan {
+                delete_timeout: args.chaos_delete_timeout,
+                visibility_timeout: args.chaos_visibility_timeout,
+                duplicate: args.chaos_duplicate,
+            });
+        }
+        Ok(queue)
+    }
+
+    async fn plain_queue(ledger: &Ledger, args: &RuntimeArgs) -> Result<AnyQueue, RuntimeError> {
         Ok(match args.queue {
             QueueArg::Embedded => AnyQueue::Embedded(EmbeddedQueue::new(
                 ledger.clone(),
@@ -188,7 +212,7 @@ pub mod runtime {
     pub fn spawn(
         tasks: &mut JoinSet<&'static str>,
         ledger: &Ledger,
-        queue: AnyQueue,
+        queue: FaultyQueue<AnyQueue>,
         provider: AnyProvider,
         args: &RuntimeArgs,
         shutdown: &CancellationToken,

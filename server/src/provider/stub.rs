@@ -25,7 +25,8 @@ pub struct StubConfig {
 #[derive(Clone, Default)]
 pub struct StubProvider {
     config: StubConfig,
-    executed: Arc<Mutex<HashMap<String, String>>>,
+    /// By client request id: the answer of an executed request, `None` for a refused one.
+    executed: Arc<Mutex<HashMap<String, Option<String>>>>,
     calls: Arc<Mutex<HashMap<String, u32>>>,
 }
 
@@ -72,6 +73,10 @@ impl Provider for StubProvider {
         let retryable = !fatal && draw(&id, "retryable") < self.config.retryable_rate;
         if fatal || retryable {
             // Refused before execution: a confirmed failure, nothing billed.
+            self.executed
+                .lock()
+                .expect("stub lock")
+                .insert(id.clone(), None);
             let code = if fatal {
                 "stub_invalid_request"
             } else {
@@ -111,7 +116,7 @@ impl Provider for StubProvider {
         self.executed
             .lock()
             .expect("stub lock")
-            .insert(id.clone(), answer.clone());
+            .insert(id.clone(), Some(answer.clone()));
         if draw(&id, "lost") < self.config.lost_response_rate {
             return ProviderOutcome::Uncertain {
                 code: "stub_response_lost".into(),
@@ -121,15 +126,14 @@ impl Provider for StubProvider {
         ProviderOutcome::Succeeded { answer, request_id }
     }
 
+    /// Only what this stub saw is certain: a request it never heard of (another process's,
+    /// or one lost on the way) proves nothing.
     async fn retrieve(&self, client_request_id: &str) -> Retrieval {
-        match self
-            .executed
-            .lock()
-            .expect("stub lock")
-            .get(client_request_id)
-        {
-            Some(answer) => Retrieval::Found(answer.clone()),
-            None => Retrieval::NeverExecuted,
+        let executed = self.executed.lock().expect("stub lock");
+        match executed.get(client_request_id) {
+            Some(Some(answer)) => Retrieval::Found(answer.clone()),
+            Some(None) => Retrieval::NeverExecuted,
+            None => Retrieval::Inconclusive,
         }
     }
 }
@@ -160,7 +164,7 @@ mod tests {
             stub.retrieve("job_x:1").await,
             Retrieval::Found(_)
         ));
-        assert_eq!(stub.retrieve("job_x:2").await, Retrieval::NeverExecuted);
+        assert_eq!(stub.retrieve("job_x:2").await, Retrieval::Inconclusive);
         assert_eq!(stub.calls_for("job_x"), 1);
     }
 

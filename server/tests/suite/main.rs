@@ -8,6 +8,8 @@
 mod api;
 mod helpers;
 mod ledger_contract;
+mod processes;
 mod properties;
+mod providers;
 mod queue_contract;
 mod worker;

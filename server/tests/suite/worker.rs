@@ -284,3 +284,227 @@ async fn a_call_past_the_deadline_expires_the_job_and_a_later_copy_is_acknowledg
     assert!(count_kind(&rig.ledger, &job_id, "delivery_acked_terminal").await >= 1);
     rig.stop().await;
 }
+
+/// Faults only the embedded queue can inject exactly: a copy of a message while its owner
+/// works, and a copy after deletion.
+mod embedded_copies {
+    use super::*;
+    use crate::helpers::Rig;
+    use fenceline::queue::AnyQueue;
+
+    async fn message_id_of(rig: &Rig, job_id: &str) -> String {
+        rig.ledger
+            .events(job_id, 0, 100)
+            .await
+            .unwrap()
+            .into_iter()
+            .find_map(|e| (e.kind == "delivery_received").then(|| e.delivery.unwrap().message_id))
+            .expect("a delivery")
+    }
+
+    fn embedded(rig: &Rig) -> &fenceline::queue::embedded::EmbeddedQueue {
+        match rig.queue.inner() {
+            AnyQueue::Embedded(q) => q,
+            AnyQueue::Sqs(_) => unreachable!("embedded rig"),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_copy_delivered_while_the_owner_works_is_suppressed_without_inference() {
+        let rig = rig(
+            QueueKind::EmbeddedSqlite,
+            StubConfig {
+                latency: Duration::from_secs(3),
+                ..Default::default()
+            },
+            2,
+        )
+        .await;
+        let job_id = rig.submit("dup").await;
+        rig.wait_for(&job_id, LIMIT, |j| j.pending_attempt.is_some())
+            .await;
+        let message_id = message_id_of(&rig, &job_id).await;
+        embedded(&rig)
+            .deliver_copy(
+                &message_id,
+                &JobMessage::body(&job_id, "acme"),
+                Duration::ZERO,
+            )
+            .await
+            .unwrap();
+        rig.wait_for(&job_id, LIMIT, |j| j.state == JobState::Succeeded)
+            .await;
+        assert!(count_kind(&rig.ledger, &job_id, "duplicate_suppressed").await >= 1);
+        assert_eq!(rig.stub.calls_for(&job_id), 1);
+        assert_eq!(rig.ledger.attempts(&job_id).await.unwrap().len(), 1);
+        rig.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_copy_delivered_after_deletion_is_acknowledged_without_inference() {
+        let rig = rig(QueueKind::EmbeddedPostgres, quick(), 1).await;
+        let job_id = rig.submit("after-delete").await;
+        rig.wait_for(&job_id, LIMIT, |j| j.state == JobState::Succeeded)
+            .await;
+        let message_id = message_id_of(&rig, &job_id).await;
+        embedded(&rig)
+            .deliver_copy(
+                &message_id,
+                &JobMessage::body(&job_id, "acme"),
+                Duration::ZERO,
+            )
+            .await
+            .unwrap();
+        let until = tokio::time::Instant::now() + LIMIT;
+        while count_kind(&rig.ledger, &job_id, "delivery_acked_terminal").await == 0 {
+            assert!(
+                tokio::time::Instant::now() < until,
+                "the copy was never acknowledged"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(rig.stub.calls_for(&job_id), 1);
+        rig.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_lost_response_is_settled_by_retrieval_not_by_a_second_call() {
+        let rig = rig(
+            QueueKind::EmbeddedSqlite,
+            StubConfig {
+                latency: Duration::from_millis(50),
+                lost_response_rate: 1.0,
+                ..Default::default()
+            },
+            1,
+        )
+        .await;
+        let job_id = rig.submit("lost").await;
+        rig.wait_for(&job_id, LIMIT, |j| j.state == JobState::Succeeded)
+            .await;
+        assert_eq!(rig.stub.calls_for(&job_id), 1);
+        assert_eq!(rig.ledger.attempts(&job_id).await.unwrap().len(), 1);
+        rig.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_graceful_shutdown_hands_an_attempt_in_flight_back_to_the_ledger() {
+        let rig = rig(
+            QueueKind::EmbeddedSqlite,
+            StubConfig {
+                latency: Duration::from_secs(30),
+                ..Default::default()
+            },
+            1,
+        )
+        .await;
+        let job_id = rig.submit("shutdown").await;
+        rig.wait_for(&job_id, LIMIT, |j| j.pending_attempt.is_some())
+            .await;
+        let ledger = rig.ledger.clone();
+        rig.stop().await;
+        let job = ledger.job(&job_id).await.unwrap().unwrap();
+        assert_eq!(
+            job.state,
+            JobState::Unknown,
+            "the call may have reached the model"
+        );
+        assert_eq!(job.recovery_reason.as_deref(), Some("shutdown"));
+        assert_eq!(
+            ledger.attempts(&job_id).await.unwrap()[0].outcome,
+            AttemptOutcome::Lost
+        );
+        assert!(kinds(&ledger, &job_id)
+            .await
+            .iter()
+            .any(|k| k == "message_deleted"));
+    }
+}
+
+mod reaper {
+    use super::*;
+    use fenceline::job::Actor;
+    use fenceline::provider::stub::StubProvider;
+    use fenceline::provider::{Progress, Provider, ProviderRequest};
+    use fenceline::worker::reaper::reap_once;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_reaper_recovers_reconciles_expires_and_redispatches() {
+        let (ledger, _db) = crate::helpers::fresh_ledger(crate::helpers::Db::Sqlite).await;
+        let stub = StubProvider::new(StubConfig::default());
+        // An owner that called the model and vanished before committing.
+        let job_id =
+            crate::helpers::create(&ledger, new_job("acme", "vanished", serde_json::json!(1)))
+                .await;
+        let claimed = ledger
+            .claim(&job_id, "gone", Duration::from_millis(100))
+            .await
+            .unwrap();
+        let attempt = ledger
+            .start_attempt(&job_id, claimed.epoch, "gone", "stub")
+            .await
+            .unwrap();
+        let client_id = format!("{job_id}:{}", attempt.attempt_no);
+        ledger
+            .set_provider_request_id(&job_id, attempt.attempt_no, claimed.epoch, &client_id)
+            .await
+            .unwrap();
+        let request = ProviderRequest {
+            job_id: job_id.clone(),
+            attempt_no: attempt.attempt_no,
+            client_request_id: client_id,
+            input: serde_json::json!(1),
+            model: serde_json::json!({}),
+        };
+        stub.call(request, Progress::default()).await;
+        // A job past its deadline, and one whose message went missing.
+        let mut short = new_job("acme", "short", serde_json::json!(2));
+        short.deadline = Duration::from_millis(100);
+        let short_id = crate::helpers::create(&ledger, short).await;
+        let quiet_id =
+            crate::helpers::create(&ledger, new_job("acme", "quiet", serde_json::json!(3))).await;
+        let outbox = ledger
+            .claim_outbox(10, Duration::from_secs(60))
+            .await
+            .unwrap();
+        let sent: Vec<_> = outbox
+            .into_iter()
+            .map(|item| (item, "m".to_owned()))
+            .collect();
+        ledger.mark_dispatched(&sent, "test").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+
+        let first = reap_once(&ledger, &stub, Duration::from_millis(200))
+            .await
+            .unwrap();
+        assert_eq!(first.expired, 1);
+        assert_eq!(first.recovered, 1);
+        assert_eq!(
+            first.reconciled, 1,
+            "retrieval found the vanished owner's answer"
+        );
+        assert!(first.redispatched >= 1);
+        let job = ledger.job(&job_id).await.unwrap().unwrap();
+        assert_eq!(job.state, JobState::Succeeded);
+        assert_eq!(
+            ledger.decisions(&job_id).await.unwrap()[0].actor,
+            Actor::System.to_string()
+        );
+        assert_eq!(
+            ledger.job(&short_id).await.unwrap().unwrap().state,
+            JobState::Expired
+        );
+        assert!(
+            kinds(&ledger, &quiet_id)
+                .await
+                .iter()
+                .filter(|k| *k == "dispatched")
+                .count()
+                == 1
+        );
+        assert!(
+            ledger.outbox_pending().await.unwrap() >= 1,
+            "the quiet job is queued to be sent again"
+        );
+    }
+}

@@ -1,0 +1,236 @@
+//! The OpenAI-compatible provider against a local fake server, and through the worker.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use fenceline::provider::openai::{ApiKey, OpenAiConfig, OpenAiProvider};
+use fenceline::provider::{Progress, Provider, ProviderOutcome, ProviderRequest, Retrieval};
+use serde_json::{json, Value};
+
+#[derive(Clone, Default)]
+struct Fake {
+    stored: Arc<Mutex<Vec<Value>>>,
+    seen_keys: Arc<Mutex<Vec<String>>>,
+}
+
+fn completion(id: &str, content: &str, metadata: &Value) -> Value {
+    json!({
+        "id": id,
+        "object": "chat.completion",
+        "model": "fake-model",
+        "metadata": metadata,
+        "choices": [{ "index": 0, "message": { "role": "assistant", "content": content } }],
+        "usage": { "prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5 }
+    })
+}
+
+async fn completions(
+    State(fake): State<Fake>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    if let Some(auth) = headers.get("authorization").and_then(|v| v.to_str().ok()) {
+        fake.seen_keys.lock().unwrap().push(auth.to_owned());
+    }
+    let prompt = body["messages"][0]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let metadata = body.get("metadata").cloned().unwrap_or(Value::Null);
+    let headers = [("x-request-id", "req-fake-1")];
+    match prompt.as_str() {
+        "rate" => (StatusCode::TOO_MANY_REQUESTS, headers, "slow down").into_response(),
+        "bad" => (StatusCode::BAD_REQUEST, headers, "bad request").into_response(),
+        "gateway" => (StatusCode::BAD_GATEWAY, headers, "upstream").into_response(),
+        "garbled" => (StatusCode::OK, headers, "{not json").into_response(),
+        "hang" => {
+            // Executed and stored, but the answer never arrives in time.
+            fake.stored
+                .lock()
+                .unwrap()
+                .push(completion("cmpl-hang", "late answer", &metadata));
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            (StatusCode::OK, headers, "{}").into_response()
+        }
+        _ => {
+            let c = completion("cmpl-1", &format!("echo: {prompt}"), &metadata);
+            fake.stored.lock().unwrap().push(c.clone());
+            (StatusCode::OK, headers, Json(c)).into_response()
+        }
+    }
+}
+
+async fn list(State(fake): State<Fake>, Query(q): Query<Vec<(String, String)>>) -> Json<Value> {
+    let wanted = q
+        .iter()
+        .find(|(k, _)| k == "metadata[fenceline_request]")
+        .map(|(_, v)| v.clone());
+    let data: Vec<Value> = fake
+        .stored
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| {
+            wanted
+                .as_deref()
+                .is_some_and(|w| c["metadata"]["fenceline_request"] == w)
+        })
+        .cloned()
+        .collect();
+    Json(json!({ "object": "list", "data": data }))
+}
+
+async fn fake_server() -> (String, Fake) {
+    let fake = Fake::default();
+    let app = Router::new()
+        .route("/v1/chat/completions", post(completions).get(list))
+        .with_state(fake.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}/v1"), fake)
+}
+
+fn provider(base_url: &str) -> OpenAiProvider {
+    OpenAiProvider::new(OpenAiConfig {
+        base_url: base_url.into(),
+        api_key: Some(ApiKey::new("sk-test-key".into())),
+        default_model: "fake-model".into(),
+        timeout: Duration::from_millis(800),
+        retrieval: true,
+    })
+    .unwrap()
+}
+
+fn request(prompt: &str, id: &str) -> ProviderRequest {
+    ProviderRequest {
+        job_id: "job_x".into(),
+        attempt_no: 1,
+        client_request_id: id.into(),
+        input: json!(prompt),
+        model: json!({ "temperature": 0 }),
+    }
+}
+
+#[tokio::test]
+async fn an_openai_compatible_server_is_called_and_its_failures_are_classified() {
+    let (url, fake) = fake_server().await;
+    let p = provider(&url);
+    let ok = p
+        .call(request("hello", "job_x:1"), Progress::default())
+        .await;
+    let ProviderOutcome::Succeeded { answer, request_id } = ok else {
+        panic!("expected success, got {ok:?}");
+    };
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["content"], "echo: hello");
+    assert_eq!(answer["usage"]["total_tokens"], 5);
+    assert_eq!(request_id.as_deref(), Some("req-fake-1"));
+    assert_eq!(fake.seen_keys.lock().unwrap()[0], "Bearer sk-test-key");
+
+    let outcome = |prompt: &'static str| {
+        let p = p.clone();
+        async move {
+            p.call(request(prompt, "job_x:2"), Progress::default())
+                .await
+        }
+    };
+    assert!(
+        matches!(outcome("rate").await, ProviderOutcome::Retryable { code, .. } if code == "rate_limited")
+    );
+    assert!(
+        matches!(outcome("bad").await, ProviderOutcome::Fatal { code, .. } if code == "http_400")
+    );
+    assert!(matches!(
+        outcome("gateway").await,
+        ProviderOutcome::Uncertain { .. }
+    ));
+    assert!(
+        matches!(outcome("garbled").await, ProviderOutcome::Uncertain { code, .. } if code == "unreadable_response")
+    );
+    assert!(
+        matches!(outcome("hang").await, ProviderOutcome::Uncertain { code, .. } if code == "timeout")
+    );
+
+    let nowhere = provider("http://127.0.0.1:9/v1");
+    assert!(matches!(
+        nowhere.call(request("x", "job_x:3"), Progress::default()).await,
+        ProviderOutcome::Retryable { code, .. } if code == "connect_failed"
+    ));
+}
+
+#[tokio::test]
+async fn an_uncertain_call_is_retrieved_by_fenceline_request_id() {
+    let (url, _fake) = fake_server().await;
+    let p = provider(&url);
+    let lost = p
+        .call(request("hang", "job_y:1"), Progress::default())
+        .await;
+    assert!(matches!(lost, ProviderOutcome::Uncertain { .. }));
+    match p.retrieve("job_y:1").await {
+        Retrieval::Found(answer) => assert!(answer.contains("late answer")),
+        other => panic!("expected the stored completion, got {other:?}"),
+    }
+    assert_eq!(
+        p.retrieve("job_y:9").await,
+        Retrieval::Inconclusive,
+        "absence proves nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_runs_a_job_on_an_openai_compatible_server() {
+    use fenceline::job::JobState;
+    use fenceline::queue::embedded::EmbeddedQueue;
+    use fenceline::worker::{dispatcher, Timings, Worker, WorkerConfig};
+
+    let (url, _fake) = fake_server().await;
+    let (ledger, _db) = crate::helpers::fresh_ledger(crate::helpers::Db::Sqlite).await;
+    let queue = EmbeddedQueue::new(ledger.clone(), "jobs", 5);
+    let mut config = WorkerConfig::new("w");
+    config.timings = Timings::compressed();
+    let worker = Worker::new(ledger.clone(), queue.clone(), provider(&url), config);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn({
+        let stop = stop.clone();
+        async move { worker.run(stop).await }
+    });
+    let dispatching = tokio::spawn(dispatcher::run(
+        ledger.clone(),
+        queue,
+        Duration::from_millis(20),
+        stop.clone(),
+    ));
+    let job_id = crate::helpers::create(
+        &ledger,
+        crate::helpers::new_job("acme", "oa", json!("summarise this")),
+    )
+    .await;
+    let until = tokio::time::Instant::now() + Duration::from_secs(15);
+    let job = loop {
+        let job = ledger.job(&job_id).await.unwrap().unwrap();
+        if job.state.is_terminal() {
+            break job;
+        }
+        assert!(tokio::time::Instant::now() < until);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(job.state, JobState::Succeeded);
+    let body = ledger
+        .result_body(job.result_ref.as_deref().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(body.contains("echo: summarise this"));
+    assert_eq!(
+        ledger.attempts(&job_id).await.unwrap()[0].provider,
+        "openai"
+    );
+    stop.cancel();
+    let _ = tokio::join!(running, dispatching);
+}
