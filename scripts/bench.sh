@@ -1,20 +1,36 @@
 #!/usr/bin/env bash
-# The ledger benchmark, on both backends, each beside its baseline in the same invocation:
-#   scripts/bench.sh [--owners N] [--jobs N]
+# Fenceline's benchmarks, each beside its reference in the same invocation:
+#   scripts/bench.sh                 # ledger, pipeline (both backends) and renewals (PostgreSQL)
+#   scripts/bench.sh ledger|pipeline|renewals
 # PostgreSQL runs with durable commits (fsync on, synchronous_commit on) in a throwaway
 # cluster; SQLite runs in WAL with synchronous=FULL in a temporary file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/services.sh
 
+which=${1:-all}
 cargo build --release --locked -p fenceline
 bin=target/release/fenceline
 start_postgres -c shared_buffers=256MB
+sqlite_dir=$(mktemp -d /tmp/fenceline-bench.XXXXXX)
+_fenceline_cleanups+=("rm -rf '$sqlite_dir'")
+fresh_pg() {
+  local name="bench_$RANDOM$RANDOM"
+  "$PG_BIN/psql" -q "$PG_URL" -c "CREATE DATABASE $name" >/dev/null
+  echo "${PG_URL%/*}/$name"
+}
+fresh_sqlite() { echo "sqlite://$sqlite_dir/bench-$RANDOM$RANDOM.sqlite?mode=rwc"; }
 
 echo
 echo "== $(nproc) cores, $(uname -m), $(date -u +%Y-%m-%dT%H:%MZ)"
-"$bin" bench ledger --database-url "$PG_URL" "$@"
-sqlite_dir=$(mktemp -d /tmp/fenceline-bench.XXXXXX)
-_fenceline_cleanups+=("rm -rf '$sqlite_dir'")
-"$bin" bench ledger --database-url "sqlite://$sqlite_dir/bench.sqlite?mode=rwc" \
-  --sqlite-synchronous full "$@"
+if [ "$which" = all ] || [ "$which" = ledger ]; then
+  "$bin" bench ledger --database-url "$(fresh_pg)"
+  "$bin" bench ledger --database-url "$(fresh_sqlite)" --sqlite-synchronous full
+fi
+if [ "$which" = all ] || [ "$which" = pipeline ]; then
+  "$bin" bench pipeline --database-url "$(fresh_pg)"
+  "$bin" bench pipeline --database-url "$(fresh_sqlite)" --sqlite-synchronous full
+fi
+if [ "$which" = all ] || [ "$which" = renewals ]; then
+  "$bin" bench renewals --database-url "$(fresh_pg)" --db-max-connections 32
+fi

@@ -34,18 +34,13 @@ impl Measurement {
 /// The side-by-side result of one invocation.
 #[derive(Debug, Clone)]
 pub struct Report {
-    pub backend: &'static str,
-    pub owners: usize,
+    pub title: String,
     pub runs: Vec<Measurement>,
 }
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(
-            f,
-            "ledger benchmark on {} with {} concurrent owners",
-            self.backend, self.owners
-        )?;
+        writeln!(f, "{}", self.title)?;
         writeln!(f, "| run | operations | seconds | rate |")?;
         writeln!(f, "| --- | ---: | ---: | ---: |")?;
         for run in &self.runs {
@@ -145,8 +140,10 @@ pub async fn ledger(
     };
     ledger.close().await;
     Ok(Report {
-        backend: ledger.backend().as_str(),
-        owners,
+        title: format!(
+            "ledger benchmark on {} with {owners} concurrent owners",
+            ledger.backend().as_str()
+        ),
         runs: vec![baseline, fenced_ops, cycle],
     })
 }
@@ -203,4 +200,358 @@ async fn baseline(
         elapsed: started.elapsed(),
         unit: "tx",
     })
+}
+
+/// `fenceline bench pipeline`.
+pub async fn pipeline(
+    database_url: &str,
+    options: &LedgerOptions,
+    args: &crate::config::PipelineArgs,
+) -> Result<Report, LedgerError> {
+    use crate::provider::stub::{StubConfig, StubProvider};
+    use crate::queue::embedded::EmbeddedQueue;
+    use crate::worker::{dispatcher, Timings, Worker, WorkerConfig};
+    use tokio_util::sync::CancellationToken;
+
+    let ledger = Ledger::connect(database_url, options).await?;
+    ledger.migrate().await?;
+    let baseline = naive_pipeline(&ledger, args.jobs, args.workers).await?;
+
+    let run = uuid::Uuid::now_v7().simple().to_string();
+    let queue = EmbeddedQueue::new(ledger.clone(), &format!("bench-{run}"), 5);
+    let stub = StubProvider::new(StubConfig::default());
+    let stop = CancellationToken::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..args.workers.max(1) {
+        let mut config = WorkerConfig::new(format!("bench-{i}"));
+        config.timings = Timings {
+            receive_wait: Duration::from_millis(50),
+            ..Timings::default()
+        };
+        config.max_in_flight = 64;
+        let worker = Worker::new(ledger.clone(), queue.clone(), stub.clone(), config);
+        let stop = stop.clone();
+        tasks.spawn(async move { worker.run(stop).await });
+    }
+    let (l, q, s) = (ledger.clone(), queue.clone(), stop.clone());
+    tasks.spawn(async move { dispatcher::run(l, q, Duration::from_millis(2), s).await });
+
+    let tenant = format!("bench-{run}");
+    let started = Instant::now();
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut submitters = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let (ledger, next, tenant, run) = (
+            ledger.clone(),
+            Arc::clone(&next),
+            tenant.clone(),
+            run.clone(),
+        );
+        let jobs = args.jobs;
+        submitters.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= jobs {
+                    return Ok::<(), LedgerError>(());
+                }
+                let input = json!({ "bench": i });
+                ledger
+                    .create_job(
+                        NewJob {
+                            tenant: tenant.clone(),
+                            idempotency_key: format!("{run}-{i}"),
+                            request_digest: request_digest(&input, "bench", &json!({})),
+                            contract_version: "bench".into(),
+                            input,
+                            model: json!({}),
+                            deadline: Duration::from_secs(3600),
+                            max_attempts: 3,
+                            replay_policy: ReplayPolicy::Manual,
+                        },
+                        &Actor::Drill,
+                    )
+                    .await?;
+            }
+        });
+    }
+    while let Some(joined) = submitters.join_next().await {
+        joined.map_err(|e| LedgerError::Invalid(format!("submitter failed: {e}")))??;
+    }
+    loop {
+        let counts = ledger.count_by_state(Some(&tenant)).await?;
+        let done: i64 = counts
+            .iter()
+            .filter(|(s, _)| s.is_terminal())
+            .map(|(_, n)| n)
+            .sum();
+        if done as usize >= args.jobs {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let elapsed = started.elapsed();
+    stop.cancel();
+    while tasks.join_next().await.is_some() {}
+    let succeeded = ledger
+        .count_by_state(Some(&tenant))
+        .await?
+        .into_iter()
+        .find(|(s, _)| *s == crate::job::JobState::Succeeded)
+        .map_or(0, |(_, n)| n);
+    ledger.close().await;
+    Ok(Report {
+        title: format!(
+            "end-to-end benchmark on {} with {} worker loops, {} jobs",
+            ledger.backend().as_str(),
+            args.workers,
+            args.jobs
+        ),
+        runs: vec![
+            baseline,
+            Measurement {
+                name: "fenceline: submit → dispatch → receive → claim → attempt → accept → delete (embedded queue, stub 0 ms)",
+                operations: succeeded as usize,
+                elapsed,
+                unit: "jobs",
+            },
+        ],
+    })
+}
+
+/// A job table with no fencing, no events and no queue: insert every job, then workers take
+/// and finish one per `UPDATE … RETURNING`.
+async fn naive_pipeline(
+    ledger: &Ledger,
+    jobs: usize,
+    workers: usize,
+) -> Result<Measurement, LedgerError> {
+    let pool = ledger.write_pool().clone();
+    sqlx::query("DROP TABLE IF EXISTS bench_naive")
+        .execute(&pool)
+        .await?;
+    sqlx::query("CREATE TABLE bench_naive (id BIGINT PRIMARY KEY, state TEXT NOT NULL, payload TEXT NOT NULL)")
+        .execute(&pool)
+        .await?;
+    sqlx::query("CREATE INDEX bench_naive_state ON bench_naive (state, id)")
+        .execute(&pool)
+        .await?;
+    let started = Instant::now();
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut inserters = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let (pool, next) = (pool.clone(), Arc::clone(&next));
+        inserters.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= jobs {
+                    return Ok::<(), sqlx::Error>(());
+                }
+                sqlx::query(
+                    "INSERT INTO bench_naive (id, state, payload) VALUES ($1, 'ready', $2)",
+                )
+                .bind(i as i64)
+                .bind(json!({ "bench": i }).to_string())
+                .execute(&pool)
+                .await?;
+            }
+        });
+    }
+    while let Some(joined) = inserters.join_next().await {
+        joined.map_err(|e| LedgerError::Invalid(e.to_string()))??;
+    }
+    let take = ledger.sql(
+        "UPDATE bench_naive SET state = 'done' WHERE id = \
+         (SELECT id FROM bench_naive WHERE state = 'ready' ORDER BY id LIMIT 1{skip_locked}) RETURNING id",
+    );
+    let mut takers = tokio::task::JoinSet::new();
+    for _ in 0..workers.max(1) {
+        let (pool, take) = (pool.clone(), take.clone());
+        takers.spawn(async move {
+            let mut done = 0usize;
+            while sqlx::query(&take).fetch_optional(&pool).await?.is_some() {
+                done += 1;
+            }
+            Ok::<usize, sqlx::Error>(done)
+        });
+    }
+    let mut done = 0;
+    while let Some(joined) = takers.join_next().await {
+        done += joined.map_err(|e| LedgerError::Invalid(e.to_string()))??;
+    }
+    Ok(Measurement {
+        name: "baseline: naive job table (insert, then one claim-and-complete UPDATE per job)",
+        operations: done,
+        elapsed: started.elapsed(),
+        unit: "jobs",
+    })
+}
+
+/// `fenceline bench renewals`: lateness of scheduled renewals with many calls in flight.
+pub async fn renewals(
+    database_url: &str,
+    options: &LedgerOptions,
+    args: &crate::config::RenewalArgs,
+) -> Result<String, LedgerError> {
+    use crate::provider::stub::{StubConfig, StubProvider};
+    use crate::queue::embedded::EmbeddedQueue;
+    use crate::worker::{dispatcher, Timings, Worker, WorkerConfig};
+    use tokio_util::sync::CancellationToken;
+
+    let heartbeat = Duration::from_secs(args.heartbeat_secs.max(1));
+    let measure = Duration::from_secs(args.measure_secs.max(1));
+
+    // Baseline: the same number of plain timers on this runtime, each due every `heartbeat`.
+    let baseline = timer_lateness(args.in_flight, heartbeat, measure).await;
+
+    let ledger = Ledger::connect(database_url, options).await?;
+    ledger.migrate().await?;
+    let run = uuid::Uuid::now_v7().simple().to_string();
+    let queue = EmbeddedQueue::new(ledger.clone(), &format!("renew-{run}"), 5);
+    let hold = measure + heartbeat * 2 + Duration::from_secs(600);
+    let stub = StubProvider::new(StubConfig {
+        latency: hold,
+        ..Default::default()
+    });
+    let mut config = WorkerConfig::new("renewals");
+    config.max_in_flight = args.in_flight;
+    config.drain_timeout = Duration::ZERO;
+    config.timings = Timings {
+        heartbeat,
+        visibility: heartbeat * 3 + Duration::from_secs(15),
+        lease: heartbeat * 3 + Duration::from_secs(15),
+        margin: Duration::from_secs(15),
+        progress_timeout: hold * 2,
+        receive_wait: Duration::from_millis(50),
+        ..Timings::default()
+    };
+    let worker = Worker::new(ledger.clone(), queue.clone(), stub, config);
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let (worker, stop) = (worker.clone(), stop.clone());
+        async move { worker.run(stop).await }
+    });
+    let dispatching = tokio::spawn(dispatcher::run(
+        ledger.clone(),
+        queue,
+        Duration::from_millis(5),
+        stop.clone(),
+    ));
+    let tenant = format!("renew-{run}");
+    let ramp = Instant::now();
+    for i in 0..args.in_flight {
+        let input = json!({ "hold": i });
+        ledger
+            .create_job(
+                NewJob {
+                    tenant: tenant.clone(),
+                    idempotency_key: format!("{run}-{i}"),
+                    request_digest: request_digest(&input, "bench", &json!({})),
+                    contract_version: "bench".into(),
+                    input,
+                    model: json!({}),
+                    deadline: hold * 2,
+                    max_attempts: 1,
+                    replay_policy: ReplayPolicy::Manual,
+                },
+                &Actor::Drill,
+            )
+            .await?;
+    }
+    while worker.in_flight() < args.in_flight {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if ramp.elapsed() > Duration::from_secs(1800) {
+            return Err(LedgerError::Invalid("the worker never filled up".into()));
+        }
+    }
+    let ramp = ramp.elapsed();
+    let stats = worker.renewal_stats();
+    stats.clear();
+    let cpu_before = process_cpu();
+    tokio::time::sleep(measure).await;
+    let cpu = process_cpu().saturating_sub(cpu_before);
+    let (count, p50, p99, max) = stats.summary();
+    let rss = rss_mib();
+    stop.cancel();
+    running.abort();
+    let _ = dispatching.await;
+    ledger.close().await;
+    Ok(format!(
+        "renewal lateness on {backend}, {n} calls in flight, renewals every {hb:?}, measured {measure:?} (ramp-up {ramp:.1?})\n\
+         | run | renewals | p50 late | p99 late | max late |\n| --- | ---: | ---: | ---: | ---: |\n\
+         | baseline: {n} plain tokio timers | {bc} | {bp50} ms | {bp99} ms | {bmax} ms |\n\
+         | fenceline worker: visibility + lease renewals, events recorded | {count} | {p50} ms | {p99} ms | {max} ms |\n\
+         process CPU during the measurement: {cpu_pct:.0} % of one core; RSS at the end: {rss} MiB",
+        backend = ledger.backend().as_str(),
+        n = args.in_flight,
+        hb = heartbeat,
+        bc = baseline.0,
+        bp50 = baseline.1,
+        bp99 = baseline.2,
+        bmax = baseline.3,
+        cpu_pct = cpu.as_secs_f64() / measure.as_secs_f64() * 100.0,
+    ))
+}
+
+async fn timer_lateness(n: usize, every: Duration, measure: Duration) -> (usize, u32, u32, u32) {
+    let samples = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = tokio::task::JoinSet::new();
+    let started = tokio::time::Instant::now();
+    for i in 0..n {
+        let samples = Arc::clone(&samples);
+        // Spread first deadlines over one interval, as jobs arriving over time would be.
+        let offset = every.mul_f64(i as f64 / n as f64);
+        tasks.spawn(async move {
+            let mut due = started + offset + every;
+            while due <= started + measure {
+                tokio::time::sleep_until(due).await;
+                let late = tokio::time::Instant::now().duration_since(due).as_millis();
+                samples
+                    .lock()
+                    .expect("samples")
+                    .push(u32::try_from(late).unwrap_or(u32::MAX));
+                due += every;
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let mut s = samples.lock().expect("samples").clone();
+    if s.is_empty() {
+        return (0, 0, 0, 0);
+    }
+    s.sort_unstable();
+    let at = |q: f64| s[((s.len() - 1) as f64 * q).round() as usize];
+    (s.len(), at(0.5), at(0.99), *s.last().unwrap_or(&0))
+}
+
+/// User + system CPU time of this process (Linux), zero elsewhere.
+fn process_cpu() -> Duration {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return Duration::ZERO;
+    };
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of stat; 12 and 13 after the command name.
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+fn rss_mib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb / 1024)
 }

@@ -229,6 +229,35 @@ pub enum BenchCommand {
     /// claim → start attempt → accept per job with concurrent owners, beside one conditional
     /// UPDATE … RETURNING per transaction. Writes bench rows: use a scratch database.
     Ledger(BenchArgs),
+    /// End to end on the embedded queue with the stub model at 0 ms (submit → dispatch →
+    /// receive → claim → attempt → accept → delete, every event recorded), beside a naive job
+    /// table (insert, then one claim-and-complete UPDATE per job) on the same database.
+    Pipeline(PipelineArgs),
+    /// One worker holding many long calls, renewing visibility and lease on schedule: how late
+    /// the renewals run, beside plain timers on the same runtime.
+    Renewals(RenewalArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PipelineArgs {
+    #[arg(long, default_value_t = 3000)]
+    pub jobs: usize,
+    /// Worker loops in this process.
+    #[arg(long, default_value_t = 4)]
+    pub workers: usize,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RenewalArgs {
+    /// Calls held in flight at once.
+    #[arg(long, default_value_t = 10_000)]
+    pub in_flight: usize,
+    /// Renewal interval.
+    #[arg(long, default_value_t = 25)]
+    pub heartbeat_secs: u64,
+    /// How long the measurement runs once every call is in flight.
+    #[arg(long, default_value_t = 60)]
+    pub measure_secs: u64,
 }
 
 #[derive(Debug, Clone, Args)]

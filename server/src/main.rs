@@ -69,6 +69,16 @@ async fn main() -> anyhow::Result<()> {
             println!("{report}");
             Ok(())
         }
+        Command::Bench(BenchCommand::Pipeline(args)) => {
+            let report = fenceline::bench::pipeline(&cli.database_url, &options, args).await?;
+            println!("{report}");
+            Ok(())
+        }
+        Command::Bench(BenchCommand::Renewals(args)) => {
+            let report = fenceline::bench::renewals(&cli.database_url, &options, args).await?;
+            println!("{report}");
+            Ok(())
+        }
     }
 }
 

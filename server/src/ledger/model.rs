@@ -121,6 +121,18 @@ pub struct AttemptStarted {
     pub epoch: i64,
 }
 
+impl AttemptStarted {
+    /// Fenceline's own id for one attempt, `job_id:attempt_no`: sent to the provider where it
+    /// accepts one and kept on the attempt, so an uncertain call can be looked up later.
+    pub fn client_request_id(&self, job_id: &str) -> String {
+        Self::client_request_id_for(job_id, self.attempt_no)
+    }
+
+    pub(crate) fn client_request_id_for(job_id: &str, attempt_no: i64) -> String {
+        format!("{job_id}:{attempt_no}")
+    }
+}
+
 /// What one owner's lease renewal did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Renewal {

@@ -411,7 +411,8 @@ impl Ledger {
         Ok(true)
     }
 
-    /// Records attempt `attempt_count + 1` under `epoch`, durably, before any provider request.
+    /// Records attempt `attempt_count + 1` under `epoch`, durably, before any provider request,
+    /// with Fenceline's client request id for it (see [`AttemptStarted::client_request_id`]).
     /// Refused unless the caller holds a valid lease at the current epoch, the budget and the
     /// deadline allow, and no earlier attempt of this owner is still without an outcome.
     pub async fn start_attempt(
@@ -451,14 +452,15 @@ impl Ledger {
         let attempt_no = get_i64(&row, "attempt_count")?;
         let now = get_i64(&row, "updated_at")?;
         sqlx::query(
-            "INSERT INTO attempts (job_id, attempt_no, epoch, worker_id, provider, started_at) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO attempts (job_id, attempt_no, epoch, worker_id, provider, \
+             provider_request_id, started_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
         )
         .bind(job_id)
         .bind(attempt_no)
         .bind(epoch)
         .bind(worker_id)
         .bind(provider)
+        .bind(AttemptStarted::client_request_id_for(job_id, attempt_no))
         .bind(now)
         .execute(&mut *tx)
         .await?;

@@ -386,13 +386,8 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             }
             Err(_) => return Outcome::LedgerUnavailable,
         };
-        let client_request_id = format!("{job_id}:{}", attempt.attempt_no);
-        let recorded = self
-            .ledger
-            .set_provider_request_id(job_id, attempt.attempt_no, epoch, &client_request_id)
-            .await;
-        let input = self.ledger.job_input(job_id).await;
-        let (Ok(()), Ok(Some((input, model)))) = (recorded, input) else {
+        let client_request_id = attempt.client_request_id(job_id);
+        let Ok(Some((input, model))) = self.ledger.job_input(job_id).await else {
             return Outcome::LedgerUnavailable;
         };
         let request = ProviderRequest {
