@@ -61,6 +61,19 @@ pub enum Command {
     /// Manage SQS queues (development helper).
     #[command(subcommand)]
     Queue(QueueCommand),
+    /// Replay dead letters after inspecting each job in the ledger: terminal → dropped,
+    /// unknown → kept until a decision, workable → re-dispatched with the same job id,
+    /// deadline and attempt budget.
+    DlqReplay {
+        #[command(flatten)]
+        runtime: RuntimeArgs,
+        /// At most this many dead letters.
+        #[arg(long, default_value_t = 100)]
+        max: usize,
+        /// Who replays, for the timeline.
+        #[arg(long, default_value = "cli")]
+        operator: String,
+    },
     /// Apply database migrations and exit.
     Migrate,
     /// Manage API tokens.

@@ -64,6 +64,23 @@ async fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Command::DlqReplay {
+            runtime: args,
+            max,
+            operator,
+        } => {
+            let ledger = Ledger::connect(&cli.database_url, &options).await?;
+            ledger.migrate().await?;
+            let queue = runtime::queue(&ledger, args).await?;
+            let actor = fenceline::job::Actor::Operator(operator.clone());
+            let replay =
+                fenceline::worker::dlq::replay_inspected(&ledger, &queue, &actor, *max).await?;
+            println!(
+                "re-dispatched {}, dropped (terminal) {}, kept awaiting a decision {}, kept (not job messages) {}",
+                replay.redispatched, replay.dropped_terminal, replay.awaiting_decision, replay.not_job_messages
+            );
+            Ok(())
+        }
         Command::Bench(BenchCommand::Ledger(args)) => {
             let report = fenceline::bench::ledger(&cli.database_url, &options, args).await?;
             println!("{report}");

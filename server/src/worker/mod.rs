@@ -10,6 +10,7 @@
 
 mod delivery;
 pub mod dispatcher;
+pub mod dlq;
 mod heartbeat;
 pub mod message;
 pub mod reaper;

@@ -273,3 +273,64 @@ impl fenceline::provider::Provider for NoRetrieval {
         fenceline::provider::Retrieval::Inconclusive
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn worker_processes_scale_out_on_postgres_and_an_sqs_endpoint() {
+    if skip_postgres() || crate::helpers::skip_sqs() {
+        return;
+    }
+    use fenceline::queue::sqs::SqsQueue;
+    let (ledger, db) = fresh_ledger(Db::Postgres).await;
+    let name = format!("q{}", uuid::Uuid::now_v7().simple());
+    let client = SqsQueue::client_from_env().await;
+    SqsQueue::create(client, &name, 5, Duration::from_secs(10))
+        .await
+        .expect("create the queue");
+    let sqs = ["--queue", "sqs", "--queue-name", name.as_str()];
+    let spawn = |id: &str| {
+        let child = Command::new(env!("CARGO_BIN_EXE_fenceline"))
+            .args([
+                "worker",
+                "--database-url",
+                &db.url,
+                "--timings",
+                "compressed",
+            ])
+            .args(["--worker-id", id, "--stub-latency-ms", "20"])
+            .args(sqs)
+            .env("FENCELINE_LOG", "error")
+            .stdout(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start a worker");
+        WorkerProcess(child)
+    };
+    let workers = [spawn("s0"), spawn("s1")];
+    let mut ids = Vec::new();
+    for i in 0..40 {
+        ids.push(
+            create(
+                &ledger,
+                new_job("acme", &format!("sqs-{i}"), serde_json::json!(i)),
+            )
+            .await,
+        );
+    }
+    let until = tokio::time::Instant::now() + Duration::from_secs(60);
+    for id in &ids {
+        loop {
+            let job = ledger.job(id).await.unwrap().unwrap();
+            if job.state == JobState::Succeeded {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < until,
+                "{id} is still {}",
+                job.state
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(ledger.attempts(id).await.unwrap().len(), 1);
+    }
+    drop(workers);
+}

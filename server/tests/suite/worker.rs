@@ -508,3 +508,70 @@ mod reaper {
         );
     }
 }
+
+on_every_queue!(a_dead_letter_replay_inspects_the_ledger_first);
+
+async fn a_dead_letter_replay_inspects_the_ledger_first(kind: QueueKind) {
+    use fenceline::job::Actor;
+    use fenceline::worker::dlq::replay_inspected;
+    let t = crate::helpers::fresh_queue(kind, 2).await;
+    let (ledger, _db) = match &t.ledger {
+        Some(l) => (l.clone(), None),
+        None => {
+            let (l, db) = crate::helpers::fresh_ledger(crate::helpers::Db::Sqlite).await;
+            (l, Some(db))
+        }
+    };
+    let workable =
+        crate::helpers::create(&ledger, new_job("acme", "workable", serde_json::json!(1))).await;
+    let finished =
+        crate::helpers::create(&ledger, new_job("acme", "finished", serde_json::json!(2))).await;
+    let claimed = ledger
+        .claim(&finished, "w", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let attempt = ledger
+        .start_attempt(&finished, claimed.epoch, "w", "stub")
+        .await
+        .unwrap();
+    ledger
+        .accept_result(&finished, claimed.epoch, attempt.attempt_no, "w", "{}")
+        .await
+        .unwrap();
+    for id in [&workable, &finished] {
+        t.queue
+            .send(&JobMessage::body(id, "acme"), Duration::ZERO)
+            .await
+            .unwrap();
+    }
+    // Consumers that keep failing: every receive lets the message come straight back.
+    for _ in 0..6 {
+        let _ = t
+            .queue
+            .receive(10, Duration::ZERO, Duration::from_millis(200))
+            .await
+            .unwrap();
+    }
+    let outbox_before = ledger.outbox_pending().await.unwrap();
+    let replay = replay_inspected(&ledger, &t.queue, &Actor::Operator("ana".into()), 10)
+        .await
+        .unwrap();
+    assert_eq!(replay.redispatched, 1, "{replay:?}");
+    assert_eq!(replay.dropped_terminal, 1, "{replay:?}");
+    assert_eq!(ledger.outbox_pending().await.unwrap(), outbox_before + 1);
+    assert!(kinds(&ledger, &workable)
+        .await
+        .iter()
+        .any(|k| k == "replayed"));
+    let job = ledger.job(&workable).await.unwrap().unwrap();
+    assert_eq!(
+        (job.state, job.attempt_count, job.max_attempts),
+        (JobState::Ready, 0, 3)
+    );
+    let dlq = t.queue.dead_letters().unwrap();
+    assert!(dlq
+        .receive(10, Duration::from_secs(5), Duration::from_millis(200))
+        .await
+        .unwrap()
+        .is_empty());
+}

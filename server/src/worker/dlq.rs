@@ -1,0 +1,88 @@
+//! Dead-letter replay, inspected: a message's transport history says nothing about its job's
+//! outcome, so each dead letter is checked against the ledger before anything is sent again.
+//! Terminal job → the dead letter is dropped; `unknown` → it stays until a decision is
+//! recorded; workable → the job is re-dispatched through the outbox (same job id, deadline and
+//! cumulative attempt budget) and the dead letter is dropped; not a job message → it stays.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::message;
+use crate::job::{Actor, EventKind, JobState};
+use crate::ledger::{Ledger, LedgerError, NewEvent};
+use crate::queue::{Queue, QueueError};
+
+/// What one replay pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Replay {
+    pub redispatched: usize,
+    pub dropped_terminal: usize,
+    pub awaiting_decision: usize,
+    pub not_job_messages: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("this queue has no dead-letter queue")]
+    NoDeadLetterQueue,
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+}
+
+/// Replays up to `max` dead letters of `queue`, inspecting the ledger first.
+pub async fn replay_inspected<Q: Queue>(
+    ledger: &Ledger,
+    queue: &Q,
+    actor: &Actor,
+    max: usize,
+) -> Result<Replay, ReplayError> {
+    let dlq = queue.dead_letters().ok_or(ReplayError::NoDeadLetterQueue)?;
+    let mut replay = Replay::default();
+    let mut seen = 0;
+    while seen < max {
+        // Hidden for a minute while inspected; what stays becomes visible again.
+        let batch = dlq
+            .receive(
+                (max - seen).min(10),
+                Duration::from_secs(60),
+                Duration::ZERO,
+            )
+            .await?;
+        if batch.is_empty() {
+            break;
+        }
+        seen += batch.len();
+        for dead in batch {
+            let Ok(msg) = message::parse(&dead.body) else {
+                replay.not_job_messages += 1;
+                continue;
+            };
+            let Some(job) = ledger.job(&msg.job_id).await? else {
+                replay.not_job_messages += 1;
+                continue;
+            };
+            match job.state {
+                state if state.is_terminal() => {
+                    dlq.delete(&dead.receipt).await?;
+                    replay.dropped_terminal += 1;
+                }
+                JobState::Unknown => replay.awaiting_decision += 1,
+                _ => {
+                    ledger.redispatch(&job.job_id, "dlq_replay").await?;
+                    let event = NewEvent::new(EventKind::Replayed, actor).detail(json!({
+                        "from": "dead_letter_queue",
+                        "message_id": dead.message_id,
+                        "state": job.state.as_str(),
+                    }));
+                    ledger.record_event(&job.job_id, &event).await?;
+                    dlq.delete(&dead.receipt).await?;
+                    replay.redispatched += 1;
+                }
+            }
+        }
+    }
+    Ok(replay)
+}
