@@ -116,35 +116,63 @@ impl Ledger {
         })
     }
 
-    /// Appends events to many jobs in one transaction (heartbeat outcomes, dispatches).
-    /// Events for jobs that do not exist are skipped.
+    /// Appends events to many jobs in one transaction (heartbeat outcomes, dispatches): one
+    /// statement reserves the sequence numbers of up to 400 jobs at a time. Events for jobs
+    /// that do not exist are skipped.
     pub async fn record_events(&self, events: &[(String, NewEvent)]) -> Result<(), LedgerError> {
         if events.is_empty() {
             return Ok(());
         }
+        // Several events for one job each need their own sequence number: place them in
+        // rounds, each round holding at most one event per job.
+        let mut rounds: Vec<Vec<&(String, NewEvent)>> = Vec::new();
+        let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for entry in events {
+            let round = seen.entry(entry.0.as_str()).or_insert(0);
+            if rounds.len() <= *round {
+                rounds.push(Vec::new());
+            }
+            rounds[*round].push(entry);
+            *round += 1;
+        }
         let mut tx = self.writer.begin().await?;
-        let sql = self.sql(
-            "UPDATE jobs SET next_event_seq = next_event_seq + 1 WHERE job_id = $1 \
-             RETURNING next_event_seq - 1 AS seq, {now} AS now_us, deadline_at, owner_epoch",
-        );
-        let mut placed = Vec::with_capacity(events.len());
-        for (job_id, event) in events {
-            if let Some(row) = sqlx::query(&sql)
-                .bind(job_id)
-                .fetch_optional(&mut *tx)
-                .await?
-            {
-                placed.push(Placed {
-                    job_id: job_id.as_str(),
-                    seq: row.try_get("seq")?,
-                    at: row.try_get("now_us")?,
-                    epoch: row.try_get("owner_epoch")?,
-                    deadline_at: row.try_get("deadline_at")?,
-                    event,
-                });
+        for round in rounds {
+            for chunk in round.chunks(400) {
+                let mut ids = String::new();
+                for i in 0..chunk.len() {
+                    if i > 0 {
+                        ids.push_str(", ");
+                    }
+                    ids.push_str(&format!("${}", i + 1));
+                }
+                let sql = self.sql(&format!(
+                    "UPDATE jobs SET next_event_seq = next_event_seq + 1 WHERE job_id IN ({ids}) \
+                     RETURNING job_id, next_event_seq - 1 AS seq, {{now}} AS now_us, deadline_at, owner_epoch"
+                ));
+                let mut query = sqlx::query(&sql);
+                for (job_id, _) in chunk.iter().map(|e| (&e.0, &e.1)) {
+                    query = query.bind(job_id.as_str());
+                }
+                let rows = query.fetch_all(&mut *tx).await?;
+                let by_job: std::collections::HashMap<String, &(String, NewEvent)> =
+                    chunk.iter().map(|e| (e.0.clone(), *e)).collect();
+                let mut placed = Vec::with_capacity(rows.len());
+                for row in &rows {
+                    let job_id: String = row.try_get("job_id")?;
+                    if let Some(entry) = by_job.get(&job_id) {
+                        placed.push(Placed {
+                            job_id: entry.0.as_str(),
+                            seq: row.try_get("seq")?,
+                            at: row.try_get("now_us")?,
+                            epoch: row.try_get("owner_epoch")?,
+                            deadline_at: row.try_get("deadline_at")?,
+                            event: &entry.1,
+                        });
+                    }
+                }
+                insert_events(&mut tx, &placed).await?;
             }
         }
-        insert_events(&mut tx, &placed).await?;
         tx.commit().await?;
         Ok(())
     }

@@ -121,6 +121,8 @@ impl RenewalStats {
 }
 
 struct Due {
+    /// When this renewal was due, for the lateness measure.
+    scheduled: Instant,
     job_id: String,
     epoch: i64,
     receipt: ReceiptHandle,
@@ -136,13 +138,22 @@ pub(crate) async fn run<Q: Queue, P: Provider>(
         .clamp(Duration::from_millis(20), Duration::from_secs(1));
     let mut interval = tokio::time::interval(tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Rounds overlap, so one slow round does not delay the next jobs' renewals; a job is in
+    // at most one round because collecting it moves its next renewal forward.
+    let mut rounds = tokio::task::JoinSet::new();
     loop {
         tokio::select! {
-            _ = shutdown.cancelled() => return,
+            _ = shutdown.cancelled() => break,
             _ = interval.tick() => {}
         }
-        renew_due(&shared).await;
+        while rounds.try_join_next().is_some() {}
+        if rounds.len() >= 8 {
+            continue;
+        }
+        let shared = Arc::clone(&shared);
+        rounds.spawn(async move { renew_due(&shared).await });
     }
+    while rounds.join_next().await.is_some() {}
 }
 
 /// Collects the jobs whose renewal is due, stopping those past the deadline or without
@@ -165,8 +176,7 @@ fn collect_due<Q: Queue, P: Provider>(shared: &Shared<Q, P>) -> Vec<Due> {
             let _ = entry.stop.send(Some(StopReason::NoProgress));
             continue;
         }
-        let late = now.duration_since(entry.next_renewal).as_millis();
-        shared.stats.record(u32::try_from(late).unwrap_or(u32::MAX));
+        let scheduled = entry.next_renewal;
         entry.next_renewal = now + t.heartbeat;
         // Never ask past the deadline (plus the margin) or past the 12-hour cap.
         let to_deadline =
@@ -176,6 +186,7 @@ fn collect_due<Q: Queue, P: Provider>(shared: &Shared<Q, P>) -> Vec<Due> {
         let cap_left = Duration::from_millis(cap_left).saturating_sub(t.margin);
         let visibility = t.visibility.min(to_deadline).min(cap_left);
         due.push(Due {
+            scheduled,
             job_id: job_id.clone(),
             epoch: entry.epoch,
             receipt: entry.receipt.clone(),
@@ -201,6 +212,12 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
         shared.config.timings.lease,
     );
     let (visibility, lease) = tokio::join!(visibility, lease);
+    // Lateness counts until both renewals have answered, not until they were asked.
+    let done = Instant::now();
+    for d in &due {
+        let late = done.duration_since(d.scheduled).as_millis();
+        shared.stats.record(u32::try_from(late).unwrap_or(u32::MAX));
+    }
 
     let mut events = Vec::with_capacity(due.len());
     for (d, outcome) in due.iter().zip(visibility) {

@@ -465,3 +465,17 @@ pub(crate) async fn count_kind(ledger: &Ledger, job_id: &str, kind: &str) -> usi
         .filter(|k| *k == kind)
         .count()
 }
+
+/// Waits until the job's timeline has an event of `kind` (events after a commit, such as the
+/// delete, land a moment after the state changes).
+pub(crate) async fn wait_for_event(ledger: &Ledger, job_id: &str, kind: &str, limit: Duration) {
+    let until = tokio::time::Instant::now() + limit;
+    while count_kind(ledger, job_id, kind).await == 0 {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "no {kind} on the timeline: {:?}",
+            kinds(ledger, job_id).await
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}

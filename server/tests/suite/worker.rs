@@ -11,7 +11,7 @@ use fenceline::queue::faults::FaultPlan;
 use fenceline::queue::Queue;
 use fenceline::worker::message::JobMessage;
 
-use crate::helpers::{count_kind, kinds, new_job, rig, rig_with, QueueKind};
+use crate::helpers::{count_kind, kinds, new_job, rig, rig_with, wait_for_event, QueueKind};
 use crate::on_every_queue;
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -40,6 +40,7 @@ async fn a_submitted_job_runs_to_one_accepted_result_and_its_message_is_deleted(
         .await;
     assert_eq!(job.attempt_count, 1);
     assert_eq!(rig.stub.calls_for(&job_id), 1);
+    wait_for_event(&rig.ledger, &job_id, "message_deleted", LIMIT).await;
     let kinds = kinds(&rig.ledger, &job_id).await;
     for expected in [
         "job_created",
@@ -166,10 +167,7 @@ async fn malformed_messages_are_recorded_and_dead_lettered_and_the_worker_keeps_
         }
     }
     assert_eq!(dead, 5, "every refused message is in the dead-letter queue");
-    assert!(kinds(&rig.ledger, &other_tenant)
-        .await
-        .iter()
-        .any(|k| k == "moved_to_dlq"));
+    wait_for_event(&rig.ledger, &other_tenant, "moved_to_dlq", LIMIT).await;
     rig.stop().await;
 }
 
@@ -277,11 +275,10 @@ async fn a_call_past_the_deadline_expires_the_job_and_a_later_copy_is_acknowledg
         .send(&JobMessage::body(&job_id, "acme"), Duration::ZERO)
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait_for_event(&rig.ledger, &job_id, "delivery_acked_terminal", LIMIT).await;
     let after = rig.ledger.job(&job_id).await.unwrap().unwrap();
     assert_eq!(after.state, JobState::Expired);
     assert_eq!(after.attempt_count, 1);
-    assert!(count_kind(&rig.ledger, &job_id, "delivery_acked_terminal").await >= 1);
     rig.stop().await;
 }
 
