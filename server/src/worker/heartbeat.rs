@@ -134,8 +134,9 @@ pub(crate) async fn run<Q: Queue, P: Provider>(
     shared: Arc<Shared<Q, P>>,
     shutdown: CancellationToken,
 ) {
-    let tick = (shared.config.timings.heartbeat / 10)
-        .clamp(Duration::from_millis(20), Duration::from_secs(1));
+    // Fine enough that a renewal waits at most a small fraction of its interval.
+    let tick = (shared.config.timings.heartbeat / 100)
+        .clamp(Duration::from_millis(10), Duration::from_millis(200));
     let mut interval = tokio::time::interval(tick);
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Rounds overlap, so one slow round does not delay the next jobs' renewals; a job is in
@@ -211,7 +212,22 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
         &leases,
         shared.config.timings.lease,
     );
-    let (visibility, lease) = tokio::join!(visibility, lease);
+    let asked = Instant::now();
+    let visibility = async {
+        let out = visibility.await;
+        (out, asked.elapsed())
+    };
+    let lease = async {
+        let out = lease.await;
+        (out, asked.elapsed())
+    };
+    let ((visibility, visibility_took), (lease, lease_took)) = tokio::join!(visibility, lease);
+    tracing::debug!(
+        jobs = due.len(),
+        ?visibility_took,
+        ?lease_took,
+        "heartbeat round"
+    );
     // Lateness counts until both renewals have answered, not until they were asked.
     let done = Instant::now();
     for d in &due {
