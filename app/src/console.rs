@@ -1,0 +1,250 @@
+//! The `Console` port: what the pages may ask of the engine, as view models ready to render.
+//!
+//! The server crate implements it over the ledger and the queue; pages reach it through the
+//! Leptos context. Nothing here knows about SQL, queues or AWS.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// A console answer, or a message fit to show an operator.
+pub type ConsoleResult<T> = Result<T, String>;
+/// A boxed future, so that the port can be a trait object in the Leptos context.
+pub type Pending<'a, T> = Pin<Box<dyn Future<Output = ConsoleResult<T>> + Send + 'a>>;
+
+/// The engine as the console sees it.
+pub trait Console: Send + Sync + 'static {
+    fn overview(&self, window: Window) -> Pending<'_, Overview>;
+    fn jobs(&self, query: JobsQuery) -> Pending<'_, JobsPage>;
+    fn job(&self, job_id: String) -> Pending<'_, Option<JobDetail>>;
+    fn timeline(&self, job_id: String, query: TimelineQuery) -> Pending<'_, Timeline>;
+    fn unknown(&self) -> Pending<'_, Vec<UnknownRow>>;
+    fn dead_letters(&self) -> Pending<'_, DeadLetters>;
+}
+
+/// The console port as held in the Leptos context.
+pub type SharedConsole = Arc<dyn Console>;
+
+/// The overview's chart window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Window {
+    #[default]
+    Hour,
+    Day,
+    Week,
+}
+
+impl Window {
+    pub fn parse(s: &str) -> Window {
+        match s {
+            "day" => Window::Day,
+            "week" => Window::Week,
+            _ => Window::Hour,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Window::Hour => "hour",
+            Window::Day => "day",
+            Window::Week => "week",
+        }
+    }
+
+    pub fn seconds(self) -> i64 {
+        match self {
+            Window::Hour => 3600,
+            Window::Day => 86_400,
+            Window::Week => 7 * 86_400,
+        }
+    }
+}
+
+/// A count with its label, shown beside a chart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Figure {
+    pub label: String,
+    pub value: String,
+}
+
+/// A server-rendered SVG chart with the numbers it draws.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chart {
+    pub title: String,
+    pub svg: String,
+    pub figures: Vec<Figure>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Overview {
+    pub window: Window,
+    pub counts: Vec<(String, i64)>,
+    pub in_flight: i64,
+    pub charts: Vec<Chart>,
+    pub retention: String,
+    pub queue: String,
+}
+
+/// Filters of the jobs list. `q` finds a job by id or idempotency key.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JobsQuery {
+    pub state: Option<String>,
+    pub tenant: Option<String>,
+    pub q: Option<String>,
+    pub before: Option<String>,
+    pub created_after: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRow {
+    pub job_id: String,
+    pub tenant: String,
+    pub state: String,
+    pub epoch: i64,
+    pub attempts: String,
+    pub created: String,
+    pub updated: String,
+    pub deadline: String,
+    pub error_code: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobsPage {
+    pub rows: Vec<JobRow>,
+    /// The `before` of the next page.
+    pub next: Option<String>,
+    pub counts: Vec<(String, i64)>,
+    /// Set when the query was a lookup that found nothing, or was malformed.
+    pub notice: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptRow {
+    pub attempt_no: i64,
+    pub epoch: i64,
+    pub worker: String,
+    pub provider: String,
+    pub provider_request_id: Option<String>,
+    pub started: String,
+    pub finished: Option<String>,
+    pub duration: Option<String>,
+    pub outcome: String,
+    pub error_code: Option<String>,
+    pub accepted: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecisionRow {
+    pub at: String,
+    pub actor: String,
+    pub decision: String,
+    pub seen_epoch: i64,
+    pub new_epoch: i64,
+    pub to_state: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobDetail {
+    pub job_id: String,
+    pub tenant: String,
+    pub idempotency_key: String,
+    pub state: String,
+    pub terminal: bool,
+    pub epoch: i64,
+    pub owner: Option<String>,
+    pub lease: Option<String>,
+    pub deadline: String,
+    pub deadline_left: String,
+    pub attempts_used: String,
+    pub result_ref: Option<String>,
+    pub error_code: Option<String>,
+    pub recovery_reason: Option<String>,
+    pub replay_policy: String,
+    pub created: String,
+    pub terminal_at: Option<String>,
+    pub event_count: i64,
+    pub attempts: Vec<AttemptRow>,
+    pub decisions: Vec<DecisionRow>,
+    /// The swimlane chart of the whole job on one time axis.
+    pub swimlane_svg: String,
+    /// The drill that produced this job, if any.
+    pub drill: Option<String>,
+}
+
+/// Which part of a timeline to show. Runs of the same event kind are folded unless `open`
+/// names the first sequence number of the run; `around` shows the page holding that event.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TimelineQuery {
+    pub after: Option<i64>,
+    pub around: Option<i64>,
+    pub open: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRow {
+    pub seq: i64,
+    pub at: String,
+    pub offset: String,
+    pub kind: String,
+    pub epoch: i64,
+    pub actor: String,
+    pub delivery: Option<String>,
+    pub attempt_no: Option<i64>,
+    pub deadline_left: Option<String>,
+    pub detail: String,
+}
+
+/// One row of the event table: an event, or a folded run of same-kind events.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TimelineRow {
+    Event(EventRow),
+    Folded {
+        kind: String,
+        first_seq: i64,
+        last_seq: i64,
+        first_at: String,
+        last_at: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timeline {
+    pub rows: Vec<TimelineRow>,
+    /// `after` for the previous and next pages, when there are any.
+    pub previous: Option<i64>,
+    pub next: Option<i64>,
+    pub total: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnknownRow {
+    pub job_id: String,
+    pub tenant: String,
+    pub epoch: i64,
+    pub since: String,
+    pub last_attempt: Option<String>,
+    pub provider_request_id: Option<String>,
+    pub deadline_left: String,
+    pub recovery_reason: Option<String>,
+    pub replay_policy: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetterRow {
+    pub message_id: String,
+    pub job_id: Option<String>,
+    pub tenant: Option<String>,
+    pub state: Option<String>,
+    pub receive_count: i64,
+    pub dead_since: String,
+    pub note: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetters {
+    pub queue: String,
+    pub rows: Vec<DeadLetterRow>,
+    /// Set when the queue cannot be listed without receiving (SQS).
+    pub notice: Option<String>,
+}

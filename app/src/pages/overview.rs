@@ -1,0 +1,77 @@
+//! `/`: jobs by state now, and charts over a chosen window.
+
+use leptos::prelude::*;
+use leptos_meta::{Meta, Title};
+use leptos_router::hooks::use_query_map;
+
+use super::console;
+use crate::components::{ErrorBox, StateBadge};
+use crate::console::Window;
+
+#[component]
+pub fn OverviewPage() -> impl IntoView {
+    let window = use_query_map().with_untracked(|q| Window::parse(&q.get("window").unwrap_or_default()));
+    let console = console();
+    view! {
+        <Title text="Overview · Fenceline"/>
+        <h1>"Overview"</h1>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {Suspend::new(async move {
+                match console.overview(window).await {
+                    Err(message) => view! { <ErrorBox message/> }.into_any(),
+                    Ok(o) => {
+                        let live = o.in_flight > 0;
+                        view! {
+                            {live.then(|| view! { <Meta http_equiv="refresh" content="5"/> })}
+                            <section aria-labelledby="now">
+                                <h2 id="now">"Jobs by state now"</h2>
+                                <ul class="state-tiles">
+                                    {o.counts.into_iter().map(|(state, n)| view! {
+                                        <li>
+                                            <a href=format!("/jobs?state={state}")>
+                                                <span class="tile-count">{n}</span>
+                                                <StateBadge state=state.clone()/>
+                                            </a>
+                                        </li>
+                                    }).collect_view()}
+                                </ul>
+                                <p class="muted">
+                                    {format!("Queue: {}. ", o.queue)}
+                                    {o.retention}
+                                    {live.then_some(" This page refreshes itself while jobs are in flight.")}
+                                </p>
+                            </section>
+                            <section aria-labelledby="charts">
+                                <h2 id="charts">"Activity"</h2>
+                                <nav class="tabs" aria-label="Chart window">
+                                    {[Window::Hour, Window::Day, Window::Week].into_iter().map(|w| {
+                                        let current = (w == o.window).then_some("page");
+                                        view! {
+                                            <a href=format!("/?window={}", w.as_str()) aria-current=current>
+                                                {format!("last {}", w.as_str())}
+                                            </a>
+                                        }
+                                    }).collect_view()}
+                                </nav>
+                                <div class="charts">
+                                    {o.charts.into_iter().map(|chart| view! {
+                                        <figure class="chart">
+                                            <figcaption>{chart.title}</figcaption>
+                                            <div class="svg" inner_html=chart.svg></div>
+                                            <dl class="figures">
+                                                {chart.figures.into_iter().map(|f| view! {
+                                                    <div><dt>{f.label}</dt><dd>{f.value}</dd></div>
+                                                }).collect_view()}
+                                            </dl>
+                                        </figure>
+                                    }).collect_view()}
+                                </div>
+                            </section>
+                        }
+                        .into_any()
+                    }
+                }
+            })}
+        </Suspense>
+    }
+}
