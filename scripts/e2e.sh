@@ -12,7 +12,8 @@ if [ ! -x /usr/bin/chromium ]; then
   apt-get update -qq
   apt-get install -y -qq chromium >/dev/null
 fi
-cargo build --locked -p fenceline
+# scripts/test.sh has just built the binary with the tests; a lone run builds it here.
+[ "${FENCELINE_BIN_BUILT:-}" = 1 ] || cargo build --locked -p fenceline
 export PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1
 (cd end2end && npm ci --no-audit --no-fund --loglevel=error)
 

@@ -23,7 +23,7 @@ echo "== cargo test (SQLite, PostgreSQL at $PG_URL, SQS at $MOTO_URL)"
 cargo test --workspace --locked 2>&1 | tee "$logs/cargo.log"
 
 echo "== browser tests (Playwright + Chromium)"
-scripts/e2e.sh 2>&1 | tee "$logs/e2e.log"
+FENCELINE_BIN_BUILT=1 scripts/e2e.sh 2>&1 | tee "$logs/e2e.log"
 
 passed=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($i ~ /^passed;?$/) p += $(i-1) } END { print p + 0 }' "$logs/cargo.log")
 failed=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($i ~ /^failed;?$/) f += $(i-1) } END { print f + 0 }' "$logs/cargo.log")

@@ -1,13 +1,20 @@
 //! The Fenceline operator console: server-rendered Leptos views.
 //!
 //! Owns what an operator sees. Rendered on the server only (`SsrMode::Async`, no WASM, no
-//! hydration), so every page works with JavaScript disabled. Must not know about SQL, queues
-//! or AWS: data will come through the `Console` port the server crate implements.
+//! hydration), so every page works with JavaScript disabled; live pages refresh themselves
+//! with a `<meta http-equiv="refresh">` while something is in flight. Must not know about SQL,
+//! queues or AWS: data comes through the [`console::Console`] port the server implements.
 //!
 //! # Layout
 //!
-//! - [`shell`]: the HTML document around every page.
-//! - [`App`]: the router and the page frame.
+//! - [`console`]: the port and its view models.
+//! - [`pages`]: one file per page.
+//! - [`components`]: reusable views.
+//! - [`shell`] and [`App`]: the HTML document and the router.
+
+pub mod components;
+pub mod console;
+pub mod pages;
 
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};
@@ -28,6 +35,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
             </head>
             <body>
                 <App/>
+                <script src="/static/console.js" defer></script>
             </body>
         </html>
     }
@@ -41,46 +49,27 @@ pub fn App() -> impl IntoView {
         <Stylesheet id="fenceline" href="/style/fenceline.css"/>
         <Title text="Fenceline"/>
         <Router>
+            <a class="skip" href="#main">"Skip to content"</a>
             <header class="topbar">
                 <A href="/" attr:class="brand">"Fenceline"</A>
                 <nav aria-label="Main">
+                    <A href="/" exact=true>"Overview"</A>
+                    <A href="/jobs">"Jobs"</A>
+                    <A href="/unknown">"Unknown"</A>
+                    <A href="/dlq">"Dead letters"</A>
                     <a href="/api/v1/openapi.json">"API"</a>
-                    <a href="/readyz">"Readiness"</a>
                 </nav>
             </header>
             <main id="main">
                 <Routes fallback=|| view! { <NotFound/> }>
-                    <Route path=path!("/") view=Home ssr=SsrMode::Async/>
+                    <Route path=path!("/") view=pages::overview::OverviewPage ssr=SsrMode::Async/>
+                    <Route path=path!("/jobs") view=pages::jobs::JobsPage ssr=SsrMode::Async/>
+                    <Route path=path!("/jobs/:job_id") view=pages::job::JobPage ssr=SsrMode::Async/>
+                    <Route path=path!("/unknown") view=pages::unknown::UnknownPage ssr=SsrMode::Async/>
+                    <Route path=path!("/dlq") view=pages::dlq::DeadLettersPage ssr=SsrMode::Async/>
                 </Routes>
             </main>
         </Router>
-    }
-}
-
-/// The landing page: what this service is and where its interfaces are.
-#[component]
-fn Home() -> impl IntoView {
-    view! {
-        <Title text="Fenceline"/>
-        <h1>"Fenceline"</h1>
-        <p class="lead">
-            "A fenced job ledger for long LLM jobs behind SQS-style queues: every write is a "
-            "compare-and-set on the owner epoch, and every step lands on the job's timeline."
-        </p>
-        <section aria-labelledby="interfaces">
-            <h2 id="interfaces">"Interfaces"</h2>
-            <dl class="facts">
-                <dt>"Job API"</dt>
-                <dd><code>"POST /api/v1/jobs"</code>", "<code>"GET /api/v1/jobs/{job_id}"</code>
-                    ", "<code>"GET /api/v1/jobs/{job_id}/events"</code>", "<code>"GET /api/v1/jobs?state=…"</code></dd>
-                <dt>"OpenAPI"</dt>
-                <dd><a href="/api/v1/openapi.json">"/api/v1/openapi.json"</a></dd>
-                <dt>"Health"</dt>
-                <dd><a href="/healthz">"/healthz"</a>" and "<a href="/readyz">"/readyz"</a></dd>
-                <dt>"Tokens"</dt>
-                <dd><code>"fenceline token add <tenant>"</code></dd>
-            </dl>
-        </section>
     }
 }
 
@@ -89,6 +78,6 @@ fn NotFound() -> impl IntoView {
     view! {
         <Title text="Not found · Fenceline"/>
         <h1>"Not found"</h1>
-        <p>"There is no page at this address. "<a href="/">"Back to the start"</a></p>
+        <p>"There is no page at this address. "<a href="/">"Back to the overview"</a></p>
     }
 }

@@ -249,6 +249,36 @@ pub enum BenchCommand {
     /// One worker holding many long calls, renewing visibility and lease on schedule: how late
     /// the renewals run, beside plain timers on the same runtime.
     Renewals(RenewalArgs),
+    /// Console render times: a job with a long timeline and the jobs list over many jobs,
+    /// generated first, beside the health endpoint served by the same process.
+    Console(ConsoleBenchArgs),
+    /// Generates a job with a long timeline and prints its id (data for tests and demos).
+    SeedTimeline(SeedArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ConsoleBenchArgs {
+    /// Events on the long timeline.
+    #[arg(long, default_value_t = 10_000)]
+    pub events: usize,
+    /// Jobs in the ledger for the list pages.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub jobs: u64,
+    /// Requests per measured page.
+    #[arg(long, default_value_t = 100)]
+    pub requests: usize,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SeedArgs {
+    #[arg(long, default_value_t = 10_000)]
+    pub events: usize,
+    #[arg(long, default_value = "demo")]
+    pub tenant: String,
+    /// `renewals`: a long call (mostly renewals, a few redeliveries); `alternating`: no two
+    /// neighbours of one kind, so nothing folds (the worst case for paging).
+    #[arg(long, default_value = "renewals")]
+    pub pattern: String,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -91,6 +91,20 @@ async fn main() -> anyhow::Result<()> {
             println!("{report}");
             Ok(())
         }
+        Command::Bench(BenchCommand::Console(args)) => {
+            let report = fenceline::bench::console(&cli.database_url, &options, args).await?;
+            println!("{report}");
+            Ok(())
+        }
+        Command::Bench(BenchCommand::SeedTimeline(args)) => {
+            let ledger = Ledger::connect(&cli.database_url, &options).await?;
+            ledger.migrate().await?;
+            let job_id =
+                fenceline::bench::seed_timeline(&ledger, &args.tenant, args.events, &args.pattern)
+                    .await?;
+            println!("{job_id}");
+            Ok(())
+        }
         Command::Bench(BenchCommand::Renewals(args)) => {
             let report = fenceline::bench::renewals(&cli.database_url, &options, args).await?;
             println!("{report}");
@@ -126,9 +140,23 @@ async fn supervise(
 
 async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     let options = config::ledger_options(cli);
-    let app = Application::build(&cli.database_url, &options, args.bind, args.max_body_bytes)
-        .await
-        .context("starting fenceline")?;
+    let queue_info = fenceline::http::console::QueueInfo {
+        description: match args.runtime.queue {
+            config::QueueArg::Embedded => format!("embedded:{}", args.runtime.queue_name),
+            config::QueueArg::Sqs => format!("sqs:{}", args.runtime.queue_name),
+        },
+        embedded_dead_letters: (args.runtime.queue == config::QueueArg::Embedded)
+            .then(|| format!("{}-dlq", args.runtime.queue_name)),
+    };
+    let app = Application::build_with_queue(
+        &cli.database_url,
+        &options,
+        args.bind,
+        args.max_body_bytes,
+        queue_info,
+    )
+    .await
+    .context("starting fenceline")?;
     let addr = app.local_addr();
     let ledger = app.ledger().clone();
     let backend = ledger.backend().as_str();

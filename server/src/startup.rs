@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 
 use tokio::net::TcpListener;
 
+use crate::http::console::QueueInfo;
 use crate::http::{self, AppState};
 use crate::ledger::{Ledger, LedgerError, LedgerOptions};
 
@@ -30,12 +31,31 @@ pub struct Application {
 }
 
 impl Application {
-    /// Connects and migrates the ledger, then binds `bind` (port 0 picks a free port).
+    /// Connects and migrates the ledger, then binds `bind` (port 0 picks a free port). The
+    /// console looks for dead letters in the default embedded queue.
     pub async fn build(
         database_url: &str,
         options: &LedgerOptions,
         bind: SocketAddr,
         max_body_bytes: usize,
+    ) -> Result<Application, StartupError> {
+        Self::build_with_queue(
+            database_url,
+            options,
+            bind,
+            max_body_bytes,
+            QueueInfo::default(),
+        )
+        .await
+    }
+
+    /// As [`Application::build`], telling the console which queue the workers use.
+    pub async fn build_with_queue(
+        database_url: &str,
+        options: &LedgerOptions,
+        bind: SocketAddr,
+        max_body_bytes: usize,
+        queue_info: QueueInfo,
     ) -> Result<Application, StartupError> {
         let ledger = Ledger::connect(database_url, options).await?;
         ledger.migrate().await?;
@@ -48,6 +68,7 @@ impl Application {
         let router = http::router(AppState {
             ledger: ledger.clone(),
             max_body_bytes,
+            queue: queue_info,
         });
         Ok(Application {
             listener,

@@ -10,7 +10,8 @@ use crate::console::Window;
 
 #[component]
 pub fn OverviewPage() -> impl IntoView {
-    let window = use_query_map().with_untracked(|q| Window::parse(&q.get("window").unwrap_or_default()));
+    let window =
+        use_query_map().with_untracked(|q| Window::parse(&q.get("window").unwrap_or_default()));
     let console = console();
     view! {
         <Title text="Overview · Fenceline"/>

@@ -360,6 +360,7 @@ async fn list_jobs(
             tenant: Some(tenant),
             state: job_state,
             before,
+            from_id: None,
             limit,
         })
         .await?;

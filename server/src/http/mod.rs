@@ -7,7 +7,10 @@
 
 mod api;
 mod auth;
+pub mod charts;
+pub mod console;
 mod error;
+mod export;
 mod health;
 pub mod openapi;
 pub mod time;
@@ -31,9 +34,12 @@ pub struct AppState {
     pub ledger: Ledger,
     /// Larger request bodies are refused with 413.
     pub max_body_bytes: usize,
+    /// Where the console finds the queue's dead letters.
+    pub queue: console::QueueInfo,
 }
 
 const STYLESHEET: &str = include_str!("../../../style/fenceline.css");
+const CONSOLE_JS: &str = include_str!("../../../style/console.js");
 
 /// The whole HTTP application.
 pub fn router(state: AppState) -> Router {
@@ -45,11 +51,19 @@ pub fn router(state: AppState) -> Router {
         .site_root("target/site")
         .build();
     let routes = leptos_axum::generate_route_list(fenceline_app::App);
+    let port: fenceline_app::console::SharedConsole = std::sync::Arc::new(
+        console::LedgerConsole::new(state.ledger.clone(), state.queue.clone()),
+    );
     let console = Router::new()
-        .leptos_routes(&options, routes, {
-            let options = options.clone();
-            move || fenceline_app::shell(options.clone())
-        })
+        .leptos_routes_with_context(
+            &options,
+            routes,
+            move || leptos::prelude::provide_context(port.clone()),
+            {
+                let options = options.clone();
+                move || fenceline_app::shell(options.clone())
+            },
+        )
         .with_state(options);
 
     let service = Router::new()
@@ -57,6 +71,9 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/style/fenceline.css", get(stylesheet))
+        .route("/static/console.js", get(console_js))
+        .route("/jobs/{job_id}/export.json", get(export::json_export))
+        .route("/jobs/{job_id}/export.md", get(export::markdown_export))
         .with_state(state)
         .layer(DefaultBodyLimit::max(max_body_bytes));
 
@@ -74,6 +91,16 @@ async fn stylesheet() -> impl IntoResponse {
             (header::CACHE_CONTROL, "public, max-age=300"),
         ],
         STYLESHEET,
+    )
+}
+
+async fn console_js() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "public, max-age=300"),
+        ],
+        CONSOLE_JS,
     )
 }
 

@@ -19,6 +19,19 @@ impl JobId {
         ))
     }
 
+    /// The smallest id a job created at `unix_ms` (or later) can have: job ids sort by
+    /// creation time, so "created after" is a keyset bound on the id.
+    pub fn lower_bound_at(unix_ms: i64) -> String {
+        let ms = unix_ms.clamp(0, (1 << 48) - 1) as u64;
+        let hex = format!("{ms:012x}");
+        format!(
+            "{}{}-{}-7000-8000-000000000000",
+            Self::PREFIX,
+            &hex[..8],
+            &hex[8..]
+        )
+    }
+
     /// The id as stored and shown.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -56,6 +69,18 @@ mod tests {
         let second = JobId::generate();
         assert_eq!(first.as_str().parse::<JobId>(), Ok(first.clone()));
         assert!(first < second);
+    }
+
+    #[test]
+    fn the_lower_bound_sorts_before_ids_made_at_that_time_and_after_older_ones() {
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let id = JobId::generate();
+        assert!(JobId::lower_bound_at(now_ms - 1000).as_str() < id.as_str());
+        assert!(JobId::lower_bound_at(now_ms + 1000).as_str() > id.as_str());
+        assert!(JobId::lower_bound_at(now_ms).parse::<JobId>().is_ok());
     }
 
     #[test]

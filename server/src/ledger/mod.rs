@@ -17,7 +17,9 @@ mod model;
 mod ops;
 mod read;
 mod tokens;
+mod views;
 pub use tokens::valid_tenant;
+pub use views::{detail_text, Bucket, Run, RENEWAL_KINDS, TRANSPORT_KINDS};
 mod write;
 
 pub use connect::{LedgerOptions, SqliteSync};

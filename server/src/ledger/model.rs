@@ -353,6 +353,8 @@ pub struct JobFilter {
     pub tenant: Option<String>,
     pub state: Option<JobState>,
     pub before: Option<String>,
+    /// Only jobs with ids at or above this one (see `JobId::lower_bound_at`).
+    pub from_id: Option<String>,
     pub limit: u32,
 }
 

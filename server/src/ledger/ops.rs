@@ -177,6 +177,38 @@ impl Ledger {
         Ok(())
     }
 
+    /// Appends many events to one job's timeline in one transaction (imports, generated data).
+    pub async fn append_events(
+        &self,
+        job_id: &str,
+        events: &[NewEvent],
+    ) -> Result<(), LedgerError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let n = events.len() as i64;
+        let mut tx = self.writer.begin().await?;
+        let sql = self.sql(
+            "UPDATE jobs SET next_event_seq = next_event_seq + $2 WHERE job_id = $1 \
+             RETURNING next_event_seq - $2 AS seq, {now} AS now_us, deadline_at, owner_epoch",
+        );
+        let Some(row) = sqlx::query(&sql)
+            .bind(job_id)
+            .bind(n)
+            .fetch_optional(&mut *tx)
+            .await?
+        else {
+            return Err(LedgerError::refused(job_id, super::Refusal::NotFound));
+        };
+        let seq: i64 = row.try_get("seq")?;
+        let now: i64 = row.try_get("now_us")?;
+        let epoch: i64 = row.try_get("owner_epoch")?;
+        let deadline_at: i64 = row.try_get("deadline_at")?;
+        append(&mut tx, job_id, seq, now, epoch, deadline_at, events).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     /// Claims up to `limit` due outbox rows for `lock` (another dispatcher skips them until
     /// then); each claim counts as a send attempt.
     pub async fn claim_outbox(

@@ -67,7 +67,7 @@ fn attempt_from_row(row: &AnyRow) -> Result<Attempt, LedgerError> {
     })
 }
 
-fn event_from_row(row: &AnyRow) -> Result<Event, LedgerError> {
+pub(crate) fn event_from_row(row: &AnyRow) -> Result<Event, LedgerError> {
     let message_id: Option<String> = row.try_get("message_id")?;
     let detail: String = row.try_get("detail")?;
     let delivery = match message_id {
@@ -220,6 +220,10 @@ impl Ledger {
         if let Some(before) = &filter.before {
             args.push(before.clone());
             conditions.push(format!("job_id < ${}", args.len()));
+        }
+        if let Some(from) = &filter.from_id {
+            args.push(from.clone());
+            conditions.push(format!("job_id >= ${}", args.len()));
         }
         let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs");
         if !conditions.is_empty() {

@@ -379,7 +379,7 @@ async fn every_documented_path_answers_without_a_server_error(db: Db) {
     let console = app.get(None, "/").await;
     assert_eq!(console.status(), 200);
     assert_eq!(console.headers()["x-content-type-options"], "nosniff");
-    assert!(console.text().await.unwrap().contains("<h1>Fenceline</h1>"));
+    assert!(console.text().await.unwrap().contains("<h1>Overview</h1>"));
     let css = app.get(None, "/style/fenceline.css").await;
     assert_eq!(css.headers()["content-type"], "text/css; charset=utf-8");
     // The working directory is never served.

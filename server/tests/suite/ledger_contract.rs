@@ -788,6 +788,7 @@ async fn jobs_and_timelines_page_by_keyset(db: Db) {
                 tenant: Some("acme".into()),
                 state: None,
                 before: before.clone(),
+                from_id: None,
                 limit: 3,
             })
             .await
@@ -808,6 +809,7 @@ async fn jobs_and_timelines_page_by_keyset(db: Db) {
             tenant: Some("acme".into()),
             state: Some(JobState::Running),
             before: None,
+            from_id: None,
             limit: 10,
         })
         .await

@@ -1,0 +1,66 @@
+//! `/dlq`: dead letters joined to their job's ledger state.
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+
+use super::console;
+use crate::components::{or_dash, ErrorBox, StateBadge};
+
+#[component]
+pub fn DeadLettersPage() -> impl IntoView {
+    let console = console();
+    view! {
+        <Title text="Dead letters · Fenceline"/>
+        <h1>"Dead letters"</h1>
+        <p class="lead">
+            "A message's transport history says nothing about its job's outcome: each dead letter "
+            "is shown with the ledger's view of its job. Replay inspects the ledger first "
+            "("<code>"fenceline dlq-replay"</code>")."
+        </p>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {Suspend::new(async move {
+                match console.dead_letters().await {
+                    Err(message) => view! { <ErrorBox message/> }.into_any(),
+                    Ok(dl) => view! {
+                        <p class="muted">{format!("Dead-letter queue: {}", dl.queue)}</p>
+                        {dl.notice.map(|n| view! { <p class="notice">{n}</p> })}
+                        {if dl.rows.is_empty() {
+                            view! { <p class="empty">"The dead-letter queue is empty."</p> }.into_any()
+                        } else {
+                            view! {
+                                <table>
+                                    <thead><tr>
+                                        <th scope="col">"Message"</th>
+                                        <th scope="col">"Job"</th>
+                                        <th scope="col">"Tenant"</th>
+                                        <th scope="col">"Ledger state"</th>
+                                        <th scope="col">"Dead since"</th>
+                                        <th scope="col">"What replay would do"</th>
+                                    </tr></thead>
+                                    <tbody>
+                                        {dl.rows.into_iter().map(|r| view! {
+                                            <tr>
+                                                <td class="mono">{r.message_id}</td>
+                                                <td>{match r.job_id {
+                                                    Some(id) => view! { <a class="mono" href=format!("/jobs/{id}")>{id.clone()}</a> }.into_any(),
+                                                    None => view! { <span>"not a job message"</span> }.into_any(),
+                                                }}</td>
+                                                <td>{or_dash(r.tenant)}</td>
+                                                <td>{match r.state {
+                                                    Some(s) => view! { <StateBadge state=s/> }.into_any(),
+                                                    None => view! { <span>"—"</span> }.into_any(),
+                                                }}</td>
+                                                <td>{r.dead_since}</td>
+                                                <td>{r.note}</td>
+                                            </tr>
+                                        }).collect_view()}
+                                    </tbody>
+                                </table>
+                            }.into_any()
+                        }}
+                    }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}

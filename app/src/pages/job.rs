@@ -1,0 +1,210 @@
+//! `/jobs/{job_id}`: the page operators paste into incident reviews. A header with where the
+//! job stands, the swimlane chart on one time axis, the event table with a permalink per event
+//! (`#e{seq}`, highlighted when targeted), runs of same-kind events folded, attempts,
+//! decisions, and exports. Refreshes itself while the job is live.
+
+use leptos::prelude::*;
+use leptos_meta::{Meta, Title};
+use leptos_router::hooks::{use_params_map, use_query_map};
+
+use super::console;
+use crate::components::{or_dash, ErrorBox, StateBadge};
+use crate::console::{Timeline, TimelineQuery, TimelineRow};
+
+fn number(v: Option<String>) -> Option<i64> {
+    v.and_then(|s| s.trim().parse().ok())
+}
+
+#[component]
+pub fn JobPage() -> impl IntoView {
+    let job_id = use_params_map().with_untracked(|p| p.get("job_id").unwrap_or_default());
+    let query = use_query_map().with_untracked(|q| TimelineQuery {
+        after: number(q.get("after")),
+        around: number(q.get("around")),
+        open: number(q.get("open")),
+    });
+    let console = console();
+    view! {
+        <Title text=format!("{job_id} · Fenceline")/>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {Suspend::new(async move {
+                let detail = match console.job(job_id.clone()).await {
+                    Err(message) => return view! { <ErrorBox message/> }.into_any(),
+                    Ok(None) => return view! {
+                        <h1>"No such job"</h1>
+                        <p>{format!("There is no job {job_id} in this ledger (or it was pruned after the retention period).")}</p>
+                    }.into_any(),
+                    Ok(Some(detail)) => detail,
+                };
+                let timeline = match console.timeline(job_id.clone(), query.clone()).await {
+                    Err(message) => return view! { <ErrorBox message/> }.into_any(),
+                    Ok(t) => t,
+                };
+                let live = !detail.terminal;
+                let d = detail;
+                view! {
+                    {live.then(|| view! { <Meta http_equiv="refresh" content="2"/> })}
+                    <header class="job-header">
+                        <h1><span class="mono">{d.job_id.clone()}</span> " " <StateBadge state=d.state.clone()/></h1>
+                        <p class="muted">
+                            {format!("tenant {} · key {} · created {}", d.tenant, d.idempotency_key, d.created)}
+                            {live.then_some(" · this page refreshes itself while the job is live")}
+                        </p>
+                        <dl class="facts wide">
+                            <dt>"Owner epoch"</dt><dd class="num">{d.epoch}</dd>
+                            <dt>"Owner"</dt><dd>{or_dash(d.owner)}</dd>
+                            <dt>"Lease until"</dt><dd>{or_dash(d.lease)}</dd>
+                            <dt>"Deadline"</dt><dd>{format!("{} ({})", d.deadline, d.deadline_left)}</dd>
+                            <dt>"Attempts"</dt><dd>{d.attempts_used}</dd>
+                            <dt>"Result"</dt><dd>{match d.result_ref {
+                                Some(r) => view! { <a href=format!("/api/v1/jobs/{}/result", d.job_id)>{r}</a> }.into_any(),
+                                None => view! { <span>"—"</span> }.into_any(),
+                            }}</dd>
+                            <dt>"Last error"</dt><dd>{or_dash(d.error_code)}</dd>
+                            <dt>"Recovery reason"</dt><dd>{or_dash(d.recovery_reason)}</dd>
+                            <dt>"Replay policy"</dt><dd>{d.replay_policy}</dd>
+                            <dt>"Terminal at"</dt><dd>{or_dash(d.terminal_at)}</dd>
+                            {d.drill.map(|drill| view! { <dt>"Drill"</dt><dd><a href=format!("/drills/{drill}")>{drill.clone()}</a></dd> })}
+                        </dl>
+                        <p class="exports">
+                            "Export for incident review: "
+                            <a href=format!("/jobs/{}/export.md", d.job_id)>"Markdown"</a>" · "
+                            <a href=format!("/jobs/{}/export.json", d.job_id)>"JSON"</a>
+                        </p>
+                    </header>
+                    <section aria-labelledby="swimlanes">
+                        <h2 id="swimlanes">"Timeline"</h2>
+                        <div class="swimlane" inner_html=d.swimlane_svg></div>
+                    </section>
+                    <section aria-labelledby="events">
+                        <h2 id="events">{format!("Events ({})", d.event_count)}</h2>
+                        <EventTable job_id=d.job_id.clone() timeline/>
+                    </section>
+                    <section aria-labelledby="attempts">
+                        <h2 id="attempts">"Attempts"</h2>
+                        <table>
+                            <thead><tr>
+                                <th scope="col">"#"</th><th scope="col">"Epoch"</th><th scope="col">"Worker"</th>
+                                <th scope="col">"Provider"</th><th scope="col">"Request id"</th><th scope="col">"Started"</th>
+                                <th scope="col">"Took"</th><th scope="col">"Outcome"</th><th scope="col">"Error"</th>
+                            </tr></thead>
+                            <tbody>
+                                {d.attempts.into_iter().map(|a| view! {
+                                    <tr class:accepted=a.accepted>
+                                        <td class="num">{a.attempt_no}</td>
+                                        <td class="num">{a.epoch}</td>
+                                        <td>{a.worker}</td>
+                                        <td>{a.provider}</td>
+                                        <td class="mono">{or_dash(a.provider_request_id)}</td>
+                                        <td>{a.started}</td>
+                                        <td>{or_dash(a.duration)}</td>
+                                        <td><span class=format!("outcome outcome-{}", a.outcome)>{a.outcome.replace('_', " ")}</span>
+                                            {a.accepted.then_some(" (accepted)")}</td>
+                                        <td>{or_dash(a.error_code)}</td>
+                                    </tr>
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    </section>
+                    <section aria-labelledby="decisions">
+                        <h2 id="decisions">"Decisions"</h2>
+                        {if d.decisions.is_empty() {
+                            view! { <p class="empty">"No decision was recorded for this job."</p> }.into_any()
+                        } else {
+                            view! {
+                                <table>
+                                    <thead><tr>
+                                        <th scope="col">"At"</th><th scope="col">"By"</th><th scope="col">"Decision"</th>
+                                        <th scope="col">"Saw epoch"</th><th scope="col">"New epoch"</th>
+                                        <th scope="col">"To"</th><th scope="col">"Reason"</th>
+                                    </tr></thead>
+                                    <tbody>
+                                        {d.decisions.into_iter().map(|x| view! {
+                                            <tr>
+                                                <td>{x.at}</td><td>{x.actor}</td><td>{x.decision.replace('_', " ")}</td>
+                                                <td class="num">{x.seen_epoch}</td><td class="num">{x.new_epoch}</td>
+                                                <td><StateBadge state=x.to_state/></td><td>{x.reason}</td>
+                                            </tr>
+                                        }).collect_view()}
+                                    </tbody>
+                                </table>
+                            }.into_any()
+                        }}
+                    </section>
+                }
+                .into_any()
+            })}
+        </Suspense>
+    }
+}
+
+#[component]
+fn EventTable(job_id: String, timeline: Timeline) -> impl IntoView {
+    let base = format!("/jobs/{job_id}");
+    let pager = {
+        let base = base.clone();
+        let (previous, next) = (timeline.previous, timeline.next);
+        move || {
+            (previous.is_some() || next.is_some()).then(|| {
+                view! {
+                    <nav class="pager" aria-label="Event pages">
+                        {previous.map(|p| view! { <a href=format!("{base}?after={p}#events")>"← Earlier events"</a> })}
+                        {next.map(|n| view! { <a rel="next" href=format!("{base}?after={n}#events")>"Later events →"</a> })}
+                        <form method="get" action=base.clone() class="jump">
+                            <label>"Go to event " <input type="number" name="around" min="1" size="6"/></label>
+                            <button type="submit">"Go"</button>
+                        </form>
+                    </nav>
+                }
+            })
+        }
+    };
+    view! {
+        {pager()}
+        <table class="events">
+            <thead><tr>
+                <th scope="col">"#"</th><th scope="col">"Time"</th><th scope="col">"+"</th>
+                <th scope="col">"Kind"</th><th scope="col">"Epoch"</th><th scope="col">"Actor"</th>
+                <th scope="col">"Delivery"</th><th scope="col">"Attempt"</th>
+                <th scope="col">"Deadline left"</th><th scope="col">"Detail"</th>
+            </tr></thead>
+            <tbody>
+                {timeline.rows.into_iter().map(|row| match row {
+                    TimelineRow::Event(e) => view! {
+                        <tr id=format!("e{}", e.seq) class=format!("kind-{}", e.kind)>
+                            <td class="num"><a href=format!("#e{}", e.seq) title="Permalink to this event">{e.seq}</a></td>
+                            <td>{e.at}</td>
+                            <td class="num">{e.offset}</td>
+                            <td>{e.kind.replace('_', " ")}</td>
+                            <td class="num">{e.epoch}</td>
+                            <td>{e.actor}</td>
+                            <td class="mono">{or_dash(e.delivery)}</td>
+                            <td class="num">{e.attempt_no.map(|a| a.to_string()).unwrap_or_default()}</td>
+                            <td class="num">{or_dash(e.deadline_left)}</td>
+                            <td class="detail mono">{e.detail}</td>
+                        </tr>
+                    }.into_any(),
+                    TimelineRow::Folded { kind, first_seq, last_seq, first_at, last_at } => {
+                        let count = last_seq - first_seq + 1;
+                        let anchors = (first_seq + 1..=last_seq)
+                            .map(|s| view! { <i id=format!("e{s}")></i> })
+                            .collect_view();
+                        view! {
+                            <tr id=format!("e{first_seq}") class="folded">
+                                <td class="num">{format!("{first_seq}–{last_seq}")}{anchors}</td>
+                                <td colspan="2">{format!("{first_at} → {last_at}")}</td>
+                                <td colspan="6">{if kind == "renewed" {
+                                    format!("{count} × lease and visibility renewed, all answered")
+                                } else {
+                                    format!("{count} × {}", kind.replace('_', " "))
+                                }}</td>
+                                <td><a href=format!("{base}?open={first_seq}#e{first_seq}")>"Show them"</a></td>
+                            </tr>
+                        }.into_any()
+                    }
+                }).collect_view()}
+            </tbody>
+        </table>
+        {pager()}
+    }
+}

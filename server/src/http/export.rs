@@ -1,0 +1,209 @@
+//! Incident-review exports of one job at stable URLs: `/jobs/{job_id}/export.json` and
+//! `/jobs/{job_id}/export.md`. Frozen at the moment of export (the document says when), and
+//! free of secrets: no input, no answer, no receipt handle — only the ledger's record.
+
+use axum::extract::{Path, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+
+use super::charts::human_duration;
+use super::console::short_time;
+use super::time::rfc3339_us;
+use super::{ApiError, AppState};
+use crate::job::JobId;
+use crate::ledger::{detail_text, Attempt, DecisionRecord, Event, Job};
+
+struct Record {
+    job: Job,
+    attempts: Vec<Attempt>,
+    decisions: Vec<DecisionRecord>,
+    events: Vec<Event>,
+    exported_at: i64,
+}
+
+async fn record(state: &AppState, raw: &str) -> Result<Record, ApiError> {
+    let id = raw
+        .parse::<JobId>()
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let job = state
+        .ledger
+        .job(id.as_str())
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no job {id}")))?;
+    Ok(Record {
+        attempts: state.ledger.attempts(&job.job_id).await?,
+        decisions: state.ledger.decisions(&job.job_id).await?,
+        events: state.ledger.all_events(&job.job_id).await?,
+        exported_at: state.ledger.now_us().await?,
+        job,
+    })
+}
+
+pub(super) async fn json_export(
+    State(state): State<AppState>,
+    Path(job_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let r = record(&state, &job_id).await?;
+    let j = &r.job;
+    let body = json!({
+        "exported_at": rfc3339_us(r.exported_at),
+        "permalink": format!("/jobs/{}", j.job_id),
+        "job": {
+            "job_id": j.job_id, "tenant": j.tenant, "idempotency_key": j.idempotency_key,
+            "request_digest": j.request_digest, "contract_version": j.contract_version,
+            "state": j.state.as_str(), "owner_epoch": j.owner_epoch, "owner_id": j.owner_id,
+            "deadline_at": rfc3339_us(j.deadline_at), "attempt_count": j.attempt_count,
+            "max_attempts": j.max_attempts, "result_ref": j.result_ref, "error_code": j.error_code,
+            "replay_policy": j.replay_policy.as_str(), "recovery_reason": j.recovery_reason,
+            "created_at": rfc3339_us(j.created_at), "terminal_at": j.terminal_at.map(rfc3339_us),
+        },
+        "attempts": r.attempts.iter().map(|a| json!({
+            "attempt_no": a.attempt_no, "epoch": a.epoch, "worker_id": a.worker_id,
+            "provider": a.provider, "provider_request_id": a.provider_request_id,
+            "started_at": rfc3339_us(a.started_at), "finished_at": a.finished_at.map(rfc3339_us),
+            "outcome": a.outcome.as_str(), "error_code": a.error_code,
+        })).collect::<Vec<_>>(),
+        "decisions": r.decisions.iter().map(|d| json!({
+            "decided_at": rfc3339_us(d.decided_at), "actor": d.actor, "decision": d.decision,
+            "seen_epoch": d.seen_epoch, "new_epoch": d.new_epoch, "from_state": d.from_state,
+            "to_state": d.to_state, "reason": d.reason,
+        })).collect::<Vec<_>>(),
+        "events": r.events.iter().map(|e| json!({
+            "seq": e.seq, "at": rfc3339_us(e.at), "kind": e.kind, "epoch": e.epoch,
+            "actor": e.actor, "delivery": e.delivery, "attempt_no": e.attempt_no,
+            "deadline_left_ms": e.deadline_left_ms, "detail": e.detail,
+            "permalink": format!("/jobs/{}#e{}", e.job_id, e.seq),
+        })).collect::<Vec<Value>>(),
+    });
+    Ok((
+        [(
+            header::CONTENT_DISPOSITION,
+            format!("inline; filename=\"{}.json\"", j.job_id),
+        )],
+        Json(body),
+    )
+        .into_response())
+}
+
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+pub(super) async fn markdown_export(
+    State(state): State<AppState>,
+    Path(job_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let r = record(&state, &job_id).await?;
+    let j = &r.job;
+    let mut md = format!(
+        "# Job {id}\n\nExported {at} (UTC) from the Fenceline ledger. Permalink: `/jobs/{id}`.\n\n\
+         | | |\n| --- | --- |\n| state | **{state}** |\n| tenant | {tenant} |\n| idempotency key | `{key}` |\n\
+         | owner epoch | {epoch} |\n| attempts | {used} of {max} |\n| deadline | {deadline} |\n\
+         | created | {created} |\n| terminal | {terminal} |\n| result | {result} |\n| last error | {error} |\n\
+         | recovery reason | {recovery} |\n| replay policy | {policy} |\n\n",
+        id = j.job_id,
+        at = short_time(r.exported_at),
+        state = j.state,
+        tenant = cell(&j.tenant),
+        key = cell(&j.idempotency_key),
+        epoch = j.owner_epoch,
+        used = j.attempt_count,
+        max = j.max_attempts,
+        deadline = short_time(j.deadline_at),
+        created = short_time(j.created_at),
+        terminal = j.terminal_at.map_or("—".into(), short_time),
+        result = j.result_ref.as_deref().unwrap_or("—"),
+        error = j.error_code.as_deref().unwrap_or("—"),
+        recovery = j.recovery_reason.as_deref().unwrap_or("—"),
+        policy = j.replay_policy.as_str(),
+    );
+    md.push_str("## Attempts\n\n| # | epoch | worker | provider request | started | took | outcome |\n| ---: | ---: | --- | --- | --- | --- | --- |\n");
+    for a in &r.attempts {
+        md.push_str(&format!(
+            "| {} | {} | {} | `{}` | {} | {} | {} |\n",
+            a.attempt_no,
+            a.epoch,
+            cell(&a.worker_id),
+            a.provider_request_id.as_deref().unwrap_or("—"),
+            short_time(a.started_at),
+            a.finished_at
+                .map_or("—".into(), |f| human_duration(f - a.started_at)),
+            a.outcome.as_str()
+        ));
+    }
+    md.push_str("\n## Decisions\n\n");
+    if r.decisions.is_empty() {
+        md.push_str("None.\n");
+    } else {
+        md.push_str("| at | by | decision | saw epoch | to | reason |\n| --- | --- | --- | ---: | --- | --- |\n");
+        for d in &r.decisions {
+            md.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {} |\n",
+                short_time(d.decided_at),
+                cell(&d.actor),
+                d.decision,
+                d.seen_epoch,
+                d.to_state,
+                cell(&d.reason)
+            ));
+        }
+    }
+    md.push_str("\n## Timeline\n\nRuns of four or more events of one kind are summarised on one line.\n\n| # | time | + | kind | epoch | actor | delivery | detail |\n| ---: | --- | --- | --- | ---: | --- | --- | --- |\n");
+    let mut i = 0;
+    while i < r.events.len() {
+        let e = &r.events[i];
+        let run = r.events[i..]
+            .iter()
+            .take_while(|x| x.kind == e.kind)
+            .count();
+        if run >= 4 {
+            let last = &r.events[i + run - 1];
+            md.push_str(&format!(
+                "| {}–{} | {} → {} | +{} | {} × {} | | | | |\n",
+                e.seq,
+                last.seq,
+                short_time(e.at),
+                short_time(last.at),
+                human_duration(e.at - j.created_at),
+                run,
+                e.kind
+            ));
+            i += run;
+            continue;
+        }
+        md.push_str(&format!(
+            "| [{seq}](/jobs/{id}#e{seq}) | {} | +{} | {} | {} | {} | {} | {} |\n",
+            short_time(e.at),
+            human_duration(e.at - j.created_at),
+            e.kind,
+            e.epoch,
+            cell(&e.actor),
+            e.delivery.as_ref().map_or(String::new(), |d| format!(
+                "{} r{} #{}",
+                d.message_id.chars().take(8).collect::<String>(),
+                d.receive_count,
+                d.handle_hash
+            )),
+            cell(&detail_text(&e.detail)),
+            seq = e.seq,
+            id = j.job_id,
+        ));
+        i += 1;
+    }
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                "text/markdown; charset=utf-8".to_owned(),
+            ),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("inline; filename=\"{}.md\"", j.job_id),
+            ),
+        ],
+        md,
+    )
+        .into_response())
+}

@@ -1,0 +1,375 @@
+//! Reads for the console: timelines folded into runs, key events for the swimlane chart,
+//! activity buckets for the overview, jobs by creation time and lookup. Every query is bounded
+//! and served by an index; none loads a whole timeline into memory to show one page.
+
+use serde_json::Value;
+use sqlx::Row;
+
+use super::model::Event;
+use super::read::{event_from_row, job_from_row, JOB_COLUMNS};
+use super::{Job, Ledger, LedgerError};
+
+/// A run of consecutive events of one kind on a job's timeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    pub kind: String,
+    pub first_seq: i64,
+    pub last_seq: i64,
+    pub first_at: i64,
+    pub last_at: i64,
+}
+
+impl Run {
+    pub fn len(&self) -> i64 {
+        self.last_seq - self.first_seq + 1
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() <= 0
+    }
+}
+
+/// Event kinds that repeat while a call runs; the swimlane draws them in buckets.
+pub const RENEWAL_KINDS: [&str; 4] = [
+    "visibility_renewed",
+    "visibility_renewal_failed",
+    "lease_renewed",
+    "lease_renewal_failed",
+];
+
+/// Transport facts that can repeat many times (a storm of redeliveries); the swimlane draws
+/// them one by one when there are few, in buckets when there are many.
+pub const TRANSPORT_KINDS: [&str; 5] = [
+    "delivery_received",
+    "duplicate_suppressed",
+    "delivery_deferred",
+    "delivery_acked_terminal",
+    "dispatched",
+];
+
+/// A count of one event kind in one time bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bucket {
+    pub kind: String,
+    pub bucket: i64,
+    pub count: i64,
+}
+
+/// Runs of consecutive events of one kind; successful lease and visibility renewals, which
+/// alternate while a call runs, count as one kind (`renewed`). Failed renewals never join.
+const RUNS: &str = "WITH keyed AS ( \
+        SELECT seq, at, CASE WHEN kind IN ('lease_renewed', 'visibility_renewed') \
+        THEN 'renewed' ELSE kind END AS kind FROM events WHERE job_id = $1), \
+    numbered AS ( \
+        SELECT seq, kind, at, seq - ROW_NUMBER() OVER (PARTITION BY kind ORDER BY seq) AS grp \
+        FROM keyed), \
+    runs AS ( \
+        SELECT kind, MIN(seq) AS first_seq, MAX(seq) AS last_seq, MIN(at) AS first_at, \
+        MAX(at) AS last_at FROM numbered GROUP BY kind, grp)";
+
+fn run_from_row(row: &sqlx::any::AnyRow) -> Result<Run, LedgerError> {
+    Ok(Run {
+        kind: row.try_get("kind")?,
+        first_seq: row.try_get("first_seq")?,
+        last_seq: row.try_get("last_seq")?,
+        first_at: row.try_get("first_at")?,
+        last_at: row.try_get("last_at")?,
+    })
+}
+
+impl Ledger {
+    /// Up to `limit` runs starting after sequence number `after`, oldest first.
+    pub async fn timeline_runs(
+        &self,
+        job_id: &str,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<Run>, LedgerError> {
+        let sql =
+            format!("{RUNS} SELECT * FROM runs WHERE first_seq > $2 ORDER BY first_seq LIMIT $3");
+        let rows = sqlx::query(&sql)
+            .bind(job_id)
+            .bind(after)
+            .bind(i64::from(limit))
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter().map(run_from_row).collect()
+    }
+
+    /// The first sequence number of the run `back` runs before the one starting after
+    /// `after` (for "earlier events" links), if there is one.
+    pub async fn timeline_run_before(
+        &self,
+        job_id: &str,
+        after: i64,
+        back: u32,
+    ) -> Result<Option<i64>, LedgerError> {
+        let sql = format!(
+            "{RUNS} SELECT first_seq FROM runs WHERE first_seq <= $2 ORDER BY first_seq DESC LIMIT 1 OFFSET $3"
+        );
+        Ok(sqlx::query_scalar(&sql)
+            .bind(job_id)
+            .bind(after)
+            .bind(i64::from(back.saturating_sub(1)))
+            .fetch_optional(&self.reader)
+            .await?)
+    }
+
+    /// The first sequence number of the run holding event `seq`.
+    pub async fn timeline_run_of(
+        &self,
+        job_id: &str,
+        seq: i64,
+    ) -> Result<Option<i64>, LedgerError> {
+        let sql =
+            format!("{RUNS} SELECT first_seq FROM runs WHERE first_seq <= $2 AND last_seq >= $2");
+        Ok(sqlx::query_scalar(&sql)
+            .bind(job_id)
+            .bind(seq)
+            .fetch_optional(&self.reader)
+            .await?)
+    }
+
+    /// Events with these sequence numbers (at most a page of them).
+    pub async fn events_between(
+        &self,
+        job_id: &str,
+        first: i64,
+        last: i64,
+    ) -> Result<Vec<Event>, LedgerError> {
+        let rows = sqlx::query(
+            "SELECT job_id, seq, at, kind, epoch, actor, message_id, receive_count, handle_hash, \
+             attempt_no, deadline_left_ms, detail FROM events \
+             WHERE job_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq LIMIT 2000",
+        )
+        .bind(job_id)
+        .bind(first)
+        .bind(last)
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    /// How many events the job has.
+    pub async fn event_count(&self, job_id: &str) -> Result<i64, LedgerError> {
+        Ok(
+            sqlx::query_scalar("SELECT next_event_seq - 1 FROM jobs WHERE job_id = $1")
+                .bind(job_id)
+                .fetch_optional(&self.reader)
+                .await?
+                .unwrap_or(0),
+        )
+    }
+
+    /// Events not of the `except` kinds (for the swimlane chart), up to `limit`.
+    pub async fn key_events(
+        &self,
+        job_id: &str,
+        except: &[&str],
+        limit: u32,
+    ) -> Result<Vec<Event>, LedgerError> {
+        let kinds = except
+            .iter()
+            .map(|k| format!("'{k}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "SELECT job_id, seq, at, kind, epoch, actor, message_id, receive_count, handle_hash, \
+             attempt_no, deadline_left_ms, detail FROM events \
+             WHERE job_id = $1 AND kind NOT IN ({kinds}) ORDER BY seq LIMIT $2"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(job_id)
+            .bind(i64::from(limit))
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter().map(event_from_row).collect()
+    }
+
+    /// Events of `kinds` on one job counted in `width`-microsecond buckets from `start`.
+    pub async fn kind_buckets(
+        &self,
+        job_id: &str,
+        kinds: &[&str],
+        start: i64,
+        width: i64,
+    ) -> Result<Vec<Bucket>, LedgerError> {
+        let kinds = kinds
+            .iter()
+            .map(|k| format!("'{k}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "SELECT kind, (at - $2) / $3 AS bucket, COUNT(*) AS n FROM events \
+             WHERE job_id = $1 AND kind IN ({kinds}) GROUP BY kind, (at - $2) / $3"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(job_id)
+            .bind(start)
+            .bind(width.max(1))
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Bucket {
+                    kind: r.try_get("kind")?,
+                    bucket: r.try_get("bucket")?,
+                    count: r.try_get("n")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Events of the given kinds since `start`, counted per kind in `width`-µs buckets.
+    pub async fn activity(
+        &self,
+        kinds: &[&str],
+        start: i64,
+        width: i64,
+    ) -> Result<Vec<Bucket>, LedgerError> {
+        let list = kinds
+            .iter()
+            .map(|k| format!("'{k}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "SELECT kind, (at - $1) / $2 AS bucket, COUNT(*) AS n FROM events \
+             WHERE at >= $1 AND kind IN ({list}) GROUP BY kind, (at - $1) / $2"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(start)
+            .bind(width.max(1))
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Bucket {
+                    kind: r.try_get("kind")?,
+                    bucket: r.try_get("bucket")?,
+                    count: r.try_get("n")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Redeliveries since `start`: receives of a message that had been received before.
+    pub async fn redeliveries(&self, start: i64, width: i64) -> Result<Vec<Bucket>, LedgerError> {
+        let rows = sqlx::query(
+            "SELECT (at - $1) / $2 AS bucket, COUNT(*) AS n FROM events \
+             WHERE at >= $1 AND kind = 'delivery_received' AND receive_count > 1 \
+             GROUP BY (at - $1) / $2",
+        )
+        .bind(start)
+        .bind(width.max(1))
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Bucket {
+                    kind: "redelivery".into(),
+                    bucket: r.try_get("bucket")?,
+                    count: r.try_get("n")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Jobs that became terminal since `start`, newest first: (state, terminal_at,
+    /// microseconds from creation to terminal, attempts).
+    pub async fn finished_since(
+        &self,
+        start: i64,
+        limit: u32,
+    ) -> Result<Vec<(String, i64, i64, i64)>, LedgerError> {
+        let rows = sqlx::query(
+            "SELECT state, terminal_at, terminal_at - created_at AS took, attempt_count FROM jobs \
+             WHERE terminal_at >= $1 ORDER BY terminal_at DESC LIMIT $2",
+        )
+        .bind(start)
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get("state")?,
+                    r.try_get("terminal_at")?,
+                    r.try_get("took")?,
+                    r.try_get("attempt_count")?,
+                ))
+            })
+            .collect()
+    }
+
+    /// Finds jobs by exact job id, or by idempotency key in any tenant.
+    pub async fn find_jobs(&self, needle: &str) -> Result<Vec<Job>, LedgerError> {
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = $1 \
+             UNION SELECT {JOB_COLUMNS} FROM jobs WHERE idempotency_key = $1 LIMIT 50"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(needle)
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    /// Dead letters of an embedded queue, read without receiving them.
+    pub async fn embedded_dead_letters(
+        &self,
+        dlq: &str,
+        limit: u32,
+    ) -> Result<Vec<(String, String, i64, i64)>, LedgerError> {
+        let rows = sqlx::query(
+            "SELECT message_id, body, receive_count, COALESCE(dead_at, sent_at) AS since \
+             FROM queue_messages WHERE queue = $1 ORDER BY id DESC LIMIT $2",
+        )
+        .bind(dlq)
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r.try_get("message_id")?,
+                    r.try_get("body")?,
+                    r.try_get("receive_count")?,
+                    r.try_get("since")?,
+                ))
+            })
+            .collect()
+    }
+
+    /// The events a drill or an export needs: all of them, in pages of `page`.
+    pub async fn all_events(&self, job_id: &str) -> Result<Vec<Event>, LedgerError> {
+        let mut out = Vec::new();
+        let mut after = 0;
+        loop {
+            let page = self.events(job_id, after, 1000).await?;
+            let Some(last) = page.last() else { break };
+            after = last.seq;
+            let full = page.len() == 1000;
+            out.extend(page);
+            if !full {
+                break;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// A short, single-line rendering of an event's detail for tables.
+pub fn detail_text(detail: &Value) -> String {
+    match detail {
+        Value::Object(map) if map.is_empty() => String::new(),
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => format!("{k}={s}"),
+                other => format!("{k}={other}"),
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,12 @@
+// Progressive enhancement only: every page works without this file.
+// A permalink to an event that is not on the page shown opens the page that holds it.
+(function () {
+  var match = location.hash.match(/^#e(\d+)$/);
+  if (!match || document.getElementById('e' + match[1])) return;
+  var url = new URL(location.href);
+  if (url.searchParams.get('around') === match[1]) return;
+  url.searchParams.delete('after');
+  url.searchParams.delete('open');
+  url.searchParams.set('around', match[1]);
+  location.replace(url.toString());
+})();
