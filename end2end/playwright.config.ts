@@ -36,7 +36,8 @@ export default defineConfig({
     { name: 'without-js', use: { javaScriptEnabled: false } },
   ],
   webServer: {
-    command: `${binary} serve --bind 127.0.0.1:${port} --database-url '${databaseUrl}'`,
+    // Compressed timings and a 1.5 s stub model, so a job's page shows renewals.
+    command: `${binary} serve --bind 127.0.0.1:${port} --database-url '${databaseUrl}' --timings compressed --stub-latency-ms 1500`,
     url: `http://127.0.0.1:${port}/readyz`,
     reuseExistingServer: false,
     timeout: 120_000,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fenceline's benchmarks, each beside its reference in the same invocation:
-#   scripts/bench.sh                 # ledger, pipeline (both backends) and renewals (PostgreSQL)
-#   scripts/bench.sh ledger|pipeline|renewals
+#   scripts/bench.sh                 # ledger, pipeline, console (both backends), renewals (PostgreSQL)
+#   scripts/bench.sh ledger|pipeline|console|renewals
 # PostgreSQL runs with durable commits (fsync on, synchronous_commit on) in a throwaway
 # cluster; SQLite runs in WAL with synchronous=FULL in a temporary file.
 set -euo pipefail
@@ -30,6 +30,10 @@ fi
 if [ "$which" = all ] || [ "$which" = pipeline ]; then
   "$bin" bench pipeline --database-url "$(fresh_pg)"
   "$bin" bench pipeline --database-url "$(fresh_sqlite)" --sqlite-synchronous full
+fi
+if [ "$which" = all ] || [ "$which" = console ]; then
+  "$bin" bench console --database-url "$(fresh_pg)"
+  "$bin" bench console --database-url "$(fresh_sqlite)"
 fi
 if [ "$which" = all ] || [ "$which" = renewals ]; then
   "$bin" bench renewals --database-url "$(fresh_pg)" --db-max-connections 32

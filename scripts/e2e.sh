@@ -23,5 +23,10 @@ export FENCELINE_E2E_DATABASE_URL="sqlite://$dir/e2e.sqlite?mode=rwc"
 export FENCELINE_E2E_PORT=$(free_port)
 export FENCELINE_E2E_TOKEN=$(target/debug/fenceline token add e2e --database-url "$FENCELINE_E2E_DATABASE_URL" 2>/dev/null)
 export FENCELINE_BIN="$PWD/target/debug/fenceline"
+# Two long timelines: one that pages (nothing folds), one long call whose renewals fold.
+export FENCELINE_E2E_LONG_JOB=$("$FENCELINE_BIN" bench seed-timeline --database-url "$FENCELINE_E2E_DATABASE_URL" \
+  --events 3000 --pattern alternating --tenant e2e-seed)
+export FENCELINE_E2E_FOLDED_JOB=$("$FENCELINE_BIN" bench seed-timeline --database-url "$FENCELINE_E2E_DATABASE_URL" \
+  --events 3000 --pattern renewals --tenant e2e-seed)
 cd end2end
 npx playwright test

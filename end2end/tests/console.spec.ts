@@ -1,41 +1,147 @@
-import { test, expect } from '@playwright/test';
+import { test, expect, type APIRequestContext } from '@playwright/test';
 
+// Set by scripts/e2e.sh: an API token, and two generated long timelines.
 const token = process.env.FENCELINE_E2E_TOKEN ?? '';
+const longJob = process.env.FENCELINE_E2E_LONG_JOB ?? '';
+const foldedJob = process.env.FENCELINE_E2E_FOLDED_JOB ?? '';
+const headers = { Authorization: `Bearer ${token}` };
+const secret = 'e2e-secret-input-do-not-show';
 
-test('the console frame renders with its stylesheet and navigation', async ({ page }, info) => {
-  const response = await page.goto('/');
-  expect(response?.status()).toBe(200);
-  await expect(page.getByRole('heading', { level: 1, name: 'Fenceline' })).toBeVisible();
-  await expect(page.getByRole('navigation', { name: 'Main' })).toBeVisible();
-  // The stylesheet is applied, not just linked.
-  const background = await page.evaluate(() => getComputedStyle(document.body).margin);
-  expect(background).toBe('0px');
-  await page.screenshot({ path: info.outputPath('home.png'), fullPage: true });
-});
-
-test('the readiness link reports the embedded ledger', async ({ page }) => {
-  await page.goto('/');
-  await page.getByRole('link', { name: 'Readiness' }).click();
-  await expect(page.locator('body')).toContainText('"ready":true');
-  await expect(page.locator('body')).toContainText('"database":"sqlite"');
-});
-
-test('a job submitted through the API is readable with its timeline', async ({ request }) => {
-  expect(token, 'scripts/e2e.sh sets FENCELINE_E2E_TOKEN').not.toBe('');
-  const headers = { Authorization: `Bearer ${token}` };
+async function submitAndFinish(request: APIRequestContext, key: string): Promise<string> {
   const created = await request.post('/api/v1/jobs', {
     headers,
-    data: { idempotency_key: `e2e-${test.info().project.name}`, input: { doc: 'hello' } },
+    data: { idempotency_key: key, input: { document: secret }, model: { temperature: 0 } },
   });
-  expect(created.status()).toBe(201);
+  expect([200, 201]).toContain(created.status());
   const job = await created.json();
-  const events = await request.get(`/api/v1/jobs/${job.job_id}/events`, { headers });
-  const body = await events.json();
-  expect(body.events[0].kind).toBe('job_created');
-  expect(body.events[0].permalink).toBe(`/jobs/${job.job_id}#e1`);
+  await expect
+    .poll(async () => (await (await request.get(`/api/v1/jobs/${job.job_id}`, { headers })).json()).state, {
+      timeout: 30_000,
+    })
+    .toBe('succeeded');
+  return job.job_id as string;
+}
+
+test.beforeAll(() => {
+  expect(token, 'scripts/e2e.sh sets FENCELINE_E2E_TOKEN').not.toBe('');
+  expect(longJob, 'scripts/e2e.sh sets FENCELINE_E2E_LONG_JOB').not.toBe('');
 });
 
-test('an unknown address is a plain 404', async ({ page }) => {
+test('the overview shows jobs by state and charts with their numbers', async ({ page, request }, info) => {
+  await submitAndFinish(request, `overview-${info.project.name}`);
+  const response = await page.goto('/');
+  expect(response?.status()).toBe(200);
+  await expect(page.getByRole('heading', { level: 1, name: 'Overview' })).toBeVisible();
+  await expect(page.locator('.state-tiles li')).toHaveCount(7);
+  await expect(page.locator('figure.chart')).toHaveCount(6);
+  await expect(page.locator('figure.chart svg').first()).toBeVisible();
+  await expect(page.locator('.figures').first()).toContainText('accepted');
+  await page.getByRole('link', { name: 'last day' }).click();
+  await expect(page).toHaveURL(/window=day/);
+  await page.screenshot({ path: info.outputPath('overview.png'), fullPage: true });
+});
+
+test('the jobs list filters by state, finds by key and links to the timeline', async ({ page, request }, info) => {
+  const key = `list-${info.project.name}`;
+  const jobId = await submitAndFinish(request, key);
+  await page.goto('/jobs');
+  await expect(page.getByRole('heading', { level: 1, name: 'Jobs' })).toBeVisible();
+  await page.getByRole('navigation', { name: 'States' }).getByRole('link', { name: /^succeeded/ }).click();
+  await expect(page).toHaveURL(/state=succeeded/);
+  await expect(page.locator('table.jobs tbody tr').first()).toContainText('succeeded');
+  await page.getByLabel('Job id or idempotency key').fill(key);
+  await page.getByRole('button', { name: 'Filter' }).click();
+  await expect(page.locator('table.jobs tbody tr')).toHaveCount(1);
+  await page.screenshot({ path: info.outputPath('jobs.png'), fullPage: true });
+  await page.getByRole('link', { name: jobId }).click();
+  await expect(page).toHaveURL(new RegExp(`/jobs/${jobId}$`));
+  await expect(page.locator('.job-header .badge')).toHaveText('succeeded');
+});
+
+test('a job timeline tells the story and an event permalink highlights its row', async ({ page, request }, info) => {
+  const jobId = await submitAndFinish(request, `timeline-${info.project.name}`);
+  await page.goto(`/jobs/${jobId}`);
+  await expect(page.locator('.swimlane svg')).toBeVisible();
+  for (const lane of ['deliveries', 'visibility', 'lease / epoch', 'provider attempts', 'ledger', 'queue']) {
+    await expect(page.locator('.swimlane svg')).toContainText(lane);
+  }
+  const table = page.locator('table.events');
+  await expect(table).toContainText('job created');
+  await expect(table).toContainText('result accepted');
+  await expect(page.locator('body')).not.toContainText(secret);
+  await page.locator('#e3 a').first().click();
+  await expect(page).toHaveURL(new RegExp(`/jobs/${jobId}#e3$`));
+  expect(await page.evaluate(() => document.querySelector(':target')?.id)).toBe('e3');
+  await page.screenshot({ path: info.outputPath('job.png'), fullPage: true });
+  // The same link, pasted into another tab, opens the same view.
+  const pasted = await page.context().newPage();
+  await pasted.goto(`/jobs/${jobId}#e3`);
+  expect(await pasted.evaluate(() => document.querySelector(':target')?.closest('tr')?.id)).toBe('e3');
+});
+
+test('a long call folds its renewals, and a folded event keeps its permalink', async ({ page }, info) => {
+  await page.goto(`/jobs/${foldedJob}#e500`);
+  const folded = page.locator('tr.folded').first();
+  await expect(folded).toContainText('lease and visibility renewed');
+  expect(await page.evaluate(() => document.querySelector(':target')?.closest('tr')?.classList.contains('folded'))).toBe(true);
+  await page.screenshot({ path: info.outputPath('folded.png'), fullPage: false });
+  await folded.getByRole('link', { name: 'Show them' }).click();
+  await expect(page).toHaveURL(/open=/);
+  await expect(page.locator('table.events tbody tr:not(.folded)').nth(50)).toBeVisible();
+});
+
+test('a long timeline pages, and any event can be reached without JavaScript', async ({ page }, info) => {
+  await page.goto(`/jobs/${longJob}`);
+  await expect(page.locator('table.events tbody tr')).toHaveCount(200);
+  await page.getByRole('link', { name: 'Later events →' }).first().click();
+  await expect(page).toHaveURL(/after=/);
+  const first = await page.locator('table.events tbody tr').first().getAttribute('id');
+  expect(Number(first?.slice(1))).toBeGreaterThan(200);
+  await page.getByLabel('Go to event').first().fill('2500');
+  await page.getByRole('button', { name: 'Go' }).first().click();
+  await expect(page.locator('#e2500')).toBeVisible();
+  await page.screenshot({ path: info.outputPath('long-timeline.png'), fullPage: false });
+});
+
+test('with JavaScript, a permalink to an event on a later page opens that page', async ({ page }, info) => {
+  test.skip(info.project.name !== 'with-js', 'a progressive enhancement');
+  await page.goto(`/jobs/${longJob}#e2900`);
+  await expect(page).toHaveURL(/around=2900#e2900$/);
+  await expect(page.locator('#e2900')).toBeVisible();
+  expect(await page.evaluate(() => document.querySelector(':target')?.id)).toBe('e2900');
+});
+
+test('exports for incident review are frozen, complete and free of secrets', async ({ request }, info) => {
+  const jobId = await submitAndFinish(request, `export-${info.project.name}`);
+  const md = await request.get(`/jobs/${jobId}/export.md`);
+  expect(md.status()).toBe(200);
+  const text = await md.text();
+  expect(text).toContain(`# Job ${jobId}`);
+  expect(text).toContain('Exported ');
+  expect(text).toContain('result_accepted');
+  expect(text).not.toContain(secret);
+  const json = await (await request.get(`/jobs/${jobId}/export.json`)).json();
+  expect(json.events.length).toBeGreaterThan(5);
+  expect(json.events[0].permalink).toBe(`/jobs/${jobId}#e1`);
+  expect(JSON.stringify(json)).not.toContain(secret);
+});
+
+test('the unknown and dead-letter pages render', async ({ page }, info) => {
+  await page.goto('/unknown');
+  await expect(page.getByRole('heading', { level: 1, name: 'Needs a decision' })).toBeVisible();
+  await page.screenshot({ path: info.outputPath('unknown.png'), fullPage: true });
+  await page.goto('/dlq');
+  await expect(page.getByRole('heading', { level: 1, name: 'Dead letters' })).toBeVisible();
+  await expect(page.locator('main')).toContainText('embedded:jobs-dlq');
+  await page.screenshot({ path: info.outputPath('dlq.png'), fullPage: true });
+});
+
+test('readiness reports the embedded ledger', async ({ request }) => {
+  const ready = await (await request.get('/readyz')).json();
+  expect(ready).toEqual({ ready: true, database: 'sqlite' });
+});
+
+test('an unknown address is a 404 page', async ({ page }) => {
   const response = await page.goto('/no-such-page');
   expect(response?.status()).toBe(404);
 });
