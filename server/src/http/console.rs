@@ -866,7 +866,8 @@ fn swimlane_of(
             k if k.starts_with("lease") => (2, if failed { "renew-failed" } else { "renew-ok" }),
             "dispatched" => (5, "dispatched"),
             "duplicate_suppressed" => (0, "suppressed"),
-            _ => (0, "redelivery"),
+            "delivery_acked_terminal" => (0, "acked"),
+            _ => (0, "delivery"),
         };
         let from = start + b.bucket * width;
         marks.push(Mark::Density {

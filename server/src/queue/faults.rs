@@ -28,6 +28,9 @@ pub struct FaultyQueue<Q> {
     plan: Arc<RwLock<FaultPlan>>,
     calls: Arc<AtomicU64>,
     injected: Arc<[AtomicU64; 3]>,
+    /// Bodies already copied once: a copy is never copied again, so even a 100 % duplicate
+    /// rate gives each message one extra delivery rather than an endless storm.
+    copied: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 fn draw(key: &str, n: u64) -> f64 {
@@ -43,6 +46,7 @@ impl<Q: Queue> FaultyQueue<Q> {
             plan: Arc::default(),
             calls: Arc::default(),
             injected: Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]),
+            copied: Arc::default(),
         }
     }
 
@@ -107,7 +111,21 @@ impl<Q: Queue> Queue for FaultyQueue<Q> {
         let deliveries = self.inner.receive(max, visibility, wait).await?;
         let rate = self.plan().duplicate;
         for d in &deliveries {
-            if self.fires(&d.message_id, rate, 2) {
+            if rate <= 0.0 {
+                break;
+            }
+            let fresh = {
+                let mut copied = self.copied.lock().expect("copies lock");
+                if copied.len() > 100_000 {
+                    copied.clear();
+                }
+                !copied.contains(&d.body)
+            };
+            if fresh && self.fires(&d.message_id, rate, 2) {
+                self.copied
+                    .lock()
+                    .expect("copies lock")
+                    .insert(d.body.clone());
                 let _ = self.inner.send(&d.body, Duration::ZERO).await;
             }
         }
