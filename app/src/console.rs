@@ -113,7 +113,10 @@ pub struct JobsPage {
     pub rows: Vec<JobRow>,
     /// The `before` of the next page.
     pub next: Option<String>,
-    pub counts: Vec<(String, i64)>,
+    /// Jobs per state, as shown (large counts are capped: "10,000+").
+    pub counts: Vec<(String, String)>,
+    /// All jobs matching the tenant filter, as shown.
+    pub total: String,
     /// Set when the query was a lookup that found nothing, or was malformed.
     pub notice: Option<String>,
 }

@@ -81,7 +81,7 @@ pub fn JobsPage() -> impl IntoView {
                 match console.jobs(query.clone()).await {
                     Err(message) => view! { <ErrorBox message/> }.into_any(),
                     Ok(page) => {
-                        let total: i64 = page.counts.iter().map(|(_, n)| n).sum();
+                        let total = page.total.clone();
                         let all_current = query.state.is_none().then_some("page");
                         view! {
                             <nav class="tabs" aria-label="States">

@@ -371,12 +371,33 @@ impl LedgerConsole {
 
     async fn build_jobs(&self, query: JobsQuery) -> Result<JobsPage, LedgerError> {
         let now = self.ledger.now_us().await?;
-        let counts = self
+        // Exact up to 10,000 per state: enough to act on, and fast over millions of jobs.
+        const CAP: i64 = 10_000;
+        let capped = self
             .ledger
-            .count_by_state(query.tenant.as_deref())
-            .await?
-            .into_iter()
-            .map(|(s, n)| (s.as_str().to_owned(), n))
+            .count_by_state_capped(query.tenant.as_deref(), CAP)
+            .await?;
+        let shown = |n: i64, over: bool| {
+            let digits = n.to_string();
+            let mut grouped = String::new();
+            for (i, c) in digits.chars().enumerate() {
+                if i > 0 && (digits.len() - i) % 3 == 0 {
+                    grouped.push(',');
+                }
+                grouped.push(c);
+            }
+            if over {
+                grouped.push('+');
+            }
+            grouped
+        };
+        let total = shown(
+            capped.iter().map(|(_, n, _)| n).sum(),
+            capped.iter().any(|(_, _, over)| *over),
+        );
+        let counts: Vec<(String, String)> = capped
+            .iter()
+            .map(|(s, n, over)| (s.as_str().to_owned(), shown(*n, *over)))
             .collect();
         if let Some(needle) = &query.q {
             let found = self.ledger.find_jobs(needle).await?;
@@ -387,6 +408,7 @@ impl LedgerConsole {
                 rows: found.iter().map(|j| job_row(now, j)).collect(),
                 next: None,
                 counts,
+                total,
                 notice,
             });
         }
@@ -430,6 +452,7 @@ impl LedgerConsole {
             rows: page.jobs.iter().map(|j| job_row(now, j)).collect(),
             next: page.next,
             counts,
+            total,
             notice,
         })
     }

@@ -301,6 +301,37 @@ impl Ledger {
             .collect()
     }
 
+    /// Jobs per state, counting each state only up to `cap` (an index range scan each, so it
+    /// stays fast over millions of jobs); `true` marks a count that reached the cap.
+    pub async fn count_by_state_capped(
+        &self,
+        tenant: Option<&str>,
+        cap: i64,
+    ) -> Result<Vec<(crate::job::JobState, i64, bool)>, LedgerError> {
+        let mut out = Vec::with_capacity(7);
+        for state in crate::job::JobState::ALL {
+            let n: i64 = match tenant {
+                Some(t) => sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE tenant = $1 AND state = $2 LIMIT $3) AS c",
+                )
+                .bind(t)
+                .bind(state.as_str())
+                .bind(cap + 1)
+                .fetch_one(&self.reader)
+                .await?,
+                None => sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE state = $1 LIMIT $2) AS c",
+                )
+                .bind(state.as_str())
+                .bind(cap + 1)
+                .fetch_one(&self.reader)
+                .await?,
+            };
+            out.push((state, n.min(cap), n > cap));
+        }
+        Ok(out)
+    }
+
     /// Finds jobs by exact job id, or by idempotency key in any tenant.
     pub async fn find_jobs(&self, needle: &str) -> Result<Vec<Job>, LedgerError> {
         let sql = format!(
