@@ -645,6 +645,9 @@ pub async fn seed_jobs(ledger: &Ledger, tenant: &str, n: u64) -> Result<(), Ledg
     let states = "CASE x % 7 WHEN 0 THEN 'ready' WHEN 1 THEN 'running' WHEN 2 THEN 'unknown' \
                   WHEN 3 THEN 'retry_authorized' WHEN 4 THEN 'succeeded' WHEN 5 THEN 'failed_terminal' \
                   ELSE 'expired' END";
+    // Spread over the last 30 days (ids and creation times rise together); terminal jobs
+    // finished up to ten minutes after they were created.
+    let created = "({now} - ($2 - x) * (2592000000000 / $2))";
     let sql = ledger.sql(&format!(
         "INSERT INTO jobs (job_id, tenant, idempotency_key, request_digest, input_ref, \
          contract_version, state, owner_epoch, owner_id, owner_until, deadline_at, attempt_count, \
@@ -652,9 +655,10 @@ pub async fn seed_jobs(ledger: &Ledger, tenant: &str, n: u64) -> Result<(), Ledg
          SELECT {id}, $1, 'seed-' || x, 'd', 'seed', 'seed', {states}, \
          CASE WHEN x % 7 = 0 THEN 0 ELSE 1 END, \
          CASE WHEN x % 7 = 1 THEN 'seed' END, CASE WHEN x % 7 = 1 THEN {{now}} + 60000000 END, \
-         {{now}} + 3600000000, CASE WHEN x % 7 IN (0, 1, 3) THEN 0 ELSE 1 END, 3, \
-         CASE WHEN x % 7 = 4 THEN 'res_seed' END, {{now}} - x * 1000, {{now}}, \
-         CASE WHEN x % 7 >= 4 THEN {{now}} END, 1 FROM ({series}) AS s"
+         {created} + 86400000000, CASE WHEN x % 7 IN (0, 1, 3) THEN 0 ELSE 1 END, 3, \
+         CASE WHEN x % 7 = 4 THEN 'res_seed' END, {created}, {created}, \
+         CASE WHEN x % 7 >= 4 THEN {{least}}({created} + (x % 600) * 1000000, {{now}}) END, 1 \
+         FROM ({series}) AS s"
     ));
     sqlx::query(&sql)
         .bind(tenant)
@@ -738,6 +742,8 @@ pub async fn console(
             format!("/jobs/{alternating}?around=9000"),
         ),
         ("overview (charts, last hour)", "/".to_owned()),
+        ("overview (charts, last day)", "/?window=day".to_owned()),
+        ("overview (charts, last week)", "/?window=week".to_owned()),
     ];
     let mut out = format!(
         "console render times on {}, {} jobs (generated in {:.1?}), two {}-event timelines (generated in {:.1?}), {} requests per page\n\

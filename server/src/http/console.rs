@@ -162,7 +162,14 @@ fn event_row(created_at: i64, e: &Event) -> EventRow {
 
 impl LedgerConsole {
     async fn build_overview(&self, window: Window) -> Result<Overview, LedgerError> {
-        let counts = self.ledger.count_by_state(None).await?;
+        // Exact up to 10,000 per state (fast at any size), like the jobs list.
+        let counts: Vec<(JobState, i64)> = self
+            .ledger
+            .count_by_state_capped(None, 10_000)
+            .await?
+            .into_iter()
+            .map(|(s, n, _)| (s, n))
+            .collect();
         let in_flight = counts
             .iter()
             .find(|(s, _)| *s == JobState::Running)
@@ -182,7 +189,7 @@ impl LedgerConsole {
         ];
         let activity = self.ledger.activity(&kinds, start, width).await?;
         let redeliveries = self.ledger.redeliveries(start, width).await?;
-        let finished = self.ledger.finished_since(start, 50_000).await?;
+        let finished = self.ledger.finished_buckets(start, width).await?;
         let series_of = |kind: &str| -> Vec<i64> {
             let mut v = vec![0; buckets];
             for b in activity
@@ -197,19 +204,18 @@ impl LedgerConsole {
             v
         };
         let mut by_outcome: HashMap<&str, Vec<i64>> = HashMap::new();
-        for (state, at, _, _) in &finished {
-            let key = match state.as_str() {
+        for b in &finished {
+            let key = match b.kind.as_str() {
                 "succeeded" => "succeeded",
                 "expired" => "expired",
                 _ => "failed_terminal",
             };
-            let i = ((at - start) / width.max(1)) as usize;
-            if let Some(slot) = by_outcome
-                .entry(key)
-                .or_insert_with(|| vec![0; buckets])
-                .get_mut(i)
+            let series = by_outcome.entry(key).or_insert_with(|| vec![0; buckets]);
+            if let Some(slot) = usize::try_from(b.bucket)
+                .ok()
+                .and_then(|i| series.get_mut(i))
             {
-                *slot += 1;
+                *slot += b.count;
             }
         }
         let total = |v: &[i64]| v.iter().sum::<i64>();
@@ -318,45 +324,50 @@ impl LedgerConsole {
                 ],
             },
         ];
-        let bounds: [(i64, &str); 6] = [
-            (1_000_000, "< 1s"),
-            (10_000_000, "< 10s"),
-            (60_000_000, "< 1m"),
-            (600_000_000, "< 10m"),
-            (3_600_000_000, "< 1h"),
-            (i64::MAX, "≥ 1h"),
-        ];
-        let mut to_terminal: Vec<(String, i64)> =
-            bounds.iter().map(|(_, l)| ((*l).to_owned(), 0)).collect();
-        let mut attempts: Vec<(String, i64)> = ["0", "1", "2", "3", "4", "5+"]
+        let labels = ["< 1s", "< 10s", "< 1m", "< 10m", "< 1h", "≥ 1h"];
+        let (took, tries) = self
+            .ledger
+            .finished_histograms(
+                start,
+                &[
+                    1_000_000,
+                    10_000_000,
+                    60_000_000,
+                    600_000_000,
+                    3_600_000_000,
+                ],
+            )
+            .await?;
+        let finished_total: i64 = took.iter().sum();
+        let to_terminal: Vec<(String, i64)> = labels
             .iter()
-            .map(|l| ((*l).to_owned(), 0))
+            .zip(&took)
+            .map(|(l, n)| ((*l).to_owned(), *n))
             .collect();
-        for (_, _, took, tries) in &finished {
-            if let Some(i) = bounds.iter().position(|(b, _)| took < b) {
-                to_terminal[i].1 += 1;
-            }
-            attempts[(*tries).clamp(0, 5) as usize].1 += 1;
-        }
-        let sample_note = if finished.len() >= 50_000 {
-            " (latest 50,000)"
-        } else {
-            ""
-        };
+        let attempts: Vec<(String, i64)> = ["0", "1", "2", "3", "4", "5+"]
+            .iter()
+            .zip(&tries)
+            .map(|(l, n)| ((*l).to_owned(), *n))
+            .collect();
         charts.push(Chart {
-            title: format!("Time to terminal{sample_note}"),
+            title: "Time to terminal".into(),
             svg: charts::histogram(&to_terminal, "c-succeeded"),
             figures: vec![Figure {
                 label: "jobs finished".into(),
-                value: finished.len().to_string(),
+                value: finished_total.to_string(),
             }],
         });
         charts.push(Chart {
-            title: format!("Attempts per finished job{sample_note}"),
+            title: "Attempts per finished job".into(),
             svg: charts::histogram(&attempts, "c-created"),
             figures: vec![Figure {
-                label: "attempts".into(),
-                value: finished.iter().map(|f| f.3).sum::<i64>().to_string(),
+                label: "attempts used (5+ counted as 5)".into(),
+                value: tries
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| i as i64 * n)
+                    .sum::<i64>()
+                    .to_string(),
             }],
         });
         Ok(Overview {

@@ -274,62 +274,110 @@ impl Ledger {
             .collect()
     }
 
-    /// Jobs that became terminal since `start`, newest first: (state, terminal_at,
-    /// microseconds from creation to terminal, attempts).
-    pub async fn finished_since(
+    /// Jobs that became terminal since `start`, counted per state in `width`-µs buckets.
+    pub async fn finished_buckets(
         &self,
         start: i64,
-        limit: u32,
-    ) -> Result<Vec<(String, i64, i64, i64)>, LedgerError> {
+        width: i64,
+    ) -> Result<Vec<Bucket>, LedgerError> {
         let rows = sqlx::query(
-            "SELECT state, terminal_at, terminal_at - created_at AS took, attempt_count FROM jobs \
-             WHERE terminal_at >= $1 ORDER BY terminal_at DESC LIMIT $2",
+            "SELECT state, (terminal_at - $1) / $2 AS bucket, COUNT(*) AS n FROM jobs \
+             WHERE terminal_at >= $1 GROUP BY state, (terminal_at - $1) / $2",
         )
         .bind(start)
-        .bind(i64::from(limit))
+        .bind(width.max(1))
         .fetch_all(&self.reader)
         .await?;
         rows.iter()
             .map(|r| {
-                Ok((
-                    r.try_get("state")?,
-                    r.try_get("terminal_at")?,
-                    r.try_get("took")?,
-                    r.try_get("attempt_count")?,
-                ))
+                Ok(Bucket {
+                    kind: r.try_get("state")?,
+                    bucket: r.try_get("bucket")?,
+                    count: r.try_get("n")?,
+                })
             })
             .collect()
     }
 
-    /// Jobs per state, counting each state only up to `cap` (an index range scan each, so it
-    /// stays fast over millions of jobs); `true` marks a count that reached the cap.
+    /// Jobs that became terminal since `start`, by time from creation to terminal (bins with
+    /// the given upper bounds in µs, the last one open) and by attempts used (0 to 5+).
+    pub async fn finished_histograms(
+        &self,
+        start: i64,
+        bounds: &[i64],
+    ) -> Result<(Vec<i64>, Vec<i64>), LedgerError> {
+        let mut case = String::from("CASE");
+        for (i, b) in bounds.iter().enumerate() {
+            case.push_str(&format!(" WHEN terminal_at - created_at < {b} THEN {i}"));
+        }
+        case.push_str(&format!(" ELSE {} END", bounds.len()));
+        let sql = format!(
+            "SELECT {case} AS bin, CASE WHEN attempt_count >= 5 THEN 5 ELSE attempt_count END AS tries, \
+             COUNT(*) AS n FROM jobs WHERE terminal_at >= $1 GROUP BY 1, 2"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(start)
+            .fetch_all(&self.reader)
+            .await?;
+        let mut took = vec![0; bounds.len() + 1];
+        let mut tries = vec![0; 6];
+        for r in rows {
+            let (bin, t, n): (i64, i64, i64) =
+                (r.try_get("bin")?, r.try_get("tries")?, r.try_get("n")?);
+            if let Some(slot) = usize::try_from(bin).ok().and_then(|i| took.get_mut(i)) {
+                *slot += n;
+            }
+            if let Some(slot) = usize::try_from(t).ok().and_then(|i| tries.get_mut(i)) {
+                *slot += n;
+            }
+        }
+        Ok((took, tries))
+    }
+
+    /// Jobs per state, counting each state only up to `cap` (an index range scan each, run
+    /// concurrently, so it stays fast over millions of jobs); `true` marks a count that
+    /// reached the cap.
     pub async fn count_by_state_capped(
         &self,
         tenant: Option<&str>,
         cap: i64,
     ) -> Result<Vec<(crate::job::JobState, i64, bool)>, LedgerError> {
-        let mut out = Vec::with_capacity(7);
-        for state in crate::job::JobState::ALL {
-            let n: i64 = match tenant {
-                Some(t) => sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE tenant = $1 AND state = $2 LIMIT $3) AS c",
-                )
-                .bind(t)
-                .bind(state.as_str())
-                .bind(cap + 1)
-                .fetch_one(&self.reader)
-                .await?,
-                None => sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE state = $1 LIMIT $2) AS c",
-                )
-                .bind(state.as_str())
-                .bind(cap + 1)
-                .fetch_one(&self.reader)
-                .await?,
-            };
-            out.push((state, n.min(cap), n > cap));
+        let mut counting = tokio::task::JoinSet::new();
+        for (i, state) in crate::job::JobState::ALL.into_iter().enumerate() {
+            let (pool, tenant) = (self.reader.clone(), tenant.map(str::to_owned));
+            counting.spawn(async move {
+                let n: Result<i64, sqlx::Error> = match tenant {
+                    Some(t) => sqlx::query_scalar(
+                        "SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE tenant = $1 AND state = $2 LIMIT $3) AS c",
+                    )
+                    .bind(t)
+                    .bind(state.as_str())
+                    .bind(cap + 1)
+                    .fetch_one(&pool)
+                    .await,
+                    None => sqlx::query_scalar(
+                        "SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE state = $1 LIMIT $2) AS c",
+                    )
+                    .bind(state.as_str())
+                    .bind(cap + 1)
+                    .fetch_one(&pool)
+                    .await,
+                };
+                (i, state, n)
+            });
         }
-        Ok(out)
+        let mut out = Vec::with_capacity(7);
+        while let Some(joined) = counting.join_next().await {
+            let (i, state, n) =
+                joined.map_err(|e| LedgerError::Invalid(format!("count task: {e}")))?;
+            let n = n?;
+            out.push((i, state, n.min(cap), n > cap));
+        }
+        out.sort_by_key(|c| c.0);
+        Ok(out
+            .into_iter()
+            .map(|(_, s, n, over)| (s, n, over))
+            .collect())
     }
 
     /// Finds jobs by exact job id, or by idempotency key in any tenant.
