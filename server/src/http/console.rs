@@ -392,7 +392,7 @@ impl LedgerConsole {
             let digits = n.to_string();
             let mut grouped = String::new();
             for (i, c) in digits.chars().enumerate() {
-                if i > 0 && (digits.len() - i) % 3 == 0 {
+                if i > 0 && (digits.len() - i).is_multiple_of(3) {
                     grouped.push(',');
                 }
                 grouped.push(c);
