@@ -58,6 +58,29 @@ impl fmt::Display for Report {
     }
 }
 
+/// A generated job (benchmarks and demos): `input` is `{"<label>": i}`.
+fn generated_job(
+    tenant: &str,
+    key: String,
+    label: &str,
+    i: usize,
+    deadline: Duration,
+    max_attempts: u32,
+) -> NewJob {
+    let input = json!({ label: i });
+    NewJob {
+        tenant: tenant.to_owned(),
+        idempotency_key: key,
+        request_digest: request_digest(&input, "bench", &json!({})),
+        contract_version: "bench".into(),
+        input,
+        model: json!({}),
+        deadline,
+        max_attempts,
+        replay_policy: ReplayPolicy::Manual,
+    }
+}
+
 /// Runs the baseline, then the ledger cycle, on the same database.
 pub async fn ledger(
     database_url: &str,
@@ -77,23 +100,15 @@ pub async fn ledger(
     let run = uuid::Uuid::now_v7().simple().to_string();
     let mut ids = Vec::with_capacity(args.jobs);
     for i in 0..args.jobs {
-        let input = json!({ "bench": i });
-        let created = ledger
-            .create_job(
-                NewJob {
-                    tenant: "bench".into(),
-                    idempotency_key: format!("{run}-{i}"),
-                    request_digest: request_digest(&input, "bench", &json!({})),
-                    contract_version: "bench".into(),
-                    input,
-                    model: json!({}),
-                    deadline: Duration::from_secs(3600),
-                    max_attempts: 3,
-                    replay_policy: ReplayPolicy::Manual,
-                },
-                &Actor::Drill,
-            )
-            .await?;
+        let job = generated_job(
+            "bench",
+            format!("{run}-{i}"),
+            "bench",
+            i,
+            Duration::from_secs(3600),
+            3,
+        );
+        let created = ledger.create_job(job, &Actor::Drill).await?;
         ids.push(created.job().job_id.clone());
     }
     let ids = Arc::new(ids);
@@ -254,23 +269,15 @@ pub async fn pipeline(
                 if i >= jobs {
                     return Ok::<(), LedgerError>(());
                 }
-                let input = json!({ "bench": i });
-                ledger
-                    .create_job(
-                        NewJob {
-                            tenant: tenant.clone(),
-                            idempotency_key: format!("{run}-{i}"),
-                            request_digest: request_digest(&input, "bench", &json!({})),
-                            contract_version: "bench".into(),
-                            input,
-                            model: json!({}),
-                            deadline: Duration::from_secs(3600),
-                            max_attempts: 3,
-                            replay_policy: ReplayPolicy::Manual,
-                        },
-                        &Actor::Drill,
-                    )
-                    .await?;
+                let job = generated_job(
+                    &tenant,
+                    format!("{run}-{i}"),
+                    "bench",
+                    i,
+                    Duration::from_secs(3600),
+                    3,
+                );
+                ledger.create_job(job, &Actor::Drill).await?;
             }
         });
     }
@@ -439,23 +446,8 @@ pub async fn renewals(
     let tenant = format!("renew-{run}");
     let ramp = Instant::now();
     for i in 0..args.in_flight {
-        let input = json!({ "hold": i });
-        ledger
-            .create_job(
-                NewJob {
-                    tenant: tenant.clone(),
-                    idempotency_key: format!("{run}-{i}"),
-                    request_digest: request_digest(&input, "bench", &json!({})),
-                    contract_version: "bench".into(),
-                    input,
-                    model: json!({}),
-                    deadline: hold * 2,
-                    max_attempts: 1,
-                    replay_policy: ReplayPolicy::Manual,
-                },
-                &Actor::Drill,
-            )
-            .await?;
+        let job = generated_job(&tenant, format!("{run}-{i}"), "hold", i, hold * 2, 1);
+        ledger.create_job(job, &Actor::Drill).await?;
     }
     while worker.in_flight() < args.in_flight {
         tokio::time::sleep(Duration::from_millis(200)).await;

@@ -67,6 +67,23 @@ const RUNS: &str = "WITH keyed AS ( \
         SELECT kind, MIN(seq) AS first_seq, MAX(seq) AS last_seq, MIN(at) AS first_at, \
         MAX(at) AS last_at FROM numbered GROUP BY kind, grp)";
 
+/// Rows of `(kind column, bucket, n)` as buckets; an empty `kind_col` leaves the kind empty.
+fn buckets_from(rows: &[sqlx::any::AnyRow], kind_col: &str) -> Result<Vec<Bucket>, LedgerError> {
+    rows.iter()
+        .map(|r| {
+            Ok(Bucket {
+                kind: if kind_col.is_empty() {
+                    String::new()
+                } else {
+                    r.try_get(kind_col)?
+                },
+                bucket: r.try_get("bucket")?,
+                count: r.try_get("n")?,
+            })
+        })
+        .collect()
+}
+
 fn run_from_row(row: &sqlx::any::AnyRow) -> Result<Run, LedgerError> {
     Ok(Run {
         kind: row.try_get("kind")?,
@@ -209,15 +226,7 @@ impl Ledger {
             .bind(width.max(1))
             .fetch_all(&self.reader)
             .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(Bucket {
-                    kind: r.try_get("kind")?,
-                    bucket: r.try_get("bucket")?,
-                    count: r.try_get("n")?,
-                })
-            })
-            .collect()
+        buckets_from(&rows, "kind")
     }
 
     /// Events of the given kinds since `start`, counted per kind in `width`-µs buckets.
@@ -241,15 +250,7 @@ impl Ledger {
             .bind(width.max(1))
             .fetch_all(&self.reader)
             .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(Bucket {
-                    kind: r.try_get("kind")?,
-                    bucket: r.try_get("bucket")?,
-                    count: r.try_get("n")?,
-                })
-            })
-            .collect()
+        buckets_from(&rows, "kind")
     }
 
     /// Redeliveries since `start`: receives of a message that had been received before.
@@ -263,15 +264,14 @@ impl Ledger {
         .bind(width.max(1))
         .fetch_all(&self.reader)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(Bucket {
+        buckets_from(&rows, "").map(|v| {
+            v.into_iter()
+                .map(|b| Bucket {
                     kind: "redelivery".into(),
-                    bucket: r.try_get("bucket")?,
-                    count: r.try_get("n")?,
+                    ..b
                 })
-            })
-            .collect()
+                .collect()
+        })
     }
 
     /// Jobs that became terminal since `start`, counted per state in `width`-µs buckets.
@@ -288,15 +288,7 @@ impl Ledger {
         .bind(width.max(1))
         .fetch_all(&self.reader)
         .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(Bucket {
-                    kind: r.try_get("state")?,
-                    bucket: r.try_get("bucket")?,
-                    count: r.try_get("n")?,
-                })
-            })
-            .collect()
+        buckets_from(&rows, "state")
     }
 
     /// Jobs that became terminal since `start`, by time from creation to terminal (bins with
