@@ -86,7 +86,11 @@ async fn several_worker_processes_with_injected_faults_give_each_job_one_result(
         "0.05",
     ];
     let workers: Vec<_> = (0..3)
-        .map(|i| WorkerProcess::spawn(&db.url, &format!("p{i}"), 20, &chaos))
+        .map(|i| {
+            let mut args = chaos.to_vec();
+            args.extend(["--max-in-flight", "8"]);
+            WorkerProcess::spawn(&db.url, &format!("p{i}"), 20, &args)
+        })
         .collect();
     let mut ids = Vec::new();
     for i in 0..150 {

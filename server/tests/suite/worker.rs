@@ -174,10 +174,12 @@ async fn malformed_messages_are_recorded_and_dead_lettered_and_the_worker_keeps_
 async fn many_jobs_across_workers_with_duplicates_and_failed_deletes_each_get_one_result(
     kind: QueueKind,
 ) {
+    // Rates high enough that every kind of fault surely fires at these job counts
+    // (no delete fault among 60 jobs at 15 % has odds below one in ten thousand).
     let faults = FaultPlan {
-        delete_timeout: 0.05,
-        visibility_timeout: 0.05,
-        duplicate: 0.05,
+        delete_timeout: 0.15,
+        visibility_timeout: 0.1,
+        duplicate: 0.1,
     };
     let rig = rig_with(kind, quick(), 3, faults).await;
     let n = if kind == QueueKind::Sqs { 60 } else { 150 };
@@ -267,8 +269,8 @@ async fn a_call_past_the_deadline_expires_the_job_and_a_later_copy_is_acknowledg
         events
             .iter()
             .filter(|e| e.kind == "lease_renewed" || e.kind == "visibility_renewed")
-            .all(|e| e.at <= deadline),
-        "renewals stop at the deadline"
+            .all(|e| e.at <= deadline + 500_000),
+        "renewals stop at the deadline (an event is written just after the renewal it records)"
     );
     // A late copy finds the terminal decision and creates no budget.
     rig.queue
