@@ -12,4 +12,5 @@ mod processes;
 mod properties;
 mod providers;
 mod queue_contract;
+mod secrets;
 mod worker;

@@ -1,0 +1,176 @@
+//! Planted secrets — a prompt, the answer, an API token, receipt handles — never appear in
+//! logs, events, API timelines, console pages or exports.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::process::Command;
+
+use crate::helpers::{fresh_db, Db};
+
+/// An embedded-queue receipt handle: `<row id>.<32 hex>`.
+fn looks_like_a_receipt_handle(text: &str) -> bool {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '.'))
+        .any(|word| {
+            word.split_once('.').is_some_and(|(id, secret)| {
+                !id.is_empty()
+                    && id.bytes().all(|b| b.is_ascii_digit())
+                    && secret.len() == 32
+                    && secret.bytes().all(|b| b.is_ascii_hexdigit())
+            })
+        })
+}
+
+#[test]
+fn the_handle_detector_knows_a_handle_when_it_sees_one() {
+    assert!(looks_like_a_receipt_handle(
+        "x 12.0123456789abcdef0123456789abcdef y"
+    ));
+    assert!(!looks_like_a_receipt_handle("job_01a2 r1 #d689c1a9 1.5s"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planted_secrets_stay_out_of_logs_events_pages_and_exports() {
+    let db = fresh_db(Db::Sqlite).await;
+    let bin = env!("CARGO_BIN_EXE_fenceline");
+    let token = Command::new(bin)
+        .args(["token", "add", "acme", "--database-url", &db.url])
+        .stderr(Stdio::null())
+        .output()
+        .await
+        .expect("token add");
+    let token = String::from_utf8(token.stdout).unwrap().trim().to_owned();
+    assert!(token.starts_with("fl_"));
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let log = std::env::temp_dir().join(format!("fenceline-secrets-{port}.log"));
+    let log_file = std::fs::File::create(&log).unwrap();
+    let mut server = Command::new(bin)
+        .args([
+            "serve",
+            "--database-url",
+            &db.url,
+            "--bind",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .args(["--timings", "compressed", "--stub-latency-ms", "1500"])
+        .env("FENCELINE_LOG", "trace")
+        .stdout(log_file.try_clone().unwrap())
+        .stderr(log_file)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start fenceline serve");
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let until = tokio::time::Instant::now() + Duration::from_secs(20);
+    while client.get(format!("{base}/readyz")).send().await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the server never came up"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let prompt = "PLANTED-PROMPT-7f3a: the quarterly numbers are confidential";
+    let created: Value = client
+        .post(format!("{base}/api/v1/jobs"))
+        .bearer_auth(&token)
+        .json(&json!({ "idempotency_key": "secret", "input": { "document": prompt } }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let job_id = created["job_id"].as_str().unwrap().to_owned();
+    let until = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let job: Value = client
+            .get(format!("{base}/api/v1/jobs/{job_id}"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if job["state"] == "succeeded" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "never succeeded: {job}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let result: Value = client
+        .get(format!("{base}/api/v1/jobs/{job_id}/result"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let answer = result["result"]["summary"].as_str().unwrap().to_owned();
+    assert!(answer.starts_with("stub answer"), "{answer}");
+
+    let mut seen = Vec::new();
+    for path in [
+        "/".to_owned(),
+        "/jobs".to_owned(),
+        format!("/jobs/{job_id}"),
+        format!("/jobs/{job_id}/export.md"),
+        format!("/jobs/{job_id}/export.json"),
+        "/unknown".to_owned(),
+        "/dlq".to_owned(),
+    ] {
+        let body = client
+            .get(format!("{base}{path}"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        seen.push((path, body));
+    }
+    let events = client
+        .get(format!("{base}/api/v1/jobs/{job_id}/events?limit=1000"))
+        .bearer_auth(&token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        events.contains("visibility_renewed"),
+        "the job renewed while it ran"
+    );
+    seen.push(("events API".to_owned(), events));
+    server.kill().await.unwrap();
+    let logs = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_file(&log);
+    assert!(
+        logs.contains("fenceline is serving"),
+        "the logs were captured"
+    );
+    seen.push(("logs".to_owned(), logs));
+
+    for (place, text) in &seen {
+        assert!(
+            !text.contains("PLANTED-PROMPT"),
+            "the prompt leaked into {place}"
+        );
+        assert!(!text.contains(&token), "the API token leaked into {place}");
+        assert!(
+            !looks_like_a_receipt_handle(text),
+            "a receipt handle leaked into {place}"
+        );
+        assert!(!text.contains(&answer), "the answer leaked into {place}");
+    }
+}
