@@ -226,27 +226,53 @@ impl Ledger {
             .bind(i64::from(limit))
             .fetch_all(&mut *tx)
             .await?;
-        let lock_sql = self.sql(
-            "UPDATE outbox SET locked_until = {now} + $2, send_attempts = send_attempts + 1 \
-             WHERE id = $1 \
-             RETURNING id, job_id, reason, (SELECT tenant FROM jobs WHERE jobs.job_id = outbox.job_id) AS tenant",
-        );
-        let mut items = Vec::with_capacity(ids.len());
-        for id in ids {
-            let row = sqlx::query(&lock_sql)
-                .bind(id)
-                .bind(micros(lock))
-                .fetch_one(&mut *tx)
-                .await?;
+        if ids.is_empty() {
+            tx.commit().await?;
+            return Ok(Vec::new());
+        }
+        let list = (0..ids.len())
+            .map(|i| format!("${}", i + 2))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let lock_sql = self.sql(&format!(
+            "UPDATE outbox SET locked_until = {{now}} + $1, send_attempts = send_attempts + 1 \
+             WHERE id IN ({list}) RETURNING id, job_id, reason"
+        ));
+        let mut query = sqlx::query(&lock_sql).bind(micros(lock));
+        for id in &ids {
+            query = query.bind(*id);
+        }
+        let rows = query.fetch_all(&mut *tx).await?;
+        let job_ids: Vec<String> = rows
+            .iter()
+            .map(|r| r.try_get("job_id"))
+            .collect::<Result<_, _>>()?;
+        let list = (0..job_ids.len())
+            .map(|i| format!("${}", i + 1))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let tenants_sql = format!("SELECT job_id, tenant FROM jobs WHERE job_id IN ({list})");
+        let mut query = sqlx::query(&tenants_sql);
+        for id in &job_ids {
+            query = query.bind(id.as_str());
+        }
+        let tenants: std::collections::HashMap<String, String> = query
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(|r| Ok((r.try_get("job_id")?, r.try_get("tenant")?)))
+            .collect::<Result<_, sqlx::Error>>()?;
+        let mut items = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let job_id: String = row.try_get("job_id")?;
             items.push(OutboxItem {
                 id: row.try_get("id")?,
-                job_id: row.try_get("job_id")?,
-                tenant: row
-                    .try_get::<Option<String>, _>("tenant")?
-                    .unwrap_or_default(),
+                tenant: tenants.get(&job_id).cloned().unwrap_or_default(),
+                job_id,
                 reason: row.try_get("reason")?,
             });
         }
+        items.sort_by_key(|item| item.id);
         tx.commit().await?;
         Ok(items)
     }
@@ -260,18 +286,19 @@ impl Ledger {
         if sent.is_empty() {
             return Ok(());
         }
-        let sql = self.sql(
-            "UPDATE outbox SET dispatched_at = {now}, message_id = $2, locked_until = NULL WHERE id = $1",
-        );
-        let mut tx = self.writer.begin().await?;
+        let values = (0..sent.len())
+            .map(|i| format!("(${}, ${})", 1 + 2 * i, 2 + 2 * i))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = self.sql(&format!(
+            "UPDATE outbox SET dispatched_at = {{now}}, message_id = v.column2, locked_until = NULL \
+             FROM (VALUES {values}) AS v WHERE outbox.id = v.column1"
+        ));
+        let mut query = sqlx::query(&sql);
         for (item, message_id) in sent {
-            sqlx::query(&sql)
-                .bind(item.id)
-                .bind(message_id)
-                .execute(&mut *tx)
-                .await?;
+            query = query.bind(item.id).bind(message_id.as_str());
         }
-        tx.commit().await?;
+        query.execute(&self.writer).await?;
         let events: Vec<_> = sent
             .iter()
             .map(|(item, message_id)| {

@@ -312,21 +312,35 @@ impl Ledger {
         worker_id: &str,
         lease: Duration,
     ) -> Result<Claimed, LedgerError> {
+        self.claim_delivered(job_id, worker_id, lease, None).await
+    }
+
+    /// As [`Ledger::claim`], also recording the `delivery_received` that triggered it, in the
+    /// same transaction (before `claimed`). A refused claim records nothing: the caller
+    /// records the delivery itself.
+    pub async fn claim_delivered(
+        &self,
+        job_id: &str,
+        worker_id: &str,
+        lease: Duration,
+        delivery: Option<&NewEvent>,
+    ) -> Result<Claimed, LedgerError> {
         let mut tx = self.writer.begin().await?;
         let sql = self.dialect.sql(
             "UPDATE jobs SET state = 'running', owner_epoch = owner_epoch + 1, owner_id = $2, \
              owner_until = {least}({now} + $3, deadline_at), retry_at = NULL, \
-             updated_at = {now}, next_event_seq = next_event_seq + 1 \
+             updated_at = {now}, next_event_seq = next_event_seq + $4 \
              WHERE job_id = $1 AND state IN ('ready', 'retry_authorized') \
              AND deadline_at > {now} AND attempt_count < max_attempts \
              AND (retry_at IS NULL OR retry_at <= {now}) \
              RETURNING owner_epoch, owner_until, deadline_at, attempt_count, max_attempts, \
-             next_event_seq - 1 AS seq, updated_at",
+             next_event_seq - $4 AS seq, updated_at",
         );
         let row = sqlx::query(&sql)
             .bind(job_id)
             .bind(worker_id)
             .bind(micros(lease))
+            .bind(1 + i64::from(delivery.is_some()))
             .fetch_optional(&mut *tx)
             .await?;
         let Some(row) = row else {
@@ -365,6 +379,10 @@ impl Ledger {
                 "attempts_used": claimed.attempt_count,
                 "max_attempts": claimed.max_attempts,
             }));
+        let events: Vec<NewEvent> = match delivery {
+            Some(received) => vec![received.clone().epoch(claimed.epoch - 1), event],
+            None => vec![event],
+        };
         append(
             &mut tx,
             job_id,
@@ -372,7 +390,7 @@ impl Ledger {
             now,
             claimed.epoch,
             claimed.deadline_at,
-            &[event],
+            &events,
         )
         .await?;
         tx.commit().await?;

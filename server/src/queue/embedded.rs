@@ -107,31 +107,35 @@ impl EmbeddedQueue {
         Ok(())
     }
 
+    /// Inserts up to ten messages in one statement.
     async fn insert(&self, bodies: &[String], delay: Duration) -> Result<Vec<String>, QueueError> {
-        let sql = self.ledger.sql(
-            "INSERT INTO queue_messages (queue, message_id, body, sent_at, visible_at) \
-             VALUES ($1, $2, $3, {now}, {now} + $4)",
-        );
-        let mut ids = Vec::with_capacity(bodies.len());
-        let mut tx = self
-            .ledger
-            .write_pool()
-            .begin()
+        if bodies.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut values = Vec::with_capacity(bodies.len());
+        for i in 0..bodies.len() {
+            values.push(format!(
+                "($1, ${}, ${}, {{now}}, {{now}} + $2)",
+                3 + 2 * i,
+                4 + 2 * i
+            ));
+        }
+        let sql = self.ledger.sql(&format!(
+            "INSERT INTO queue_messages (queue, message_id, body, sent_at, visible_at) VALUES {}",
+            values.join(", ")
+        ));
+        let ids: Vec<String> = bodies
+            .iter()
+            .map(|_| uuid::Uuid::now_v7().to_string())
+            .collect();
+        let mut query = sqlx::query(&sql).bind(&*self.name).bind(micros(delay));
+        for (id, body) in ids.iter().zip(bodies) {
+            query = query.bind(id.as_str()).bind(body.as_str());
+        }
+        query
+            .execute(self.ledger.write_pool())
             .await
             .map_err(unavailable)?;
-        for body in bodies {
-            let message_id = uuid::Uuid::now_v7().to_string();
-            sqlx::query(&sql)
-                .bind(&*self.name)
-                .bind(&message_id)
-                .bind(body.as_str())
-                .bind(micros(delay))
-                .execute(&mut *tx)
-                .await
-                .map_err(unavailable)?;
-            ids.push(message_id);
-        }
-        tx.commit().await.map_err(unavailable)?;
         self.sent.notify_waiters();
         Ok(ids)
     }
@@ -162,13 +166,7 @@ impl EmbeddedQueue {
              receive_count = 0, first_receive_at = NULL, handle_hash = NULL, visible_at = {now} \
              WHERE id = $1",
         );
-        let take = self.ledger.sql(
-            "UPDATE queue_messages SET visible_at = {now} + $2, receive_count = receive_count + 1, \
-             first_receive_at = COALESCE(first_receive_at, {now}), handle_hash = $3 \
-             WHERE id = $1 \
-             RETURNING message_id, body, receive_count, first_receive_at, sent_at",
-        );
-        let mut deliveries = Vec::with_capacity(rows.len());
+        let mut taken_ids = Vec::with_capacity(rows.len());
         for row in rows {
             let id: i64 = row.try_get("id").map_err(unavailable)?;
             let count: i64 = row.try_get("receive_count").map_err(unavailable)?;
@@ -183,22 +181,58 @@ impl EmbeddedQueue {
                     continue;
                 }
             }
-            let secret = new_secret()?;
-            let taken = sqlx::query(&take)
-                .bind(id)
-                .bind(micros(visibility))
-                .bind(secret_hash(&secret))
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(unavailable)?;
-            let get = |col: &str| taken.try_get::<i64, _>(col).map_err(unavailable);
-            deliveries.push(Delivery {
-                message_id: taken.try_get("message_id").map_err(unavailable)?,
-                receipt: ReceiptHandle::new(format!("{id}.{secret}")),
-                body: taken.try_get("body").map_err(unavailable)?,
-                receive_count: u32::try_from(get("receive_count")?).unwrap_or(u32::MAX),
-                first_receive_at_ms: Some(get("first_receive_at")? / 1000),
-                sent_at_ms: Some(get("sent_at")? / 1000),
+            taken_ids.push((id, new_secret()?));
+        }
+        let mut deliveries = Vec::with_capacity(taken_ids.len());
+        if !taken_ids.is_empty() {
+            // One statement takes them all, each with its own new handle.
+            let values: Vec<String> = (0..taken_ids.len())
+                .map(|i| format!("(${}, ${})", 2 + 2 * i, 3 + 2 * i))
+                .collect();
+            let take = self.ledger.sql(&format!(
+                "UPDATE queue_messages SET visible_at = {{now}} + $1, \
+                 receive_count = receive_count + 1, \
+                 first_receive_at = COALESCE(first_receive_at, {{now}}), handle_hash = v.column2 \
+                 FROM (VALUES {}) AS v WHERE queue_messages.id = v.column1 \
+                 RETURNING queue_messages.id AS id, message_id, body, receive_count, \
+                 first_receive_at, sent_at",
+                values.join(", ")
+            ));
+            let mut query = sqlx::query(&take).bind(micros(visibility));
+            for (id, secret) in &taken_ids {
+                query = query.bind(*id).bind(secret_hash(secret));
+            }
+            let taken = query.fetch_all(&mut *tx).await.map_err(unavailable)?;
+            let secrets: std::collections::HashMap<i64, &String> =
+                taken_ids.iter().map(|(id, s)| (*id, s)).collect();
+            for row in &taken {
+                let get = |col: &str| row.try_get::<i64, _>(col).map_err(unavailable);
+                let id = get("id")?;
+                let Some(secret) = secrets.get(&id) else {
+                    continue;
+                };
+                deliveries.push(Delivery {
+                    message_id: row.try_get("message_id").map_err(unavailable)?,
+                    receipt: ReceiptHandle::new(format!("{id}.{secret}")),
+                    body: row.try_get("body").map_err(unavailable)?,
+                    receive_count: u32::try_from(get("receive_count")?).unwrap_or(u32::MAX),
+                    first_receive_at_ms: Some(get("first_receive_at")? / 1000),
+                    sent_at_ms: Some(get("sent_at")? / 1000),
+                });
+            }
+            // Oldest first, as they were selected.
+            let order: std::collections::HashMap<i64, usize> = taken_ids
+                .iter()
+                .enumerate()
+                .map(|(i, (id, _))| (*id, i))
+                .collect();
+            deliveries.sort_by_key(|d| {
+                d.receipt
+                    .expose()
+                    .split_once('.')
+                    .and_then(|(id, _)| id.parse::<i64>().ok())
+                    .and_then(|id| order.get(&id).copied())
+                    .unwrap_or(usize::MAX)
             });
         }
         tx.commit().await.map_err(unavailable)?;

@@ -149,19 +149,22 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             delivery.receive_count,
             &delivery.receipt,
         );
-        self.event(
-            &job_id,
-            NewEvent::new(EventKind::DeliveryReceived, &self.actor())
-                .delivery(dref.clone())
-                .detail(json!({ "state": job.state.as_str() })),
-        )
-        .await;
+        let received = NewEvent::new(EventKind::DeliveryReceived, &self.actor())
+            .delivery(dref.clone())
+            .detail(json!({ "state": job.state.as_str() }));
+        if matches!(job.state, JobState::Ready | JobState::RetryAuthorized) {
+            // The common case: the receive is recorded with the claim, in one transaction.
+            return self
+                .claim_and_run(job, delivery, dref, Some(received))
+                .await;
+        }
+        self.event(&job_id, received).await;
         if job.state.is_terminal() {
             return self
                 .ack_terminal(&job_id, &delivery, &dref, job.state)
                 .await;
         }
-        self.claim_and_run(job, delivery, dref).await
+        self.claim_and_run(job, delivery, dref, None).await
     }
 
     async fn ack_terminal(
@@ -223,13 +226,29 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         Outcome::HandedToLedger(state)
     }
 
-    async fn claim_and_run(&self, job: Job, delivery: Delivery, dref: DeliveryRef) -> Outcome {
+    async fn claim_and_run(
+        &self,
+        job: Job,
+        delivery: Delivery,
+        dref: DeliveryRef,
+        mut received: Option<NewEvent>,
+    ) -> Outcome {
         let job_id = job.job_id.clone();
         let worker = self.config.worker_id.clone();
         let t = &self.config.timings;
         // A few rounds at most: a recovery may make the job claimable, a claim may race.
         for _ in 0..3 {
-            let refusal = match self.ledger.claim(&job_id, &worker, t.lease).await {
+            let claim = self
+                .ledger
+                .claim_delivered(&job_id, &worker, t.lease, received.as_ref())
+                .await;
+            if claim.is_err() {
+                // Refused: the receive still belongs on the timeline, on its own.
+                if let Some(event) = received.take() {
+                    self.event(&job_id, event).await;
+                }
+            }
+            let refusal = match claim {
                 Ok(claimed) => {
                     return self
                         .run_attempt(&job, claimed.epoch, claimed, delivery, dref)
