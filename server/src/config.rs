@@ -61,6 +61,8 @@ pub enum Command {
     /// Manage SQS queues (development helper).
     #[command(subcommand)]
     Queue(QueueCommand),
+    /// Submit a job through the HTTP API, as a service would, and optionally wait for it.
+    Submit(SubmitArgs),
     /// Replay dead letters after inspecting each job in the ledger: terminal → dropped,
     /// unknown → kept until a decision, workable → re-dispatched with the same job id,
     /// deadline and attempt budget.
@@ -195,6 +197,32 @@ impl RuntimeArgs {
             || self.chaos_visibility_timeout > 0.0
             || self.chaos_duplicate > 0.0
     }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SubmitArgs {
+    /// The API's base URL.
+    #[arg(long, env = "FENCELINE_API", default_value = "http://127.0.0.1:8080")]
+    pub api: String,
+    /// An API token (`fenceline token add <tenant>`); the tenant comes from it.
+    #[arg(long, env = "FENCELINE_TOKEN", hide_env_values = true)]
+    pub token: String,
+    /// The idempotency key: the same key and request always give the same job.
+    #[arg(long)]
+    pub key: String,
+    /// The job's input, as JSON (a bare string is taken as text).
+    #[arg(long)]
+    pub input: String,
+    /// Model parameters, as a JSON object.
+    #[arg(long, default_value = "{}")]
+    pub model: String,
+    #[arg(long)]
+    pub deadline_seconds: Option<u64>,
+    #[arg(long)]
+    pub max_attempts: Option<u32>,
+    /// Wait until the job is terminal and print its result.
+    #[arg(long)]
+    pub wait: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

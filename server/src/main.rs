@@ -64,6 +64,7 @@ async fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Command::Submit(args) => submit(args).await,
         Command::DlqReplay {
             runtime: args,
             max,
@@ -193,6 +194,83 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     ledger.close().await;
     tracing::info!("fenceline stopped");
     Ok(())
+}
+
+/// `fenceline submit`: the HTTP API, as any service would use it.
+async fn submit(args: &config::SubmitArgs) -> anyhow::Result<()> {
+    use serde_json::{json, Value};
+    let input: Value =
+        serde_json::from_str(&args.input).unwrap_or_else(|_| Value::String(args.input.clone()));
+    let model: Value =
+        serde_json::from_str(&args.model).context("--model must be a JSON object")?;
+    let mut body = json!({ "idempotency_key": args.key, "input": input, "model": model });
+    if let Some(d) = args.deadline_seconds {
+        body["deadline_seconds"] = json!(d);
+    }
+    if let Some(n) = args.max_attempts {
+        body["max_attempts"] = json!(n);
+    }
+    let api = args.api.trim_end_matches('/');
+    let client = reqwest::Client::new();
+    let response = client
+        .post(format!("{api}/api/v1/jobs"))
+        .bearer_auth(&args.token)
+        .json(&body)
+        .send()
+        .await
+        .with_context(|| format!("reaching {api}"))?;
+    let status = response.status();
+    let job: Value = response.json().await.context("reading the answer")?;
+    if !status.is_success() {
+        anyhow::bail!(
+            "{status}: {}",
+            job["error"]["message"]
+                .as_str()
+                .unwrap_or("request refused")
+        );
+    }
+    let job_id = job["job_id"].as_str().unwrap_or_default().to_owned();
+    eprintln!(
+        "{} job {job_id} ({}); console: {api}/jobs/{job_id}",
+        if status.as_u16() == 201 {
+            "created"
+        } else {
+            "already had"
+        },
+        job["state"].as_str().unwrap_or("?")
+    );
+    if !args.wait {
+        println!("{job_id}");
+        return Ok(());
+    }
+    loop {
+        let job: Value = client
+            .get(format!("{api}/api/v1/jobs/{job_id}"))
+            .bearer_auth(&args.token)
+            .send()
+            .await?
+            .json()
+            .await?;
+        if job["terminal"] == true {
+            if job["state"] == "succeeded" {
+                let result: Value = client
+                    .get(format!("{api}/api/v1/jobs/{job_id}/result"))
+                    .bearer_auth(&args.token)
+                    .send()
+                    .await?
+                    .json()
+                    .await?;
+                println!("{}", serde_json::to_string_pretty(&result["result"])?);
+                return Ok(());
+            }
+            anyhow::bail!(
+                "job {job_id} ended {} ({})",
+                job["state"],
+                job["error_code"]
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 async fn work(cli: &Cli, args: &RuntimeArgs) -> anyhow::Result<()> {

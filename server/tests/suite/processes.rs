@@ -338,3 +338,79 @@ async fn worker_processes_scale_out_on_postgres_and_an_sqs_endpoint() {
     }
     drop(workers);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenceline_submit_creates_a_job_idempotently_and_waits_for_its_result() {
+    let db = crate::helpers::fresh_db(Db::Sqlite).await;
+    let bin = env!("CARGO_BIN_EXE_fenceline");
+    let token = Command::new(bin)
+        .args(["token", "add", "acme", "--database-url", &db.url])
+        .stderr(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let token = String::from_utf8(token.stdout).unwrap().trim().to_owned();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _server = Command::new(bin)
+        .args([
+            "serve",
+            "--database-url",
+            &db.url,
+            "--bind",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .args(["--timings", "compressed", "--stub-latency-ms", "100"])
+        .env("FENCELINE_LOG", "error")
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let api = format!("http://127.0.0.1:{port}");
+    let until = tokio::time::Instant::now() + Duration::from_secs(20);
+    while reqwest::get(format!("{api}/readyz")).await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the server never came up"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let submit = |wait: bool| {
+        let mut command = Command::new(bin);
+        command
+            .args(["submit", "--api", &api, "--token", &token, "--key", "cli-1"])
+            .args(["--input", r#"{"document": "from the command line"}"#]);
+        if wait {
+            command.arg("--wait");
+        }
+        command.output()
+    };
+    let waited = submit(true).await.unwrap();
+    assert!(
+        waited.status.success(),
+        "{}",
+        String::from_utf8_lossy(&waited.stderr)
+    );
+    let result: serde_json::Value =
+        serde_json::from_slice(&waited.stdout).expect("the result as JSON");
+    assert!(result["summary"]
+        .as_str()
+        .unwrap()
+        .starts_with("stub answer"));
+    assert!(String::from_utf8_lossy(&waited.stderr).contains("created job"));
+    let again = submit(false).await.unwrap();
+    assert!(again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already had job"));
+    let bad = Command::new(bin)
+        .args([
+            "submit", "--api", &api, "--token", "fl_nope", "--key", "k", "--input", "x",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("401"));
+}
