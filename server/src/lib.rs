@@ -16,6 +16,7 @@ pub mod config;
 pub mod http;
 pub mod job;
 pub mod ledger;
+pub mod metrics;
 pub mod provider;
 pub mod queue;
 pub mod startup;

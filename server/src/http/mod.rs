@@ -69,6 +69,7 @@ pub fn router(state: AppState) -> Router {
     let service = Router::new()
         .nest("/api/v1", api::routes())
         .route("/healthz", get(health::healthz))
+        .route("/metrics", get(health::metrics))
         .route("/readyz", get(health::readyz))
         .route("/style/fenceline.css", get(stylesheet))
         .route("/static/console.js", get(console_js))

@@ -44,6 +44,24 @@ pub enum Outcome {
     LedgerUnavailable,
 }
 
+impl Outcome {
+    /// The outcome as a bounded metrics label.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Rejected(_) => "rejected",
+            Outcome::AckedTerminal => "acked_terminal",
+            Outcome::DuplicateSuppressed => "duplicate_suppressed",
+            Outcome::Deferred => "deferred",
+            Outcome::HandedToLedger(_) => "handed_to_ledger",
+            Outcome::Succeeded => "succeeded",
+            Outcome::Failed(_) => "failed",
+            Outcome::Fenced(_) => "fenced",
+            Outcome::Stopped(_) => "stopped",
+            Outcome::LedgerUnavailable => "ledger_unavailable",
+        }
+    }
+}
+
 impl<Q: Queue, P: Provider> Shared<Q, P> {
     fn actor(&self) -> Actor {
         Actor::Worker(self.config.worker_id.clone())
@@ -66,6 +84,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         reason: &str,
     ) {
         let result = self.queue.delete(&delivery.receipt).await;
+        crate::metrics::METRICS.delete(result.is_ok());
         let event = match &result {
             Ok(()) => NewEvent::new(EventKind::MessageDeleted, &self.actor())
                 .detail(json!({ "reason": reason })),

@@ -42,6 +42,7 @@ pub async fn dispatch_once<Q: Queue>(
             }
         }
         sent_total += sent.len();
+        crate::metrics::METRICS.dispatch(sent.len() as u64, (chunk.len() - sent.len()) as u64);
         ledger.mark_dispatched(&sent, &queue.describe()).await?;
     }
     Ok(sent_total)

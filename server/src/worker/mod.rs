@@ -206,6 +206,7 @@ impl<Q: Queue, P: Provider> Worker<Q, P> {
                         tasks.spawn(async move {
                             let message_id = delivery.message_id.clone();
                             let outcome = worker.handle_delivery(delivery).await;
+                            crate::metrics::METRICS.delivery(outcome.label());
                             tracing::debug!(%message_id, ?outcome, "delivery handled");
                         });
                     }

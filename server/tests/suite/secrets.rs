@@ -1,5 +1,5 @@
 //! Planted secrets — a prompt, the answer, an API token, receipt handles — never appear in
-//! logs, events, API timelines, console pages or exports.
+//! logs, events, API timelines, console pages, exports or metrics.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -127,6 +127,7 @@ async fn planted_secrets_stay_out_of_logs_events_pages_and_exports() {
         format!("/jobs/{job_id}/export.json"),
         "/unknown".to_owned(),
         "/dlq".to_owned(),
+        "/metrics".to_owned(),
     ] {
         let body = client
             .get(format!("{base}{path}"))
@@ -138,6 +139,19 @@ async fn planted_secrets_stay_out_of_logs_events_pages_and_exports() {
             .unwrap();
         seen.push((path, body));
     }
+    let metrics = &seen.iter().find(|(p, _)| p == "/metrics").unwrap().1;
+    assert!(
+        metrics.contains("fenceline_jobs{state=\"succeeded\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("fenceline_ledger_up 1"));
+    let succeeded = metrics
+        .lines()
+        .find(|l| l.starts_with("fenceline_deliveries_total{outcome=\"succeeded\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<u64>().ok());
+    assert_eq!(succeeded, Some(1), "the worker counted its delivery");
+    assert!(!metrics.contains(&job_id), "no job ids in metrics labels");
     let events = client
         .get(format!("{base}/api/v1/jobs/{job_id}/events?limit=1000"))
         .bearer_auth(&token)
