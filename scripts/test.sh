@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs every test Fenceline has, on a fresh machine too:
-#   formatting, clippy (-D warnings), unit tests, the integration suite against SQLite and a
-#   throwaway PostgreSQL that this script starts (and stops) itself, and the browser tests.
+#   formatting, clippy (-D warnings), unit tests, the integration suite against SQLite, a
+#   throwaway PostgreSQL and an SQS peer that this script starts (and stops) itself, API fuzzing
+#   from the OpenAPI document, and the browser tests.
 # Needs: the Rust toolchain and python3. Installs PostgreSQL and Chromium from Debian's packages,
-# moto[server] from PyPI (in a virtualenv) and Playwright from npm when the machine has none.
+# moto[server] and schemathesis from PyPI (in a virtualenv) and Playwright from npm when the
+# machine has none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/services.sh
@@ -21,6 +23,9 @@ echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test (SQLite, PostgreSQL at $PG_URL, SQS at $MOTO_URL)"
 cargo test --workspace --locked 2>&1 | tee "$logs/cargo.log"
+
+echo "== API fuzzing from the OpenAPI document (schemathesis): no 5xx"
+FENCELINE_BIN_BUILT=1 scripts/fuzz.sh
 
 echo "== browser tests (Playwright + Chromium)"
 FENCELINE_BIN_BUILT=1 scripts/e2e.sh 2>&1 | tee "$logs/e2e.log"

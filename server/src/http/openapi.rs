@@ -143,7 +143,7 @@ pub fn spec() -> Value {
                     "required": ["idempotency_key", "input"],
                     "properties": {
                         "idempotency_key": { "type": "string", "minLength": 1, "maxLength": 200 },
-                        "input": { "description": "The workload input (any JSON but null)" },
+                        "input": { "description": "The workload input (any JSON but null)", "not": { "type": "null" } },
                         "contract_version": { "type": "string", "minLength": 1, "maxLength": 64, "default": "v1" },
                         "model": { "type": "object", "description": "Model parameters", "default": {} },
                         "deadline_seconds": { "type": "integer", "minimum": 1, "maximum": 43200, "default": 3600 },
