@@ -312,23 +312,46 @@ impl Ledger {
         worker_id: &str,
         lease: Duration,
     ) -> Result<Claimed, LedgerError> {
-        self.claim_delivered(job_id, worker_id, lease, None).await
+        Ok(self
+            .claim_inner(job_id, worker_id, lease, None, None)
+            .await?
+            .0)
     }
 
-    /// As [`Ledger::claim`], also recording the `delivery_received` that triggered it, in the
-    /// same transaction (before `claimed`). A refused claim records nothing: the caller
-    /// records the delivery itself.
-    pub async fn claim_delivered(
+    /// A claim and the first attempt of the new owner in one transaction: the worker's path,
+    /// which always records its attempt right after claiming. Also records the
+    /// `delivery_received` that triggered it (before `claimed`), when given. A refused claim
+    /// writes nothing: the caller records the delivery itself.
+    pub async fn claim_and_start(
         &self,
         job_id: &str,
         worker_id: &str,
         lease: Duration,
         delivery: Option<&NewEvent>,
-    ) -> Result<Claimed, LedgerError> {
+        provider: &str,
+    ) -> Result<(Claimed, AttemptStarted), LedgerError> {
+        let (claimed, attempt) = self
+            .claim_inner(job_id, worker_id, lease, delivery, Some(provider))
+            .await?;
+        let attempt =
+            attempt.ok_or_else(|| LedgerError::Corrupt("claim without its attempt".into()))?;
+        Ok((claimed, attempt))
+    }
+
+    async fn claim_inner(
+        &self,
+        job_id: &str,
+        worker_id: &str,
+        lease: Duration,
+        delivery: Option<&NewEvent>,
+        start: Option<&str>,
+    ) -> Result<(Claimed, Option<AttemptStarted>), LedgerError> {
         let mut tx = self.writer.begin().await?;
         let sql = self.dialect.sql(
             "UPDATE jobs SET state = 'running', owner_epoch = owner_epoch + 1, owner_id = $2, \
              owner_until = {least}({now} + $3, deadline_at), retry_at = NULL, \
+             attempt_count = attempt_count + $5, \
+             pending_attempt = CASE WHEN $5 = 1 THEN attempt_count + 1 ELSE NULL END, \
              updated_at = {now}, next_event_seq = next_event_seq + $4 \
              WHERE job_id = $1 AND state IN ('ready', 'retry_authorized') \
              AND deadline_at > {now} AND attempt_count < max_attempts \
@@ -336,11 +359,13 @@ impl Ledger {
              RETURNING owner_epoch, owner_until, deadline_at, attempt_count, max_attempts, \
              next_event_seq - $4 AS seq, updated_at",
         );
+        let events_count = 1 + i64::from(delivery.is_some()) + i64::from(start.is_some());
         let row = sqlx::query(&sql)
             .bind(job_id)
             .bind(worker_id)
             .bind(micros(lease))
-            .bind(1 + i64::from(delivery.is_some()))
+            .bind(events_count)
+            .bind(i64::from(start.is_some()))
             .fetch_optional(&mut *tx)
             .await?;
         let Some(row) = row else {
@@ -358,30 +383,59 @@ impl Ledger {
             }
             return Err(LedgerError::refused(job_id, refusal));
         };
+        let count_after = get_i64(&row, "attempt_count")?;
         let claimed = Claimed {
             epoch: get_i64(&row, "owner_epoch")?,
             owner_until: get_i64(&row, "owner_until")?,
             deadline_at: get_i64(&row, "deadline_at")?,
-            attempt_count: get_i64(&row, "attempt_count")?,
+            attempt_count: count_after - i64::from(start.is_some()),
             max_attempts: get_i64(&row, "max_attempts")?,
         };
         let now = get_i64(&row, "updated_at")?;
+        let actor = Actor::Worker(worker_id.to_owned());
         // Only a job's very first owner comes from `ready`: nothing returns to it.
         let from = if claimed.epoch == 1 {
             JobState::Ready
         } else {
             JobState::RetryAuthorized
         };
-        let event =
-            NewEvent::new(EventKind::Claimed, &Actor::Worker(worker_id.to_owned())).detail(json!({
-                "from": from.as_str(),
-                "lease_ms": (claimed.owner_until - now) / 1000,
-                "attempts_used": claimed.attempt_count,
-                "max_attempts": claimed.max_attempts,
-            }));
-        let events: Vec<NewEvent> = match delivery {
-            Some(received) => vec![received.clone().epoch(claimed.epoch - 1), event],
-            None => vec![event],
+        let mut events = Vec::with_capacity(3);
+        if let Some(received) = delivery {
+            events.push(received.clone().epoch(claimed.epoch - 1));
+        }
+        events.push(NewEvent::new(EventKind::Claimed, &actor).detail(json!({
+            "from": from.as_str(),
+            "lease_ms": (claimed.owner_until - now) / 1000,
+            "attempts_used": claimed.attempt_count,
+            "max_attempts": claimed.max_attempts,
+        })));
+        let attempt = match start {
+            Some(provider) => {
+                let attempt = AttemptStarted {
+                    attempt_no: count_after,
+                    epoch: claimed.epoch,
+                };
+                sqlx::query(
+                    "INSERT INTO attempts (job_id, attempt_no, epoch, worker_id, provider, \
+                     provider_request_id, started_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                )
+                .bind(job_id)
+                .bind(attempt.attempt_no)
+                .bind(attempt.epoch)
+                .bind(worker_id)
+                .bind(provider)
+                .bind(attempt.client_request_id(job_id))
+                .bind(now)
+                .execute(&mut *tx)
+                .await?;
+                events.push(
+                    NewEvent::new(EventKind::AttemptStarted, &actor)
+                        .attempt(attempt.attempt_no)
+                        .detail(json!({ "provider": provider })),
+                );
+                Some(attempt)
+            }
+            None => None,
         };
         append(
             &mut tx,
@@ -394,7 +448,7 @@ impl Ledger {
         )
         .await?;
         tx.commit().await?;
-        Ok(claimed)
+        Ok((claimed, attempt))
     }
 
     /// `running`/`retry_authorized` with the budget spent → `failed_terminal`.

@@ -12,8 +12,8 @@ use super::message::{self, BadMessage, JobMessage};
 use super::Shared;
 use crate::job::{Actor, EventKind, JobState};
 use crate::ledger::{
-    Decision, DeliveryRef, Failure, Job, LedgerError, NewEvent, Refusal, RejectedMessage,
-    ReplayPolicy,
+    AttemptStarted, Decision, DeliveryRef, Failure, Job, LedgerError, NewEvent, Refusal,
+    RejectedMessage, ReplayPolicy,
 };
 use crate::provider::{Progress, Provider, ProviderOutcome, ProviderRequest, Retrieval};
 use crate::queue::{Delivery, Queue};
@@ -259,7 +259,13 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         for _ in 0..3 {
             let claim = self
                 .ledger
-                .claim_delivered(&job_id, &worker, t.lease, received.as_ref())
+                .claim_and_start(
+                    &job_id,
+                    &worker,
+                    t.lease,
+                    received.as_ref(),
+                    self.provider.name(),
+                )
                 .await;
             if claim.is_err() {
                 // Refused: the receive still belongs on the timeline, on its own.
@@ -268,9 +274,9 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 }
             }
             let refusal = match claim {
-                Ok(claimed) => {
+                Ok((claimed, attempt)) => {
                     return self
-                        .run_attempt(&job, claimed.epoch, claimed, delivery, dref)
+                        .run_attempt(&job, claimed, attempt, delivery, dref)
                         .await
                 }
                 Err(LedgerError::Refused { refusal, .. }) => refusal,
@@ -371,12 +377,13 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
     async fn run_attempt(
         &self,
         job: &Job,
-        epoch: i64,
         claimed: crate::ledger::Claimed,
+        attempt: AttemptStarted,
         delivery: Delivery,
         dref: DeliveryRef,
     ) -> Outcome {
         let job_id = job.job_id.as_str();
+        let epoch = claimed.epoch;
         let progress = Progress::default();
         let (stop_tx, mut stop_rx) = watch::channel(None::<StopReason>);
         self.registry.insert(
@@ -395,35 +402,25 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             },
         );
         let outcome = self
-            .attempt(job, epoch, &delivery, &dref, progress, &mut stop_rx)
+            .attempt(job, attempt, &delivery, &dref, progress, &mut stop_rx)
             .await;
         self.registry.remove(job_id);
         outcome
     }
 
+    /// Runs the attempt the claim recorded: the durable record came first, so a stale owner
+    /// could not even have started it.
     async fn attempt(
         &self,
         job: &Job,
-        epoch: i64,
+        attempt: AttemptStarted,
         delivery: &Delivery,
         dref: &DeliveryRef,
         progress: Progress,
         stop: &mut watch::Receiver<Option<StopReason>>,
     ) -> Outcome {
         let job_id = job.job_id.as_str();
-        let worker = self.config.worker_id.as_str();
-        // The durable attempt record comes first: a stale owner cannot even write it.
-        let attempt = match self
-            .ledger
-            .start_attempt(job_id, epoch, worker, self.provider.name())
-            .await
-        {
-            Ok(attempt) => attempt,
-            Err(LedgerError::Refused { refusal, .. }) => {
-                return Outcome::Fenced(static_code(&refusal))
-            }
-            Err(_) => return Outcome::LedgerUnavailable,
-        };
+        let epoch = attempt.epoch;
         let client_request_id = attempt.client_request_id(job_id);
         let Ok(Some((input, model))) = self.ledger.job_input(job_id).await else {
             return Outcome::LedgerUnavailable;

@@ -37,7 +37,65 @@ on_both_backends!(
     an_operator_can_resolve_an_unknown_job_as_succeeded_with_evidence,
     the_database_refuses_illegal_states_even_from_raw_sql,
     jobs_and_timelines_page_by_keyset,
+    a_worker_claims_and_starts_in_one_step_with_its_delivery_on_the_timeline,
 );
+
+async fn a_worker_claims_and_starts_in_one_step_with_its_delivery_on_the_timeline(db: Db) {
+    use fenceline::job::EventKind;
+    use fenceline::ledger::{DeliveryRef, NewEvent};
+    let (ledger, _db) = fresh_ledger(db).await;
+    let job_id = create(&ledger, new_job("acme", "one-step", json!(1))).await;
+    let received = NewEvent::new(EventKind::DeliveryReceived, &Actor::Worker("w".into())).delivery(
+        DeliveryRef {
+            message_id: "m-1".into(),
+            receive_count: 1,
+            handle_hash: "0123abcd".into(),
+        },
+    );
+    let (claimed, attempt) = ledger
+        .claim_and_start(&job_id, "w", LONG, Some(&received), "stub")
+        .await
+        .unwrap();
+    assert_eq!((claimed.epoch, claimed.attempt_count), (1, 0));
+    assert_eq!((attempt.attempt_no, attempt.epoch), (1, 1));
+    let job = ledger.job(&job_id).await.unwrap().unwrap();
+    assert_eq!(
+        (job.state, job.attempt_count, job.pending_attempt),
+        (JobState::Running, 1, Some(1))
+    );
+    let events = ledger.events(&job_id, 0, 10).await.unwrap();
+    let kinds: Vec<_> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "job_created",
+            "delivery_received",
+            "claimed",
+            "attempt_started"
+        ]
+    );
+    assert_eq!(events[1].epoch, 0, "received before the claim");
+    assert_eq!(events[3].attempt_no, Some(1));
+    let attempts = ledger.attempts(&job_id).await.unwrap();
+    assert_eq!(
+        attempts[0].provider_request_id.as_deref(),
+        Some(format!("{job_id}:1").as_str())
+    );
+    // The owner goes on as usual; a second claim is refused and writes nothing.
+    ledger
+        .accept_result(&job_id, 1, 1, "w", "answer")
+        .await
+        .unwrap();
+    assert_eq!(
+        refusal(
+            ledger
+                .claim_and_start(&job_id, "x", LONG, Some(&received), "stub")
+                .await
+        ),
+        Refusal::AlreadyTerminal(JobState::Succeeded)
+    );
+    assert_eq!(ledger.events(&job_id, 0, 20).await.unwrap().len(), 6);
+}
 
 async fn the_same_key_and_request_return_the_same_job_and_a_different_request_conflicts(db: Db) {
     let (ledger, _db) = fresh_ledger(db).await;

@@ -28,7 +28,7 @@ enum Op {
     Start {
         owner: usize,
     },
-    /// A live claim followed at once by an attempt start: the common way into an attempt.
+    /// A live claim and an attempt start in one transaction: the worker's way into an attempt.
     ClaimAndStart {
         owner: usize,
     },
@@ -101,17 +101,16 @@ async fn step(ledger: &Ledger, job_id: &str, owners: &mut [OwnerView], op: &Op) 
             }
         }
         Op::ClaimAndStart { owner } => {
-            Box::pin(step(
-                ledger,
-                job_id,
-                owners,
-                &Op::Claim {
-                    owner,
-                    expired: false,
-                },
-            ))
-            .await;
-            Box::pin(step(ledger, job_id, owners, &Op::Start { owner })).await;
+            // The worker's one-transaction path.
+            if let Ok((c, a)) = ledger
+                .claim_and_start(job_id, &name(owner), LONG, None, "stub")
+                .await
+            {
+                owners[owner] = OwnerView {
+                    epoch: Some(c.epoch),
+                    attempt: Some(a.attempt_no),
+                };
+            }
         }
         Op::Start { owner } => {
             if let Some(epoch) = owners[owner].epoch {
@@ -461,5 +460,5 @@ fn random_interleavings_by_several_owners_keep_the_invariants_on_postgres() {
     if crate::helpers::skip_postgres() {
         return;
     }
-    run(Db::Postgres, 160);
+    run(Db::Postgres, 240);
 }
