@@ -558,23 +558,15 @@ pub async fn seed_timeline(
     use crate::job::EventKind;
     use crate::ledger::{DeliveryRef, NewEvent};
     let run = uuid::Uuid::now_v7().simple().to_string();
-    let input = json!({ "seed": run });
-    let created = ledger
-        .create_job(
-            NewJob {
-                tenant: tenant.into(),
-                idempotency_key: format!("seed-{run}"),
-                request_digest: request_digest(&input, "seed", &json!({})),
-                contract_version: "seed".into(),
-                input,
-                model: json!({}),
-                deadline: Duration::from_secs(12 * 3600),
-                max_attempts: 3,
-                replay_policy: ReplayPolicy::Manual,
-            },
-            &Actor::Drill,
-        )
-        .await?;
+    let job = generated_job(
+        tenant,
+        format!("seed-{run}"),
+        "seed",
+        0,
+        Duration::from_secs(12 * 3600),
+        3,
+    );
+    let created = ledger.create_job(job, &Actor::Drill).await?;
     let job_id = created.job().job_id.clone();
     let claimed = ledger
         .claim(&job_id, "seed-worker", Duration::from_secs(11 * 3600))

@@ -16,8 +16,8 @@ use sqlx::Row;
 use tokio::sync::Notify;
 
 use super::{
-    BatchResult, Delivery, Depth, Queue, QueueError, ReceiptHandle, MAX_BATCH, MAX_VISIBILITY,
-    MAX_WAIT, VISIBILITY_CAP,
+    check_batch, BatchResult, Delivery, Depth, Queue, QueueError, ReceiptHandle, MAX_BATCH,
+    MAX_VISIBILITY, MAX_WAIT, VISIBILITY_CAP,
 };
 use crate::ledger::Ledger;
 
@@ -138,6 +138,18 @@ impl EmbeddedQueue {
             .map_err(unavailable)?;
         self.sent.notify_waiters();
         Ok(ids)
+    }
+
+    async fn any_visible(&self) -> Result<bool, QueueError> {
+        let sql = self
+            .ledger
+            .sql("SELECT id FROM queue_messages WHERE queue = $1 AND visible_at <= {now} LIMIT 1");
+        Ok(sqlx::query(&sql)
+            .bind(&*self.name)
+            .fetch_optional(self.ledger.read_pool())
+            .await
+            .map_err(unavailable)?
+            .is_some())
     }
 
     async fn receive_now(
@@ -330,9 +342,7 @@ impl Queue for EmbeddedQueue {
         &self,
         bodies: &[String],
     ) -> Result<Vec<Result<String, QueueError>>, QueueError> {
-        if bodies.len() > MAX_BATCH {
-            return Err(QueueError::Invalid("at most 10 entries per batch".into()));
-        }
+        check_batch(bodies.len())?;
         Ok(self
             .insert(bodies, Duration::ZERO)
             .await?
@@ -358,7 +368,12 @@ impl Queue for EmbeddedQueue {
         let until = tokio::time::Instant::now() + wait;
         loop {
             let notified = self.sent.notified();
-            let deliveries = self.receive_now(max, visibility).await?;
+            // An idle poll only reads: the write transaction is taken when there is work.
+            let deliveries = if self.any_visible().await? {
+                self.receive_now(max, visibility).await?
+            } else {
+                Vec::new()
+            };
             let now = tokio::time::Instant::now();
             if !deliveries.is_empty() || now >= until {
                 return Ok(deliveries);
@@ -385,9 +400,7 @@ impl Queue for EmbeddedQueue {
         &self,
         entries: &[(ReceiptHandle, Duration)],
     ) -> Result<BatchResult, QueueError> {
-        if entries.len() > MAX_BATCH {
-            return Err(QueueError::Invalid("at most 10 entries per batch".into()));
-        }
+        check_batch(entries.len())?;
         let mut tx = self
             .ledger
             .write_pool()
@@ -413,9 +426,7 @@ impl Queue for EmbeddedQueue {
     }
 
     async fn delete_batch(&self, receipts: &[ReceiptHandle]) -> Result<BatchResult, QueueError> {
-        if receipts.len() > MAX_BATCH {
-            return Err(QueueError::Invalid("at most 10 entries per batch".into()));
-        }
+        check_batch(receipts.len())?;
         let mut tx = self
             .ledger
             .write_pool()

@@ -20,6 +20,15 @@ use sha2::{Digest, Sha256};
 
 /// SQS's caps, which both implementations keep.
 pub const MAX_BATCH: usize = 10;
+
+/// Refuses a batch request over [`MAX_BATCH`] entries, as SQS does.
+pub(crate) fn check_batch(entries: usize) -> Result<(), QueueError> {
+    if entries > MAX_BATCH {
+        Err(QueueError::Invalid("at most 10 entries per batch".into()))
+    } else {
+        Ok(())
+    }
+}
 /// A visibility chain ends 12 hours after the first receive; renewals do not restart it.
 pub const VISIBILITY_CAP: Duration = Duration::from_secs(12 * 3600);
 /// Longest single visibility timeout.

@@ -17,8 +17,8 @@ use aws_sdk_sqs::types::{
 use aws_sdk_sqs::Client;
 
 use super::{
-    BatchResult, Delivery, Depth, Queue, QueueError, ReceiptHandle, MAX_BATCH, MAX_VISIBILITY,
-    MAX_WAIT,
+    check_batch, BatchResult, Delivery, Depth, Queue, QueueError, ReceiptHandle, MAX_BATCH,
+    MAX_VISIBILITY, MAX_WAIT,
 };
 
 /// One SQS queue and, when it has a redrive policy, its dead-letter queue.
@@ -225,9 +225,7 @@ impl Queue for SqsQueue {
         &self,
         bodies: &[String],
     ) -> Result<Vec<Result<String, QueueError>>, QueueError> {
-        if bodies.len() > MAX_BATCH {
-            return Err(QueueError::Invalid("at most 10 entries per batch".into()));
-        }
+        check_batch(bodies.len())?;
         if bodies.is_empty() {
             return Ok(Vec::new());
         }
@@ -346,9 +344,7 @@ impl Queue for SqsQueue {
         &self,
         entries: &[(ReceiptHandle, Duration)],
     ) -> Result<BatchResult, QueueError> {
-        if entries.len() > MAX_BATCH {
-            return Err(QueueError::Invalid("at most 10 entries per batch".into()));
-        }
+        check_batch(entries.len())?;
         if entries.is_empty() {
             return Ok(Vec::new());
         }
@@ -397,9 +393,7 @@ impl Queue for SqsQueue {
     }
 
     async fn delete_batch(&self, receipts: &[ReceiptHandle]) -> Result<BatchResult, QueueError> {
-        if receipts.len() > MAX_BATCH {
-            return Err(QueueError::Invalid("at most 10 entries per batch".into()));
-        }
+        check_batch(receipts.len())?;
         if receipts.is_empty() {
             return Ok(Vec::new());
         }

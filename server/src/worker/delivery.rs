@@ -533,7 +533,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                     return Outcome::Succeeded;
                 }
                 Err(LedgerError::Refused { refusal, .. }) => {
-                    return Outcome::Fenced(static_code(&refusal))
+                    return Outcome::Fenced(refusal.code())
                 }
                 Err(_) => tokio::time::sleep(Duration::from_millis(200 << retry)).await,
             }
@@ -561,7 +561,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                     .await;
                 Outcome::Failed(outcome.state)
             }
-            Err(LedgerError::Refused { refusal, .. }) => Outcome::Fenced(static_code(&refusal)),
+            Err(LedgerError::Refused { refusal, .. }) => Outcome::Fenced(refusal.code()),
             Err(_) => Outcome::LedgerUnavailable,
         }
     }
@@ -584,12 +584,8 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                     .await;
                 Outcome::HandedToLedger(released.state)
             }
-            Err(LedgerError::Refused { refusal, .. }) => Outcome::Fenced(static_code(&refusal)),
+            Err(LedgerError::Refused { refusal, .. }) => Outcome::Fenced(refusal.code()),
             Err(_) => Outcome::LedgerUnavailable,
         }
     }
-}
-
-fn static_code(refusal: &Refusal) -> &'static str {
-    refusal.code()
 }

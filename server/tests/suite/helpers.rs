@@ -479,3 +479,35 @@ pub(crate) async fn wait_for_event(ledger: &Ledger, job_id: &str, kind: &str, li
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
+
+/// An API token made with `fenceline token add`, as an operator would.
+pub(crate) async fn cli_token(database_url: &str, tenant: &str) -> String {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_fenceline"))
+        .args(["token", "add", tenant, "--database-url", database_url])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .await
+        .expect("token add");
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// A loopback port free right now.
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Waits until a spawned `fenceline serve` answers `/readyz`.
+pub(crate) async fn wait_ready(base: &str) {
+    let until = tokio::time::Instant::now() + Duration::from_secs(20);
+    while reqwest::get(format!("{base}/readyz")).await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the server never came up"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -19,13 +19,8 @@ struct WorkerProcess(Child);
 impl WorkerProcess {
     fn spawn(database_url: &str, id: &str, latency_ms: u64, extra: &[&str]) -> Self {
         let child = Command::new(env!("CARGO_BIN_EXE_fenceline"))
-            .args([
-                "worker",
-                "--database-url",
-                database_url,
-                "--queue",
-                "embedded",
-            ])
+            // The queue is the embedded default unless `extra` names another.
+            .args(["worker", "--database-url", database_url])
             .args([
                 "--timings",
                 "compressed",
@@ -47,6 +42,26 @@ impl WorkerProcess {
     fn signal(&self, signal: Signal) {
         let pid = self.0.id().expect("running") as i32;
         kill(Pid::from_raw(pid), signal).expect("signal the worker");
+    }
+}
+
+/// Waits until every job is terminal, asserting each one succeeded.
+async fn wait_all_succeeded(ledger: &Ledger, ids: &[String], limit: Duration) {
+    let until = tokio::time::Instant::now() + limit;
+    for id in ids {
+        loop {
+            let job = ledger.job(id).await.unwrap().unwrap();
+            if job.state.is_terminal() {
+                assert_eq!(job.state, JobState::Succeeded, "{id}");
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < until,
+                "{id} is still {}",
+                job.state
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
 
@@ -102,22 +117,7 @@ async fn several_worker_processes_with_injected_faults_give_each_job_one_result(
             .await,
         );
     }
-    let until = tokio::time::Instant::now() + Duration::from_secs(90);
-    for id in &ids {
-        loop {
-            let job = ledger.job(id).await.unwrap().unwrap();
-            if job.state.is_terminal() {
-                assert_eq!(job.state, JobState::Succeeded, "{id}");
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < until,
-                "{id} is still {}",
-                job.state
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
+    wait_all_succeeded(&ledger, &ids, Duration::from_secs(90)).await;
     let mut workers_seen = std::collections::HashSet::new();
     for id in &ids {
         let attempts = ledger.attempts(id).await.unwrap();
@@ -291,25 +291,10 @@ async fn worker_processes_scale_out_on_postgres_and_an_sqs_endpoint() {
         .await
         .expect("create the queue");
     let sqs = ["--queue", "sqs", "--queue-name", name.as_str()];
-    let spawn = |id: &str| {
-        let child = Command::new(env!("CARGO_BIN_EXE_fenceline"))
-            .args([
-                "worker",
-                "--database-url",
-                &db.url,
-                "--timings",
-                "compressed",
-            ])
-            .args(["--worker-id", id, "--stub-latency-ms", "20"])
-            .args(sqs)
-            .env("FENCELINE_LOG", "error")
-            .stdout(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start a worker");
-        WorkerProcess(child)
-    };
-    let workers = [spawn("s0"), spawn("s1")];
+    let workers = [
+        WorkerProcess::spawn(&db.url, "s0", 20, &sqs),
+        WorkerProcess::spawn(&db.url, "s1", 20, &sqs),
+    ];
     let mut ids = Vec::new();
     for i in 0..40 {
         ids.push(
@@ -320,20 +305,8 @@ async fn worker_processes_scale_out_on_postgres_and_an_sqs_endpoint() {
             .await,
         );
     }
-    let until = tokio::time::Instant::now() + Duration::from_secs(60);
+    wait_all_succeeded(&ledger, &ids, Duration::from_secs(60)).await;
     for id in &ids {
-        loop {
-            let job = ledger.job(id).await.unwrap().unwrap();
-            if job.state == JobState::Succeeded {
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < until,
-                "{id} is still {}",
-                job.state
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
         assert_eq!(ledger.attempts(id).await.unwrap().len(), 1);
     }
     drop(workers);
@@ -343,18 +316,8 @@ async fn worker_processes_scale_out_on_postgres_and_an_sqs_endpoint() {
 async fn fenceline_submit_creates_a_job_idempotently_and_waits_for_its_result() {
     let db = crate::helpers::fresh_db(Db::Sqlite).await;
     let bin = env!("CARGO_BIN_EXE_fenceline");
-    let token = Command::new(bin)
-        .args(["token", "add", "acme", "--database-url", &db.url])
-        .stderr(Stdio::null())
-        .output()
-        .await
-        .unwrap();
-    let token = String::from_utf8(token.stdout).unwrap().trim().to_owned();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let token = crate::helpers::cli_token(&db.url, "acme").await;
+    let port = crate::helpers::free_port();
     let _server = Command::new(bin)
         .args([
             "serve",
@@ -370,14 +333,7 @@ async fn fenceline_submit_creates_a_job_idempotently_and_waits_for_its_result() 
         .spawn()
         .unwrap();
     let api = format!("http://127.0.0.1:{port}");
-    let until = tokio::time::Instant::now() + Duration::from_secs(20);
-    while reqwest::get(format!("{api}/readyz")).await.is_err() {
-        assert!(
-            tokio::time::Instant::now() < until,
-            "the server never came up"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    crate::helpers::wait_ready(&api).await;
     let submit = |wait: bool| {
         let mut command = Command::new(bin);
         command

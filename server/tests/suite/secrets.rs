@@ -1,7 +1,6 @@
 //! Planted secrets — a prompt, the answer, an API token, receipt handles — never appear in
 //! logs, events, API timelines, console pages, exports or metrics.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -34,18 +33,9 @@ fn the_handle_detector_knows_a_handle_when_it_sees_one() {
 async fn planted_secrets_stay_out_of_logs_events_pages_and_exports() {
     let db = fresh_db(Db::Sqlite).await;
     let bin = env!("CARGO_BIN_EXE_fenceline");
-    let token = Command::new(bin)
-        .args(["token", "add", "acme", "--database-url", &db.url])
-        .stderr(Stdio::null())
-        .output()
-        .await
-        .expect("token add");
-    let token = String::from_utf8(token.stdout).unwrap().trim().to_owned();
+    let token = crate::helpers::cli_token(&db.url, "acme").await;
     assert!(token.starts_with("fl_"));
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = crate::helpers::free_port();
     let log = std::env::temp_dir().join(format!("fenceline-secrets-{port}.log"));
     let log_file = std::fs::File::create(&log).unwrap();
     let mut server = Command::new(bin)
@@ -64,15 +54,8 @@ async fn planted_secrets_stay_out_of_logs_events_pages_and_exports() {
         .spawn()
         .expect("start fenceline serve");
     let base = format!("http://127.0.0.1:{port}");
+    crate::helpers::wait_ready(&base).await;
     let client = reqwest::Client::new();
-    let until = tokio::time::Instant::now() + Duration::from_secs(20);
-    while client.get(format!("{base}/readyz")).send().await.is_err() {
-        assert!(
-            tokio::time::Instant::now() < until,
-            "the server never came up"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 
     let prompt = "PLANTED-PROMPT-7f3a: the quarterly numbers are confidential";
     let created: Value = client
