@@ -88,10 +88,16 @@ pub fn swimlane(start: i64, end: i64, marks: &[Mark]) -> String {
         let t = start + (span * i as f64 / 4.0) as i64;
         let _ = write!(
             svg,
-            r#"<line class="tick" x1="{0:.1}" x2="{0:.1}" y1="{TOP}" y2="{axis_y}"/><text class="axis" x="{0:.1}" y="{1:.1}" text-anchor="middle">+{2}</text>"#,
+            r#"<line class="tick" x1="{0:.1}" x2="{0:.1}" y1="{TOP}" y2="{axis_y}"/><text class="axis" x="{0:.1}" y="{1:.1}" text-anchor="{3}">+{2}</text>"#,
             x(t),
             axis_y + 16.0,
-            human_duration(t - start)
+            human_duration(t - start),
+            // The outer labels stay inside the chart.
+            match i {
+                0 => "start",
+                4 => "end",
+                _ => "middle",
+            }
         );
     }
     for mark in marks {
