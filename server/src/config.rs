@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::ledger::{LedgerOptions, SqliteSync};
@@ -94,8 +95,19 @@ pub struct ServeArgs {
     /// Larger request bodies get 413.
     #[arg(long, env = "FENCELINE_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
+    /// Models a job may name (comma-separated; `*` allows any). Default: the provider's
+    /// configured model only.
+    #[arg(long, env = "FENCELINE_ALLOWED_MODELS", value_delimiter = ',')]
+    pub allowed_models: Vec<String>,
+    /// Per-tenant model lists, `tenant=model,model` (repeat the flag; in the environment
+    /// separate tenants with `;`). A listed tenant may name only its own models.
+    #[arg(long, env = "FENCELINE_TENANT_MODELS", value_delimiter = ';')]
+    pub tenant_models: Vec<String>,
+    /// Largest `max_tokens` / `max_completion_tokens` a job may ask for.
+    #[arg(long, env = "FENCELINE_MAX_OUTPUT_TOKENS", default_value_t = 16_384)]
+    pub max_output_tokens: u64,
     /// Serve the API and console only; run no worker, dispatcher or reaper here.
-    #[arg(long, env = "FENCELINE_NO_WORKER")]
+    #[arg(long, env = "FENCELINE_NO_WORKER", value_parser = BoolishValueParser::new())]
     pub no_worker: bool,
     #[command(flatten)]
     pub runtime: RuntimeArgs,
@@ -131,7 +143,7 @@ pub struct RuntimeArgs {
     #[arg(long, env = "FENCELINE_PROVIDER_TIMEOUT_SECS", default_value_t = 600)]
     pub provider_timeout_secs: u64,
     /// Store completions with Fenceline's request id so uncertain attempts can be retrieved.
-    #[arg(long, env = "FENCELINE_PROVIDER_RETRIEVAL")]
+    #[arg(long, env = "FENCELINE_PROVIDER_RETRIEVAL", value_parser = BoolishValueParser::new())]
     pub provider_retrieval: bool,
     /// Stub model: latency of each call.
     #[arg(long, env = "FENCELINE_STUB_LATENCY_MS", default_value_t = 500)]
@@ -154,6 +166,10 @@ pub struct RuntimeArgs {
     /// (2 s, 0.7 s, 2 s, 0.3 s: drills and demos).
     #[arg(long, env = "FENCELINE_TIMINGS", value_enum, default_value_t = TimingsArg::Production)]
     pub timings: TimingsArg,
+    /// How long a stopping worker lets calls in flight finish before handing them back to
+    /// the ledger.
+    #[arg(long, env = "FENCELINE_DRAIN_TIMEOUT_MS", default_value_t = 30_000)]
+    pub drain_timeout_ms: u64,
     /// How often the reaper looks for expired leases, passed deadlines and unknown jobs.
     #[arg(long, env = "FENCELINE_REAPER_INTERVAL_MS", default_value_t = 2000)]
     pub reaper_interval_ms: u64,
@@ -263,6 +279,10 @@ pub enum TokenCommand {
         #[arg(long, default_value = "default")]
         name: String,
     },
+    /// List tokens (id, tenant, name, created, revoked); never the tokens themselves.
+    List,
+    /// Revoke a token by the id `token list` shows; requests with it are refused from then on.
+    Revoke { id: String },
 }
 
 #[derive(Debug, Subcommand)]
@@ -351,4 +371,25 @@ pub fn ledger_options(cli: &Cli) -> LedgerOptions {
             SyncArg::Normal => SqliteSync::Normal,
         },
     }
+}
+
+/// The model policy `serve` enforces at submission.
+pub fn model_policy(args: &ServeArgs) -> Result<crate::provider::policy::ModelPolicy, String> {
+    use crate::provider::policy::ModelPolicy;
+    let models: Vec<String> = args
+        .allowed_models
+        .iter()
+        .map(|m| m.trim().to_owned())
+        .filter(|m| !m.is_empty())
+        .collect();
+    Ok(ModelPolicy {
+        models: if models.is_empty() {
+            vec![args.runtime.provider_model.clone()]
+        } else {
+            models
+        },
+        tenant_models: ModelPolicy::parse_tenant_models(&args.tenant_models)
+            .map_err(|e| format!("--tenant-models: {e}"))?,
+        max_output_tokens: args.max_output_tokens.max(1),
+    })
 }

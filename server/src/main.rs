@@ -4,15 +4,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use tokio::task::JoinSet;
-use tokio_util::sync::CancellationToken;
 
 use fenceline::config::{
     self, BenchCommand, Cli, Command, QueueCommand, RuntimeArgs, ServeArgs, TokenCommand,
 };
 use fenceline::ledger::Ledger;
 use fenceline::queue::sqs::SqsQueue;
-use fenceline::startup::{runtime, shutdown_signal, Application};
+use fenceline::startup::{runtime, shutdown_signal, Application, Supervisor};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -47,6 +45,33 @@ async fn main() -> anyhow::Result<()> {
             let token = ledger.add_token(tenant, name).await?;
             eprintln!("API token for tenant {tenant:?} (shown once; only its hash is stored):");
             println!("{token}");
+            Ok(())
+        }
+        Command::Token(TokenCommand::List) => {
+            let ledger = Ledger::connect(&cli.database_url, &options).await?;
+            ledger.migrate().await?;
+            println!(
+                "{:<12}  {:<20}  {:<16}  {:<27}  revoked",
+                "id", "tenant", "name", "created"
+            );
+            for t in ledger.list_tokens().await? {
+                println!(
+                    "{:<12}  {:<20}  {:<16}  {:<27}  {}",
+                    t.id,
+                    t.tenant,
+                    t.name,
+                    fenceline::http::time::rfc3339_us(t.created_at),
+                    t.revoked_at
+                        .map_or("-".into(), fenceline::http::time::rfc3339_us)
+                );
+            }
+            Ok(())
+        }
+        Command::Token(TokenCommand::Revoke { id }) => {
+            let ledger = Ledger::connect(&cli.database_url, &options).await?;
+            ledger.migrate().await?;
+            let t = ledger.revoke_token(id).await?;
+            println!("revoked token {} ({}, tenant {})", t.id, t.name, t.tenant);
             Ok(())
         }
         Command::Queue(QueueCommand::Create {
@@ -114,31 +139,6 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-/// Waits for the first task to end (or a signal), then stops the rest and says who ended.
-async fn supervise(
-    mut tasks: JoinSet<&'static str>,
-    shutdown: CancellationToken,
-) -> anyhow::Result<()> {
-    tokio::select! {
-        _ = shutdown_signal() => {}
-        ended = tasks.join_next() => {
-            match ended {
-                Some(Ok(name)) => tracing::warn!(task = name, "a task ended; stopping the others"),
-                Some(Err(error)) => tracing::error!(%error, "a task failed; stopping the others"),
-                None => {}
-            }
-        }
-    }
-    shutdown.cancel();
-    while let Some(ended) = tasks.join_next().await {
-        match ended {
-            Ok(name) => tracing::info!(task = name, "stopped"),
-            Err(error) => tracing::error!(%error, "a task failed while stopping"),
-        }
-    }
-    Ok(())
-}
-
 async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     let options = config::ledger_options(cli);
     let queue_info = fenceline::http::console::QueueInfo {
@@ -149,49 +149,43 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
         embedded_dead_letters: (args.runtime.queue == config::QueueArg::Embedded)
             .then(|| format!("{}-dlq", args.runtime.queue_name)),
     };
+    let policy = config::model_policy(args).map_err(anyhow::Error::msg)?;
     let app = Application::build_with_queue(
         &cli.database_url,
         &options,
         args.bind,
         args.max_body_bytes,
         queue_info,
+        policy,
     )
     .await
     .context("starting fenceline")?;
     let addr = app.local_addr();
     let ledger = app.ledger().clone();
     let backend = ledger.backend().as_str();
-    let shutdown = CancellationToken::new();
-    let mut tasks = JoinSet::new();
+    let mut supervisor = Supervisor::default();
     if !args.no_worker {
         let queue = runtime::queue(&ledger, &args.runtime).await?;
         let provider = runtime::provider(&args.runtime)?;
-        runtime::spawn(
-            &mut tasks,
-            &ledger,
-            queue,
-            provider,
-            &args.runtime,
-            &shutdown,
-        );
+        runtime::spawn(&mut supervisor, &ledger, queue, provider, &args.runtime);
     }
-    let stop = shutdown.clone();
-    tasks.spawn(async move {
+    let stop = supervisor.stages().front.clone();
+    supervisor.spawn("http", true, async move {
         if let Err(error) = app
             .run_until_stopped(async move { stop.cancelled().await })
             .await
         {
             tracing::error!(%error, "the HTTP server failed");
         }
-        "http"
     });
     tracing::info!(%addr, database = backend, "fenceline is serving");
     println!("Fenceline is running on the {backend} ledger.");
     println!("  Console: http://{addr}/");
     println!("  API:     http://{addr}/api/v1  (OpenAPI: http://{addr}/api/v1/openapi.json)");
     println!("  Create an API token with: fenceline token add <tenant>");
-    supervise(tasks, shutdown).await?;
-    ledger.close().await;
+    supervisor
+        .run_until_stopped(&ledger, shutdown_signal())
+        .await;
     tracing::info!("fenceline stopped");
     Ok(())
 }
@@ -251,6 +245,13 @@ async fn submit(args: &config::SubmitArgs) -> anyhow::Result<()> {
             .await?
             .json()
             .await?;
+        if job["state"] == "unknown" {
+            anyhow::bail!(
+                "job {job_id} is unknown: a model call may have run with no answer seen, and it \
+                 waits for a decision (provider retrieval, a replay policy, or an operator). \
+                 Console: {api}/jobs/{job_id}"
+            );
+        }
         if job["terminal"] == true {
             if job["state"] == "succeeded" {
                 let result: Value = client
@@ -281,10 +282,11 @@ async fn work(cli: &Cli, args: &RuntimeArgs) -> anyhow::Result<()> {
     ledger.migrate().await.context("migrating the ledger")?;
     let queue = runtime::queue(&ledger, args).await?;
     let provider = runtime::provider(args)?;
-    let shutdown = CancellationToken::new();
-    let mut tasks = JoinSet::new();
-    runtime::spawn(&mut tasks, &ledger, queue, provider, args, &shutdown);
-    supervise(tasks, shutdown).await?;
-    ledger.close().await;
+    let mut supervisor = Supervisor::default();
+    runtime::spawn(&mut supervisor, &ledger, queue, provider, args);
+    supervisor
+        .run_until_stopped(&ledger, shutdown_signal())
+        .await;
+    tracing::info!("fenceline worker stopped");
     Ok(())
 }

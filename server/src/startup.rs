@@ -5,10 +5,13 @@ use std::future::Future;
 use std::net::SocketAddr;
 
 use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
 
 use crate::http::console::QueueInfo;
 use crate::http::{self, AppState};
 use crate::ledger::{Ledger, LedgerError, LedgerOptions};
+use crate::provider::policy::ModelPolicy;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -45,17 +48,20 @@ impl Application {
             bind,
             max_body_bytes,
             QueueInfo::default(),
+            ModelPolicy::default(),
         )
         .await
     }
 
-    /// As [`Application::build`], telling the console which queue the workers use.
+    /// As [`Application::build`], telling the console which queue the workers use and the
+    /// API which models and parameters jobs may carry.
     pub async fn build_with_queue(
         database_url: &str,
         options: &LedgerOptions,
         bind: SocketAddr,
         max_body_bytes: usize,
         queue_info: QueueInfo,
+        model_policy: ModelPolicy,
     ) -> Result<Application, StartupError> {
         let ledger = Ledger::connect(database_url, options).await?;
         ledger.migrate().await?;
@@ -69,6 +75,7 @@ impl Application {
             ledger: ledger.clone(),
             max_body_bytes,
             queue: queue_info,
+            model_policy: std::sync::Arc::new(model_policy),
         });
         Ok(Application {
             listener,
@@ -86,16 +93,114 @@ impl Application {
         &self.ledger
     }
 
-    /// Serves until `shutdown` resolves, then lets in-flight requests finish.
+    /// Serves until `shutdown` resolves, then lets in-flight requests finish. The ledger stays
+    /// open: workers in the same process may still be draining; whoever owns the process
+    /// closes it last (see [`Stages`]).
     pub async fn run_until_stopped(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let result = axum::serve(self.listener, self.router)
+        axum::serve(self.listener, self.router)
             .with_graceful_shutdown(shutdown)
-            .await;
-        self.ledger.close().await;
-        result
+            .await
+    }
+}
+
+/// The order in which a process stops, so that no answer is lost on the way down:
+/// `front` (HTTP stops accepting, the worker stops receiving and drains its calls — finished
+/// and committed, or handed back to the ledger), then `back` (the outbox dispatcher and the
+/// reaper, which must outlive the drain's hand-backs), then the ledger's pool closes.
+#[derive(Clone, Default)]
+pub struct Stages {
+    pub front: CancellationToken,
+    pub back: CancellationToken,
+}
+
+/// The tasks of one process, stopped in [`Stages`] order.
+pub struct Supervisor {
+    tasks: JoinSet<Stage>,
+    stages: Stages,
+    /// Front tasks not yet ended.
+    front_left: usize,
+}
+
+/// A task's name for the log, and whether it stops in the front stage.
+#[derive(Debug, Clone, Copy)]
+struct Stage {
+    name: &'static str,
+    front: bool,
+}
+
+impl Default for Supervisor {
+    fn default() -> Self {
+        Supervisor {
+            tasks: JoinSet::new(),
+            stages: Stages::default(),
+            front_left: 0,
+        }
+    }
+}
+
+impl Supervisor {
+    pub fn stages(&self) -> &Stages {
+        &self.stages
+    }
+
+    /// Runs `task`, which should return once its stage's token is cancelled: `front` tasks
+    /// (HTTP, workers) stop first, the others after every front task has ended.
+    pub fn spawn<F>(&mut self, name: &'static str, front: bool, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        if front {
+            self.front_left += 1;
+        }
+        self.tasks.spawn(async move {
+            task.await;
+            Stage { name, front }
+        });
+    }
+
+    /// Waits for `signal` (or for any task to end by itself), stops the stages in order, and
+    /// closes the ledger last.
+    pub async fn run_until_stopped(mut self, ledger: &Ledger, signal: impl Future<Output = ()>) {
+        tokio::select! {
+            _ = signal => {}
+            ended = self.tasks.join_next() => {
+                let name = self.ended(ended);
+                tracing::warn!(task = name, "a task ended; stopping the others");
+            }
+        }
+        self.stages.front.cancel();
+        loop {
+            if self.front_left == 0 {
+                self.stages.back.cancel();
+            }
+            let Some(ended) = self.tasks.join_next().await else {
+                break;
+            };
+            let name = self.ended(Some(ended));
+            tracing::info!(task = name, "stopped");
+        }
+        ledger.close().await;
+    }
+
+    fn ended(&mut self, ended: Option<Result<Stage, tokio::task::JoinError>>) -> &'static str {
+        match ended {
+            Some(Ok(stage)) => {
+                if stage.front {
+                    self.front_left -= 1;
+                }
+                stage.name
+            }
+            Some(Err(error)) => {
+                // A panicked task's stage is unknown; it can no longer hold the drain up.
+                tracing::error!(%error, "a task failed");
+                self.front_left = self.front_left.saturating_sub(1);
+                "a panicked task"
+            }
+            None => "none",
+        }
     }
 }
 
@@ -125,9 +230,7 @@ pub async fn shutdown_signal() {
 pub mod runtime {
     use std::time::Duration;
 
-    use tokio::task::JoinSet;
-    use tokio_util::sync::CancellationToken;
-
+    use super::Supervisor;
     use crate::config::{ProviderArg, QueueArg, RuntimeArgs, TimingsArg};
     use crate::ledger::Ledger;
     use crate::provider::openai::{ApiKey, OpenAiConfig, OpenAiProvider};
@@ -193,6 +296,7 @@ pub mod runtime {
                 retryable_rate: args.stub_retryable_rate,
                 fatal_rate: args.stub_fatal_rate,
                 lost_response_rate: args.stub_lost_rate,
+                retrieval: args.provider_retrieval,
             })),
             ProviderArg::Openai => {
                 let key = std::env::var("FENCELINE_PROVIDER_API_KEY")
@@ -222,6 +326,7 @@ pub mod runtime {
         });
         let mut config = WorkerConfig::new(id);
         config.max_in_flight = args.max_in_flight.max(1);
+        config.drain_timeout = Duration::from_millis(args.drain_timeout_ms);
         config.timings = match args.timings {
             TimingsArg::Production => Timings::default(),
             TimingsArg::Compressed => Timings::compressed(),
@@ -229,34 +334,37 @@ pub mod runtime {
         config
     }
 
-    /// Spawns the worker, the dispatcher and the reaper into `tasks`, each named.
+    /// Spawns the worker (front stage: it stops receiving and drains first), the dispatcher
+    /// and the reaper (back stage: they keep running while the worker hands calls back).
     pub fn spawn(
-        tasks: &mut JoinSet<&'static str>,
+        supervisor: &mut Supervisor,
         ledger: &Ledger,
         queue: FaultyQueue<AnyQueue>,
         provider: AnyProvider,
         args: &RuntimeArgs,
-        shutdown: &CancellationToken,
     ) {
         let config = worker_config(args);
         tracing::info!(worker = %config.worker_id, queue = %queue.describe(), provider = ?args.provider, "starting the worker, dispatcher and reaper");
         let worker = Worker::new(ledger.clone(), queue.clone(), provider.clone(), config);
-        let stop = shutdown.clone();
-        tasks.spawn(async move {
-            worker.run(stop).await;
-            "worker"
-        });
-        let (ledger_d, stop) = (ledger.clone(), shutdown.clone());
-        tasks.spawn(async move {
-            dispatcher::run(ledger_d, queue, Duration::from_millis(100), stop).await;
-            "dispatcher"
-        });
-        let (ledger_r, stop) = (ledger.clone(), shutdown.clone());
+        let stages = supervisor.stages().clone();
+        let stop = stages.front.clone();
+        supervisor.spawn("worker", true, async move { worker.run(stop).await });
+        supervisor.spawn(
+            "dispatcher",
+            false,
+            dispatcher::run(
+                ledger.clone(),
+                queue,
+                Duration::from_millis(100),
+                stages.back.clone(),
+            ),
+        );
         let interval = Duration::from_millis(args.reaper_interval_ms.max(50));
         let quiet = Duration::from_secs(args.redispatch_after_secs);
-        tasks.spawn(async move {
-            reaper::run(ledger_r, provider, interval, quiet, stop).await;
-            "reaper"
-        });
+        supervisor.spawn(
+            "reaper",
+            false,
+            reaper::run(ledger.clone(), provider, interval, quiet, stages.back),
+        );
     }
 }

@@ -193,6 +193,12 @@ async fn create_job(
     JsonBody(request): JsonBody<CreateJobRequest>,
 ) -> Result<Response, ApiError> {
     request.validate()?;
+    if let Value::Object(params) = &request.model {
+        state
+            .model_policy
+            .check(&tenant, params)
+            .map_err(ApiError::BadRequest)?;
+    }
     let digest = request_digest(&request.input, &request.contract_version, &request.model);
     let new = NewJob {
         tenant: tenant.clone(),

@@ -36,6 +36,8 @@ pub struct AppState {
     pub max_body_bytes: usize,
     /// Where the console finds the queue's dead letters.
     pub queue: console::QueueInfo,
+    /// Which models and parameters a job may carry.
+    pub model_policy: std::sync::Arc<crate::provider::policy::ModelPolicy>,
 }
 
 const STYLESHEET: &str = include_str!("../../../style/fenceline.css");

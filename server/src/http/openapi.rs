@@ -145,7 +145,25 @@ pub fn spec() -> Value {
                         "idempotency_key": { "type": "string", "minLength": 1, "maxLength": 200 },
                         "input": { "description": "The workload input (any JSON but null)", "not": { "type": "null" } },
                         "contract_version": { "type": "string", "minLength": 1, "maxLength": 64, "default": "v1" },
-                        "model": { "type": "object", "description": "Model parameters", "default": {} },
+                        "model": {
+                            "type": "object", "default": {}, "additionalProperties": false,
+                            "description": "Model parameters, checked against the deployment's model policy (allowed models, per tenant where configured; max_tokens cap): a refused one is a 400 saying why",
+                            "properties": {
+                                "model": { "type": "string" },
+                                "temperature": { "type": "number", "minimum": 0, "maximum": 2 },
+                                "top_p": { "type": "number", "minimum": 0, "maximum": 1 },
+                                "max_tokens": { "type": "integer", "minimum": 1 },
+                                "max_completion_tokens": { "type": "integer", "minimum": 1 },
+                                "seed": { "type": "integer" },
+                                "stop": { "oneOf": [ { "type": "string" }, { "type": "array", "items": { "type": "string" }, "maxItems": 4 } ] },
+                                "response_format": { "type": "object" },
+                                "presence_penalty": { "type": "number", "minimum": -2, "maximum": 2 },
+                                "frequency_penalty": { "type": "number", "minimum": -2, "maximum": 2 },
+                                "reasoning_effort": { "type": "string", "enum": ["minimal", "low", "medium", "high"] },
+                                "n": { "type": "integer", "const": 1 },
+                                "stream": { "type": "boolean", "const": false }
+                            }
+                        },
                         "deadline_seconds": { "type": "integer", "minimum": 1, "maximum": 43200, "default": 3600 },
                         "max_attempts": { "type": "integer", "minimum": 1, "maximum": 20, "default": 3 },
                         "replay_policy": { "type": "string", "enum": ["manual", "replay_on_unknown"], "default": "manual" }
@@ -198,4 +216,24 @@ pub fn spec() -> Value {
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_model_parameters_are_the_ones_the_policy_allows() {
+        let spec = spec();
+        let documented: std::collections::BTreeSet<&str> = spec["components"]["schemas"]
+            ["CreateJob"]["properties"]["model"]["properties"]
+            .as_object()
+            .expect("model parameters are documented")
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let allowed: std::collections::BTreeSet<&str> =
+            crate::provider::policy::ALLOWED_PARAMETERS.iter().copied().collect();
+        assert_eq!(documented, allowed);
+    }
 }

@@ -49,6 +49,7 @@ event_kinds! {
     Replayed => "replayed",
     DeadlineExpired => "deadline_expired",
     BudgetExhausted => "budget_exhausted",
+    RetrievalUnsupported => "retrieval_unsupported",
 }
 
 impl fmt::Display for EventKind {
@@ -91,7 +92,9 @@ mod tests {
     #[test]
     fn event_kind_names_are_the_stable_ones_from_the_domain() {
         let names: Vec<_> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
-        assert_eq!(names.len(), 28);
+        // domain.md's 28, then Fenceline's own extensions (appended, never renamed).
+        assert_eq!(names.len(), 29);
+        assert_eq!(names[28], "retrieval_unsupported");
         for name in [
             "job_created",
             "duplicate_suppressed",

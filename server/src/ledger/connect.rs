@@ -139,6 +139,17 @@ impl Ledger {
         self.reader.close().await;
     }
 
+    /// Begins a write transaction. On SQLite it is `BEGIN IMMEDIATE`: the write lock is taken
+    /// up front (waiting up to the busy timeout), so a transaction that reads before it writes
+    /// cannot fail with `SQLITE_BUSY_SNAPSHOT` when another process (`serve` beside a
+    /// `worker`, `dlq-replay`) wrote the file in between.
+    pub async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
+        match self.dialect.backend {
+            Backend::Postgres => self.writer.begin().await,
+            Backend::Sqlite => self.writer.begin_with("BEGIN IMMEDIATE").await,
+        }
+    }
+
     /// For benchmarks, tests and the embedded queue: the pool that writes.
     pub fn write_pool(&self) -> &sqlx::AnyPool {
         &self.writer

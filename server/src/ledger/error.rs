@@ -79,6 +79,10 @@ pub enum LedgerError {
     Corrupt(String),
     #[error("database error")]
     Database(#[from] sqlx::Error),
+    /// The caller's own bound ran out before the database answered: the write may or may not
+    /// have happened.
+    #[error("the database did not answer in time")]
+    TimedOut,
     #[error("migration error")]
     Migrate(#[from] sqlx::migrate::MigrateError),
 }
@@ -94,8 +98,10 @@ impl LedgerError {
     /// Whether the database is unreachable or refusing work right now (as opposed to a bug or
     /// a refused write): the service is not ready, and the caller may retry later.
     pub fn is_unavailable(&self) -> bool {
-        let LedgerError::Database(error) = self else {
-            return false;
+        let error = match self {
+            LedgerError::Database(error) => error,
+            LedgerError::TimedOut => return true,
+            _ => return false,
         };
         match error {
             sqlx::Error::PoolTimedOut

@@ -18,7 +18,7 @@ mod ops;
 mod read;
 mod tokens;
 mod views;
-pub use tokens::valid_tenant;
+pub use tokens::{valid_tenant, TokenInfo};
 pub use views::{detail_text, Bucket, Run, RENEWAL_KINDS, TRANSPORT_KINDS};
 mod write;
 
@@ -30,7 +30,7 @@ pub use model::{
     DecisionRecord, DeliveryRef, Event, Failure, FailureOutcome, Job, JobFilter, JobPage, NewEvent,
     NewJob, Recovered, Renewal, ReplayPolicy,
 };
-pub use ops::{OutboxItem, RejectedMessage};
+pub use ops::{OutboxItem, RejectedMessage, UnknownForRetrieval};
 
 use sqlx::AnyPool;
 

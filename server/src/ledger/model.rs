@@ -109,6 +109,8 @@ fn serialize_state<S: serde::Serializer>(state: &JobState, s: S) -> Result<S::Ok
 pub struct Claimed {
     pub epoch: i64,
     pub owner_until: i64,
+    /// The database clock when the claim committed: `owner_until - at` is the lease granted.
+    pub at: i64,
     pub deadline_at: i64,
     pub attempt_count: i64,
     pub max_attempts: i64,
@@ -140,6 +142,9 @@ pub struct Renewal {
     pub epoch: i64,
     /// The new lease expiry, or why the lease could not be renewed.
     pub outcome: Result<i64, super::Refusal>,
+    /// The database clock when the renewal was written (0 when refused): `expiry - at` is
+    /// the lease granted, which a worker counts on its own monotonic clock.
+    pub at: i64,
 }
 
 /// A result that became the job's one accepted result.

@@ -26,6 +26,16 @@ pub struct OutboxItem {
     pub reason: String,
 }
 
+/// An `unknown` job as provider retrieval sees it.
+#[derive(Debug, Clone)]
+pub struct UnknownForRetrieval {
+    pub job_id: String,
+    pub epoch: i64,
+    pub updated_at: i64,
+    /// Fenceline's request id of the last attempt, when it had one.
+    pub last_request: Option<String>,
+}
+
 /// A queue message the worker refused, for the record.
 #[derive(Debug, Clone)]
 pub struct RejectedMessage<'a> {
@@ -50,7 +60,7 @@ impl Ledger {
         reason: &str,
     ) -> Result<Recovered, LedgerError> {
         let actor = Actor::Worker(worker_id.to_owned());
-        let mut tx = self.writer.begin().await?;
+        let mut tx = self.begin_write().await?;
         let sql = self.sql(
             "UPDATE jobs SET owner_epoch = owner_epoch + 1, \
              state = CASE WHEN pending_attempt IS NULL THEN 'retry_authorized' ELSE 'unknown' END, \
@@ -135,7 +145,7 @@ impl Ledger {
             rounds[*round].push(entry);
             *round += 1;
         }
-        let mut tx = self.writer.begin().await?;
+        let mut tx = self.begin_write().await?;
         for round in rounds {
             for chunk in round.chunks(400) {
                 let mut ids = String::new();
@@ -187,7 +197,7 @@ impl Ledger {
             return Ok(());
         }
         let n = events.len() as i64;
-        let mut tx = self.writer.begin().await?;
+        let mut tx = self.begin_write().await?;
         let sql = self.sql(
             "UPDATE jobs SET next_event_seq = next_event_seq + $2 WHERE job_id = $1 \
              RETURNING next_event_seq - $2 AS seq, {now} AS now_us, deadline_at, owner_epoch",
@@ -216,7 +226,7 @@ impl Ledger {
         limit: u32,
         lock: Duration,
     ) -> Result<Vec<OutboxItem>, LedgerError> {
-        let mut tx = self.writer.begin().await?;
+        let mut tx = self.begin_write().await?;
         let select = self.sql(
             "SELECT id FROM outbox WHERE dispatched_at IS NULL AND available_at <= {now} \
              AND (locked_until IS NULL OR locked_until <= {now}) \
@@ -390,6 +400,79 @@ impl Ledger {
             Some(micros(quiet)),
         )
         .await
+    }
+
+    /// `unknown` jobs whose pre-approved replay policy can apply now (budget and time left),
+    /// oldest first, with the epoch a decision must name. Jobs under a manual policy are not
+    /// in this list, so however many of them wait, they never hold these up.
+    pub async fn unknown_replayable(&self, limit: u32) -> Result<Vec<(String, i64)>, LedgerError> {
+        let sql = self.sql(
+            "SELECT job_id, owner_epoch FROM jobs WHERE state = 'unknown' \
+             AND replay_policy = 'replay_on_unknown' AND attempt_count < max_attempts \
+             AND deadline_at > {now} ORDER BY updated_at LIMIT $1",
+        );
+        let rows = sqlx::query(&sql)
+            .bind(i64::from(limit))
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter()
+            .map(|row| Ok((row.try_get("job_id")?, row.try_get("owner_epoch")?)))
+            .collect()
+    }
+
+    /// Applies a job's pre-approved replay policy to it, if it has one and it can apply
+    /// (`unknown` at `epoch`, budget and time left): a `decision_recorded` by `policy`, the job
+    /// `retry_authorized` and re-dispatched. Returns whether it applied.
+    pub async fn apply_replay_policy(&self, job_id: &str, epoch: i64) -> Result<bool, LedgerError> {
+        match self
+            .decide(
+                job_id,
+                epoch,
+                &super::Decision::ReplayPolicy,
+                &Actor::Policy,
+                "pre-approved replay policy",
+            )
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(LedgerError::Refused { .. }) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// A page of `unknown` jobs for provider retrieval, after `cursor` (by last change, then
+    /// id), each with its epoch and its last attempt's provider request id. Jobs already
+    /// marked `retrieval_unsupported` at their current epoch are skipped: asking again
+    /// cannot help them.
+    pub async fn unknown_for_retrieval(
+        &self,
+        cursor: &(i64, String),
+        limit: u32,
+    ) -> Result<Vec<UnknownForRetrieval>, LedgerError> {
+        let sql = "SELECT j.job_id, j.owner_epoch, j.updated_at, \
+             (SELECT a.provider_request_id FROM attempts a WHERE a.job_id = j.job_id \
+              ORDER BY a.attempt_no DESC LIMIT 1) AS last_request \
+             FROM jobs j WHERE j.state = 'unknown' \
+             AND (j.updated_at > $1 OR (j.updated_at = $1 AND j.job_id > $2)) \
+             AND NOT EXISTS (SELECT 1 FROM events e WHERE e.job_id = j.job_id \
+                 AND e.kind = 'retrieval_unsupported' AND e.epoch = j.owner_epoch) \
+             ORDER BY j.updated_at, j.job_id LIMIT $3";
+        let rows = sqlx::query(sql)
+            .bind(cursor.0)
+            .bind(cursor.1.as_str())
+            .bind(i64::from(limit))
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(UnknownForRetrieval {
+                    job_id: row.try_get("job_id")?,
+                    epoch: row.try_get("owner_epoch")?,
+                    updated_at: row.try_get("updated_at")?,
+                    last_request: row.try_get("last_request")?,
+                })
+            })
+            .collect()
     }
 
     /// `unknown` jobs, oldest first, with their last attempt's provider request id.

@@ -1,10 +1,23 @@
 //! API tokens: random, shown once, stored only as SHA-256. The tenant comes from the token.
 
 use sha2::{Digest, Sha256};
+use sqlx::Row;
 
 use super::{Ledger, LedgerError};
 
 const TOKEN_PREFIX: &str = "fl_";
+/// How many leading hex characters of a token's hash name it in lists and revocations.
+const TOKEN_ID_LEN: usize = 12;
+
+/// What can be shown of an API token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenInfo {
+    pub id: String,
+    pub tenant: String,
+    pub name: String,
+    pub created_at: i64,
+    pub revoked_at: Option<i64>,
+}
 
 fn token_hash(token: &str) -> String {
     hex::encode(Sha256::digest(token.as_bytes()))
@@ -41,6 +54,57 @@ impl Ledger {
             .execute(&self.writer)
             .await?;
         Ok(token)
+    }
+
+    /// Every token's public face: its id (the start of its hash), tenant, name, creation and
+    /// revocation times. Never the token.
+    pub async fn list_tokens(&self) -> Result<Vec<TokenInfo>, LedgerError> {
+        let rows = sqlx::query(
+            "SELECT token_hash, tenant, name, created_at, revoked_at FROM api_tokens \
+             ORDER BY created_at, token_hash",
+        )
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let hash: String = row.try_get("token_hash")?;
+                Ok(TokenInfo {
+                    id: hash[..TOKEN_ID_LEN].to_owned(),
+                    tenant: row.try_get("tenant")?,
+                    name: row.try_get("name")?,
+                    created_at: row.try_get("created_at")?,
+                    revoked_at: row.try_get("revoked_at")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Revokes the one live token whose id is `id` (as `token list` shows it). Requests with
+    /// it are refused from then on.
+    pub async fn revoke_token(&self, id: &str) -> Result<TokenInfo, LedgerError> {
+        let id = id.trim().to_ascii_lowercase();
+        if id.len() != TOKEN_ID_LEN || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(LedgerError::Invalid(format!(
+                "a token id is the {TOKEN_ID_LEN} hex characters `fenceline token list` shows"
+            )));
+        }
+        let sql = self.dialect.sql(
+            "UPDATE api_tokens SET revoked_at = {now} \
+             WHERE substr(token_hash, 1, 12) = $1 AND revoked_at IS NULL",
+        );
+        let revoked = sqlx::query(&sql)
+            .bind(&id)
+            .execute(&self.writer)
+            .await?
+            .rows_affected();
+        if revoked == 0 {
+            return Err(LedgerError::Invalid(format!("no live token with id {id}")));
+        }
+        self.list_tokens()
+            .await?
+            .into_iter()
+            .find(|t| t.id == id)
+            .ok_or_else(|| LedgerError::Corrupt("a revoked token vanished".into()))
     }
 
     /// The tenant a presented token stands for, if it is known and not revoked.

@@ -190,7 +190,7 @@ impl Ledger {
         }
         let job_id = JobId::generate();
         let input_ref = format!("ledger:job_inputs/{job_id}");
-        let mut tx = self.writer.begin().await?;
+        let mut tx = self.begin_write().await?;
         let sql = self.dialect.sql(
             "INSERT INTO jobs (job_id, tenant, idempotency_key, request_digest, input_ref, \
              contract_version, state, deadline_at, max_attempts, replay_policy, created_at, \
@@ -276,7 +276,7 @@ impl Ledger {
     /// Appends one event that changes no state (transport facts: receives, visibility changes,
     /// deletes, suppressed duplicates). Returns its sequence number.
     pub async fn record_event(&self, job_id: &str, event: &NewEvent) -> Result<i64, LedgerError> {
-        let mut tx = self.writer.begin().await?;
+        let mut tx = self.begin_write().await?;
         let sql = self.dialect.sql(
             "UPDATE jobs SET next_event_seq = next_event_seq + 1 WHERE job_id = $1 \
              RETURNING next_event_seq - 1 AS seq, {now} AS now_us, deadline_at, owner_epoch",
@@ -346,7 +346,7 @@ impl Ledger {
         delivery: Option<&NewEvent>,
         start: Option<&str>,
     ) -> Result<(Claimed, Option<AttemptStarted>), LedgerError> {
-        let mut tx = self.writer.begin().await?;
+        let mut tx = self.begin_write().await?;
         let sql = self.dialect.sql(
             "UPDATE jobs SET state = 'running', owner_epoch = owner_epoch + 1, owner_id = $2, \
              owner_until = {least}({now} + $3, deadline_at), retry_at = NULL, \
@@ -388,6 +388,7 @@ impl Ledger {
             epoch: get_i64(&row, "owner_epoch")?,
             owner_until: get_i64(&row, "owner_until")?,
             deadline_at: get_i64(&row, "deadline_at")?,
+            at: get_i64(&row, "updated_at")?,
             attempt_count: count_after - i64::from(start.is_some()),
             max_attempts: get_i64(&row, "max_attempts")?,
         };
@@ -453,7 +454,7 @@ impl Ledger {
 
     /// `running`/`retry_authorized` with the budget spent → `failed_terminal`.
     async fn exhaust_budget(&self, job_id: &str, actor: &Actor) -> Result<bool, LedgerError> {
-        let mut tx = self.writer.begin().await?;
+        let mut tx = self.begin_write().await?;
         let sql = self.dialect.sql(
             "UPDATE jobs SET state = 'failed_terminal', error_code = 'budget_exhausted', \
              terminal_at = {now}, updated_at = {now}, next_event_seq = next_event_seq + 1 \
@@ -494,7 +495,7 @@ impl Ledger {
         worker_id: &str,
         provider: &str,
     ) -> Result<AttemptStarted, LedgerError> {
-        let mut tx = self.writer.begin().await?;
+        let mut tx = self.begin_write().await?;
         let sql = self.dialect.sql(
             "UPDATE jobs SET attempt_count = attempt_count + 1, pending_attempt = attempt_count + 1, \
              updated_at = {now}, next_event_seq = next_event_seq + 1 \
@@ -609,7 +610,7 @@ impl Ledger {
             for (job_id, epoch) in chunk {
                 query = query.bind(job_id.as_str()).bind(*epoch);
             }
-            let mut tx = self.writer.begin().await?;
+            let mut tx = self.begin_write().await?;
             let rows = query.fetch_all(&mut *tx).await?;
             let mut renewed = std::collections::HashMap::with_capacity(rows.len());
             let mut placed_info = Vec::with_capacity(rows.len());
@@ -625,7 +626,7 @@ impl Ledger {
                     get_i64(row, "deadline_at")?,
                     json!({ "lease_ms": (until - at) / 1000 }),
                 ));
-                renewed.insert(job_id, until);
+                renewed.insert((job_id, get_i64(row, "owner_epoch")?), (until, at));
             }
             let events: Vec<NewEvent> = placed_info
                 .iter()
@@ -646,8 +647,9 @@ impl Ledger {
             insert_events(&mut tx, &placed).await?;
             tx.commit().await?;
             for (job_id, epoch) in chunk {
-                let outcome = match renewed.get(job_id) {
-                    Some(until) => Ok(*until),
+                let granted = renewed.get(&(job_id.clone(), *epoch)).copied();
+                let outcome = match granted {
+                    Some((until, _)) => Ok(until),
                     None => {
                         let refusal = self
                             .refusal(job_id, Intent::Owner { epoch: *epoch })
@@ -665,6 +667,7 @@ impl Ledger {
                     job_id: job_id.clone(),
                     epoch: *epoch,
                     outcome,
+                    at: granted.map_or(0, |(_, at)| at),
                 });
             }
         }
@@ -684,7 +687,7 @@ impl Ledger {
         body: &str,
     ) -> Result<Accepted, LedgerError> {
         let result_ref = format!("res_{}", uuid::Uuid::now_v7().simple());
-        let mut tx = self.writer.begin().await?;
+        let mut tx = self.begin_write().await?;
         let sql = self.dialect.sql(
             "UPDATE jobs SET state = 'succeeded', result_ref = $3, pending_attempt = NULL, \
              error_code = NULL, terminal_at = {now}, updated_at = {now}, \
@@ -768,7 +771,7 @@ impl Ledger {
         if let Refusal::WrongState(JobState::Running) = refusal {
             refusal = Refusal::NoSuchAttempt(attempt_no);
         }
-        let mut tx = self.writer.begin().await?;
+        let mut tx = self.begin_write().await?;
         let sql = self.dialect.sql(
             "UPDATE jobs SET next_event_seq = next_event_seq + 1 WHERE job_id = $1 \
              RETURNING next_event_seq - 1 AS seq, {now} AS now_us, deadline_at",
@@ -841,7 +844,7 @@ impl Ledger {
             } => (0_i64, error_code, micros(*backoff)),
             Failure::Fatal { error_code } => (1_i64, error_code, 0),
         };
-        let mut tx = self.writer.begin().await?;
+        let mut tx = self.begin_write().await?;
         let retry = "$5 = 0 AND attempt_count < max_attempts";
         let sql = self.dialect.sql(&format!(
             "UPDATE jobs SET \
@@ -936,7 +939,7 @@ impl Ledger {
         reason: &str,
         redispatch: bool,
     ) -> Result<Recovered, LedgerError> {
-        let mut tx = self.writer.begin().await?;
+        let mut tx = self.begin_write().await?;
         let sql = self.dialect.sql(
             "UPDATE jobs SET owner_epoch = owner_epoch + 1, owner_id = $2, \
              state = CASE WHEN pending_attempt IS NULL THEN 'retry_authorized' ELSE 'unknown' END, \
@@ -1045,7 +1048,7 @@ impl Ledger {
             Decision::ResolveFailed { error_code } => Some(error_code.clone()),
             _ => None,
         };
-        let mut tx = self.writer.begin().await?;
+        let mut tx = self.begin_write().await?;
         let sql = self.dialect.sql(&format!(
             "UPDATE jobs SET state = $3, owner_epoch = owner_epoch + $4, \
              owner_id = CASE WHEN $4 = 1 THEN $5 ELSE owner_id END, \
@@ -1142,7 +1145,7 @@ impl Ledger {
     /// Moves a live job whose fixed deadline has passed to `expired`; an attempt in flight
     /// becomes `lost`. Returns whether this call expired it.
     pub async fn expire_if_due(&self, job_id: &str, actor: &Actor) -> Result<bool, LedgerError> {
-        let mut tx = self.writer.begin().await?;
+        let mut tx = self.begin_write().await?;
         let sql = self
             .dialect
             .sql("SELECT state FROM jobs WHERE job_id = $1{for_update}");

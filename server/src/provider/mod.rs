@@ -5,6 +5,7 @@
 //! touch the ledger or the queue, and must never log prompts, answers or credentials.
 
 pub mod openai;
+pub mod policy;
 pub mod stub;
 
 use std::future::Future;
@@ -57,9 +58,12 @@ pub enum Retrieval {
     Found(String),
     /// The provider states the request was never executed.
     NeverExecuted,
-    /// Nothing conclusive (no retrieval mechanism, not found where not-found proves nothing,
-    /// or the provider did not answer).
+    /// Nothing conclusive (not found where not-found proves nothing, or the provider did not
+    /// answer).
     Inconclusive,
+    /// The provider offers no retrieval mechanism (or it is switched off): asking again
+    /// cannot help, so an uncertain attempt needs a decision.
+    Unsupported,
 }
 
 /// Liveness of a call, for the progress rule: the provider ticks it whenever it sees progress

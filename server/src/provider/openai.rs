@@ -1,15 +1,22 @@
 //! An OpenAI-compatible chat-completions provider (OpenAI, vLLM, Ollama, LiteLLM-style
 //! servers). The API key comes from the environment and is never logged or shown.
 //!
-//! Classification: a request that never reached the server is retryable; `429` and `500`/`503`
-//! are retryable (the server says it did not finish); other `4xx` are fatal; a timeout or a
-//! lost connection after sending, `502`/`504` from a gateway, or an unreadable `200` are
-//! *uncertain* — the model may have run. Each request carries Fenceline's client request id
-//! (`X-Client-Request-Id` and, when retrieval is on, `metadata.fenceline_request` with
-//! `store: true`), so that an uncertain attempt can later be looked up through the provider's
-//! stored-completions listing.
+//! Classification ([`classify_status`], documented row by row in `docs/providers.md`): a
+//! failure is *retryable* or *fatal* only when the server confirms it did not process the
+//! request (it never reached the server; `408`, `429`, `503`, `529`; a client error). Anything
+//! that may have run the model — a timeout or a lost connection after sending, `500`, a
+//! gateway's `502`/`504`/`52x`, an unknown `5xx`, an unreadable `200` — is *uncertain*: the
+//! job goes `unknown` and needs retrieval or a decision, never a silent second attempt.
+//!
+//! Each request carries Fenceline's client request id (`X-Client-Request-Id` and, when
+//! retrieval is on, `metadata.fenceline_request` with `store: true`), so that an uncertain
+//! attempt can later be looked up through the provider's stored-completions listing. A listed
+//! completion counts only if its metadata carries that id; a server without the listing
+//! (`404`/`405`) is remembered as offering no retrieval, said once, and not asked again.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -50,6 +57,36 @@ pub struct OpenAiConfig {
 pub struct OpenAiProvider {
     config: OpenAiConfig,
     http: reqwest::Client,
+    /// Set once the server answered that it has no stored-completions listing.
+    no_listing: Arc<AtomicBool>,
+}
+
+/// How a completed HTTP exchange's status classifies (2xx is read separately).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusClass {
+    /// The server says it did not process the request and another attempt may succeed.
+    Retryable,
+    /// The server says it did not process the request and no attempt will help.
+    Fatal,
+    /// The model may have run (and billed) with no answer seen.
+    Uncertain,
+}
+
+/// The classification table (`docs/providers.md` gives the reason for each row).
+pub fn classify_status(status: u16) -> StatusClass {
+    match status {
+        // Request timeout (the server never got the whole request), rate limited,
+        // overloaded/unavailable before routing to a model, Anthropic-style overloaded.
+        408 | 429 | 503 | 529 => StatusClass::Retryable,
+        // Not implemented / version not supported: refused outright.
+        501 | 505 => StatusClass::Fatal,
+        // 500 and every gateway or unknown server error: it may have run upstream.
+        500..=599 => StatusClass::Uncertain,
+        // Any other client error: the request itself is wrong; repeating it cannot help.
+        400..=499 => StatusClass::Fatal,
+        // A 1xx/3xx where an answer was expected: what happened upstream is unknown.
+        _ => StatusClass::Uncertain,
+    }
 }
 
 impl OpenAiProvider {
@@ -58,7 +95,11 @@ impl OpenAiProvider {
             .timeout(config.timeout)
             .connect_timeout(Duration::from_secs(10))
             .build()?;
-        Ok(OpenAiProvider { config, http })
+        Ok(OpenAiProvider {
+            config,
+            http,
+            no_listing: Arc::new(AtomicBool::new(false)),
+        })
     }
 
     fn url(&self, path: &str) -> String {
@@ -176,51 +217,63 @@ impl Provider for OpenAiProvider {
                     },
                 }
             }
+            // A stable code operators already alarm on.
             429 => ProviderOutcome::Retryable {
                 code: "rate_limited".into(),
                 request_id,
             },
-            500 | 503 => ProviderOutcome::Retryable {
-                code: format!("http_{status}"),
-                request_id,
-            },
-            502 | 504 => ProviderOutcome::Uncertain {
-                code: format!("http_{status}"),
-                request_id,
-            },
-            _ => ProviderOutcome::Fatal {
-                code: format!("http_{status}"),
-                request_id,
-            },
+            _ => {
+                let code = format!("http_{status}");
+                match classify_status(status) {
+                    StatusClass::Retryable => ProviderOutcome::Retryable { code, request_id },
+                    StatusClass::Fatal => ProviderOutcome::Fatal { code, request_id },
+                    StatusClass::Uncertain => ProviderOutcome::Uncertain { code, request_id },
+                }
+            }
         }
     }
 
     async fn retrieve(&self, client_request_id: &str) -> Retrieval {
-        if !self.config.retrieval {
-            return Retrieval::Inconclusive;
+        if !self.config.retrieval || self.no_listing.load(Ordering::Relaxed) {
+            return Retrieval::Unsupported;
         }
         let listed = self
             .authorized(self.http.get(self.url("/chat/completions")))
             .query(&[
                 ("metadata[fenceline_request]", client_request_id),
-                ("limit", "1"),
+                ("limit", "10"),
             ])
             .send()
             .await;
         let Ok(response) = listed else {
             return Retrieval::Inconclusive;
         };
+        if matches!(response.status().as_u16(), 404 | 405 | 501) {
+            if !self.no_listing.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    status = response.status().as_u16(),
+                    "the provider has no stored-completions listing: uncertain attempts will \
+                     wait in /unknown for a decision"
+                );
+            }
+            return Retrieval::Unsupported;
+        }
         if !response.status().is_success() {
             return Retrieval::Inconclusive;
         }
-        match response.json::<Value>().await {
-            // Not listed proves nothing (storage may lag, or the call failed before storing).
-            Ok(list) => list["data"]
-                .get(0)
-                .and_then(answer_of)
-                .map_or(Retrieval::Inconclusive, Retrieval::Found),
-            Err(_) => Retrieval::Inconclusive,
-        }
+        let Ok(list) = response.json::<Value>().await else {
+            return Retrieval::Inconclusive;
+        };
+        // Only a completion tagged with this attempt's id is its answer: a server that ignores
+        // the filter must not hand over someone else's. Not listed proves nothing (storage
+        // may lag, or the call failed before storing).
+        list["data"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["metadata"]["fenceline_request"].as_str() == Some(client_request_id))
+            .and_then(answer_of)
+            .map_or(Retrieval::Inconclusive, Retrieval::Found)
     }
 }
 

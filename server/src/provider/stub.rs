@@ -20,6 +20,9 @@ pub struct StubConfig {
     pub retryable_rate: f64,
     pub fatal_rate: f64,
     pub lost_response_rate: f64,
+    /// Whether the stub offers retrieval of earlier requests (like a provider's stored
+    /// completions). Off, a lost response really leaves the outcome uncertain.
+    pub retrieval: bool,
 }
 
 #[derive(Clone, Default)]
@@ -129,6 +132,9 @@ impl Provider for StubProvider {
     /// Only what this stub saw is certain: a request it never heard of (another process's,
     /// or one lost on the way) proves nothing.
     async fn retrieve(&self, client_request_id: &str) -> Retrieval {
+        if !self.config.retrieval {
+            return Retrieval::Unsupported;
+        }
         let executed = self.executed.lock().expect("stub lock");
         match executed.get(client_request_id) {
             Some(Some(answer)) => Retrieval::Found(answer.clone()),
@@ -156,6 +162,7 @@ mod tests {
     async fn a_lost_response_was_executed_and_can_be_retrieved() {
         let stub = StubProvider::new(StubConfig {
             lost_response_rate: 1.0,
+            retrieval: true,
             ..Default::default()
         });
         let out = stub.call(request("job_x:1"), Progress::default()).await;
@@ -172,6 +179,7 @@ mod tests {
     async fn refused_requests_are_confirmed_failures_and_never_executed() {
         let stub = StubProvider::new(StubConfig {
             fatal_rate: 1.0,
+            retrieval: true,
             ..Default::default()
         });
         let out = stub.call(request("a"), Progress::default()).await;

@@ -157,12 +157,7 @@ impl EmbeddedQueue {
         max: usize,
         visibility: Duration,
     ) -> Result<Vec<Delivery>, QueueError> {
-        let mut tx = self
-            .ledger
-            .write_pool()
-            .begin()
-            .await
-            .map_err(unavailable)?;
+        let mut tx = self.ledger.begin_write().await.map_err(unavailable)?;
         let select = self.ledger.sql(
             "SELECT id, receive_count FROM queue_messages \
              WHERE queue = $1 AND visible_at <= {now} ORDER BY visible_at, id LIMIT $2{skip_locked}",
@@ -401,12 +396,7 @@ impl Queue for EmbeddedQueue {
         entries: &[(ReceiptHandle, Duration)],
     ) -> Result<BatchResult, QueueError> {
         check_batch(entries.len())?;
-        let mut tx = self
-            .ledger
-            .write_pool()
-            .begin()
-            .await
-            .map_err(unavailable)?;
+        let mut tx = self.ledger.begin_write().await.map_err(unavailable)?;
         let mut results = Vec::with_capacity(entries.len());
         for (receipt, timeout) in entries {
             results.push(self.change_one(&mut tx, receipt, *timeout).await);
@@ -427,12 +417,7 @@ impl Queue for EmbeddedQueue {
 
     async fn delete_batch(&self, receipts: &[ReceiptHandle]) -> Result<BatchResult, QueueError> {
         check_batch(receipts.len())?;
-        let mut tx = self
-            .ledger
-            .write_pool()
-            .begin()
-            .await
-            .map_err(unavailable)?;
+        let mut tx = self.ledger.begin_write().await.map_err(unavailable)?;
         let mut results = Vec::with_capacity(receipts.len());
         for receipt in receipts {
             results.push(self.delete_one(&mut tx, receipt).await);

@@ -36,17 +36,45 @@ fn secs(d: Duration) -> i32 {
     i32::try_from(d.as_millis().div_ceil(1000)).unwrap_or(i32::MAX)
 }
 
+/// An AWS error text with anything that may be a receipt handle replaced: SQS and
+/// compatible peers quote the offending value in messages such as "Value … for parameter
+/// ReceiptHandle is invalid", and these texts reach logs and the terminal.
+pub(crate) fn redact_handles(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        // Receipt handles are long runs of base64/URL-safe characters; ordinary words, ids
+        // and URLs in error messages are far shorter or contain other characters.
+        if word.len() >= 32 {
+            out.push_str("<redacted>");
+        } else {
+            out.push_str(word);
+        }
+        word.clear();
+    };
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=' | '-' | '_') {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
+}
+
 fn classify<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::Debug>(
     error: SdkError<E, R>,
 ) -> QueueError {
     match &error {
         SdkError::TimeoutError(_) => QueueError::Timeout,
         SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            QueueError::Unavailable(error.to_string())
+            QueueError::Unavailable(redact_handles(&error.to_string()))
         }
         SdkError::ServiceError(service) => {
             let code = service.err().code().unwrap_or_default();
-            let message = service.err().message().unwrap_or_default().to_owned();
+            let message = redact_handles(service.err().message().unwrap_or_default());
             if code.contains("ReceiptHandleIsInvalid") || code.contains("InvalidIdFormat") {
                 QueueError::InvalidReceiptHandle
             } else if code.contains("MessageNotInflight") {
@@ -66,7 +94,7 @@ fn classify<E: ProvideErrorMetadata + std::error::Error + 'static, R: std::fmt::
                 QueueError::Invalid(format!("{code}: {message}"))
             }
         }
-        _ => QueueError::Unavailable(error.to_string()),
+        _ => QueueError::Unavailable(redact_handles(&error.to_string())),
     }
 }
 
@@ -493,6 +521,23 @@ fn batch_results<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn receipt_handles_quoted_in_aws_errors_are_redacted() {
+        let handle =
+            "AQEBzJ8x+Yk3/Qm0aZPq7Lw9Rt2Vb6Nc1Hd4Ge5Jf8Ki0Ml3Nn6Oo9Pp2Qq5Rr8Ss1Tt4Uu7Vv0Ww==";
+        let text = format!("Value {handle} for parameter ReceiptHandle is invalid. Reason: stale.");
+        let redacted = redact_handles(&text);
+        assert!(!redacted.contains(&handle[..20]), "{redacted}");
+        assert_eq!(
+            redacted,
+            "Value <redacted> for parameter ReceiptHandle is invalid. Reason: stale."
+        );
+        assert_eq!(
+            redact_handles("AWS.SimpleQueueService.NonExistentQueue: gone"),
+            "AWS.SimpleQueueService.NonExistentQueue: gone"
+        );
+    }
 
     #[test]
     fn visibility_rounds_up_to_whole_seconds() {

@@ -7,16 +7,16 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::heartbeat::{delivery_ref, now_ms, InFlight, StopReason};
+use super::heartbeat::{db_span, delivery_ref, now_ms, InFlight, StopReason};
 use super::message::{self, BadMessage, JobMessage};
 use super::Shared;
 use crate::job::{Actor, EventKind, JobState};
 use crate::ledger::{
-    AttemptStarted, Decision, DeliveryRef, Failure, Job, LedgerError, NewEvent, Refusal,
-    RejectedMessage, ReplayPolicy,
+    AttemptStarted, DeliveryRef, Failure, Job, LedgerError, NewEvent, Refusal, RejectedMessage,
+    ReplayPolicy,
 };
 use crate::provider::{Progress, Provider, ProviderOutcome, ProviderRequest, Retrieval};
-use crate::queue::{Delivery, Queue};
+use crate::queue::{Delivery, Queue, MAX_VISIBILITY, VISIBILITY_CAP};
 
 /// What became of one delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -204,6 +204,13 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         Outcome::AckedTerminal
     }
 
+    /// A live owner holds the job: no inference, no delete. The copy is pushed out for as long
+    /// as the ledger makes safe — towards the job's deadline, within the queue's 12-hour cap —
+    /// rather than for a short, fixed time: each early return would burn one of its receives
+    /// and walk a healthy long job's copy into the dead-letter queue. Nothing waits on the
+    /// copy meanwhile: if the owner finishes, the copy comes back to a terminal job and is
+    /// acknowledged; if the owner dies, the reaper recovers the job and the outbox sends it
+    /// again.
     async fn suppress_duplicate(
         &self,
         job_id: &str,
@@ -211,7 +218,22 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         dref: &DeliveryRef,
         epoch: i64,
     ) -> Outcome {
-        let wait = self.config.timings.duplicate_wait;
+        let t = &self.config.timings;
+        let to_deadline = match (self.ledger.job(job_id).await, self.ledger.now_us().await) {
+            (Ok(Some(job)), Ok(now)) => Some(db_span(now, job.deadline_at) + t.margin),
+            _ => None,
+        };
+        let first_receive = delivery.first_receive_at_ms.unwrap_or_else(now_ms);
+        let cap_left = Duration::from_millis(
+            u64::try_from(first_receive + VISIBILITY_CAP.as_millis() as i64 - now_ms())
+                .unwrap_or(0),
+        )
+        .saturating_sub(t.margin);
+        let wait = to_deadline
+            .unwrap_or(t.duplicate_wait)
+            .max(t.duplicate_wait)
+            .min(cap_left)
+            .min(MAX_VISIBILITY);
         let pushed = self.queue.change_visibility(&delivery.receipt, wait).await;
         self.event(
             job_id,
@@ -257,6 +279,9 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         let t = &self.config.timings;
         // A few rounds at most: a recovery may make the job claimable, a claim may race.
         for _ in 0..3 {
+            // The lease and the deadline are counted on the monotonic clock from just before
+            // the claim was asked: never later than the database's own view of them.
+            let asked = std::time::Instant::now();
             let claim = self
                 .ledger
                 .claim_and_start(
@@ -276,7 +301,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             let refusal = match claim {
                 Ok((claimed, attempt)) => {
                     return self
-                        .run_attempt(&job, claimed, attempt, delivery, dref)
+                        .run_attempt(&job, claimed, asked, attempt, delivery, dref)
                         .await
                 }
                 Err(LedgerError::Refused { refusal, .. }) => refusal,
@@ -297,17 +322,10 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                     {
                         Ok(r) if r.state == JobState::Unknown => {
                             if job.replay_policy == ReplayPolicy::ReplayOnUnknown
-                                && self
-                                    .ledger
-                                    .decide(
-                                        &job_id,
-                                        r.epoch,
-                                        &Decision::ReplayPolicy,
-                                        &Actor::Policy,
-                                        "pre-approved replay policy",
-                                    )
-                                    .await
-                                    .is_ok()
+                                && matches!(
+                                    self.ledger.apply_replay_policy(&job_id, r.epoch).await,
+                                    Ok(true)
+                                )
                             {
                                 continue;
                             }
@@ -348,12 +366,14 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                         .await
                 }
                 Refusal::BackoffPending => {
-                    let wait = match self.ledger.job(&job_id).await {
-                        Ok(Some(Job {
-                            retry_at: Some(at), ..
-                        })) => Duration::from_millis(
-                            ((at / 1000) - now_ms()).clamp(0, 12 * 3600 * 1000) as u64,
-                        ),
+                    // Both instants on the database clock: a worker's wall clock may drift.
+                    let wait = match (self.ledger.job(&job_id).await, self.ledger.now_us().await) {
+                        (
+                            Ok(Some(Job {
+                                retry_at: Some(at), ..
+                            })),
+                            Ok(now),
+                        ) => db_span(now, at).min(MAX_VISIBILITY),
                         _ => t.duplicate_wait,
                     };
                     let _ = self.queue.change_visibility(&delivery.receipt, wait).await;
@@ -378,6 +398,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         &self,
         job: &Job,
         claimed: crate::ledger::Claimed,
+        asked: std::time::Instant,
         attempt: AttemptStarted,
         delivery: Delivery,
         dref: DeliveryRef,
@@ -388,15 +409,14 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         let (stop_tx, mut stop_rx) = watch::channel(None::<StopReason>);
         self.registry.insert(
             job_id,
+            epoch,
             InFlight {
-                epoch,
                 receipt: delivery.receipt.clone(),
                 delivery: dref.clone(),
                 first_receive_at_ms: delivery.first_receive_at_ms.unwrap_or_else(now_ms),
-                deadline_at_ms: claimed.deadline_at / 1000,
-                lease_until_ms: claimed.owner_until / 1000,
-                next_renewal: tokio::time::Instant::now().into_std()
-                    + self.config.timings.heartbeat,
+                deadline: asked + db_span(claimed.at, claimed.deadline_at),
+                lease_confirmed_until: asked + db_span(claimed.at, claimed.owner_until),
+                next_renewal: std::time::Instant::now() + self.config.timings.heartbeat,
                 progress: progress.clone(),
                 stop: stop_tx,
             },
@@ -404,7 +424,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         let outcome = self
             .attempt(job, attempt, &delivery, &dref, progress, &mut stop_rx)
             .await;
-        self.registry.remove(job_id);
+        self.registry.remove(job_id, epoch);
         outcome
     }
 
@@ -468,26 +488,38 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             }
             Ok(ProviderOutcome::Uncertain { code, .. }) => {
                 // Ask the provider first; only a retrieved answer settles it.
-                if let Retrieval::Found(answer) = self.provider.retrieve(&client_request_id).await {
+                // Bounded: a slow lookup must not keep this delivery's task alive; the reaper
+                // asks again later.
+                let retrieved = tokio::time::timeout(
+                    Duration::from_secs(10),
+                    self.provider.retrieve(&client_request_id),
+                )
+                .await;
+                if let Ok(Retrieval::Found(answer)) = retrieved {
                     return self
                         .commit(job_id, epoch, attempt.attempt_no, &answer, delivery, dref)
                         .await;
                 }
-                self.release(job_id, epoch, &format!("provider_{code}"), delivery, dref)
+                self.release(job, epoch, &format!("provider_{code}"), delivery, dref)
                     .await
             }
             Err(StopReason::LeaseLost(code)) => {
-                // Stop new attempts and effects; never set visibility to zero while a stale
-                // owner could still commit. Recovery follows the state table.
-                self.event(
-                    job_id,
-                    NewEvent::new(EventKind::LeaseLost, &self.actor())
-                        .epoch(epoch)
-                        .attempt(attempt.attempt_no)
-                        .delivery(dref.clone())
-                        .detail(json!({ "reason": code })),
-                )
-                .await;
+                // The call is already cancelled (its future dropped). Stop new attempts and
+                // effects; never set visibility to zero while a stale owner could still
+                // commit. Recovery follows the state table. The record is best effort: the
+                // ledger may be what stopped answering.
+                let event = NewEvent::new(EventKind::LeaseLost, &self.actor())
+                    .epoch(epoch)
+                    .attempt(attempt.attempt_no)
+                    .delivery(dref.clone())
+                    .detail(json!({ "reason": code }));
+                let bound = self.config.timings.lease.max(Duration::from_secs(5));
+                if tokio::time::timeout(bound, self.event(job_id, event))
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!(job_id, "could not record lease_lost in time");
+                }
                 Outcome::Stopped(format!("lease_lost:{code}"))
             }
             Err(StopReason::DeadlineReached) => {
@@ -499,7 +531,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             }
             Err(reason @ (StopReason::NoProgress | StopReason::Shutdown)) => {
                 match self
-                    .release(job_id, epoch, reason.code(), delivery, dref)
+                    .release(job, epoch, reason.code(), delivery, dref)
                     .await
                 {
                     Outcome::HandedToLedger(_) => Outcome::Stopped(reason.code().into()),
@@ -566,14 +598,17 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         }
     }
 
+    /// Hands the job back while this owner's lease is valid (`unknown` with an attempt in
+    /// flight, else `retry_authorized`), then applies a pre-approved replay policy.
     async fn release(
         &self,
-        job_id: &str,
+        job: &Job,
         epoch: i64,
         reason: &str,
         delivery: &Delivery,
         dref: &DeliveryRef,
     ) -> Outcome {
+        let job_id = job.job_id.as_str();
         match self
             .ledger
             .release(job_id, epoch, &self.config.worker_id, reason)
@@ -582,6 +617,17 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             Ok(released) => {
                 self.delete(job_id, delivery, dref, Some(released.epoch), "released")
                     .await;
+                if released.state == JobState::Unknown
+                    && job.replay_policy == ReplayPolicy::ReplayOnUnknown
+                    && matches!(
+                        self.ledger
+                            .apply_replay_policy(job_id, released.epoch)
+                            .await,
+                        Ok(true)
+                    )
+                {
+                    return Outcome::HandedToLedger(JobState::RetryAuthorized);
+                }
                 Outcome::HandedToLedger(released.state)
             }
             Err(LedgerError::Refused { refusal, .. }) => Outcome::Fenced(refusal.code()),

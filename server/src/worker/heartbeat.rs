@@ -43,6 +43,8 @@ impl StopReason {
     }
 }
 
+/// The wall clock in milliseconds: only for the queue's own timestamps (first receive), never
+/// compared with the ledger's clock.
 pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -50,33 +52,54 @@ pub(crate) fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// One job this worker owns and is working on.
+/// One job this worker owns and is working on, at one epoch.
 pub(crate) struct InFlight {
-    pub(crate) epoch: i64,
     pub(crate) receipt: ReceiptHandle,
     pub(crate) delivery: DeliveryRef,
     pub(crate) first_receive_at_ms: i64,
-    pub(crate) deadline_at_ms: i64,
-    pub(crate) lease_until_ms: i64,
+    /// The job's fixed deadline, on this process's monotonic clock.
+    pub(crate) deadline: Instant,
+    /// Until when the ledger has *confirmed* this owner's lease, on the monotonic clock:
+    /// measured from just before the request whose answer granted it, so never later than
+    /// the lease the database holds. Work stops before it, whatever the renewals are doing.
+    pub(crate) lease_confirmed_until: Instant,
     pub(crate) next_renewal: Instant,
     pub(crate) progress: Progress,
     pub(crate) stop: watch::Sender<Option<StopReason>>,
 }
 
-/// The jobs in flight in this worker, by job id.
+impl InFlight {
+    fn stop(&self, reason: StopReason) {
+        if self.stop.borrow().is_none() {
+            let _ = self.stop.send(Some(reason));
+        }
+    }
+}
+
+/// A database time span (`later - earlier`, microseconds) as a duration, never negative.
+pub(crate) fn db_span(earlier_us: i64, later_us: i64) -> Duration {
+    Duration::from_micros(u64::try_from(later_us - earlier_us).unwrap_or(0))
+}
+
+/// The jobs in flight in this worker, by job id *and epoch*: the same process may take a job
+/// again while an older, fenced-out task for it is still winding down, and each task must
+/// only ever touch its own entry.
 #[derive(Clone, Default)]
-pub(crate) struct Registry(Arc<Mutex<HashMap<String, InFlight>>>);
+pub(crate) struct Registry(Arc<Mutex<HashMap<(String, i64), InFlight>>>);
 
 impl Registry {
-    pub(crate) fn insert(&self, job_id: &str, entry: InFlight) {
+    pub(crate) fn insert(&self, job_id: &str, epoch: i64, entry: InFlight) {
         self.0
             .lock()
             .expect("registry lock")
-            .insert(job_id.to_owned(), entry);
+            .insert((job_id.to_owned(), epoch), entry);
     }
 
-    pub(crate) fn remove(&self, job_id: &str) {
-        self.0.lock().expect("registry lock").remove(job_id);
+    pub(crate) fn remove(&self, job_id: &str, epoch: i64) {
+        self.0
+            .lock()
+            .expect("registry lock")
+            .remove(&(job_id.to_owned(), epoch));
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -85,7 +108,22 @@ impl Registry {
 
     pub(crate) fn stop_all(&self, reason: StopReason) {
         for entry in self.0.lock().expect("registry lock").values() {
-            let _ = entry.stop.send(Some(reason.clone()));
+            entry.stop(reason.clone());
+        }
+    }
+
+    /// Stops work whose deadline has come or whose confirmed lease is within `margin` of
+    /// running out. Runs on every heartbeat tick, independently of renewals in flight, so a
+    /// renewal that hangs (a locked row, a network black hole) cannot keep a call running
+    /// past the lease another worker may then recover.
+    pub(crate) fn enforce_bounds(&self, margin: Duration) {
+        let now = Instant::now();
+        for entry in self.0.lock().expect("registry lock").values() {
+            if now >= entry.deadline {
+                entry.stop(StopReason::DeadlineReached);
+            } else if now + margin >= entry.lease_confirmed_until {
+                entry.stop(StopReason::LeaseLost("lease_unconfirmed".into()));
+            }
         }
     }
 }
@@ -147,6 +185,7 @@ pub(crate) async fn run<Q: Queue, P: Provider>(
             _ = shutdown.cancelled() => break,
             _ = interval.tick() => {}
         }
+        shared.registry.enforce_bounds(shared.config.timings.margin);
         while rounds.try_join_next().is_some() {}
         if rounds.len() >= 8 {
             continue;
@@ -165,23 +204,22 @@ fn collect_due<Q: Queue, P: Provider>(shared: &Shared<Q, P>) -> Vec<Due> {
     let wall = now_ms();
     let mut due = Vec::new();
     let mut entries = shared.registry.0.lock().expect("registry lock");
-    for (job_id, entry) in entries.iter_mut() {
+    for ((job_id, epoch), entry) in entries.iter_mut() {
         if entry.next_renewal > now {
             continue;
         }
-        if wall >= entry.deadline_at_ms {
-            let _ = entry.stop.send(Some(StopReason::DeadlineReached));
+        if now >= entry.deadline {
+            entry.stop(StopReason::DeadlineReached);
             continue;
         }
         if entry.progress.idle_ms() > t.progress_timeout.as_millis() as i64 {
-            let _ = entry.stop.send(Some(StopReason::NoProgress));
+            entry.stop(StopReason::NoProgress);
             continue;
         }
         let scheduled = entry.next_renewal;
         entry.next_renewal = now + t.heartbeat;
         // Never ask past the deadline (plus the margin) or past the 12-hour cap.
-        let to_deadline =
-            Duration::from_millis((entry.deadline_at_ms - wall).max(0) as u64) + t.margin;
+        let to_deadline = entry.deadline.saturating_duration_since(now) + t.margin;
         let cap_left =
             (entry.first_receive_at_ms + VISIBILITY_CAP.as_millis() as i64 - wall).max(0) as u64;
         let cap_left = Duration::from_millis(cap_left).saturating_sub(t.margin);
@@ -189,7 +227,7 @@ fn collect_due<Q: Queue, P: Provider>(shared: &Shared<Q, P>) -> Vec<Due> {
         due.push(Due {
             scheduled,
             job_id: job_id.clone(),
-            epoch: entry.epoch,
+            epoch: *epoch,
             receipt: entry.receipt.clone(),
             delivery: entry.delivery.clone(),
             visibility: (!visibility.is_zero()).then_some(visibility),
@@ -205,14 +243,30 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
     }
     let actor = Actor::Worker(shared.config.worker_id.clone());
     // Visibility and lease renew separately: one succeeding proves nothing about the other.
+    let t = &shared.config.timings;
+    // Every ledger call on this path is bounded: a hung renewal must neither pile rounds up
+    // nor be mistaken for a renewal (the bounds check stops the work meanwhile). A slow answer
+    // is still worth having while the lease it extends has not run out.
+    let bound = t
+        .heartbeat
+        .max(t.lease.saturating_sub(t.margin))
+        .max(Duration::from_millis(500));
     let visibility = renew_visibility(shared, &due);
     let leases: Vec<(String, i64)> = due.iter().map(|d| (d.job_id.clone(), d.epoch)).collect();
-    let lease = shared.ledger.renew_leases(
-        &shared.config.worker_id,
-        &leases,
-        shared.config.timings.lease,
-    );
     let asked = Instant::now();
+    let lease = async {
+        match tokio::time::timeout(
+            bound,
+            shared
+                .ledger
+                .renew_leases(&shared.config.worker_id, &leases, t.lease),
+        )
+        .await
+        {
+            Ok(result) => result,
+            Err(_) => Err(crate::ledger::LedgerError::TimedOut),
+        }
+    };
     let visibility = async {
         let out = visibility.await;
         (out, asked.elapsed())
@@ -268,46 +322,31 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
             event.epoch(d.epoch).delivery(d.delivery.clone()),
         ));
     }
-    if let Err(error) = shared.ledger.record_events(&events).await {
-        tracing::warn!(%error, "could not record visibility renewals");
+    match tokio::time::timeout(bound, shared.ledger.record_events(&events)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!(%error, "could not record visibility renewals"),
+        Err(_) => tracing::warn!("recording visibility renewals timed out"),
     }
 
     match lease {
         Ok(renewals) => {
             let mut entries = shared.registry.0.lock().expect("registry lock");
             for renewal in renewals {
+                let Some(entry) = entries.get_mut(&(renewal.job_id.clone(), renewal.epoch)) else {
+                    continue;
+                };
                 match renewal.outcome {
-                    Ok(until_us) => {
-                        if let Some(entry) = entries.get_mut(&renewal.job_id) {
-                            entry.lease_until_ms = until_us / 1000;
-                        }
+                    Ok(until) => {
+                        entry.lease_confirmed_until = asked + db_span(renewal.at, until);
                     }
-                    Err(refusal) => {
-                        if let Some(entry) = entries.get(&renewal.job_id) {
-                            let _ = entry
-                                .stop
-                                .send(Some(StopReason::LeaseLost(refusal.code().into())));
-                        }
-                    }
+                    Err(refusal) => entry.stop(StopReason::LeaseLost(refusal.code().into())),
                 }
             }
         }
         Err(error) => {
-            // The ledger did not answer: the lease is not renewed. Stop work whose lease is
-            // about to run out rather than let it run on unfenced.
-            tracing::warn!(%error, "lease renewal failed");
-            let wall = now_ms();
-            let margin = shared.config.timings.margin.as_millis() as i64;
-            let entries = shared.registry.0.lock().expect("registry lock");
-            for d in &due {
-                if let Some(entry) = entries.get(&d.job_id) {
-                    if entry.lease_until_ms - wall <= margin {
-                        let _ = entry
-                            .stop
-                            .send(Some(StopReason::LeaseLost("renewal_failed".into())));
-                    }
-                }
-            }
+            // Not renewed: the lease runs on what was last confirmed, and the bounds check
+            // stops the work before that runs out.
+            tracing::warn!(%error, jobs = due.len(), "lease renewal failed");
         }
     }
 }

@@ -421,3 +421,58 @@ async fn a_lost_database_makes_the_service_not_ready_and_requests_503_not_500() 
         "the process itself is alive"
     );
 }
+
+/// The deployment's model policy, as `serve` is configured with it: tenants cannot pick
+/// unapproved models or parameters that make attempts costly or uncertain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn model_parameters_outside_the_deployments_policy_are_refused_with_400() {
+    let db = crate::helpers::fresh_db(Db::Sqlite).await;
+    let acme = crate::helpers::cli_token(&db.url, "acme").await;
+    let vip = crate::helpers::cli_token(&db.url, "vip").await;
+    let policy = [
+        "--no-worker",
+        "--allowed-models",
+        "small",
+        "--tenant-models",
+        "vip=small,large",
+        "--max-output-tokens",
+        "1000",
+    ];
+    let (_server, base) = crate::helpers::spawn_serve(&db.url, &policy).await;
+    let client = reqwest::Client::new();
+    let post = |token: &str, key: &str, model: Value| {
+        client
+            .post(format!("{base}/api/v1/jobs"))
+            .bearer_auth(token)
+            .json(&json!({ "idempotency_key": key, "input": "x", "model": model }))
+            .send()
+    };
+    for (i, (model, says)) in [
+        (json!({"stream": true}), "stream"),
+        (json!({"n": 3}), "`n` must be 1"),
+        (json!({"max_tokens": 100000}), "1 to 1000"),
+        (json!({"model": "large"}), "allowed: small"),
+        (json!({"logit_bias": {}}), "not allowed"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let response = post(&acme, &format!("bad-{i}"), model.clone())
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "{model}");
+        let body: Value = response.json().await.unwrap();
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{model}: {message}");
+    }
+    let fine = post(
+        &acme,
+        "ok",
+        json!({"model": "small", "temperature": 0, "max_tokens": 500}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(fine.status(), 201);
+    let vip_large = post(&vip, "vip", json!({"model": "large"})).await.unwrap();
+    assert_eq!(vip_large.status(), 201, "a tenant's own list applies to it");
+}

@@ -511,3 +511,29 @@ pub(crate) async fn wait_ready(base: &str) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A `fenceline serve` process on a free port with compressed timings and `extra` flags,
+/// answering `/readyz`; returns it (killed on drop) and its base URL.
+pub(crate) async fn spawn_serve(
+    database_url: &str,
+    extra: &[&str],
+) -> (tokio::process::Child, String) {
+    let port = free_port();
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_fenceline"))
+        .args(["serve", "--database-url", database_url])
+        .args([
+            "--bind",
+            &format!("127.0.0.1:{port}"),
+            "--timings",
+            "compressed",
+        ])
+        .args(extra)
+        .env("FENCELINE_LOG", "error")
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start fenceline serve");
+    let base = format!("http://127.0.0.1:{port}");
+    wait_ready(&base).await;
+    (child, base)
+}

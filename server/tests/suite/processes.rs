@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use fenceline::job::JobState;
 use fenceline::ledger::{AttemptOutcome, Ledger};
-use fenceline::provider::stub::StubProvider;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
@@ -45,6 +44,30 @@ impl WorkerProcess {
     }
 }
 
+/// Creates `n` jobs keyed `{prefix}-{i}` and returns their ids.
+async fn create_many(ledger: &Ledger, prefix: &str, n: usize) -> Vec<String> {
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        let job = new_job("acme", &format!("{prefix}-{i}"), serde_json::json!(i));
+        ids.push(create(ledger, job).await);
+    }
+    ids
+}
+
+/// Asserts each job reached the model exactly once; returns the workers that did the work.
+async fn workers_of_single_attempts(
+    ledger: &Ledger,
+    ids: &[String],
+) -> std::collections::HashSet<String> {
+    let mut workers = std::collections::HashSet::new();
+    for id in ids {
+        let attempts = ledger.attempts(id).await.unwrap();
+        assert_eq!(attempts.len(), 1, "{id}: one provider call");
+        workers.insert(attempts[0].worker_id.clone());
+    }
+    workers
+}
+
 /// Waits until every job is terminal, asserting each one succeeded.
 async fn wait_all_succeeded(ledger: &Ledger, ids: &[String], limit: Duration) {
     let until = tokio::time::Instant::now() + limit;
@@ -63,6 +86,18 @@ async fn wait_all_succeeded(ledger: &Ledger, ids: &[String], limit: Duration) {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
+}
+
+/// Waits until the job's attempt has started (the model call is under way).
+async fn wait_for_attempt(ledger: &Ledger, job_id: &str) {
+    wait_until(
+        ledger,
+        job_id,
+        Duration::from_secs(20),
+        "the attempt",
+        |k| k.iter().any(|k| k == "attempt_started"),
+    )
+    .await
 }
 
 async fn wait_until(
@@ -107,23 +142,9 @@ async fn several_worker_processes_with_injected_faults_give_each_job_one_result(
             WorkerProcess::spawn(&db.url, &format!("p{i}"), 20, &args)
         })
         .collect();
-    let mut ids = Vec::new();
-    for i in 0..150 {
-        ids.push(
-            create(
-                &ledger,
-                new_job("acme", &format!("proc-{i}"), serde_json::json!(i)),
-            )
-            .await,
-        );
-    }
+    let ids = create_many(&ledger, "proc", 150).await;
     wait_all_succeeded(&ledger, &ids, Duration::from_secs(90)).await;
-    let mut workers_seen = std::collections::HashSet::new();
-    for id in &ids {
-        let attempts = ledger.attempts(id).await.unwrap();
-        assert_eq!(attempts.len(), 1, "{id}: one provider call");
-        workers_seen.insert(attempts[0].worker_id.clone());
-    }
+    let workers_seen = workers_of_single_attempts(&ledger, &ids).await;
     assert!(
         workers_seen.len() >= 2,
         "the work spread over processes: {workers_seen:?}"
@@ -139,14 +160,7 @@ async fn a_worker_paused_past_its_lease_cannot_commit_or_delete_and_its_replacem
     let (ledger, db) = fresh_ledger(Db::Postgres).await;
     let job_id = create(&ledger, new_job("acme", "paused", serde_json::json!(1))).await;
     let a = WorkerProcess::spawn(&db.url, "A", 5000, &[]);
-    wait_until(
-        &ledger,
-        &job_id,
-        Duration::from_secs(20),
-        "A's attempt",
-        |k| k.iter().any(|k| k == "attempt_started"),
-    )
-    .await;
+    wait_for_attempt(&ledger, &job_id).await;
     a.signal(Signal::SIGSTOP);
     let b = WorkerProcess::spawn(&db.url, "B", 100, &[]);
     wait_until(&ledger, &job_id, Duration::from_secs(20), "recovery", |k| {
@@ -213,27 +227,15 @@ async fn a_worker_killed_mid_call_leaves_a_job_the_reaper_moves_to_unknown_with_
     let (ledger, db) = fresh_ledger(Db::Postgres).await;
     let job_id = create(&ledger, new_job("acme", "killed", serde_json::json!(1))).await;
     let mut a = WorkerProcess::spawn(&db.url, "A", 10_000, &[]);
-    wait_until(
-        &ledger,
-        &job_id,
-        Duration::from_secs(20),
-        "A's attempt",
-        |k| k.iter().any(|k| k == "attempt_started"),
-    )
-    .await;
+    wait_for_attempt(&ledger, &job_id).await;
     a.signal(Signal::SIGKILL);
     let _ = a.0.wait().await;
     // No worker is left: the reaper alone recovers the job.
-    let reaper_provider = StubProvider::default();
     let until = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        fenceline::worker::reaper::reap_once(
-            &ledger,
-            &NoRetrieval(reaper_provider.clone()),
-            Duration::from_secs(600),
-        )
-        .await
-        .unwrap();
+        fenceline::worker::reaper::reap_once(&ledger, Duration::from_secs(600))
+            .await
+            .unwrap();
         let job = ledger.job(&job_id).await.unwrap().unwrap();
         if job.state != JobState::Running {
             assert_eq!(job.state, JobState::Unknown);
@@ -257,27 +259,6 @@ async fn a_worker_killed_mid_call_leaves_a_job_the_reaper_moves_to_unknown_with_
         .any(|e| e.kind == "recovery_claimed" && e.actor == "system"));
 }
 
-/// A provider whose retrieval knows nothing: the killed worker's stub lived in its process.
-struct NoRetrieval(StubProvider);
-
-impl fenceline::provider::Provider for NoRetrieval {
-    fn name(&self) -> &str {
-        "stub"
-    }
-
-    async fn call(
-        &self,
-        request: fenceline::provider::ProviderRequest,
-        progress: fenceline::provider::Progress,
-    ) -> fenceline::provider::ProviderOutcome {
-        self.0.call(request, progress).await
-    }
-
-    async fn retrieve(&self, _: &str) -> fenceline::provider::Retrieval {
-        fenceline::provider::Retrieval::Inconclusive
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn worker_processes_scale_out_on_postgres_and_an_sqs_endpoint() {
     if skip_postgres() || crate::helpers::skip_sqs() {
@@ -295,20 +276,9 @@ async fn worker_processes_scale_out_on_postgres_and_an_sqs_endpoint() {
         WorkerProcess::spawn(&db.url, "s0", 20, &sqs),
         WorkerProcess::spawn(&db.url, "s1", 20, &sqs),
     ];
-    let mut ids = Vec::new();
-    for i in 0..40 {
-        ids.push(
-            create(
-                &ledger,
-                new_job("acme", &format!("sqs-{i}"), serde_json::json!(i)),
-            )
-            .await,
-        );
-    }
+    let ids = create_many(&ledger, "sqs", 40).await;
     wait_all_succeeded(&ledger, &ids, Duration::from_secs(60)).await;
-    for id in &ids {
-        assert_eq!(ledger.attempts(id).await.unwrap().len(), 1);
-    }
+    workers_of_single_attempts(&ledger, &ids).await;
     drop(workers);
 }
 
@@ -317,23 +287,7 @@ async fn fenceline_submit_creates_a_job_idempotently_and_waits_for_its_result() 
     let db = crate::helpers::fresh_db(Db::Sqlite).await;
     let bin = env!("CARGO_BIN_EXE_fenceline");
     let token = crate::helpers::cli_token(&db.url, "acme").await;
-    let port = crate::helpers::free_port();
-    let _server = Command::new(bin)
-        .args([
-            "serve",
-            "--database-url",
-            &db.url,
-            "--bind",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .args(["--timings", "compressed", "--stub-latency-ms", "100"])
-        .env("FENCELINE_LOG", "error")
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let api = format!("http://127.0.0.1:{port}");
-    crate::helpers::wait_ready(&api).await;
+    let (_server, api) = crate::helpers::spawn_serve(&db.url, &["--stub-latency-ms", "100"]).await;
     let submit = |wait: bool| {
         let mut command = Command::new(bin);
         command
@@ -369,4 +323,233 @@ async fn fenceline_submit_creates_a_job_idempotently_and_waits_for_its_result() 
         .unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("401"));
+}
+
+/// A `fenceline serve` or `fenceline worker` process (compressed timings unless `extra` names
+/// others).
+fn spawn_fenceline(command: &str, database_url: &str, id: &str, extra: &[&str]) -> Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fenceline"));
+    cmd.args([command, "--database-url", database_url]).args([
+        "--worker-id",
+        id,
+        "--reaper-interval-ms",
+        "300",
+    ]);
+    if !extra.contains(&"--timings") {
+        cmd.args(["--timings", "compressed"]);
+    }
+    cmd.args(extra)
+        .env("FENCELINE_LOG", "warn")
+        .stdout(Stdio::null())
+        .kill_on_drop(true);
+    if command == "serve" {
+        cmd.args([
+            "--bind",
+            &format!("127.0.0.1:{}", crate::helpers::free_port()),
+        ]);
+    }
+    cmd.spawn().expect("start fenceline")
+}
+
+/// Sends SIGTERM and waits for the process to exit by itself.
+async fn terminate(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let pid = child.id().expect("running") as i32;
+    kill(Pid::from_raw(pid), Signal::SIGTERM).expect("SIGTERM");
+    tokio::time::timeout(limit, child.wait())
+        .await
+        .expect("the process exits by itself after SIGTERM")
+        .expect("wait")
+}
+
+/// Starts `command` on a fresh database, submits one job, sends SIGTERM once its model call
+/// is under way, and waits for a clean exit. Returns the ledger and the job.
+async fn sigterm_during_a_call(
+    db: Db,
+    command: &str,
+    extra: &[&str],
+) -> (Ledger, crate::helpers::TestDb, String) {
+    let (ledger, test_db) = fresh_ledger(db).await;
+    let job_id = create(&ledger, new_job("acme", "sigterm", serde_json::json!(1))).await;
+    let mut process = spawn_fenceline(command, &test_db.url, "T", extra);
+    wait_for_attempt(&ledger, &job_id).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let status = terminate(&mut process, Duration::from_secs(30)).await;
+    assert!(status.success(), "{command} exits cleanly: {status:?}");
+    (ledger, test_db, job_id)
+}
+
+/// SIGTERM while the model call runs: the process stops taking work, lets the call finish
+/// within its drain, commits the answer and deletes the message before closing the ledger.
+async fn sigterm_during_a_call_keeps_the_answer(db: Db, command: &str) {
+    let (ledger, _db, job_id) =
+        sigterm_during_a_call(db, command, &["--stub-latency-ms", "3000"]).await;
+    let kinds = kinds(&ledger, &job_id).await;
+    let job = ledger.job(&job_id).await.unwrap().unwrap();
+    assert_eq!(
+        job.state,
+        JobState::Succeeded,
+        "the answer that arrived during the drain is accepted: {kinds:?}"
+    );
+    assert!(kinds.iter().any(|k| k == "message_deleted"), "{kinds:?}");
+    assert_eq!(ledger.attempts(&job_id).await.unwrap().len(), 1);
+}
+
+/// SIGTERM while a call runs longer than the drain allows: the call is handed back to the
+/// ledger (`unknown`, its attempt `lost`), never left `running` behind a closed pool.
+async fn sigterm_past_the_drain_hands_the_call_back(db: Db, command: &str) {
+    let extra = ["--stub-latency-ms", "30000", "--drain-timeout-ms", "500"];
+    let (ledger, _db, job_id) = sigterm_during_a_call(db, command, &extra).await;
+    let job = ledger.job(&job_id).await.unwrap().unwrap();
+    assert_eq!(
+        job.state,
+        JobState::Unknown,
+        "handed back, not left running: {:?}",
+        kinds(&ledger, &job_id).await
+    );
+    assert_eq!(job.recovery_reason.as_deref(), Some("shutdown"));
+    assert_eq!(
+        ledger.attempts(&job_id).await.unwrap()[0].outcome,
+        AttemptOutcome::Lost
+    );
+}
+
+mod sigterm {
+    use super::*;
+
+    async fn on_serve_keeps_the_answer(db: Db) {
+        sigterm_during_a_call_keeps_the_answer(db, "serve").await
+    }
+    async fn on_a_worker_keeps_the_answer(db: Db) {
+        sigterm_during_a_call_keeps_the_answer(db, "worker").await
+    }
+    async fn on_serve_past_the_drain_hands_the_call_back(db: Db) {
+        sigterm_past_the_drain_hands_the_call_back(db, "serve").await
+    }
+    async fn on_a_worker_past_the_drain_hands_the_call_back(db: Db) {
+        sigterm_past_the_drain_hands_the_call_back(db, "worker").await
+    }
+
+    crate::on_both_backends!(
+        on_serve_keeps_the_answer,
+        on_a_worker_keeps_the_answer,
+        on_serve_past_the_drain_hands_the_call_back,
+        on_a_worker_past_the_drain_hands_the_call_back
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn serve_and_a_worker_process_on_one_sqlite_file_finish_every_job() {
+    let (ledger, test_db) = fresh_ledger(Db::Sqlite).await;
+    // The default timings, as a user runs them; short calls.
+    let fast = [
+        "--timings",
+        "production",
+        "--stub-latency-ms",
+        "10",
+        "--max-in-flight",
+        "16",
+    ];
+    let mut serve = spawn_fenceline("serve", &test_db.url, "serve", &fast);
+    let mut worker = spawn_fenceline("worker", &test_db.url, "worker", &fast);
+    let ids = create_many(&ledger, "shared", 200).await;
+    wait_all_succeeded(&ledger, &ids, Duration::from_secs(90)).await;
+    let workers_seen = workers_of_single_attempts(&ledger, &ids).await;
+    assert_eq!(
+        workers_seen.len(),
+        2,
+        "both processes worked: {workers_seen:?}"
+    );
+    for process in [&mut serve, &mut worker] {
+        assert!(process.try_wait().unwrap().is_none(), "still running");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_wait_on_a_job_that_goes_unknown_says_so_and_exits_non_zero() {
+    let db = crate::helpers::fresh_db(Db::Sqlite).await;
+    let bin = env!("CARGO_BIN_EXE_fenceline");
+    let token = crate::helpers::cli_token(&db.url, "acme").await;
+    // Every response is lost and nothing can be retrieved: the job must go `unknown`.
+    let extra = ["--stub-latency-ms", "50", "--stub-lost-rate", "1"];
+    let (_server, api) = crate::helpers::spawn_serve(&db.url, &extra).await;
+    let waited = tokio::time::timeout(
+        Duration::from_secs(30),
+        Command::new(bin)
+            .args(["submit", "--api", &api, "--token", &token, "--key", "lost"])
+            .args(["--input", "x", "--wait"])
+            .output(),
+    )
+    .await
+    .expect("submit --wait returns instead of waiting for the deadline")
+    .unwrap();
+    assert!(!waited.status.success());
+    let stderr = String::from_utf8_lossy(&waited.stderr);
+    assert!(stderr.contains("is unknown"), "{stderr}");
+    assert!(stderr.contains(&format!("{api}/jobs/job_")), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_listed_without_their_secret_and_a_revoked_one_is_refused() {
+    let (ledger, db) = fresh_ledger(Db::Sqlite).await;
+    let bin = env!("CARGO_BIN_EXE_fenceline");
+    let token = crate::helpers::cli_token(&db.url, "acme").await;
+    let _other = crate::helpers::cli_token(&db.url, "globex").await;
+    assert_eq!(
+        ledger.tenant_for_token(&token).await.unwrap().as_deref(),
+        Some("acme")
+    );
+    let list = Command::new(bin)
+        .args(["token", "list", "--database-url", &db.url])
+        .output()
+        .await
+        .unwrap();
+    assert!(list.status.success());
+    let listed = String::from_utf8_lossy(&list.stdout).into_owned();
+    assert!(
+        listed.contains("acme") && listed.contains("globex"),
+        "{listed}"
+    );
+    assert!(!listed.contains(&token), "the secret is never shown again");
+    let id = listed
+        .lines()
+        .find(|l| l.contains("acme"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap()
+        .to_owned();
+    let revoke = Command::new(bin)
+        .args(["token", "revoke", &id, "--database-url", &db.url])
+        .output()
+        .await
+        .unwrap();
+    assert!(revoke.status.success(), "{revoke:?}");
+    assert_eq!(ledger.tenant_for_token(&token).await.unwrap(), None);
+    let again = Command::new(bin)
+        .args(["token", "revoke", &id, "--database-url", &db.url])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        !again.status.success(),
+        "a revoked token cannot be revoked twice"
+    );
+    assert_eq!(ledger.list_tokens().await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn boolean_settings_from_the_environment_accept_one_and_yes() {
+    for value in ["1", "yes", "true", "0", "no", "off"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_fenceline"))
+            .args(["worker", "--database-url", "nope://x"])
+            .env("FENCELINE_PROVIDER_RETRIEVAL", value)
+            .env("FENCELINE_NO_WORKER", value)
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("invalid value"), "{value}: {stderr}");
+        assert!(
+            stderr.contains("DATABASE_URL must start with"),
+            "{value}: {stderr}"
+        );
+    }
 }

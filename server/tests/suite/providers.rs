@@ -234,3 +234,181 @@ async fn a_worker_runs_a_job_on_an_openai_compatible_server() {
     stop.cancel();
     let _ = tokio::join!(running, dispatching);
 }
+
+/// A server that answers every completion with the HTTP status named by the prompt
+/// (`status:503`), or resets the connection after reading the request (`reset`).
+async fn status_server() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                let mut request = Vec::new();
+                let mut buf = [0u8; 4096];
+                // Read the head and the whole body (Content-Length).
+                loop {
+                    let n = socket.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        return;
+                    }
+                    request.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&request);
+                    if let Some(head_end) = text.find("\r\n\r\n") {
+                        let length = text[..head_end]
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                            })
+                            .unwrap_or(0);
+                        if request.len() >= head_end + 4 + length {
+                            break;
+                        }
+                    }
+                }
+                let text = String::from_utf8_lossy(&request).into_owned();
+                if text.contains("\"reset\"") {
+                    // The request arrived; the connection dies before any answer.
+                    drop(socket);
+                    return;
+                }
+                let status: u16 = text
+                    .split("status:")
+                    .nth(1)
+                    .and_then(|rest| rest.get(..3))
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(200);
+                let body = "{\"error\": {\"message\": \"from the status server\"}}";
+                let response = format!(
+                    "HTTP/1.1 {status} Status\r\ncontent-type: application/json\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(response.as_bytes()).await;
+            });
+        }
+    });
+    format!("http://{addr}/v1")
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Class {
+    Retryable,
+    Fatal,
+    Uncertain,
+}
+
+/// The classification table of `docs/providers.md`, row by row, against a real HTTP server.
+#[tokio::test]
+async fn every_row_of_the_provider_error_table_is_classified_as_documented() {
+    let url = status_server().await;
+    let p = provider(&url);
+    let table: &[(&str, Class)] = &[
+        ("status:400", Class::Fatal),
+        ("status:401", Class::Fatal),
+        ("status:403", Class::Fatal),
+        ("status:404", Class::Fatal),
+        ("status:408", Class::Retryable),
+        ("status:409", Class::Fatal),
+        ("status:413", Class::Fatal),
+        ("status:422", Class::Fatal),
+        ("status:429", Class::Retryable),
+        ("status:500", Class::Uncertain),
+        ("status:501", Class::Fatal),
+        ("status:502", Class::Uncertain),
+        ("status:503", Class::Retryable),
+        ("status:504", Class::Uncertain),
+        ("status:520", Class::Uncertain),
+        ("status:524", Class::Uncertain),
+        ("status:529", Class::Retryable),
+        ("status:599", Class::Uncertain),
+        ("reset", Class::Uncertain),
+    ];
+    let mut wrong = Vec::new();
+    for (prompt, expected) in table {
+        let outcome = p
+            .call(request(prompt, "job_t:1"), Progress::default())
+            .await;
+        let got = match &outcome {
+            ProviderOutcome::Retryable { .. } => Class::Retryable,
+            ProviderOutcome::Fatal { .. } => Class::Fatal,
+            ProviderOutcome::Uncertain { .. } => Class::Uncertain,
+            ProviderOutcome::Succeeded { .. } => panic!("{prompt}: {outcome:?}"),
+        };
+        if got != *expected {
+            wrong.push(format!("{prompt}: expected {expected:?}, got {outcome:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    // Nothing listens: the request was never sent.
+    let nowhere = provider("http://127.0.0.1:9/v1");
+    assert!(matches!(
+        nowhere.call(request("x", "job_t:2"), Progress::default()).await,
+        ProviderOutcome::Retryable { code, .. } if code == "connect_failed"
+    ));
+}
+
+/// A compatible server that ignores the metadata filter and lists someone else's completion:
+/// retrieval must not hand that answer to this attempt.
+#[tokio::test]
+async fn retrieval_accepts_only_a_completion_tagged_with_this_attempts_request_id() {
+    async fn list_everything(State(fake): State<Fake>) -> Json<Value> {
+        Json(json!({ "object": "list", "data": fake.stored.lock().unwrap().clone() }))
+    }
+    let fake = Fake::default();
+    let app = Router::new()
+        .route(
+            "/v1/chat/completions",
+            post(completions).get(list_everything),
+        )
+        .with_state(fake.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let p = provider(&format!("http://{addr}/v1"));
+    let other = p
+        .call(
+            request("someone else's", "job_other:1"),
+            Progress::default(),
+        )
+        .await;
+    assert!(matches!(other, ProviderOutcome::Succeeded { .. }));
+    assert_eq!(
+        p.retrieve("job_mine:1").await,
+        Retrieval::Inconclusive,
+        "another attempt's completion is not this one's answer"
+    );
+    match p.retrieve("job_other:1").await {
+        Retrieval::Found(answer) => assert!(answer.contains("someone else's")),
+        other => panic!("its own completion is found: {other:?}"),
+    }
+}
+
+/// A server without the stored-completions listing answers 405: retrieval is unsupported,
+/// said once, and never asked again.
+#[tokio::test]
+async fn a_server_without_retrieval_is_recognised_and_not_polled_again() {
+    #[derive(Clone, Default)]
+    struct Count(Arc<Mutex<u32>>);
+    async fn no_listing(State(count): State<Count>) -> StatusCode {
+        *count.0.lock().unwrap() += 1;
+        StatusCode::METHOD_NOT_ALLOWED
+    }
+    let count = Count::default();
+    let app = Router::new()
+        .route("/v1/chat/completions", axum::routing::get(no_listing))
+        .with_state(count.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let p = provider(&format!("http://{addr}/v1"));
+    assert_eq!(p.retrieve("job_z:1").await, Retrieval::Unsupported);
+    assert_eq!(p.retrieve("job_z:2").await, Retrieval::Unsupported);
+    assert_eq!(p.retrieve("job_q:1").await, Retrieval::Unsupported);
+    assert_eq!(*count.0.lock().unwrap(), 1, "asked once, then remembered");
+}

@@ -291,7 +291,7 @@ mod embedded_copies {
     use crate::helpers::Rig;
     use fenceline::queue::AnyQueue;
 
-    async fn message_id_of(rig: &Rig, job_id: &str) -> String {
+    pub(super) async fn message_id_of(rig: &Rig, job_id: &str) -> String {
         rig.ledger
             .events(job_id, 0, 100)
             .await
@@ -301,25 +301,26 @@ mod embedded_copies {
             .expect("a delivery")
     }
 
-    fn embedded(rig: &Rig) -> &fenceline::queue::embedded::EmbeddedQueue {
+    pub(super) fn embedded(rig: &Rig) -> &fenceline::queue::embedded::EmbeddedQueue {
         match rig.queue.inner() {
             AnyQueue::Embedded(q) => q,
             AnyQueue::Sqs(_) => unreachable!("embedded rig"),
         }
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn a_copy_delivered_while_the_owner_works_is_suppressed_without_inference() {
+    /// Two workers; a job whose call takes `latency`; once the call is under way, a copy of
+    /// its message is delivered (as a standard queue may).
+    pub(super) async fn copy_while_the_owner_works(latency: Duration, key: &str) -> (Rig, String) {
         let rig = rig(
             QueueKind::EmbeddedSqlite,
             StubConfig {
-                latency: Duration::from_secs(3),
+                latency,
                 ..Default::default()
             },
             2,
         )
         .await;
-        let job_id = rig.submit("dup").await;
+        let job_id = rig.submit(key).await;
         rig.wait_for(&job_id, LIMIT, |j| j.pending_attempt.is_some())
             .await;
         let message_id = message_id_of(&rig, &job_id).await;
@@ -331,6 +332,12 @@ mod embedded_copies {
             )
             .await
             .unwrap();
+        (rig, job_id)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_copy_delivered_while_the_owner_works_is_suppressed_without_inference() {
+        let (rig, job_id) = copy_while_the_owner_works(Duration::from_secs(3), "dup").await;
         rig.wait_for(&job_id, LIMIT, |j| j.state == JobState::Succeeded)
             .await;
         assert!(count_kind(&rig.ledger, &job_id, "duplicate_suppressed").await >= 1);
@@ -373,6 +380,7 @@ mod embedded_copies {
             StubConfig {
                 latency: Duration::from_millis(50),
                 lost_response_rate: 1.0,
+                retrieval: true,
                 ..Default::default()
             },
             1,
@@ -425,12 +433,15 @@ mod reaper {
     use fenceline::job::Actor;
     use fenceline::provider::stub::StubProvider;
     use fenceline::provider::{Progress, Provider, ProviderRequest};
-    use fenceline::worker::reaper::reap_once;
+    use fenceline::worker::reaper::{reap_once, reconcile_once, RetrievalCursor};
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_reaper_recovers_reconciles_expires_and_redispatches() {
         let (ledger, _db) = crate::helpers::fresh_ledger(crate::helpers::Db::Sqlite).await;
-        let stub = StubProvider::new(StubConfig::default());
+        let stub = StubProvider::new(StubConfig {
+            retrieval: true,
+            ..Default::default()
+        });
         // An owner that called the model and vanished before committing.
         let job_id =
             crate::helpers::create(&ledger, new_job("acme", "vanished", serde_json::json!(1)))
@@ -473,13 +484,21 @@ mod reaper {
         ledger.mark_dispatched(&sent, "test").await.unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
 
-        let first = reap_once(&ledger, &stub, Duration::from_millis(200))
+        let first = reap_once(&ledger, Duration::from_millis(200))
             .await
             .unwrap();
         assert_eq!(first.expired, 1);
         assert_eq!(first.recovered, 1);
+        let reconciled = reconcile_once(
+            &ledger,
+            &stub,
+            &mut RetrievalCursor::default(),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
         assert_eq!(
-            first.reconciled, 1,
+            reconciled.settled, 1,
             "retrieval found the vanished owner's answer"
         );
         assert!(first.redispatched >= 1);
@@ -573,4 +592,411 @@ async fn a_dead_letter_replay_inspects_the_ledger_first(kind: QueueKind) {
         .await
         .unwrap()
         .is_empty());
+}
+
+/// A model whose calls take a set time per attempt and which notes when a call was cancelled
+/// (its future dropped before it answered).
+#[derive(Clone)]
+struct Scripted {
+    latencies: std::sync::Arc<Vec<Duration>>,
+    cancelled: std::sync::Arc<std::sync::Mutex<Vec<(i64, tokio::time::Instant)>>>,
+}
+
+impl Scripted {
+    fn new(latencies: Vec<Duration>) -> Self {
+        Scripted {
+            latencies: std::sync::Arc::new(latencies),
+            cancelled: Default::default(),
+        }
+    }
+
+    fn cancelled(&self) -> Vec<(i64, tokio::time::Instant)> {
+        self.cancelled.lock().unwrap().clone()
+    }
+}
+
+struct CancelGuard {
+    attempt_no: i64,
+    armed: bool,
+    into: std::sync::Arc<std::sync::Mutex<Vec<(i64, tokio::time::Instant)>>>,
+}
+
+impl Drop for CancelGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            self.into
+                .lock()
+                .unwrap()
+                .push((self.attempt_no, tokio::time::Instant::now()));
+        }
+    }
+}
+
+impl fenceline::provider::Provider for Scripted {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+
+    async fn call(
+        &self,
+        request: fenceline::provider::ProviderRequest,
+        progress: fenceline::provider::Progress,
+    ) -> fenceline::provider::ProviderOutcome {
+        let mut guard = CancelGuard {
+            attempt_no: request.attempt_no,
+            armed: true,
+            into: self.cancelled.clone(),
+        };
+        let index = usize::try_from(request.attempt_no - 1).unwrap_or(0);
+        let latency = self.latencies[index.min(self.latencies.len() - 1)];
+        let until = tokio::time::Instant::now() + latency;
+        while tokio::time::Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            progress.tick();
+        }
+        guard.armed = false;
+        fenceline::provider::ProviderOutcome::Succeeded {
+            answer: format!("{{\"attempt\": {}}}", request.attempt_no),
+            request_id: None,
+        }
+    }
+
+    async fn retrieve(&self, _: &str) -> fenceline::provider::Retrieval {
+        fenceline::provider::Retrieval::Inconclusive
+    }
+}
+
+mod hardening {
+    use super::*;
+    use crate::helpers::{create, fresh_ledger, skip_postgres, Db};
+    use fenceline::job::Actor;
+    use fenceline::ledger::Decision;
+    use fenceline::queue::embedded::EmbeddedQueue;
+    use fenceline::worker::{Outcome, Timings, Worker, WorkerConfig};
+    use sqlx::{Connection, Executor};
+    use tokio_util::sync::CancellationToken;
+
+    fn compressed_worker(
+        ledger: &fenceline::ledger::Ledger,
+        queue: &EmbeddedQueue,
+        provider: &Scripted,
+        id: &str,
+    ) -> Worker<EmbeddedQueue, Scripted> {
+        let mut config = WorkerConfig::new(id);
+        config.timings = Timings::compressed();
+        Worker::new(ledger.clone(), queue.clone(), provider.clone(), config)
+    }
+
+    async fn deliver(queue: &EmbeddedQueue, job_id: &str) -> fenceline::queue::Delivery {
+        queue
+            .send(&JobMessage::body(job_id, "acme"), Duration::ZERO)
+            .await
+            .unwrap();
+        let mut got = queue
+            .receive(1, Duration::from_secs(60), Duration::from_secs(2))
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 1, "the message is delivered");
+        got.remove(0)
+    }
+
+    /// A renewal that hangs on a locked row must not let the model call run on unfenced:
+    /// the worker stops it before its last confirmed lease runs out, and records `lease_lost`
+    /// once the ledger answers again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_hanging_lease_renewal_stops_the_call_before_the_lease_can_expire() {
+        if skip_postgres() {
+            return;
+        }
+        let (ledger, db) = fresh_ledger(Db::Postgres).await;
+        let queue = EmbeddedQueue::new(ledger.clone(), "jobs", 5);
+        let provider = Scripted::new(vec![Duration::from_secs(30)]);
+        let worker = compressed_worker(&ledger, &queue, &provider, "A");
+        let job_id = create(&ledger, new_job("acme", "hang", serde_json::json!(1))).await;
+        let stop = CancellationToken::new();
+        let heartbeat = worker.spawn_heartbeat(stop.clone());
+        let delivery = deliver(&queue, &job_id).await;
+        let task = {
+            let worker = worker.clone();
+            tokio::spawn(async move { worker.handle_delivery(delivery).await })
+        };
+        wait_for_event(&ledger, &job_id, "lease_renewed", LIMIT).await;
+        // Another session locks the job row: every renewal now waits on it.
+        let mut locker = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        locker.execute("BEGIN").await.unwrap();
+        sqlx::query("SELECT job_id FROM jobs WHERE job_id = $1 FOR UPDATE")
+            .bind(&job_id)
+            .execute(&mut locker)
+            .await
+            .unwrap();
+        let locked_at = tokio::time::Instant::now();
+        let lease = Timings::compressed().lease;
+        let until = locked_at + Duration::from_secs(10);
+        while provider.cancelled().is_empty() {
+            assert!(
+                tokio::time::Instant::now() < until,
+                "the call ran on while its renewal hung"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let cancelled_at = provider.cancelled()[0].1;
+        assert!(
+            cancelled_at < locked_at + lease,
+            "the call stopped {:?} after the lock, but the lease lasts at most {lease:?}",
+            cancelled_at - locked_at
+        );
+        locker.execute("ROLLBACK").await.unwrap();
+        let outcome = tokio::time::timeout(LIMIT, task).await.unwrap().unwrap();
+        assert!(
+            matches!(&outcome, Outcome::Stopped(why) if why.starts_with("lease_lost")),
+            "{outcome:?}"
+        );
+        wait_for_event(&ledger, &job_id, "lease_lost", LIMIT).await;
+        assert_eq!(
+            ledger.job(&job_id).await.unwrap().unwrap().result_ref,
+            None,
+            "nothing was accepted"
+        );
+        stop.cancel();
+        heartbeat.await.unwrap();
+    }
+
+    /// The same process takes a job again while its older, fenced-out task still runs: the
+    /// old task's end must not release the new, live attempt.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_fenced_out_task_ending_does_not_release_the_same_jobs_live_attempt() {
+        let (ledger, _db) = fresh_ledger(Db::Sqlite).await;
+        let queue = EmbeddedQueue::new(ledger.clone(), "jobs", 5);
+        let provider = Scripted::new(vec![Duration::from_secs(5), Duration::from_secs(3)]);
+        let worker = compressed_worker(&ledger, &queue, &provider, "A");
+        let job_id = create(&ledger, new_job("acme", "again", serde_json::json!(1))).await;
+        // First delivery, with no heartbeat yet: its lease lapses while the call runs.
+        let first = {
+            let worker = worker.clone();
+            let delivery = deliver(&queue, &job_id).await;
+            tokio::spawn(async move { worker.handle_delivery(delivery).await })
+        };
+        wait_for_event(&ledger, &job_id, "attempt_started", LIMIT).await;
+        tokio::time::sleep(Timings::compressed().lease + Duration::from_millis(300)).await;
+        let recovered = ledger
+            .recovery_claim(&job_id, &Actor::System, "lease_expired", false)
+            .await
+            .unwrap();
+        assert_eq!(recovered.state, JobState::Unknown);
+        ledger
+            .decide(
+                &job_id,
+                recovered.epoch,
+                &Decision::AuthorizeRetry,
+                &Actor::Operator("ops".into()),
+                "retry",
+            )
+            .await
+            .unwrap();
+        // The same worker takes the job again at a newer epoch, now with its heartbeat.
+        let second = {
+            let worker = worker.clone();
+            let delivery = deliver(&queue, &job_id).await;
+            tokio::spawn(async move { worker.handle_delivery(delivery).await })
+        };
+        let started = tokio::time::Instant::now() + LIMIT;
+        while ledger.job(&job_id).await.unwrap().unwrap().attempt_count < 2 {
+            assert!(tokio::time::Instant::now() < started);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let stop = CancellationToken::new();
+        let heartbeat = worker.spawn_heartbeat(stop.clone());
+        let second = tokio::time::timeout(LIMIT, second).await.unwrap().unwrap();
+        let first = tokio::time::timeout(LIMIT, first).await.unwrap().unwrap();
+        assert_eq!(second, Outcome::Succeeded, "first ended as {first:?}");
+        assert!(
+            matches!(first, Outcome::Fenced(_) | Outcome::Stopped(_)),
+            "{first:?}"
+        );
+        let job = ledger.job(&job_id).await.unwrap().unwrap();
+        assert_eq!(job.state, JobState::Succeeded);
+        assert_eq!(job.attempt_count, 2, "cumulative");
+        stop.cancel();
+        heartbeat.await.unwrap();
+    }
+
+    /// A healthy long call with a duplicate copy: the copy is deferred for as long as the
+    /// ledger makes safe, so it neither burns its receives into the dead-letter queue nor
+    /// comes back while the owner works.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_duplicate_of_a_long_call_is_deferred_and_never_reaches_the_dead_letter_queue() {
+        let (rig, job_id) =
+            super::embedded_copies::copy_while_the_owner_works(Duration::from_secs(8), "long-dup")
+                .await;
+        rig.wait_for(&job_id, LIMIT, |j| j.state == JobState::Succeeded)
+            .await;
+        let dlq = rig.queue.dead_letters().expect("a dead-letter queue");
+        let depth = dlq.depth().await.unwrap();
+        assert_eq!(depth.visible + depth.in_flight, 0, "{depth:?}");
+        assert_eq!(
+            count_kind(&rig.ledger, &job_id, "duplicate_suppressed").await,
+            1,
+            "the copy was deferred once, not redelivered every second"
+        );
+        assert_eq!(count_kind(&rig.ledger, &job_id, "moved_to_dlq").await, 0);
+        let suppressed = rig
+            .ledger
+            .events(&job_id, 0, 100)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|e| e.kind == "duplicate_suppressed")
+            .unwrap();
+        assert!(
+            suppressed.detail["defer_ms"].as_i64().unwrap() > 60_000,
+            "deferred towards the deadline: {}",
+            suppressed.detail
+        );
+        rig.stop().await;
+    }
+
+    async fn unknown_job(ledger: &fenceline::ledger::Ledger, key: &str, replay: bool) -> String {
+        let mut job = new_job("acme", key, serde_json::json!(key));
+        if replay {
+            job.replay_policy = fenceline::ledger::ReplayPolicy::ReplayOnUnknown;
+        }
+        let job_id = create(ledger, job).await;
+        let claimed = ledger
+            .claim(&job_id, "w", Duration::from_secs(60))
+            .await
+            .unwrap();
+        ledger
+            .start_attempt(&job_id, claimed.epoch, "w", "stub")
+            .await
+            .unwrap();
+        ledger
+            .release(&job_id, claimed.epoch, "w", "test")
+            .await
+            .unwrap();
+        job_id
+    }
+
+    async fn the_reaper_applies_replay_policies_to_new_unknown_jobs_while_500_older_ones_wait(
+        db: Db,
+    ) {
+        let (ledger, _db) = fresh_ledger(db).await;
+        for i in 0..500 {
+            unknown_job(&ledger, &format!("old-{i}"), false).await;
+        }
+        let fresh = unknown_job(&ledger, "new", true).await;
+        fenceline::worker::reaper::reap_once(&ledger, Duration::from_secs(600))
+            .await
+            .unwrap();
+        let job = ledger.job(&fresh).await.unwrap().unwrap();
+        assert_eq!(job.state, JobState::RetryAuthorized);
+        assert_eq!(ledger.decisions(&fresh).await.unwrap()[0].actor, "policy");
+    }
+
+    crate::on_both_backends!(
+        the_reaper_applies_replay_policies_to_new_unknown_jobs_while_500_older_ones_wait
+    );
+
+    /// A provider whose retrieval never answers.
+    #[derive(Clone)]
+    struct SlowRetrieval;
+
+    impl fenceline::provider::Provider for SlowRetrieval {
+        fn name(&self) -> &str {
+            "slow"
+        }
+        async fn call(
+            &self,
+            _: fenceline::provider::ProviderRequest,
+            _: fenceline::provider::Progress,
+        ) -> fenceline::provider::ProviderOutcome {
+            std::future::pending().await
+        }
+        async fn retrieve(&self, _: &str) -> fenceline::provider::Retrieval {
+            tokio::time::sleep(Duration::from_secs(600)).await;
+            fenceline::provider::Retrieval::Inconclusive
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_slow_provider_retrieval_never_stalls_lease_recovery() {
+        let (ledger, _db) = fresh_ledger(Db::Sqlite).await;
+        // An unknown job whose attempt has a request id to look up.
+        let uncertain = unknown_job(&ledger, "uncertain", false).await;
+        let stop = CancellationToken::new();
+        let reaper = tokio::spawn(fenceline::worker::reaper::run(
+            ledger.clone(),
+            SlowRetrieval,
+            Duration::from_millis(100),
+            Duration::from_secs(600),
+            stop.clone(),
+        ));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // An owner that vanishes while the retrieval hangs: its lease runs out.
+        let vanished = create(&ledger, new_job("acme", "vanished", serde_json::json!(2))).await;
+        ledger
+            .claim(&vanished, "gone", Duration::from_millis(100))
+            .await
+            .unwrap();
+        let until = tokio::time::Instant::now() + Duration::from_secs(5);
+        while ledger.job(&vanished).await.unwrap().unwrap().state != JobState::RetryAuthorized {
+            assert!(
+                tokio::time::Instant::now() < until,
+                "lease recovery waited on a provider retrieval"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // And one retrieval round ends within its per-call bound, the job still open.
+        let round = tokio::time::timeout(
+            Duration::from_secs(3),
+            fenceline::worker::reaper::reconcile_once(
+                &ledger,
+                &SlowRetrieval,
+                &mut fenceline::worker::reaper::RetrievalCursor::default(),
+                Duration::from_millis(300),
+            ),
+        )
+        .await
+        .expect("bounded")
+        .unwrap();
+        assert_eq!((round.asked, round.inconclusive), (1, 1));
+        assert_eq!(
+            ledger.job(&uncertain).await.unwrap().unwrap().state,
+            JobState::Unknown
+        );
+        stop.cancel();
+        tokio::time::timeout(Duration::from_secs(5), reaper)
+            .await
+            .expect("the reaper stops promptly")
+            .unwrap();
+    }
+
+    /// With no retrieval (the stub's, switched off), a lost response really leaves the job
+    /// `unknown`; the reaper says once on its timeline that it needs a decision.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn without_retrieval_a_lost_response_waits_for_a_decision_and_says_why_once() {
+        let rig = rig(
+            QueueKind::EmbeddedSqlite,
+            StubConfig {
+                latency: Duration::from_millis(50),
+                lost_response_rate: 1.0,
+                retrieval: false,
+                ..Default::default()
+            },
+            1,
+        )
+        .await;
+        let job_id = rig.submit("lost-for-good").await;
+        rig.wait_for(&job_id, LIMIT, |j| j.state == JobState::Unknown)
+            .await;
+        wait_for_event(&rig.ledger, &job_id, "retrieval_unsupported", LIMIT).await;
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        assert_eq!(
+            count_kind(&rig.ledger, &job_id, "retrieval_unsupported").await,
+            1,
+            "said once, not every round"
+        );
+        assert_eq!(rig.stub.calls_for(&job_id), 1);
+        assert_eq!(rig.ledger.attempts(&job_id).await.unwrap().len(), 1);
+        rig.stop().await;
+    }
 }
