@@ -177,6 +177,13 @@ pub struct RuntimeArgs {
     #[arg(long, env = "FENCELINE_REDISPATCH_AFTER_SECS", default_value_t = 900)]
     pub redispatch_after_secs: u64,
 
+    /// Days a terminal job's record (attempts, result, events) is kept before the retention
+    /// task prunes it; `0` keeps everything. Default: off on the embedded demo (SQLite with the
+    /// embedded queue), 30 days otherwise. Keep it longer than the queue's message retention
+    /// plus the dead-letter replay window, so a late copy still finds its terminal record.
+    #[arg(long, env = "FENCELINE_RETENTION_DAYS")]
+    pub retention_days: Option<u32>,
+
     /// `production` refuses fault injection; anything else allows it (chaos tests, drills).
     #[arg(long, env = "FENCELINE_ENVIRONMENT", default_value = "development")]
     pub environment: String,

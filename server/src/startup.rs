@@ -240,7 +240,7 @@ pub mod runtime {
     use crate::queue::faults::{FaultPlan, FaultyQueue};
     use crate::queue::sqs::SqsQueue;
     use crate::queue::{AnyQueue, Queue, QueueError};
-    use crate::worker::{dispatcher, reaper, Timings, Worker, WorkerConfig};
+    use crate::worker::{dispatcher, reaper, retention, Timings, Worker, WorkerConfig};
 
     #[derive(Debug, thiserror::Error)]
     pub enum RuntimeError {
@@ -364,7 +364,46 @@ pub mod runtime {
         supervisor.spawn(
             "reaper",
             false,
-            reaper::run(ledger.clone(), provider, interval, quiet, stages.back),
+            reaper::run(
+                ledger.clone(),
+                provider,
+                interval,
+                quiet,
+                stages.back.clone(),
+            ),
         );
+        match retention(args, ledger.backend()) {
+            Some(keep) => {
+                tracing::info!(
+                    days = keep.as_secs() / 86_400,
+                    "retention: terminal records are pruned after their keep period"
+                );
+                supervisor.spawn(
+                    "retention",
+                    false,
+                    retention::run(ledger.clone(), keep, Duration::from_secs(3600), stages.back),
+                );
+            }
+            None => tracing::info!(
+                "retention is off: nothing is pruned (FENCELINE_RETENTION_DAYS to change)"
+            ),
+        }
+    }
+
+    /// How long terminal records are kept, if they are pruned at all: as configured, else off
+    /// on the embedded demo (SQLite with the embedded queue) and 30 days elsewhere.
+    pub fn retention(args: &RuntimeArgs, backend: crate::ledger::Backend) -> Option<Duration> {
+        let days = args.retention_days.unwrap_or(match (backend, args.queue) {
+            (crate::ledger::Backend::Sqlite, QueueArg::Embedded) => 0,
+            _ => 30,
+        });
+        if days > 0 && days < 15 {
+            tracing::warn!(
+                days,
+                "retention is shorter than SQS's longest message retention (14 days) plus a \
+                 replay window: a late copy of a pruned job's message is refused as unknown"
+            );
+        }
+        (days > 0).then(|| Duration::from_secs(u64::from(days) * 86_400))
     }
 }

@@ -161,6 +161,33 @@ fn event_row(created_at: i64, e: &Event) -> EventRow {
 }
 
 impl LedgerConsole {
+    /// What the retention policy keeps, from the latest recorded run (a run is recorded by
+    /// whichever process prunes, so this is true across processes).
+    async fn retention_note(&self) -> Result<String, LedgerError> {
+        let Some(run) = self.ledger.last_retention_run().await? else {
+            return Ok(
+                "Jobs, attempts, results and events are kept indefinitely: retention is \
+                       off (FENCELINE_RETENTION_DAYS prunes terminal records after that many \
+                       days)."
+                    .into(),
+            );
+        };
+        let now = self.ledger.now_us().await?;
+        let days = run.keep.as_secs_f64() / 86_400.0;
+        let p = &run.pruned;
+        Ok(format!(
+            "Terminal jobs, with their attempts, results and events, are kept for {days:.0} \
+             days, then pruned; live jobs are never pruned. The last retention run, {}, \
+             removed {} jobs, {} sent outbox rows, {} queue messages and {} refused-message \
+             records.",
+            ago(now, run.ran_at),
+            p.jobs,
+            p.outbox,
+            p.queue_messages,
+            p.rejected_messages
+        ))
+    }
+
     async fn build_overview(&self, window: Window) -> Result<Overview, LedgerError> {
         // Exact up to 10,000 per state (fast at any size), like the jobs list.
         let counts: Vec<(JobState, i64)> = self
@@ -372,10 +399,13 @@ impl LedgerConsole {
         });
         Ok(Overview {
             window,
-            counts: counts.into_iter().map(|(s, n)| (s.as_str().to_owned(), n)).collect(),
+            counts: counts
+                .into_iter()
+                .map(|(s, n)| (s.as_str().to_owned(), n))
+                .collect(),
             in_flight,
             charts,
-            retention: "Jobs, attempts, results and events are kept indefinitely: no retention job is configured.".into(),
+            retention: self.retention_note().await?,
             queue: self.queue.description.clone(),
         })
     }

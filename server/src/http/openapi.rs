@@ -232,8 +232,10 @@ mod tests {
             .keys()
             .map(String::as_str)
             .collect();
-        let allowed: std::collections::BTreeSet<&str> =
-            crate::provider::policy::ALLOWED_PARAMETERS.iter().copied().collect();
+        let allowed: std::collections::BTreeSet<&str> = crate::provider::policy::ALLOWED_PARAMETERS
+            .iter()
+            .copied()
+            .collect();
         assert_eq!(documented, allowed);
     }
 }

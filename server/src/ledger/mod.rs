@@ -16,6 +16,7 @@ mod error;
 mod model;
 mod ops;
 mod read;
+mod retention;
 mod tokens;
 mod views;
 pub use tokens::{valid_tenant, TokenInfo};
@@ -31,6 +32,7 @@ pub use model::{
     NewJob, Recovered, Renewal, ReplayPolicy,
 };
 pub use ops::{OutboxItem, RejectedMessage, UnknownForRetrieval};
+pub use retention::{Pruned, RetentionRun};
 
 use sqlx::AnyPool;
 

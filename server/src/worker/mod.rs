@@ -4,7 +4,8 @@
 //! ledger ([`delivery`]), keeps visibility and leases renewed separately ([`heartbeat`]), and
 //! deletes only after a durable outcome; the dispatcher sends outbox rows to the queue; the
 //! reaper recovers expired leases, expires passed deadlines, reconciles `unknown` jobs through
-//! provider retrieval and re-dispatches workable jobs whose message went missing. Each loop is
+//! provider retrieval and re-dispatches workable jobs whose message went missing; the retention
+//! task prunes terminal records past their keep period. Each loop is
 //! a thin wrapper around a testable step, and every one is safe to run in several processes.
 //! Must not log receipt handles, inputs or answers.
 
@@ -14,6 +15,7 @@ pub mod dlq;
 mod heartbeat;
 pub mod message;
 pub mod reaper;
+pub mod retention;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -38,6 +38,7 @@ on_both_backends!(
     the_database_refuses_illegal_states_even_from_raw_sql,
     jobs_and_timelines_page_by_keyset,
     a_worker_claims_and_starts_in_one_step_with_its_delivery_on_the_timeline,
+    terminal_records_older_than_the_cutoff_are_pruned_and_live_jobs_never_are,
 );
 
 async fn a_worker_claims_and_starts_in_one_step_with_its_delivery_on_the_timeline(db: Db) {
@@ -897,4 +898,68 @@ async fn jobs_and_timelines_page_by_keyset(db: Db) {
         total += page.len();
     }
     assert_eq!(total, 14);
+}
+
+/// Runs a job to `succeeded` and returns its id.
+async fn succeeded_job(ledger: &fenceline::ledger::Ledger, key: &str) -> String {
+    let job_id = create(ledger, new_job("acme", key, json!(key))).await;
+    let (claimed, attempt) = ledger
+        .claim_and_start(&job_id, "w", LONG, None, "stub")
+        .await
+        .unwrap();
+    ledger
+        .accept_result(&job_id, claimed.epoch, attempt.attempt_no, "w", "answer")
+        .await
+        .unwrap();
+    job_id
+}
+
+async fn terminal_records_older_than_the_cutoff_are_pruned_and_live_jobs_never_are(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let old = succeeded_job(&ledger, "old").await;
+    // Live jobs created before the cutoff: ready, and unknown.
+    let ready = create(&ledger, new_job("acme", "ready", json!(1))).await;
+    let unknown = create(&ledger, new_job("acme", "unknown", json!(2))).await;
+    let (claimed, _) = ledger
+        .claim_and_start(&unknown, "w", LONG, None, "stub")
+        .await
+        .unwrap();
+    ledger
+        .release(&unknown, claimed.epoch, "w", "test")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let young = succeeded_job(&ledger, "young").await;
+    let cutoff = ledger
+        .job(&young)
+        .await
+        .unwrap()
+        .unwrap()
+        .terminal_at
+        .unwrap();
+
+    let pruned = ledger.prune_before(cutoff).await.unwrap();
+    assert_eq!(pruned.jobs, 1, "only the old terminal job");
+    assert!(ledger.job(&old).await.unwrap().is_none());
+    assert!(ledger.events(&old, 0, 10).await.unwrap().is_empty());
+    assert!(ledger.attempts(&old).await.unwrap().is_empty());
+    for live in [&ready, &unknown, &young] {
+        assert!(ledger.job(live).await.unwrap().is_some(), "{live} is kept");
+        assert!(!ledger.events(live, 0, 10).await.unwrap().is_empty());
+    }
+    assert_eq!(
+        ledger.job(&young).await.unwrap().unwrap().state,
+        JobState::Succeeded
+    );
+
+    // A policy run is recorded, and nothing younger than its keep period goes.
+    let again = ledger.prune(Duration::from_secs(3600)).await.unwrap();
+    assert_eq!(again.jobs, 0);
+    let run = ledger
+        .last_retention_run()
+        .await
+        .unwrap()
+        .expect("recorded");
+    assert_eq!(run.keep, Duration::from_secs(3600));
+    assert_eq!(run.pruned, again);
 }

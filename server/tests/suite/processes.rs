@@ -553,3 +553,41 @@ async fn boolean_settings_from_the_environment_accept_one_and_yes() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overview_says_how_long_records_are_kept() {
+    let demo = crate::helpers::fresh_db(Db::Sqlite).await;
+    let (_demo, base) = crate::helpers::spawn_serve(&demo.url, &[]).await;
+    let page = reqwest::get(format!("{base}/"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("retention is off"),
+        "the embedded demo keeps everything"
+    );
+
+    let pruned = crate::helpers::fresh_db(Db::Sqlite).await;
+    let (_pruned, base) =
+        crate::helpers::spawn_serve(&pruned.url, &["--retention-days", "30"]).await;
+    let until = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let page = reqwest::get(format!("{base}/"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if page.contains("kept for 30 days") {
+            assert!(page.contains("The last retention run"), "{page}");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "no retention run shown"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,18 @@
+-- Retention: every pruning run is recorded (never silent), so the console can say what is kept
+-- and what was removed. Kept in lockstep with ../postgres/0004_retention.sql.
+
+CREATE TABLE retention_runs (
+    id                INTEGER PRIMARY KEY AUTOINCREMENT,
+    ran_at            INTEGER NOT NULL,
+    -- How long terminal records are kept (microseconds), and the terminal time pruned before.
+    keep_us           INTEGER NOT NULL,
+    cutoff            INTEGER NOT NULL,
+    jobs              INTEGER NOT NULL,
+    outbox            INTEGER NOT NULL,
+    queue_messages    INTEGER NOT NULL,
+    rejected_messages INTEGER NOT NULL
+);
+
+-- The outbox's sent rows, by age, for pruning.
+CREATE INDEX outbox_dispatched_at ON outbox (dispatched_at) WHERE dispatched_at IS NOT NULL;
+CREATE INDEX queue_messages_sent_at ON queue_messages (sent_at);
