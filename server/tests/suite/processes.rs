@@ -554,16 +554,16 @@ async fn boolean_settings_from_the_environment_accept_one_and_yes() {
     }
 }
 
+async fn overview(base: &str) -> String {
+    let response = reqwest::get(format!("{base}/")).await.unwrap();
+    response.text().await.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_overview_says_how_long_records_are_kept() {
     let demo = crate::helpers::fresh_db(Db::Sqlite).await;
     let (_demo, base) = crate::helpers::spawn_serve(&demo.url, &[]).await;
-    let page = reqwest::get(format!("{base}/"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let page = overview(&base).await;
     assert!(
         page.contains("retention is off"),
         "the embedded demo keeps everything"
@@ -574,12 +574,7 @@ async fn the_overview_says_how_long_records_are_kept() {
         crate::helpers::spawn_serve(&pruned.url, &["--retention-days", "30"]).await;
     let until = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let page = reqwest::get(format!("{base}/"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let page = overview(&base).await;
         if page.contains("kept for 30 days") {
             assert!(page.contains("The last retention run"), "{page}");
             break;
