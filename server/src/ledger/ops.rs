@@ -49,7 +49,8 @@ pub struct RejectedMessage<'a> {
 }
 
 impl Ledger {
-    /// The owner hands its job back while its lease is valid (epoch + 1, fencing itself out):
+    /// The owner hands its job back while its lease is valid and before the deadline (epoch + 1,
+    /// fencing itself out; past the deadline the job can only expire):
     /// with an attempt in flight the job becomes `unknown` (the call may have reached the
     /// provider), without one `retry_authorized` and re-dispatched through the outbox.
     pub async fn release(
@@ -67,7 +68,7 @@ impl Ledger {
              pending_attempt = NULL, recovery_reason = $3, updated_at = {now}, \
              next_event_seq = next_event_seq + 1 \
              WHERE job_id = $1 AND owner_epoch = $2 AND state = 'running' \
-             AND owner_until > {now} \
+             AND owner_until > {now} AND deadline_at > {now} \
              RETURNING state, owner_epoch, next_event_seq - 1 AS seq, updated_at, deadline_at",
         );
         let row = sqlx::query(&sql)

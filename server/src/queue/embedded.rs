@@ -16,8 +16,8 @@ use sqlx::Row;
 use tokio::sync::Notify;
 
 use super::{
-    check_batch, BatchResult, Delivery, Depth, Queue, QueueError, ReceiptHandle, MAX_BATCH,
-    MAX_VISIBILITY, MAX_WAIT, VISIBILITY_CAP,
+    check_batch, BatchResult, Deleted, Delivery, Depth, Queue, QueueError, ReceiptHandle,
+    MAX_BATCH, MAX_VISIBILITY, MAX_WAIT, VISIBILITY_CAP,
 };
 use crate::ledger::Ledger;
 
@@ -309,17 +309,25 @@ impl EmbeddedQueue {
         &self,
         conn: &mut sqlx::AnyConnection,
         receipt: &ReceiptHandle,
-    ) -> Result<(), QueueError> {
+    ) -> Result<Deleted, QueueError> {
         let (id, secret) = parse_handle(receipt)?;
         // An outdated handle matches nothing and still succeeds: SQS's documented ambiguity.
-        sqlx::query("DELETE FROM queue_messages WHERE id = $1 AND queue = $2 AND handle_hash = $3")
-            .bind(id)
-            .bind(&*self.name)
-            .bind(secret_hash(secret))
-            .execute(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-        Ok(())
+        // Unlike SQS, this queue can say so to whoever asks (`delete_known`).
+        let deleted = sqlx::query(
+            "DELETE FROM queue_messages WHERE id = $1 AND queue = $2 AND handle_hash = $3",
+        )
+        .bind(id)
+        .bind(&*self.name)
+        .bind(secret_hash(secret))
+        .execute(&mut *conn)
+        .await
+        .map_err(unavailable)?
+        .rows_affected();
+        Ok(if deleted == 0 {
+            Deleted::NothingDeleted
+        } else {
+            Deleted::Reported
+        })
     }
 }
 
@@ -406,6 +414,10 @@ impl Queue for EmbeddedQueue {
     }
 
     async fn delete(&self, receipt: &ReceiptHandle) -> Result<(), QueueError> {
+        self.delete_known(receipt).await.map(|_| ())
+    }
+
+    async fn delete_known(&self, receipt: &ReceiptHandle) -> Result<Deleted, QueueError> {
         let mut conn = self
             .ledger
             .write_pool()
@@ -420,7 +432,7 @@ impl Queue for EmbeddedQueue {
         let mut tx = self.ledger.begin_write().await.map_err(unavailable)?;
         let mut results = Vec::with_capacity(receipts.len());
         for receipt in receipts {
-            results.push(self.delete_one(&mut tx, receipt).await);
+            results.push(self.delete_one(&mut tx, receipt).await.map(|_| ()));
         }
         tx.commit().await.map_err(unavailable)?;
         Ok(results)

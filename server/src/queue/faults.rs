@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use super::{BatchResult, Delivery, Depth, Queue, QueueError, ReceiptHandle};
+use super::{BatchResult, Deleted, Delivery, Depth, Queue, QueueError, ReceiptHandle};
 
 /// Fractions in `0.0..=1.0` of the calls that fail.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -176,6 +176,13 @@ impl<Q: Queue> Queue for FaultyQueue<Q> {
             return Err(QueueError::Timeout);
         }
         self.inner.delete(receipt).await
+    }
+
+    async fn delete_known(&self, receipt: &ReceiptHandle) -> Result<Deleted, QueueError> {
+        if self.fires(&receipt.fingerprint(), self.plan().delete_timeout, 0) {
+            return Err(QueueError::Timeout);
+        }
+        self.inner.delete_known(receipt).await
     }
 
     async fn delete_batch(&self, receipts: &[ReceiptHandle]) -> Result<BatchResult, QueueError> {

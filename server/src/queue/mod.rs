@@ -130,6 +130,16 @@ impl QueueError {
     }
 }
 
+/// What a successful delete is known to have done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    /// The queue reported success (on SQS that is all anyone can know).
+    Reported,
+    /// The queue knows the handle was outdated and the message remains; a later delivery
+    /// resolves it.
+    NothingDeleted,
+}
+
 /// The outcome of each entry of a batch request, in request order.
 pub type BatchResult = Vec<Result<(), QueueError>>;
 
@@ -179,6 +189,17 @@ pub trait Queue: Clone + Send + Sync + 'static {
         &self,
         receipt: &ReceiptHandle,
     ) -> impl Future<Output = Result<(), QueueError>> + Send;
+
+    /// Deletes the delivery and says what is known of the effect. SQS cannot tell (it reports
+    /// success for an outdated handle too), so by default a success is [`Deleted::Reported`];
+    /// the embedded queue knows when nothing was deleted.
+    fn delete_known(
+        &self,
+        receipt: &ReceiptHandle,
+    ) -> impl Future<Output = Result<Deleted, QueueError>> + Send {
+        let delete = self.delete(receipt);
+        async move { delete.await.map(|()| Deleted::Reported) }
+    }
 
     /// Up to [`MAX_BATCH`] deletes.
     fn delete_batch(
@@ -251,6 +272,10 @@ impl Queue for AnyQueue {
 
     async fn delete(&self, receipt: &ReceiptHandle) -> Result<(), QueueError> {
         dispatch!(self, q => q.delete(receipt).await)
+    }
+
+    async fn delete_known(&self, receipt: &ReceiptHandle) -> Result<Deleted, QueueError> {
+        dispatch!(self, q => q.delete_known(receipt).await)
     }
 
     async fn delete_batch(&self, receipts: &[ReceiptHandle]) -> Result<BatchResult, QueueError> {

@@ -16,7 +16,7 @@ use crate::ledger::{
     ReplayPolicy,
 };
 use crate::provider::{Progress, Provider, ProviderOutcome, ProviderRequest, Retrieval};
-use crate::queue::{Delivery, Queue, MAX_VISIBILITY, VISIBILITY_CAP};
+use crate::queue::{Deleted, Delivery, Queue, MAX_VISIBILITY, VISIBILITY_CAP};
 
 /// What became of one delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,11 +83,19 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         epoch: Option<i64>,
         reason: &str,
     ) {
-        let result = self.queue.delete(&delivery.receipt).await;
-        crate::metrics::METRICS.delete(result.is_ok());
+        let result = self.queue.delete_known(&delivery.receipt).await;
+        crate::metrics::METRICS.delete(matches!(result, Ok(Deleted::Reported)));
         let event = match &result {
-            Ok(()) => NewEvent::new(EventKind::MessageDeleted, &self.actor())
+            Ok(Deleted::Reported) => NewEvent::new(EventKind::MessageDeleted, &self.actor())
                 .detail(json!({ "reason": reason })),
+            // The queue knows this handle was outdated: the message remains, and its next
+            // delivery finds what the ledger holds.
+            Ok(Deleted::NothingDeleted) => NewEvent::new(EventKind::DeleteFailed, &self.actor())
+                .detail(json!({
+                    "reason": reason,
+                    "error": "stale_receipt_handle",
+                    "uncertain": false,
+                })),
             Err(error) => NewEvent::new(EventKind::DeleteFailed, &self.actor()).detail(json!({
                 "reason": reason,
                 "error": error.code(),
@@ -629,6 +637,16 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                     return Outcome::HandedToLedger(JobState::RetryAuthorized);
                 }
                 Outcome::HandedToLedger(released.state)
+            }
+            Err(LedgerError::Refused {
+                refusal: Refusal::DeadlinePassed,
+                ..
+            }) => {
+                if let Ok(true) = self.ledger.expire_if_due(job_id, &self.actor()).await {
+                    self.delete(job_id, delivery, dref, Some(epoch), "expired")
+                        .await;
+                }
+                Outcome::Stopped("deadline_reached".into())
             }
             Err(LedgerError::Refused { refusal, .. }) => Outcome::Fenced(refusal.code()),
             Err(_) => Outcome::LedgerUnavailable,

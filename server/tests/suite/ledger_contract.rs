@@ -39,6 +39,7 @@ on_both_backends!(
     jobs_and_timelines_page_by_keyset,
     a_worker_claims_and_starts_in_one_step_with_its_delivery_on_the_timeline,
     terminal_records_older_than_the_cutoff_are_pruned_and_live_jobs_never_are,
+    a_release_after_the_deadline_is_refused_and_the_job_expires,
 );
 
 async fn a_worker_claims_and_starts_in_one_step_with_its_delivery_on_the_timeline(db: Db) {
@@ -962,4 +963,29 @@ async fn terminal_records_older_than_the_cutoff_are_pruned_and_live_jobs_never_a
         .expect("recorded");
     assert_eq!(run.keep, Duration::from_secs(3600));
     assert_eq!(run.pruned, again);
+}
+
+async fn a_release_after_the_deadline_is_refused_and_the_job_expires(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let mut job = new_job("acme", "late", json!(1));
+    job.deadline = Duration::from_millis(400);
+    let job_id = create(&ledger, job).await;
+    let (claimed, _) = ledger
+        .claim_and_start(&job_id, "w", LONG, None, "stub")
+        .await
+        .unwrap();
+    // A lease that reaches past the deadline (no write makes one today; the guard must not
+    // depend on that).
+    sqlx::query("UPDATE jobs SET owner_until = owner_until + 60000000 WHERE job_id = $1")
+        .bind(&job_id)
+        .execute(ledger.write_pool())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let refused = refusal(ledger.release(&job_id, claimed.epoch, "w", "shutdown").await);
+    assert_eq!(refused, Refusal::DeadlinePassed);
+    assert!(ledger.expire_if_due(&job_id, &Actor::System).await.unwrap());
+    let job = ledger.job(&job_id).await.unwrap().unwrap();
+    assert_eq!(job.state, JobState::Expired);
+    assert_eq!(ledger.outbox_pending().await.unwrap(), 1, "only the creation's row");
 }

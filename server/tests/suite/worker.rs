@@ -820,6 +820,50 @@ mod hardening {
         heartbeat.await.unwrap();
     }
 
+    /// An owner whose delivery was overtaken (visibility lapsed, the message received again
+    /// with a new handle) deletes with its outdated handle: the embedded queue knows nothing
+    /// was deleted, and the timeline must say so instead of `message_deleted`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_delete_with_an_outdated_handle_is_recorded_as_not_deleted() {
+        let (ledger, _db) = fresh_ledger(Db::Sqlite).await;
+        let queue = EmbeddedQueue::new(ledger.clone(), "jobs", 5);
+        let provider = Scripted::new(vec![Duration::from_millis(50)]);
+        let worker = compressed_worker(&ledger, &queue, &provider, "A");
+        let job_id = create(&ledger, new_job("acme", "overtaken", serde_json::json!(1))).await;
+        queue
+            .send(&JobMessage::body(&job_id, "acme"), Duration::ZERO)
+            .await
+            .unwrap();
+        let first = queue
+            .receive(1, Duration::from_millis(200), Duration::from_secs(2))
+            .await
+            .unwrap()
+            .remove(0);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let second = queue
+            .receive(1, Duration::from_secs(60), Duration::from_secs(2))
+            .await
+            .unwrap()
+            .remove(0);
+        assert_eq!(worker.handle_delivery(first).await, Outcome::Succeeded);
+        let events = ledger.events(&job_id, 0, 100).await.unwrap();
+        assert!(
+            !events.iter().any(|e| e.kind == "message_deleted"),
+            "nothing was deleted: {:?}",
+            kinds(&ledger, &job_id).await
+        );
+        let failed = events
+            .iter()
+            .find(|e| e.kind == "delete_failed")
+            .expect("the delete is on the timeline as not done");
+        assert_eq!(failed.detail["error"], "stale_receipt_handle");
+        // The newer delivery finds the job terminal, acknowledges it and really deletes.
+        assert_eq!(worker.handle_delivery(second).await, Outcome::AckedTerminal);
+        wait_for_event(&ledger, &job_id, "message_deleted", LIMIT).await;
+        let depth = queue.depth().await.unwrap();
+        assert_eq!(depth.visible + depth.in_flight, 0, "{depth:?}");
+    }
+
     /// A healthy long call with a duplicate copy: the copy is deferred for as long as the
     /// ledger makes safe, so it neither burns its receives into the dead-letter queue nor
     /// comes back while the owner works.
