@@ -26,6 +26,17 @@ pub struct OutboxItem {
     pub reason: String,
 }
 
+/// A message the embedded queue moved to its dead-letter queue.
+#[derive(Debug, Clone)]
+pub struct DeadLetterMove {
+    pub id: i64,
+    pub message_id: String,
+    pub body: String,
+    pub receive_count: i64,
+    pub from_queue: Option<String>,
+    pub at: i64,
+}
+
 /// An `unknown` job as provider retrieval sees it.
 #[derive(Debug, Clone)]
 pub struct UnknownForRetrieval {
@@ -474,6 +485,57 @@ impl Ledger {
                 })
             })
             .collect()
+    }
+
+    /// Messages the embedded queue moved to a dead-letter queue whose move is not yet on
+    /// their job's timeline, oldest first.
+    pub async fn dead_letters_to_note(
+        &self,
+        limit: u32,
+    ) -> Result<Vec<DeadLetterMove>, LedgerError> {
+        let rows = sqlx::query(
+            "SELECT id, message_id, body, COALESCE(dead_receive_count, receive_count) AS receive_count, \
+             dead_from, dead_at FROM queue_messages \
+             WHERE dead_at IS NOT NULL AND timeline_noted_at IS NULL ORDER BY dead_at LIMIT $1",
+        )
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(DeadLetterMove {
+                    id: row.try_get("id")?,
+                    message_id: row.try_get("message_id")?,
+                    body: row.try_get("body")?,
+                    receive_count: row.try_get("receive_count")?,
+                    from_queue: row.try_get("dead_from")?,
+                    at: row.try_get("dead_at")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Marks dead-letter moves as noted on their timelines.
+    pub async fn mark_dead_letters_noted(&self, ids: &[i64]) -> Result<(), LedgerError> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let mut placeholders = String::new();
+        for i in 0..ids.len() {
+            if i > 0 {
+                placeholders.push_str(", ");
+            }
+            placeholders.push_str(&format!("${}", i + 1));
+        }
+        let sql = self.sql(&format!(
+            "UPDATE queue_messages SET timeline_noted_at = {{now}} WHERE id IN ({placeholders})"
+        ));
+        let mut query = sqlx::query(&sql);
+        for id in ids {
+            query = query.bind(*id);
+        }
+        query.execute(&self.writer).await?;
+        Ok(())
     }
 
     /// `unknown` jobs, oldest first, with their last attempt's provider request id.

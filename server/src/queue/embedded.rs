@@ -170,7 +170,8 @@ impl EmbeddedQueue {
             .map_err(unavailable)?;
         let redrive = self.ledger.sql(
             "UPDATE queue_messages SET queue = $2, dead_from = queue, dead_at = {now}, \
-             receive_count = 0, first_receive_at = NULL, handle_hash = NULL, visible_at = {now} \
+             dead_receive_count = receive_count, receive_count = 0, first_receive_at = NULL, \
+             handle_hash = NULL, visible_at = {now} \
              WHERE id = $1",
         );
         let mut taken_ids = Vec::with_capacity(rows.len());

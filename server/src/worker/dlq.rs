@@ -64,24 +64,32 @@ pub async fn replay_inspected<Q: Queue>(
                 replay.not_job_messages += 1;
                 continue;
             };
-            match job.state {
+            // Each inspected letter's fate goes on its job's timeline, with who replayed.
+            let action = match job.state {
                 state if state.is_terminal() => {
                     dlq.delete(&dead.receipt).await?;
                     replay.dropped_terminal += 1;
+                    "dropped_terminal"
                 }
-                JobState::Unknown => replay.awaiting_decision += 1,
+                JobState::Unknown => {
+                    replay.awaiting_decision += 1;
+                    "kept_awaiting_decision"
+                }
                 _ => {
                     ledger.redispatch(&job.job_id, "dlq_replay").await?;
-                    let event = NewEvent::new(EventKind::Replayed, actor).detail(json!({
-                        "from": "dead_letter_queue",
-                        "message_id": dead.message_id,
-                        "state": job.state.as_str(),
-                    }));
-                    ledger.record_event(&job.job_id, &event).await?;
                     dlq.delete(&dead.receipt).await?;
                     replay.redispatched += 1;
+                    "redispatched"
                 }
-            }
+            };
+            let event = NewEvent::new(EventKind::Replayed, actor).detail(json!({
+                "from": "dead_letter_queue",
+                "action": action,
+                "message_id": dead.message_id,
+                "receive_count": dead.receive_count,
+                "state": job.state.as_str(),
+            }));
+            ledger.record_event(&job.job_id, &event).await?;
         }
     }
     Ok(replay)

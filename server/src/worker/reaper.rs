@@ -32,6 +32,32 @@ pub struct Round {
     /// Pre-approved replay policies applied.
     pub replayed: usize,
     pub redispatched: usize,
+    /// Moves to a dead-letter queue put on their job's timeline (embedded queue).
+    pub dead_letters_noted: usize,
+}
+
+/// Puts the embedded queue's moves to its dead-letter queue on each job's timeline
+/// (`moved_to_dlq`): operators alarm on dead letters and must find why on the job. SQS moves
+/// letters out of sight; there the inspected replay records what it finds.
+async fn note_dead_letters(ledger: &Ledger) -> Result<usize, LedgerError> {
+    let moves = ledger.dead_letters_to_note(PAGE).await?;
+    let events: Vec<(String, NewEvent)> = moves
+        .iter()
+        .filter_map(|m| {
+            let job = super::message::parse(&m.body).ok()?;
+            let event = NewEvent::new(EventKind::MovedToDlq, &Actor::System).detail(json!({
+                "reason": "max_receive_count",
+                "message_id": m.message_id,
+                "receive_count": m.receive_count,
+                "from": m.from_queue,
+            }));
+            Some((job.job_id, event))
+        })
+        .collect();
+    ledger.record_events(&events).await?;
+    let ids: Vec<i64> = moves.iter().map(|m| m.id).collect();
+    ledger.mark_dead_letters_noted(&ids).await?;
+    Ok(events.len())
 }
 
 pub async fn reap_once(ledger: &Ledger, quiet: Duration) -> Result<Round, LedgerError> {
@@ -65,6 +91,7 @@ pub async fn reap_once(ledger: &Ledger, quiet: Duration) -> Result<Round, Ledger
             round.replayed += 1;
         }
     }
+    round.dead_letters_noted = note_dead_letters(ledger).await?;
     for job_id in ledger.quiet_workable(PAGE, quiet).await? {
         if let Some(job) = ledger.job(&job_id).await? {
             if matches!(job.state, JobState::Ready | JobState::RetryAuthorized) {

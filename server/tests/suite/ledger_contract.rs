@@ -982,10 +982,18 @@ async fn a_release_after_the_deadline_is_refused_and_the_job_expires(db: Db) {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let refused = refusal(ledger.release(&job_id, claimed.epoch, "w", "shutdown").await);
+    let refused = refusal(
+        ledger
+            .release(&job_id, claimed.epoch, "w", "shutdown")
+            .await,
+    );
     assert_eq!(refused, Refusal::DeadlinePassed);
     assert!(ledger.expire_if_due(&job_id, &Actor::System).await.unwrap());
     let job = ledger.job(&job_id).await.unwrap().unwrap();
     assert_eq!(job.state, JobState::Expired);
-    assert_eq!(ledger.outbox_pending().await.unwrap(), 1, "only the creation's row");
+    assert_eq!(
+        ledger.outbox_pending().await.unwrap(),
+        1,
+        "only the creation's row"
+    );
 }

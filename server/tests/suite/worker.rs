@@ -556,7 +556,21 @@ async fn a_dead_letter_replay_inspects_the_ledger_first(kind: QueueKind) {
         .accept_result(&finished, claimed.epoch, attempt.attempt_no, "w", "{}")
         .await
         .unwrap();
-    for id in [&workable, &finished] {
+    let uncertain =
+        crate::helpers::create(&ledger, new_job("acme", "uncertain", serde_json::json!(3))).await;
+    let claimed = ledger
+        .claim(&uncertain, "w", Duration::from_secs(30))
+        .await
+        .unwrap();
+    ledger
+        .start_attempt(&uncertain, claimed.epoch, "w", "stub")
+        .await
+        .unwrap();
+    ledger
+        .release(&uncertain, claimed.epoch, "w", "test")
+        .await
+        .unwrap();
+    for id in [&workable, &finished, &uncertain] {
         t.queue
             .send(&JobMessage::body(id, "acme"), Duration::ZERO)
             .await
@@ -570,17 +584,48 @@ async fn a_dead_letter_replay_inspects_the_ledger_first(kind: QueueKind) {
             .await
             .unwrap();
     }
+    if kind != QueueKind::Sqs {
+        // The embedded queue's move to the dead-letter queue is observable: the reaper puts it
+        // on each job's timeline (SQS moves letters out of sight).
+        fenceline::worker::reaper::reap_once(&ledger, Duration::from_secs(600))
+            .await
+            .unwrap();
+        for id in [&workable, &finished, &uncertain] {
+            let moved = ledger
+                .events(id, 0, 100)
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|e| e.kind == "moved_to_dlq")
+                .collect::<Vec<_>>();
+            assert_eq!(moved.len(), 1, "{id}: {:?}", kinds(&ledger, id).await);
+            assert!(moved[0].detail["receive_count"].as_i64().unwrap() >= 2);
+        }
+    }
     let outbox_before = ledger.outbox_pending().await.unwrap();
     let replay = replay_inspected(&ledger, &t.queue, &Actor::Operator("ana".into()), 10)
         .await
         .unwrap();
     assert_eq!(replay.redispatched, 1, "{replay:?}");
     assert_eq!(replay.dropped_terminal, 1, "{replay:?}");
+    assert_eq!(replay.awaiting_decision, 1, "{replay:?}");
     assert_eq!(ledger.outbox_pending().await.unwrap(), outbox_before + 1);
-    assert!(kinds(&ledger, &workable)
-        .await
-        .iter()
-        .any(|k| k == "replayed"));
+    // Each inspected letter's fate is on its job's timeline, with who replayed.
+    for (id, action) in [
+        (&workable, "redispatched"),
+        (&finished, "dropped_terminal"),
+        (&uncertain, "kept_awaiting_decision"),
+    ] {
+        let replayed = ledger
+            .events(id, 0, 100)
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|e| e.kind == "replayed")
+            .unwrap_or_else(|| panic!("{id} has no replayed event"));
+        assert_eq!(replayed.detail["action"], action);
+        assert_eq!(replayed.actor, "operator:ana");
+    }
     let job = ledger.job(&workable).await.unwrap().unwrap();
     assert_eq!(
         (job.state, job.attempt_count, job.max_attempts),
