@@ -18,7 +18,8 @@ pub trait Console: Send + Sync + 'static {
     fn jobs(&self, query: JobsQuery) -> Pending<'_, JobsPage>;
     fn job(&self, job_id: String) -> Pending<'_, Option<JobDetail>>;
     fn timeline(&self, job_id: String, query: TimelineQuery) -> Pending<'_, Timeline>;
-    fn unknown(&self) -> Pending<'_, Vec<UnknownRow>>;
+    /// The reconciliation queue, oldest first, a page after `after` (from a previous page).
+    fn unknown(&self, after: Option<String>) -> Pending<'_, UnknownPage>;
     fn dead_letters(&self) -> Pending<'_, DeadLetters>;
 }
 
@@ -220,6 +221,18 @@ pub struct Timeline {
     pub total: i64,
 }
 
+/// One page of the reconciliation queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnknownPage {
+    pub rows: Vec<UnknownRow>,
+    /// How many jobs are `unknown` (exact up to 10,000).
+    pub total: String,
+    /// `after` of the next page, when there is one.
+    pub next: Option<String>,
+    /// Whether this is the first page.
+    pub first: bool,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct UnknownRow {
     pub job_id: String,
@@ -231,6 +244,8 @@ pub struct UnknownRow {
     pub deadline_left: String,
     pub recovery_reason: Option<String>,
     pub replay_policy: String,
+    /// What provider retrieval can still do for it.
+    pub retrieval: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -1,14 +1,16 @@
 //! `/unknown`: the reconciliation queue — every job whose provider call may have happened
-//! with no confirmed outcome, with its evidence.
+//! with no confirmed outcome, with its evidence, oldest first, in keyset pages.
 
 use leptos::prelude::*;
 use leptos_meta::Title;
+use leptos_router::hooks::use_query_map;
 
 use super::console;
 use crate::components::{or_dash, ErrorBox};
 
 #[component]
 pub fn UnknownPage() -> impl IntoView {
+    let after = use_query_map().with_untracked(|m| m.get("after"));
     let console = console();
     view! {
         <Title text="Unknown · Fenceline"/>
@@ -20,12 +22,19 @@ pub fn UnknownPage() -> impl IntoView {
         </p>
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {Suspend::new(async move {
-                match console.unknown().await {
+                match console.unknown(after).await {
                     Err(message) => view! { <ErrorBox message/> }.into_any(),
-                    Ok(rows) if rows.is_empty() => view! {
+                    Ok(page) if page.rows.is_empty() && page.first => view! {
                         <p class="empty">"No job is waiting for a decision."</p>
                     }.into_any(),
-                    Ok(rows) => view! {
+                    Ok(page) => view! {
+                        <p>{format!("{} jobs wait, oldest first.", page.total)}</p>
+                        {page.rows.iter().any(|r| r.retrieval.starts_with("not possible")).then(|| view! {
+                            <p class="notice">
+                                "The provider offers no retrieval of earlier requests (or it is switched off): "
+                                "the jobs marked “not possible” can only be settled by a decision."
+                            </p>
+                        })}
                         <table>
                             <thead><tr>
                                 <th scope="col">"Job"</th>
@@ -34,12 +43,13 @@ pub fn UnknownPage() -> impl IntoView {
                                 <th scope="col">"Unknown since"</th>
                                 <th scope="col">"Last attempt"</th>
                                 <th scope="col">"Provider reference"</th>
+                                <th scope="col">"Retrieval"</th>
                                 <th scope="col">"Deadline left"</th>
                                 <th scope="col">"Why"</th>
                                 <th scope="col">"Replay policy"</th>
                             </tr></thead>
                             <tbody>
-                                {rows.into_iter().map(|r| view! {
+                                {page.rows.into_iter().map(|r| view! {
                                     <tr>
                                         <td><a class="mono" href=format!("/jobs/{}", r.job_id)>{r.job_id.clone()}</a></td>
                                         <td>{r.tenant}</td>
@@ -47,6 +57,7 @@ pub fn UnknownPage() -> impl IntoView {
                                         <td>{r.since}</td>
                                         <td>{or_dash(r.last_attempt)}</td>
                                         <td class="mono">{or_dash(r.provider_request_id)}</td>
+                                        <td>{r.retrieval}</td>
                                         <td>{r.deadline_left}</td>
                                         <td>{or_dash(r.recovery_reason)}</td>
                                         <td>{r.replay_policy}</td>
@@ -54,6 +65,12 @@ pub fn UnknownPage() -> impl IntoView {
                                 }).collect_view()}
                             </tbody>
                         </table>
+                        <nav class="pager" aria-label="Pages">
+                            {(!page.first).then(|| view! { <a href="/unknown">"← Oldest"</a> })}
+                            {page.next.map(|next| view! {
+                                <a rel="next" href=format!("/unknown?after={next}")>"Newer →"</a>
+                            })}
+                        </nav>
                     }.into_any(),
                 }
             })}

@@ -31,7 +31,7 @@ pub use model::{
     DecisionRecord, DeliveryRef, Event, Failure, FailureOutcome, Job, JobFilter, JobPage, NewEvent,
     NewJob, Recovered, Renewal, ReplayPolicy,
 };
-pub use ops::{DeadLetterMove, OutboxItem, RejectedMessage, UnknownForRetrieval};
+pub use ops::{DeadLetterMove, OutboxItem, RejectedMessage, UnknownForRetrieval, UnknownJob};
 pub use retention::{Pruned, RetentionRun};
 
 use sqlx::AnyPool;

@@ -37,6 +37,16 @@ pub struct DeadLetterMove {
     pub at: i64,
 }
 
+/// An `unknown` job as the reconciliation queue shows it.
+#[derive(Debug, Clone)]
+pub struct UnknownJob {
+    pub job: Job,
+    /// Fenceline's request id of the last attempt, when it had one.
+    pub last_request: Option<String>,
+    /// Provider retrieval cannot settle it (none offered, or switched off): it needs a decision.
+    pub retrieval_unsupported: bool,
+}
+
 /// An `unknown` job as provider retrieval sees it.
 #[derive(Debug, Clone)]
 pub struct UnknownForRetrieval {
@@ -538,26 +548,37 @@ impl Ledger {
         Ok(())
     }
 
-    /// `unknown` jobs, oldest first, with their last attempt's provider request id.
+    /// A page of `unknown` jobs after `cursor` (last change, then id: oldest first), each with
+    /// its last attempt's provider request id and whether provider retrieval was found unable
+    /// to settle it at its current epoch.
     pub async fn unknown_jobs(
         &self,
+        cursor: &(i64, String),
         limit: u32,
-    ) -> Result<Vec<(Job, Option<String>)>, LedgerError> {
+    ) -> Result<Vec<UnknownJob>, LedgerError> {
         let sql = format!(
             "SELECT {JOB_COLUMNS}, (SELECT a.provider_request_id FROM attempts a \
-             WHERE a.job_id = jobs.job_id ORDER BY a.attempt_no DESC LIMIT 1) AS last_request \
-             FROM jobs WHERE state = 'unknown' ORDER BY updated_at LIMIT $1"
+             WHERE a.job_id = jobs.job_id ORDER BY a.attempt_no DESC LIMIT 1) AS last_request, \
+             CASE WHEN EXISTS (SELECT 1 FROM events e WHERE e.job_id = jobs.job_id \
+                 AND e.kind = 'retrieval_unsupported' AND e.epoch = jobs.owner_epoch) \
+             THEN 1 ELSE 0 END AS retrieval_unsupported \
+             FROM jobs WHERE state = 'unknown' \
+             AND (updated_at > $1 OR (updated_at = $1 AND job_id > $2)) \
+             ORDER BY updated_at, job_id LIMIT $3"
         );
         let rows = sqlx::query(&sql)
+            .bind(cursor.0)
+            .bind(cursor.1.as_str())
             .bind(i64::from(limit))
             .fetch_all(&self.reader)
             .await?;
         rows.iter()
             .map(|row| {
-                Ok((
-                    super::read::job_from_row(row)?,
-                    row.try_get("last_request")?,
-                ))
+                Ok(UnknownJob {
+                    job: super::read::job_from_row(row)?,
+                    last_request: row.try_get("last_request")?,
+                    retrieval_unsupported: row.try_get::<i64, _>("retrieval_unsupported")? == 1,
+                })
             })
             .collect()
     }

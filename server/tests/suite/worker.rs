@@ -985,6 +985,50 @@ mod hardening {
         the_reaper_applies_replay_policies_to_new_unknown_jobs_while_500_older_ones_wait
     );
 
+    /// The reconciliation queue pages past its first hundred jobs, oldest first, and says
+    /// which jobs retrieval cannot settle.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn the_unknown_page_lists_every_job_in_pages_and_says_when_only_a_decision_helps() {
+        let app = crate::helpers::spawn_app(Db::Sqlite).await;
+        let mut ids = Vec::new();
+        for i in 0..101 {
+            ids.push(unknown_job(&app.ledger, &format!("u-{i}"), false).await);
+        }
+        // Retrieval is off: the reaper's retrieval marks each job once.
+        let no_retrieval = fenceline::provider::stub::StubProvider::default();
+        let mut cursor = fenceline::worker::reaper::RetrievalCursor::default();
+        for _ in 0..3 {
+            fenceline::worker::reaper::reconcile_once(
+                &app.ledger,
+                &no_retrieval,
+                &mut cursor,
+                Duration::from_secs(1),
+            )
+            .await
+            .unwrap();
+        }
+        let get = |path: String| {
+            let client = app.client.clone();
+            let url = format!("{}{path}", app.base);
+            async move { client.get(url).send().await.unwrap().text().await.unwrap() }
+        };
+        let first = get("/unknown".into()).await;
+        assert!(first.contains("101 jobs wait"), "{first}");
+        assert!(first.contains(&ids[0]) && first.contains(&ids[99]));
+        assert!(!first.contains(&ids[100]), "a page holds 100");
+        assert!(first.contains("not possible: needs a decision"));
+        assert!(first.contains("offers no retrieval"));
+        let next = first
+            .split("href=\"/unknown?after=")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .expect("a link to the next page")
+            .replace("&amp;", "&");
+        let second = get(format!("/unknown?after={next}")).await;
+        assert!(second.contains(&ids[100]), "the 101st job is on page two");
+        assert!(!second.contains(&ids[0]));
+    }
+
     /// A provider whose retrieval never answers.
     #[derive(Clone)]
     struct SlowRetrieval;
