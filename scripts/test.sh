@@ -4,8 +4,8 @@
 #   throwaway PostgreSQL and an SQS peer that this script starts (and stops) itself, API fuzzing
 #   from the OpenAPI document, and the browser tests.
 # Needs: the Rust toolchain and python3. Installs PostgreSQL and Chromium from Debian's packages,
-# moto[server] and schemathesis from PyPI (in a virtualenv) and Playwright from npm when the
-# machine has none.
+# moto[server], litellm[proxy] and schemathesis from PyPI (in virtualenvs) and Playwright from npm
+# when the machine has none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/services.sh
@@ -16,12 +16,13 @@ _fenceline_cleanups+=("rm -rf '$logs'")
 start_postgres
 export FENCELINE_TEST_PG_URL="$PG_URL"
 start_moto
+start_litellm
 
 echo "== cargo fmt --check"
 cargo fmt --all --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "== cargo test (SQLite, PostgreSQL at $PG_URL, SQS at $MOTO_URL)"
+echo "== cargo test (SQLite, PostgreSQL at $PG_URL, SQS at $MOTO_URL, LiteLLM at $FENCELINE_TEST_LITELLM_URL)"
 cargo test --workspace --locked 2>&1 | tee "$logs/cargo.log"
 
 echo "== API fuzzing from the OpenAPI document (schemathesis): no 5xx"

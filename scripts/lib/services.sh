@@ -80,3 +80,44 @@ start_moto() {
     AWS_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true
   echo "== moto_server on $MOTO_URL"
 }
+
+# start_litellm: LiteLLM's proxy (PyPI, pinned, in a virtualenv) on loopback as a real
+# OpenAI-compatible server, serving mocked models with no model behind them: `fast` answers at
+# once, `slow` after 4 s. It has no stored-completions listing (GET answers 405). Sets
+# FENCELINE_TEST_LITELLM_URL and FENCELINE_TEST_LITELLM_KEY (a random master key).
+start_litellm() {
+  local venv="${FENCELINE_LITELLM_VENV:-$HOME/.cache/fenceline/litellm}"
+  if [ ! -x "$venv/bin/litellm" ]; then
+    echo "== installing litellm[proxy] from PyPI into $venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check 'litellm[proxy]==1.108.7'
+  fi
+  local port dir key
+  port=$(free_port)
+  dir=$(mktemp -d /tmp/fenceline-litellm.XXXXXX)
+  key="sk-$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
+  cat >"$dir/config.yaml" <<'YAML'
+model_list:
+  - model_name: fast
+    litellm_params: { model: openai/fast, api_key: unused, mock_response: "mocked answer" }
+  - model_name: slow
+    litellm_params: { model: openai/slow, api_key: unused, mock_response: "late answer", mock_delay: 4 }
+litellm_settings:
+  telemetry: false
+YAML
+  (cd "$dir" && LITELLM_MASTER_KEY="$key" LITELLM_LOCAL_MODEL_COST_MAP=True \
+    exec "$venv/bin/litellm" --config "$dir/config.yaml" --host 127.0.0.1 --port "$port" \
+    >"$dir/litellm.log" 2>&1) &
+  local pid=$!
+  _fenceline_cleanups+=("kill $pid 2>/dev/null; rm -rf '$dir'")
+  local i
+  for i in $(seq 1 240); do
+    if python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/health/liveliness')" 2>/dev/null; then
+      break
+    fi
+    if [ "$i" = 240 ]; then cat "$dir/litellm.log" >&2; return 1; fi
+    sleep 0.5
+  done
+  export FENCELINE_TEST_LITELLM_URL="http://127.0.0.1:$port/v1" FENCELINE_TEST_LITELLM_KEY="$key"
+  echo "== LiteLLM proxy (OpenAI-compatible) on $FENCELINE_TEST_LITELLM_URL"
+}

@@ -287,6 +287,20 @@ macro_rules! on_every_queue {
     };
 }
 
+/// LiteLLM's proxy, a real OpenAI-compatible server started by `scripts/test.sh`: its base URL
+/// and master key, or `None` when `FENCELINE_TEST_SKIP_LITELLM=1` skips it on purpose.
+pub(crate) fn litellm() -> Option<(String, String)> {
+    if std::env::var("FENCELINE_TEST_SKIP_LITELLM").is_ok_and(|v| v == "1") {
+        return None;
+    }
+    let url = std::env::var("FENCELINE_TEST_LITELLM_URL").expect(
+        "FENCELINE_TEST_LITELLM_URL is not set: run scripts/test.sh, which starts LiteLLM's \
+         proxy (or set FENCELINE_TEST_SKIP_LITELLM=1 to skip on purpose)",
+    );
+    let key = std::env::var("FENCELINE_TEST_LITELLM_KEY").unwrap_or_default();
+    Some((url, key))
+}
+
 pub(crate) fn skip_sqs() -> bool {
     std::env::var("FENCELINE_TEST_SKIP_SQS").is_ok_and(|v| v == "1")
 }

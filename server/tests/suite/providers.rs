@@ -183,18 +183,20 @@ async fn an_uncertain_call_is_retrieved_by_fenceline_request_id() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_runs_a_job_on_an_openai_compatible_server() {
-    use fenceline::job::JobState;
+/// Runs one job whose model parameters are `model` through a worker (embedded queue, SQLite)
+/// on `provider`, and returns the finished job with its result body.
+async fn run_one_job(
+    provider: OpenAiProvider,
+    model: Value,
+) -> (fenceline::ledger::Job, Option<String>) {
     use fenceline::queue::embedded::EmbeddedQueue;
     use fenceline::worker::{dispatcher, Timings, Worker, WorkerConfig};
 
-    let (url, _fake) = fake_server().await;
     let (ledger, _db) = crate::helpers::fresh_ledger(crate::helpers::Db::Sqlite).await;
     let queue = EmbeddedQueue::new(ledger.clone(), "jobs", 5);
     let mut config = WorkerConfig::new("w");
     config.timings = Timings::compressed();
-    let worker = Worker::new(ledger.clone(), queue.clone(), provider(&url), config);
+    let worker = Worker::new(ledger.clone(), queue.clone(), provider, config);
     let stop = tokio_util::sync::CancellationToken::new();
     let running = tokio::spawn({
         let stop = stop.clone();
@@ -206,11 +208,9 @@ async fn a_worker_runs_a_job_on_an_openai_compatible_server() {
         Duration::from_millis(20),
         stop.clone(),
     ));
-    let job_id = crate::helpers::create(
-        &ledger,
-        crate::helpers::new_job("acme", "oa", json!("summarise this")),
-    )
-    .await;
+    let mut job = crate::helpers::new_job("acme", "oa", json!("summarise this"));
+    job.model = model;
+    let job_id = crate::helpers::create(&ledger, job).await;
     let until = tokio::time::Instant::now() + Duration::from_secs(15);
     let job = loop {
         let job = ledger.job(&job_id).await.unwrap().unwrap();
@@ -220,19 +220,83 @@ async fn a_worker_runs_a_job_on_an_openai_compatible_server() {
         assert!(tokio::time::Instant::now() < until);
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    assert_eq!(job.state, JobState::Succeeded);
-    let body = ledger
-        .result_body(job.result_ref.as_deref().unwrap())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(body.contains("echo: summarise this"));
+    let body = match job.result_ref.as_deref() {
+        Some(r) => ledger.result_body(r).await.unwrap(),
+        None => None,
+    };
     assert_eq!(
         ledger.attempts(&job_id).await.unwrap()[0].provider,
         "openai"
     );
     stop.cancel();
     let _ = tokio::join!(running, dispatching);
+    (job, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_runs_a_job_on_an_openai_compatible_server() {
+    use fenceline::job::JobState;
+    let (url, _fake) = fake_server().await;
+    let (job, body) = run_one_job(provider(&url), json!({ "temperature": 0 })).await;
+    assert_eq!(job.state, JobState::Succeeded);
+    assert!(body.unwrap().contains("echo: summarise this"));
+}
+
+fn litellm_provider(url: &str, key: &str, timeout: Duration) -> OpenAiProvider {
+    OpenAiProvider::new(OpenAiConfig {
+        base_url: url.into(),
+        api_key: Some(ApiKey::new(key.into())),
+        default_model: "fast".into(),
+        timeout,
+        retrieval: true,
+    })
+    .unwrap()
+}
+
+/// LiteLLM's proxy stands in for a real OpenAI-compatible server (as moto does for SQS):
+/// answers come through the adapter and a worker, a call that outlives the timeout is
+/// uncertain, and the proxy's missing stored-completions listing is recognised once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn litellms_proxy_answers_jobs_and_a_slow_call_is_uncertain_with_no_retrieval() {
+    use fenceline::job::JobState;
+    let Some((url, key)) = crate::helpers::litellm() else {
+        return;
+    };
+    let p = litellm_provider(&url, &key, Duration::from_millis(1500));
+    let mut fast = request("hello", "job_l:1");
+    fast.model = json!({ "model": "fast" });
+    match p.call(fast, Progress::default()).await {
+        ProviderOutcome::Succeeded { answer, .. } => {
+            let answer: Value = serde_json::from_str(&answer).unwrap();
+            assert_eq!(answer["content"], "mocked answer");
+        }
+        other => panic!("expected LiteLLM's answer, got {other:?}"),
+    }
+    let mut slow = request("hello", "job_l:2");
+    slow.model = json!({ "model": "slow" });
+    assert!(
+        matches!(
+            p.call(slow, Progress::default()).await,
+            ProviderOutcome::Uncertain { code, .. } if code == "timeout"
+        ),
+        "the model may have run: uncertain, not retryable"
+    );
+    assert_eq!(p.retrieve("job_l:2").await, Retrieval::Unsupported);
+    let wrong_key = litellm_provider(&url, "sk-wrong", Duration::from_secs(5));
+    assert!(matches!(
+        wrong_key
+            .call(request("x", "job_l:3"), Progress::default())
+            .await,
+        ProviderOutcome::Fatal { .. }
+    ));
+
+    let (job, body) = run_one_job(
+        litellm_provider(&url, &key, Duration::from_secs(10)),
+        json!({ "model": "fast", "temperature": 0 }),
+    )
+    .await;
+    assert_eq!(job.state, JobState::Succeeded);
+    assert!(body.unwrap().contains("mocked answer"));
 }
 
 /// A server that answers every completion with the HTTP status named by the prompt
