@@ -53,28 +53,41 @@ start_postgres() {
   echo "== PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$port"
 }
 
+# pip_tool VENV EXE SPEC: makes sure VENV has EXE, installing SPEC from PyPI when it has not.
+pip_tool() {
+  local venv=$1 exe=$2 spec=$3
+  if [ ! -x "$venv/bin/$exe" ]; then
+    echo "== installing $spec from PyPI into $venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "$spec"
+  fi
+}
+
+# wait_http URL TRIES LOG: waits (0.2 s a try) until URL answers 2xx; on giving up prints LOG.
+wait_http() {
+  local url=$1 tries=$2 log=$3 i
+  for i in $(seq 1 "$tries"); do
+    if python3 -c "import urllib.request; urllib.request.urlopen('$url')" 2>/dev/null; then
+      return 0
+    fi
+    sleep 0.2
+  done
+  cat "$log" >&2
+  return 1
+}
+
 # start_moto: an SQS protocol peer (moto_server from PyPI, in a virtualenv) on loopback.
 # Sets MOTO_URL and the AWS variables the SDK reads.
 start_moto() {
   local venv="${FENCELINE_VENV:-$HOME/.cache/fenceline/venv}"
-  if [ ! -x "$venv/bin/moto_server" ]; then
-    echo "== installing moto[server] from PyPI into $venv"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check 'moto[server]==5.2.5'
-  fi
+  pip_tool "$venv" moto_server 'moto[server]==5.2.5'
   local port dir
   port=$(free_port)
   dir=$(mktemp -d /tmp/fenceline-moto.XXXXXX)
   "$venv/bin/moto_server" -H 127.0.0.1 -p "$port" >"$dir/moto.log" 2>&1 &
   local pid=$!
   _fenceline_cleanups+=("kill $pid 2>/dev/null; rm -rf '$dir'")
-  local i
-  for i in $(seq 1 100); do
-    if python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/moto-api/')" 2>/dev/null; then
-      break
-    fi
-    sleep 0.2
-  done
+  wait_http "http://127.0.0.1:$port/moto-api/" 100 "$dir/moto.log"
   MOTO_URL="http://127.0.0.1:$port"
   export AWS_ENDPOINT_URL_SQS="$MOTO_URL" AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing \
     AWS_REGION=us-east-1 AWS_EC2_METADATA_DISABLED=true
@@ -87,11 +100,7 @@ start_moto() {
 # FENCELINE_TEST_LITELLM_URL and FENCELINE_TEST_LITELLM_KEY (a random master key).
 start_litellm() {
   local venv="${FENCELINE_LITELLM_VENV:-$HOME/.cache/fenceline/litellm}"
-  if [ ! -x "$venv/bin/litellm" ]; then
-    echo "== installing litellm[proxy] from PyPI into $venv"
-    python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check 'litellm[proxy]==1.108.7'
-  fi
+  pip_tool "$venv" litellm 'litellm[proxy]==1.108.7'
   local port dir key
   port=$(free_port)
   dir=$(mktemp -d /tmp/fenceline-litellm.XXXXXX)
@@ -110,14 +119,8 @@ YAML
     >"$dir/litellm.log" 2>&1) &
   local pid=$!
   _fenceline_cleanups+=("kill $pid 2>/dev/null; rm -rf '$dir'")
-  local i
-  for i in $(seq 1 240); do
-    if python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/health/liveliness')" 2>/dev/null; then
-      break
-    fi
-    if [ "$i" = 240 ]; then cat "$dir/litellm.log" >&2; return 1; fi
-    sleep 0.5
-  done
+  # It takes a while to start on two busy cores.
+  wait_http "http://127.0.0.1:$port/health/liveliness" 600 "$dir/litellm.log"
   export FENCELINE_TEST_LITELLM_URL="http://127.0.0.1:$port/v1" FENCELINE_TEST_LITELLM_KEY="$key"
   echo "== LiteLLM proxy (OpenAI-compatible) on $FENCELINE_TEST_LITELLM_URL"
 }
