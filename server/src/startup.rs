@@ -345,6 +345,13 @@ pub mod runtime {
     ) {
         let config = worker_config(args);
         tracing::info!(worker = %config.worker_id, queue = %queue.describe(), provider = ?args.provider, "starting the worker, dispatcher and reaper");
+        if !args.provider_retrieval {
+            tracing::info!(
+                "provider retrieval is off: an uncertain model call leaves its job `unknown` \
+                 until a decision (FENCELINE_PROVIDER_RETRIEVAL=1 stores completions so they \
+                 can be looked up)"
+            );
+        }
         let worker = Worker::new(ledger.clone(), queue.clone(), provider.clone(), config);
         let stages = supervisor.stages().clone();
         let stop = stages.front.clone();

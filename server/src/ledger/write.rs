@@ -258,8 +258,20 @@ impl Ledger {
             .await?;
         let existing = job_from_row(&row)?;
         if existing.request_digest == new.request_digest {
-            let event = NewEvent::new(EventKind::IdempotencyHit, actor);
-            self.record_event(&existing.job_id, &event).await?;
+            // At most one hit a minute on the timeline: a client retrying in a loop must not
+            // grow it without bound (the hit itself changes nothing).
+            let sql = self.dialect.sql(
+                "SELECT COUNT(*) FROM events WHERE job_id = $1 AND kind = 'idempotency_hit' \
+                 AND at > {now} - 60000000",
+            );
+            let recent: i64 = sqlx::query_scalar(&sql)
+                .bind(&existing.job_id)
+                .fetch_one(&self.reader)
+                .await?;
+            if recent == 0 {
+                let event = NewEvent::new(EventKind::IdempotencyHit, actor);
+                self.record_event(&existing.job_id, &event).await?;
+            }
             Ok(Created::Existing(existing))
         } else {
             let event = NewEvent::new(EventKind::IdempotencyConflict, actor).detail(json!({

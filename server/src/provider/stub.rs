@@ -3,7 +3,7 @@
 //! keyed by the client request id. Outcomes are drawn deterministically from the request id,
 //! so a run can be repeated.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,8 +29,58 @@ pub struct StubConfig {
 pub struct StubProvider {
     config: StubConfig,
     /// By client request id: the answer of an executed request, `None` for a refused one.
-    executed: Arc<Mutex<HashMap<String, Option<String>>>>,
-    calls: Arc<Mutex<HashMap<String, u32>>>,
+    executed: Arc<Mutex<Remembered<Option<String>>>>,
+    /// Model calls by job id.
+    calls: Arc<Mutex<Remembered<u32>>>,
+}
+
+/// How many requests and jobs the stub remembers: a long-running demo must not grow without
+/// bound. What is forgotten first is what was first remembered.
+const REMEMBERED: usize = 100_000;
+
+/// A map that forgets its oldest keys beyond a capacity.
+#[derive(Debug)]
+struct Remembered<V> {
+    map: HashMap<String, V>,
+    order: VecDeque<String>,
+    capacity: usize,
+}
+
+impl<V> Default for Remembered<V> {
+    fn default() -> Self {
+        Remembered::with_capacity(REMEMBERED)
+    }
+}
+
+impl<V> Remembered<V> {
+    fn with_capacity(capacity: usize) -> Self {
+        Remembered {
+            map: HashMap::new(),
+            order: VecDeque::new(),
+            capacity,
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&V> {
+        self.map.get(key)
+    }
+
+    /// The value of `key`, inserted with `init` (forgetting the oldest key when full).
+    fn entry(&mut self, key: &str, init: impl FnOnce() -> V) -> &mut V {
+        if !self.map.contains_key(key) {
+            while self.order.len() >= self.capacity {
+                match self.order.pop_front() {
+                    Some(oldest) => {
+                        self.map.remove(&oldest);
+                    }
+                    None => break,
+                }
+            }
+            self.order.push_back(key.to_owned());
+            self.map.insert(key.to_owned(), init());
+        }
+        self.map.get_mut(key).expect("just inserted")
+    }
 }
 
 /// A number in `[0, 1)` from the request id and a salt: the same request, the same draw.
@@ -60,7 +110,7 @@ impl StubProvider {
 
     /// Every job the model was called for, with its call count.
     pub fn all_calls(&self) -> HashMap<String, u32> {
-        self.calls.lock().expect("stub lock").clone()
+        self.calls.lock().expect("stub lock").map.clone()
     }
 }
 
@@ -76,10 +126,7 @@ impl Provider for StubProvider {
         let retryable = !fatal && draw(&id, "retryable") < self.config.retryable_rate;
         if fatal || retryable {
             // Refused before execution: a confirmed failure, nothing billed.
-            self.executed
-                .lock()
-                .expect("stub lock")
-                .insert(id.clone(), None);
+            *self.executed.lock().expect("stub lock").entry(&id, || None) = None;
             let code = if fatal {
                 "stub_invalid_request"
             } else {
@@ -101,8 +148,7 @@ impl Provider for StubProvider {
             .calls
             .lock()
             .expect("stub lock")
-            .entry(request.job_id.clone())
-            .or_default() += 1;
+            .entry(&request.job_id, || 0) += 1;
         // Work in slices so the progress rule sees a live call.
         let slices = 10u32;
         for _ in 0..slices {
@@ -116,10 +162,7 @@ impl Provider for StubProvider {
             "attempt": request.attempt_no,
         })
         .to_string();
-        self.executed
-            .lock()
-            .expect("stub lock")
-            .insert(id.clone(), Some(answer.clone()));
+        *self.executed.lock().expect("stub lock").entry(&id, || None) = Some(answer.clone());
         if draw(&id, "lost") < self.config.lost_response_rate {
             return ProviderOutcome::Uncertain {
                 code: "stub_response_lost".into(),
@@ -186,6 +229,19 @@ mod tests {
         assert!(matches!(out, ProviderOutcome::Fatal { .. }));
         assert_eq!(stub.calls_for("job_x"), 0);
         assert_eq!(stub.retrieve("a").await, Retrieval::NeverExecuted);
+    }
+
+    #[test]
+    fn the_stub_forgets_its_oldest_requests_beyond_its_capacity() {
+        let mut remembered = Remembered::with_capacity(3);
+        for key in ["a", "b", "c", "d"] {
+            *remembered.entry(key, || 0) += 1;
+        }
+        *remembered.entry("b", || 0) += 1;
+        assert_eq!(remembered.get("a"), None, "the oldest is forgotten");
+        assert_eq!(remembered.get("b"), Some(&2));
+        assert_eq!(remembered.map.len(), 3);
+        assert_eq!(remembered.order.len(), 3);
     }
 
     #[test]

@@ -40,6 +40,7 @@ on_both_backends!(
     a_worker_claims_and_starts_in_one_step_with_its_delivery_on_the_timeline,
     terminal_records_older_than_the_cutoff_are_pruned_and_live_jobs_never_are,
     a_release_after_the_deadline_is_refused_and_the_job_expires,
+    a_client_retrying_the_same_request_in_a_loop_does_not_grow_the_timeline,
 );
 
 async fn a_worker_claims_and_starts_in_one_step_with_its_delivery_on_the_timeline(db: Db) {
@@ -995,5 +996,29 @@ async fn a_release_after_the_deadline_is_refused_and_the_job_expires(db: Db) {
         ledger.outbox_pending().await.unwrap(),
         1,
         "only the creation's row"
+    );
+}
+
+async fn a_client_retrying_the_same_request_in_a_loop_does_not_grow_the_timeline(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let job_id = create(&ledger, new_job("acme", "retried", json!(1))).await;
+    for _ in 0..20 {
+        let again = ledger
+            .create_job(
+                new_job("acme", "retried", json!(1)),
+                &Actor::Api("t".into()),
+            )
+            .await
+            .unwrap();
+        assert!(matches!(again, Created::Existing(ref j) if j.job_id == job_id));
+    }
+    let hits = kinds(&ledger, &job_id)
+        .await
+        .into_iter()
+        .filter(|k| k == "idempotency_hit")
+        .count();
+    assert_eq!(
+        hits, 1,
+        "one idempotent hit a minute is on the timeline, not one per retry"
     );
 }
