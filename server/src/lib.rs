@@ -5,11 +5,18 @@
 //!
 //! - [`job`]: the pure domain — states, transition table, event kinds, ids, request digest.
 //! - [`ledger`]: the durable ledger on PostgreSQL or SQLite; every write a fenced
-//!   compare-and-set that appends its events in the same transaction.
+//!   compare-and-set that appends its events in the same transaction; retention.
+//! - [`queue`]: the `Queue` trait with Amazon SQS and the embedded queue (SQS semantics, in the
+//!   ledger database), and the fault-injection wrapper.
+//! - [`provider`]: model providers (stub, OpenAI-compatible), failure classification, and the
+//!   model policy jobs are checked against.
+//! - [`worker`]: the delivery step, heartbeat, outbox dispatcher, reaper, retention task and
+//!   inspected dead-letter replay.
 //! - [`http`]: the REST API v1 (bearer tokens), health, OpenAPI document, console routes.
+//! - [`metrics`]: the Prometheus counters and gauges (bounded labels only).
 //! - [`config`]: settings from flags and environment, resolved once.
-//! - [`startup`]: building the application and running it until stopped.
-//! - [`bench`]: the ledger benchmark behind `fenceline bench ledger`.
+//! - [`startup`]: building the application and running it, stopping in order.
+//! - [`bench`]: the benchmarks behind `fenceline bench …`, each beside its reference.
 
 pub mod bench;
 pub mod config;

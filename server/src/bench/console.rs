@@ -1,0 +1,236 @@
+//! `fenceline bench console`: console render times over generated data (a job with a long
+//! timeline, many jobs for the lists), and the generators behind it.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::generated_job;
+use crate::job::Actor;
+use crate::ledger::{Ledger, LedgerError, LedgerOptions};
+
+/// Creates a running job for tenant `tenant` and gives it `events` more timeline events.
+pub async fn seed_timeline(
+    ledger: &Ledger,
+    tenant: &str,
+    events: usize,
+    pattern: &str,
+) -> Result<String, LedgerError> {
+    use crate::job::EventKind;
+    use crate::ledger::{DeliveryRef, NewEvent};
+    let run = uuid::Uuid::now_v7().simple().to_string();
+    let job = generated_job(
+        tenant,
+        format!("seed-{run}"),
+        "seed",
+        0,
+        Duration::from_secs(12 * 3600),
+        3,
+    );
+    let created = ledger.create_job(job, &Actor::Drill).await?;
+    let job_id = created.job().job_id.clone();
+    let claimed = ledger
+        .claim(&job_id, "seed-worker", Duration::from_secs(11 * 3600))
+        .await?;
+    ledger
+        .start_attempt(&job_id, claimed.epoch, "seed-worker", "stub")
+        .await?;
+    let worker = Actor::Worker("seed-worker".into());
+    let other = Actor::Worker("seed-other".into());
+    let delivery = |n: i64| DeliveryRef {
+        message_id: format!("{run}-m"),
+        receive_count: n,
+        handle_hash: format!("{:08x}", n),
+    };
+    let mut batch = Vec::with_capacity(500);
+    for i in 0..events {
+        let n = i as i64;
+        let event = if pattern == "alternating" {
+            if i % 2 == 0 {
+                NewEvent::new(EventKind::DeliveryReceived, &other).delivery(delivery(n / 2 + 2))
+            } else {
+                NewEvent::new(EventKind::DuplicateSuppressed, &other)
+                    .delivery(delivery(n / 2 + 2))
+                    .detail(json!({ "owner_epoch": claimed.epoch, "defer_ms": 30000 }))
+            }
+        } else if i % 100 == 50 {
+            NewEvent::new(EventKind::DuplicateSuppressed, &other)
+                .delivery(delivery(n / 100 + 2))
+                .detail(json!({ "owner_epoch": claimed.epoch, "defer_ms": 30000 }))
+        } else if i % 2 == 0 {
+            NewEvent::new(EventKind::LeaseRenewed, &worker).detail(json!({ "lease_ms": 90000 }))
+        } else {
+            NewEvent::new(EventKind::VisibilityRenewed, &worker)
+                .delivery(delivery(1))
+                .detail(json!({ "timeout_ms": 90000 }))
+        };
+        batch.push(event.epoch(claimed.epoch));
+        if batch.len() == 500 {
+            ledger.append_events(&job_id, &batch).await?;
+            batch.clear();
+        }
+    }
+    ledger.append_events(&job_id, &batch).await?;
+    Ok(job_id)
+}
+
+/// Inserts `n` synthetic jobs across all states (SQL-generated, for list benchmarks).
+pub async fn seed_jobs(ledger: &Ledger, tenant: &str, n: u64) -> Result<(), LedgerError> {
+    // Ids sort like real ones (time-ordered), and every row satisfies the schema's checks.
+    let (series, id) = match ledger.backend() {
+        crate::ledger::Backend::Postgres => (
+            "SELECT x FROM generate_series(1, $2::BIGINT) AS x",
+            "'job_' || lpad(to_hex(x), 8, '0') || '-0000-7000-8000-' || lpad(to_hex(x), 12, '0')",
+        ),
+        crate::ledger::Backend::Sqlite => (
+            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < $2) SELECT x FROM c",
+            "'job_' || printf('%08x', x) || '-0000-7000-8000-' || printf('%012x', x)",
+        ),
+    };
+    let states = "CASE x % 7 WHEN 0 THEN 'ready' WHEN 1 THEN 'running' WHEN 2 THEN 'unknown' \
+                  WHEN 3 THEN 'retry_authorized' WHEN 4 THEN 'succeeded' WHEN 5 THEN 'failed_terminal' \
+                  ELSE 'expired' END";
+    // Spread over the last 30 days (ids and creation times rise together); terminal jobs
+    // finished up to ten minutes after they were created.
+    let created = "({now} - ($2 - x) * (2592000000000 / $2))";
+    let sql = ledger.sql(&format!(
+        "INSERT INTO jobs (job_id, tenant, idempotency_key, request_digest, input_ref, \
+         contract_version, state, owner_epoch, owner_id, owner_until, deadline_at, attempt_count, \
+         max_attempts, result_ref, created_at, updated_at, terminal_at, next_event_seq) \
+         SELECT {id}, $1, 'seed-' || x, 'd', 'seed', 'seed', {states}, \
+         CASE WHEN x % 7 = 0 THEN 0 ELSE 1 END, \
+         CASE WHEN x % 7 = 1 THEN 'seed' END, CASE WHEN x % 7 = 1 THEN {{now}} + 60000000 END, \
+         {created} + 86400000000, CASE WHEN x % 7 IN (0, 1, 3) THEN 0 ELSE 1 END, 3, \
+         CASE WHEN x % 7 = 4 THEN 'res_seed' END, {created}, {created}, \
+         CASE WHEN x % 7 >= 4 THEN {{least}}({created} + (x % 600) * 1000000, {{now}}) END, 1 \
+         FROM ({series}) AS s"
+    ));
+    sqlx::query(&sql)
+        .bind(tenant)
+        .bind(n as i64)
+        .execute(ledger.write_pool())
+        .await?;
+    Ok(())
+}
+
+/// `fenceline bench console`: render times of the console's pages over generated data.
+pub async fn console(
+    database_url: &str,
+    options: &LedgerOptions,
+    args: &crate::config::ConsoleBenchArgs,
+) -> Result<String, LedgerError> {
+    let ledger = Ledger::connect(database_url, options).await?;
+    ledger.migrate().await?;
+    let started = Instant::now();
+    seed_jobs(&ledger, "bench-list", args.jobs).await?;
+    let seeded_jobs = started.elapsed();
+    let started = Instant::now();
+    let long = seed_timeline(&ledger, "bench-timeline", args.events, "renewals").await?;
+    let alternating = seed_timeline(&ledger, "bench-timeline", args.events, "alternating").await?;
+    let seeded_events = started.elapsed();
+    if ledger.backend() == crate::ledger::Backend::Postgres {
+        sqlx::query("ANALYZE").execute(ledger.write_pool()).await?;
+    }
+    let app = crate::startup::Application::build(
+        database_url,
+        options,
+        ([127, 0, 0, 1], 0).into(),
+        1 << 20,
+    )
+    .await
+    .map_err(|e| LedgerError::Invalid(e.to_string()))?;
+    let base = format!("http://{}", app.local_addr());
+    let stop = tokio_util::sync::CancellationToken::new();
+    let server = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            app.run_until_stopped(async move { stop.cancelled().await })
+                .await
+        }
+    });
+    let client = reqwest::Client::new();
+    // A keyset cursor half-way down the list.
+    let half = format!(
+        "job_{:08x}-0000-7000-8000-{:012x}",
+        args.jobs / 2,
+        args.jobs / 2
+    );
+    let pages = [
+        (
+            "baseline: /healthz (same server, no rendering)",
+            "/healthz".to_owned(),
+        ),
+        ("jobs list, first page", "/jobs".to_owned()),
+        (
+            "jobs list, state filter",
+            "/jobs?state=succeeded".to_owned(),
+        ),
+        (
+            "jobs list, state filter, page half-way down",
+            format!("/jobs?state=unknown&before={half}"),
+        ),
+        (
+            "jobs list, tenant filter",
+            "/jobs?tenant=bench-list".to_owned(),
+        ),
+        ("find by idempotency key", "/jobs?q=seed-123456".to_owned()),
+        (
+            "job timeline, 10,000-event long call (folded)",
+            format!("/jobs/{long}"),
+        ),
+        (
+            "job timeline, 10,000 alternating events (paged), first page",
+            format!("/jobs/{alternating}"),
+        ),
+        (
+            "job timeline, 10,000 alternating events, page around event 9,000",
+            format!("/jobs/{alternating}?around=9000"),
+        ),
+        ("overview (charts, last hour)", "/".to_owned()),
+        ("overview (charts, last day)", "/?window=day".to_owned()),
+        ("overview (charts, last week)", "/?window=week".to_owned()),
+    ];
+    let mut out = format!(
+        "console render times on {}, {} jobs (generated in {:.1?}), two {}-event timelines (generated in {:.1?}), {} requests per page\n\
+         | page | p50 | p95 | bytes |\n| --- | ---: | ---: | ---: |\n",
+        ledger.backend().as_str(),
+        args.jobs,
+        seeded_jobs,
+        args.events,
+        seeded_events,
+        args.requests
+    );
+    for (name, path) in pages {
+        let mut times = Vec::with_capacity(args.requests);
+        let mut bytes = 0;
+        for _ in 0..args.requests {
+            let t = Instant::now();
+            let response = client
+                .get(format!("{base}{path}"))
+                .send()
+                .await
+                .map_err(|e| LedgerError::Invalid(e.to_string()))?;
+            let status = response.status();
+            let body = response
+                .bytes()
+                .await
+                .map_err(|e| LedgerError::Invalid(e.to_string()))?;
+            times.push(t.elapsed());
+            if !status.is_success() {
+                return Err(LedgerError::Invalid(format!("{path} answered {status}")));
+            }
+            bytes = body.len();
+        }
+        times.sort_unstable();
+        let at = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
+        out.push_str(&format!(
+            "| {name} | {:.1} ms | {:.1} ms | {bytes} |\n",
+            at(0.5).as_secs_f64() * 1000.0,
+            at(0.95).as_secs_f64() * 1000.0
+        ));
+    }
+    stop.cancel();
+    let _ = server.await;
+    ledger.close().await;
+    Ok(out)
+}

@@ -1,0 +1,97 @@
+//! The benchmarks behind `fenceline bench …`, each run beside its reference in the same
+//! invocation (see `docs/benchmarks.md`), and the data generators they share with demos and
+//! tests.
+//!
+//! They write rows (tenant `bench`, a `bench_baseline` table, generated jobs and events): point
+//! them at a scratch database, never at production.
+//!
+//! # Layout
+//!
+//! - `ledger`: the fenced cycle under concurrent owners beside one conditional
+//!   `UPDATE … RETURNING` per transaction.
+//! - `pipeline`: end to end through the embedded queue beside a naive job table.
+//! - `renewals`: renewal lateness with many calls in flight beside plain timers.
+//! - `console`: console render times over generated data, and the generators.
+
+mod console;
+mod ledger;
+mod pipeline;
+mod renewals;
+
+pub use console::{console, seed_jobs, seed_timeline};
+pub use ledger::ledger;
+pub use pipeline::pipeline;
+pub use renewals::renewals;
+
+use std::fmt;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::job::request_digest;
+use crate::ledger::{NewJob, ReplayPolicy};
+
+/// One measured run.
+#[derive(Debug, Clone)]
+pub struct Measurement {
+    pub name: &'static str,
+    pub operations: usize,
+    pub elapsed: Duration,
+    pub unit: &'static str,
+}
+
+impl Measurement {
+    pub fn per_second(&self) -> f64 {
+        self.operations as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+/// The side-by-side result of one invocation.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub title: String,
+    pub runs: Vec<Measurement>,
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{}", self.title)?;
+        writeln!(f, "| run | operations | seconds | rate |")?;
+        writeln!(f, "| --- | ---: | ---: | ---: |")?;
+        for run in &self.runs {
+            writeln!(
+                f,
+                "| {} | {} | {:.2} | {:.0} {}/s |",
+                run.name,
+                run.operations,
+                run.elapsed.as_secs_f64(),
+                run.per_second(),
+                run.unit
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// A generated job (benchmarks and demos): `input` is `{"<label>": i}`.
+pub(super) fn generated_job(
+    tenant: &str,
+    key: String,
+    label: &str,
+    i: usize,
+    deadline: Duration,
+    max_attempts: u32,
+) -> NewJob {
+    let input = json!({ label: i });
+    NewJob {
+        tenant: tenant.to_owned(),
+        idempotency_key: key,
+        request_digest: request_digest(&input, "bench", &json!({})),
+        contract_version: "bench".into(),
+        input,
+        model: json!({}),
+        deadline,
+        max_attempts,
+        replay_policy: ReplayPolicy::Manual,
+    }
+}

@@ -1,0 +1,189 @@
+//! `fenceline bench pipeline`: jobs end to end through the embedded queue with the stub model
+//! at 0 ms (submit → dispatch → receive → claim → attempt → accept → delete, every event
+//! recorded), beside a naive job table on the same database.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::{generated_job, Measurement, Report};
+use crate::job::Actor;
+use crate::ledger::{Ledger, LedgerError, LedgerOptions};
+
+/// `fenceline bench pipeline`.
+pub async fn pipeline(
+    database_url: &str,
+    options: &LedgerOptions,
+    args: &crate::config::PipelineArgs,
+) -> Result<Report, LedgerError> {
+    use crate::provider::stub::{StubConfig, StubProvider};
+    use crate::queue::embedded::EmbeddedQueue;
+    use crate::worker::{dispatcher, Timings, Worker, WorkerConfig};
+    use tokio_util::sync::CancellationToken;
+
+    let ledger = Ledger::connect(database_url, options).await?;
+    ledger.migrate().await?;
+    let baseline = naive_pipeline(&ledger, args.jobs, args.workers).await?;
+
+    let run = uuid::Uuid::now_v7().simple().to_string();
+    let queue = EmbeddedQueue::new(ledger.clone(), &format!("bench-{run}"), 5);
+    let stub = StubProvider::new(StubConfig::default());
+    let stop = CancellationToken::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..args.workers.max(1) {
+        let mut config = WorkerConfig::new(format!("bench-{i}"));
+        config.timings = Timings {
+            receive_wait: Duration::from_millis(50),
+            ..Timings::default()
+        };
+        config.max_in_flight = 64;
+        let worker = Worker::new(ledger.clone(), queue.clone(), stub.clone(), config);
+        let stop = stop.clone();
+        tasks.spawn(async move { worker.run(stop).await });
+    }
+    let (l, q, s) = (ledger.clone(), queue.clone(), stop.clone());
+    tasks.spawn(async move { dispatcher::run(l, q, Duration::from_millis(2), s).await });
+
+    let tenant = format!("bench-{run}");
+    let started = Instant::now();
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut submitters = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let (ledger, next, tenant, run) = (
+            ledger.clone(),
+            Arc::clone(&next),
+            tenant.clone(),
+            run.clone(),
+        );
+        let jobs = args.jobs;
+        submitters.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= jobs {
+                    return Ok::<(), LedgerError>(());
+                }
+                let job = generated_job(
+                    &tenant,
+                    format!("{run}-{i}"),
+                    "bench",
+                    i,
+                    Duration::from_secs(3600),
+                    3,
+                );
+                ledger.create_job(job, &Actor::Drill).await?;
+            }
+        });
+    }
+    while let Some(joined) = submitters.join_next().await {
+        joined.map_err(|e| LedgerError::Invalid(format!("submitter failed: {e}")))??;
+    }
+    loop {
+        let counts = ledger.count_by_state(Some(&tenant)).await?;
+        let done: i64 = counts
+            .iter()
+            .filter(|(s, _)| s.is_terminal())
+            .map(|(_, n)| n)
+            .sum();
+        if done as usize >= args.jobs {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let elapsed = started.elapsed();
+    stop.cancel();
+    while tasks.join_next().await.is_some() {}
+    let succeeded = ledger
+        .count_by_state(Some(&tenant))
+        .await?
+        .into_iter()
+        .find(|(s, _)| *s == crate::job::JobState::Succeeded)
+        .map_or(0, |(_, n)| n);
+    ledger.close().await;
+    Ok(Report {
+        title: format!(
+            "end-to-end benchmark on {} with {} worker loops, {} jobs",
+            ledger.backend().as_str(),
+            args.workers,
+            args.jobs
+        ),
+        runs: vec![
+            baseline,
+            Measurement {
+                name: "fenceline: submit → dispatch → receive → claim → attempt → accept → delete (embedded queue, stub 0 ms)",
+                operations: succeeded as usize,
+                elapsed,
+                unit: "jobs",
+            },
+        ],
+    })
+}
+
+/// A job table with no fencing, no events and no queue: insert every job, then workers take
+/// and finish one per `UPDATE … RETURNING`.
+async fn naive_pipeline(
+    ledger: &Ledger,
+    jobs: usize,
+    workers: usize,
+) -> Result<Measurement, LedgerError> {
+    let pool = ledger.write_pool().clone();
+    sqlx::query("DROP TABLE IF EXISTS bench_naive")
+        .execute(&pool)
+        .await?;
+    sqlx::query("CREATE TABLE bench_naive (id BIGINT PRIMARY KEY, state TEXT NOT NULL, payload TEXT NOT NULL)")
+        .execute(&pool)
+        .await?;
+    sqlx::query("CREATE INDEX bench_naive_state ON bench_naive (state, id)")
+        .execute(&pool)
+        .await?;
+    let started = Instant::now();
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut inserters = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let (pool, next) = (pool.clone(), Arc::clone(&next));
+        inserters.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= jobs {
+                    return Ok::<(), sqlx::Error>(());
+                }
+                sqlx::query(
+                    "INSERT INTO bench_naive (id, state, payload) VALUES ($1, 'ready', $2)",
+                )
+                .bind(i as i64)
+                .bind(json!({ "bench": i }).to_string())
+                .execute(&pool)
+                .await?;
+            }
+        });
+    }
+    while let Some(joined) = inserters.join_next().await {
+        joined.map_err(|e| LedgerError::Invalid(e.to_string()))??;
+    }
+    let take = ledger.sql(
+        "UPDATE bench_naive SET state = 'done' WHERE id = \
+         (SELECT id FROM bench_naive WHERE state = 'ready' ORDER BY id LIMIT 1{skip_locked}) RETURNING id",
+    );
+    let mut takers = tokio::task::JoinSet::new();
+    for _ in 0..workers.max(1) {
+        let (pool, take) = (pool.clone(), take.clone());
+        takers.spawn(async move {
+            let mut done = 0usize;
+            while sqlx::query(&take).fetch_optional(&pool).await?.is_some() {
+                done += 1;
+            }
+            Ok::<usize, sqlx::Error>(done)
+        });
+    }
+    let mut done = 0;
+    while let Some(joined) = takers.join_next().await {
+        done += joined.map_err(|e| LedgerError::Invalid(e.to_string()))??;
+    }
+    Ok(Measurement {
+        name: "baseline: naive job table (insert, then one claim-and-complete UPDATE per job)",
+        operations: done,
+        elapsed: started.elapsed(),
+        unit: "jobs",
+    })
+}

@@ -1,0 +1,165 @@
+//! `fenceline bench renewals`: one worker holding many long calls, renewing visibility and
+//! lease on schedule; how late the renewals run, beside plain timers on the same runtime, with
+//! the process's CPU time and memory.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::generated_job;
+use crate::job::Actor;
+use crate::ledger::{Ledger, LedgerError, LedgerOptions};
+
+/// `fenceline bench renewals`: lateness of scheduled renewals with many calls in flight.
+pub async fn renewals(
+    database_url: &str,
+    options: &LedgerOptions,
+    args: &crate::config::RenewalArgs,
+) -> Result<String, LedgerError> {
+    use crate::provider::stub::{StubConfig, StubProvider};
+    use crate::queue::embedded::EmbeddedQueue;
+    use crate::worker::{dispatcher, Timings, Worker, WorkerConfig};
+    use tokio_util::sync::CancellationToken;
+
+    let heartbeat = Duration::from_secs(args.heartbeat_secs.max(1));
+    let measure = Duration::from_secs(args.measure_secs.max(1));
+
+    // Baseline: the same number of plain timers on this runtime, each due every `heartbeat`.
+    let baseline = timer_lateness(args.in_flight, heartbeat, measure).await;
+
+    let ledger = Ledger::connect(database_url, options).await?;
+    ledger.migrate().await?;
+    let run = uuid::Uuid::now_v7().simple().to_string();
+    let queue = EmbeddedQueue::new(ledger.clone(), &format!("renew-{run}"), 5);
+    let hold = measure + heartbeat * 2 + Duration::from_secs(600);
+    let stub = StubProvider::new(StubConfig {
+        latency: hold,
+        ..Default::default()
+    });
+    let mut config = WorkerConfig::new("renewals");
+    config.max_in_flight = args.in_flight;
+    config.drain_timeout = Duration::ZERO;
+    config.timings = Timings {
+        heartbeat,
+        visibility: heartbeat * 3 + Duration::from_secs(15),
+        lease: heartbeat * 3 + Duration::from_secs(15),
+        margin: Duration::from_secs(15),
+        progress_timeout: hold * 2,
+        receive_wait: Duration::from_millis(50),
+        ..Timings::default()
+    };
+    let worker = Worker::new(ledger.clone(), queue.clone(), stub, config);
+    let stop = CancellationToken::new();
+    let running = tokio::spawn({
+        let (worker, stop) = (worker.clone(), stop.clone());
+        async move { worker.run(stop).await }
+    });
+    let dispatching = tokio::spawn(dispatcher::run(
+        ledger.clone(),
+        queue,
+        Duration::from_millis(5),
+        stop.clone(),
+    ));
+    let tenant = format!("renew-{run}");
+    let ramp = Instant::now();
+    for i in 0..args.in_flight {
+        let job = generated_job(&tenant, format!("{run}-{i}"), "hold", i, hold * 2, 1);
+        ledger.create_job(job, &Actor::Drill).await?;
+    }
+    while worker.in_flight() < args.in_flight {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if ramp.elapsed() > Duration::from_secs(1800) {
+            return Err(LedgerError::Invalid("the worker never filled up".into()));
+        }
+    }
+    let ramp = ramp.elapsed();
+    let stats = worker.renewal_stats();
+    stats.clear();
+    let cpu_before = process_cpu();
+    tokio::time::sleep(measure).await;
+    let cpu = process_cpu().saturating_sub(cpu_before);
+    let (count, p50, p99, max) = stats.summary();
+    let rss = rss_mib();
+    stop.cancel();
+    running.abort();
+    let _ = dispatching.await;
+    ledger.close().await;
+    Ok(format!(
+        "renewal lateness on {backend}, {n} calls in flight, renewals every {hb:?}, measured {measure:?} (ramp-up {ramp:.1?})\n\
+         | run | renewals | p50 late | p99 late | max late |\n| --- | ---: | ---: | ---: | ---: |\n\
+         | baseline: {n} plain tokio timers | {bc} | {bp50} ms | {bp99} ms | {bmax} ms |\n\
+         | fenceline worker: visibility + lease renewals, events recorded | {count} | {p50} ms | {p99} ms | {max} ms |\n\
+         process CPU during the measurement: {cpu_pct:.0} % of one core; RSS at the end: {rss} MiB",
+        backend = ledger.backend().as_str(),
+        n = args.in_flight,
+        hb = heartbeat,
+        bc = baseline.0,
+        bp50 = baseline.1,
+        bp99 = baseline.2,
+        bmax = baseline.3,
+        cpu_pct = cpu.as_secs_f64() / measure.as_secs_f64() * 100.0,
+    ))
+}
+
+async fn timer_lateness(n: usize, every: Duration, measure: Duration) -> (usize, u32, u32, u32) {
+    let samples = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = tokio::task::JoinSet::new();
+    let started = tokio::time::Instant::now();
+    for i in 0..n {
+        let samples = Arc::clone(&samples);
+        // Spread first deadlines over one interval, as jobs arriving over time would be.
+        let offset = every.mul_f64(i as f64 / n as f64);
+        tasks.spawn(async move {
+            let mut due = started + offset + every;
+            while due <= started + measure {
+                tokio::time::sleep_until(due).await;
+                let late = tokio::time::Instant::now().duration_since(due).as_millis();
+                samples
+                    .lock()
+                    .expect("samples")
+                    .push(u32::try_from(late).unwrap_or(u32::MAX));
+                due += every;
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let mut s = samples.lock().expect("samples").clone();
+    if s.is_empty() {
+        return (0, 0, 0, 0);
+    }
+    s.sort_unstable();
+    let at = |q: f64| s[((s.len() - 1) as f64 * q).round() as usize];
+    (s.len(), at(0.5), at(0.99), *s.last().unwrap_or(&0))
+}
+
+/// User + system CPU time of this process (Linux), zero elsewhere.
+fn process_cpu() -> Duration {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return Duration::ZERO;
+    };
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of stat; 12 and 13 after the command name.
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
+fn rss_mib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb / 1024)
+}
