@@ -35,7 +35,7 @@ pub fn UnknownPage() -> impl IntoView {
                                 "the jobs marked “not possible” can only be settled by a decision."
                             </p>
                         })}
-                        <table>
+                        <div class="table-scroll"><table>
                             <thead><tr>
                                 <th scope="col">"Job"</th>
                                 <th scope="col">"Tenant"</th>
@@ -64,7 +64,7 @@ pub fn UnknownPage() -> impl IntoView {
                                     </tr>
                                 }).collect_view()}
                             </tbody>
-                        </table>
+                        </table></div>
                         <nav class="pager" aria-label="Pages">
                             {(!page.first).then(|| view! { <a href="/unknown">"← Oldest"</a> })}
                             {page.next.map(|next| view! {
