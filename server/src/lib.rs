@@ -13,6 +13,7 @@
 //! - [`worker`]: the delivery step, heartbeat, outbox dispatcher, reaper, retention task and
 //!   inspected dead-letter replay.
 //! - [`http`]: the REST API v1 (bearer tokens), health, OpenAPI document, console routes.
+//! - [`console`]: the console port over the ledger, one file per page, and its SVG charts.
 //! - [`metrics`]: the Prometheus counters and gauges (bounded labels only).
 //! - [`config`]: settings from flags and environment, resolved once.
 //! - [`startup`]: building the application and running it, stopping in order.
@@ -20,6 +21,7 @@
 
 pub mod bench;
 pub mod config;
+pub mod console;
 pub mod http;
 pub mod job;
 pub mod ledger;

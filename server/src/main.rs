@@ -141,7 +141,7 @@ async fn main() -> anyhow::Result<()> {
 
 async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     let options = config::ledger_options(cli);
-    let queue_info = fenceline::http::console::QueueInfo {
+    let queue_info = fenceline::console::QueueInfo {
         description: match args.runtime.queue {
             config::QueueArg::Embedded => format!("embedded:{}", args.runtime.queue_name),
             config::QueueArg::Sqs => format!("sqs:{}", args.runtime.queue_name),

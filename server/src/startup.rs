@@ -8,7 +8,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::http::console::QueueInfo;
+use crate::console::QueueInfo;
 use crate::http::{self, AppState};
 use crate::ledger::{Ledger, LedgerError, LedgerOptions};
 use crate::provider::policy::ModelPolicy;

@@ -7,8 +7,6 @@
 
 mod api;
 mod auth;
-pub mod charts;
-pub mod console;
 mod error;
 mod export;
 mod health;
@@ -35,7 +33,7 @@ pub struct AppState {
     /// Larger request bodies are refused with 413.
     pub max_body_bytes: usize,
     /// Where the console finds the queue's dead letters.
-    pub queue: console::QueueInfo,
+    pub queue: crate::console::QueueInfo,
     /// Which models and parameters a job may carry.
     pub model_policy: std::sync::Arc<crate::provider::policy::ModelPolicy>,
 }
@@ -54,7 +52,7 @@ pub fn router(state: AppState) -> Router {
         .build();
     let routes = leptos_axum::generate_route_list(fenceline_app::App);
     let port: fenceline_app::console::SharedConsole = std::sync::Arc::new(
-        console::LedgerConsole::new(state.ledger.clone(), state.queue.clone()),
+        crate::console::LedgerConsole::new(state.ledger.clone(), state.queue.clone()),
     );
     let console = Router::new()
         .leptos_routes_with_context(

@@ -1,0 +1,206 @@
+//! `/jobs/{job_id}`: where the job stands, its attempts and decisions, and its timeline in
+//! folded, paged runs.
+
+use fenceline_app::console::{
+    AttemptRow, DecisionRow, JobDetail, Timeline, TimelineQuery, TimelineRow,
+};
+
+use super::charts::human_duration;
+use crate::job::{JobId, JobState};
+use crate::ledger::{LedgerError, RENEWAL_KINDS, TRANSPORT_KINDS};
+
+use super::format::{clock, event_row, left, short_time};
+use super::swimlane::swimlane_of;
+use super::{LedgerConsole, FOLD_MIN, PAGE_RUNS};
+
+impl LedgerConsole {
+    pub(super) async fn build_job(&self, job_id: String) -> Result<Option<JobDetail>, LedgerError> {
+        let Ok(id) = job_id.parse::<JobId>() else {
+            return Ok(None);
+        };
+        let Some(job) = self.ledger.job(id.as_str()).await? else {
+            return Ok(None);
+        };
+        let now = self.ledger.now_us().await?;
+        let attempts = self.ledger.attempts(&job.job_id).await?;
+        let decisions = self.ledger.decisions(&job.job_id).await?;
+        let event_count = self.ledger.event_count(&job.job_id).await?;
+        // Transitions always; transport facts (deliveries, duplicates, dispatches) one by one
+        // while they are few, in buckets when a storm of them would bury the chart.
+        let transport_count: i64 = self
+            .ledger
+            .kind_buckets(&job.job_id, &TRANSPORT_KINDS, job.created_at, i64::MAX / 4)
+            .await?
+            .iter()
+            .map(|b| b.count)
+            .sum();
+        let mut bucketed: Vec<&str> = RENEWAL_KINDS.to_vec();
+        if transport_count > 150 {
+            bucketed.extend(TRANSPORT_KINDS);
+        }
+        let key = self.ledger.key_events(&job.job_id, &bucketed, 650).await?;
+        let end = job
+            .terminal_at
+            .unwrap_or(now)
+            .max(key.last().map_or(job.created_at, |e| e.at));
+        let width = ((end - job.created_at) / 120).max(1);
+        let buckets = self
+            .ledger
+            .kind_buckets(&job.job_id, &bucketed, job.created_at, width)
+            .await?;
+        let svg = swimlane_of(&job, &attempts, &key, &buckets, end, width);
+        let drill = key
+            .iter()
+            .find(|e| e.kind == "job_created")
+            .and_then(|e| e.detail.get("drill_id"))
+            .and_then(|d| d.as_str())
+            .map(str::to_owned);
+        Ok(Some(JobDetail {
+            job_id: job.job_id.clone(),
+            tenant: job.tenant.clone(),
+            idempotency_key: job.idempotency_key.clone(),
+            state: job.state.as_str().into(),
+            terminal: job.state.is_terminal(),
+            epoch: job.owner_epoch,
+            owner: job.owner_id.clone(),
+            lease: (job.state == JobState::Running)
+                .then(|| {
+                    job.owner_until
+                        .map(|u| format!("{} ({})", short_time(u), left(now, u)))
+                })
+                .flatten(),
+            deadline: short_time(job.deadline_at),
+            deadline_left: if job.state.is_terminal() {
+                "closed".into()
+            } else {
+                left(now, job.deadline_at)
+            },
+            attempts_used: format!("{} of {}", job.attempt_count, job.max_attempts),
+            result_ref: job.result_ref.clone(),
+            error_code: job.error_code.clone(),
+            recovery_reason: job.recovery_reason.clone(),
+            replay_policy: job.replay_policy.as_str().replace('_', " "),
+            created: short_time(job.created_at),
+            terminal_at: job.terminal_at.map(short_time),
+            event_count,
+            attempts: attempts
+                .iter()
+                .map(|a| AttemptRow {
+                    attempt_no: a.attempt_no,
+                    epoch: a.epoch,
+                    worker: a.worker_id.clone(),
+                    provider: a.provider.clone(),
+                    provider_request_id: a.provider_request_id.clone(),
+                    started: short_time(a.started_at),
+                    finished: a.finished_at.map(short_time),
+                    duration: a.finished_at.map(|f| human_duration(f - a.started_at)),
+                    outcome: a.outcome.as_str().into(),
+                    error_code: a.error_code.clone(),
+                    accepted: a.result_ref.is_some() && a.result_ref == job.result_ref,
+                })
+                .collect(),
+            decisions: decisions
+                .iter()
+                .map(|d| DecisionRow {
+                    at: short_time(d.decided_at),
+                    actor: d.actor.clone(),
+                    decision: d.decision.clone(),
+                    seen_epoch: d.seen_epoch,
+                    new_epoch: d.new_epoch,
+                    to_state: d.to_state.clone(),
+                    reason: d.reason.clone(),
+                })
+                .collect(),
+            swimlane_svg: svg,
+            drill,
+        }))
+    }
+
+    pub(super) async fn build_timeline(
+        &self,
+        job_id: String,
+        query: TimelineQuery,
+    ) -> Result<Timeline, LedgerError> {
+        let Ok(id) = job_id.parse::<JobId>() else {
+            return Ok(Timeline {
+                rows: vec![],
+                previous: None,
+                next: None,
+                total: 0,
+            });
+        };
+        let job_id = id.to_string();
+        let Some(job) = self.ledger.job(&job_id).await? else {
+            return Ok(Timeline {
+                rows: vec![],
+                previous: None,
+                next: None,
+                total: 0,
+            });
+        };
+        let total = self.ledger.event_count(&job_id).await?;
+        let after = match query.around {
+            Some(seq) => self
+                .ledger
+                .timeline_run_of(&job_id, seq)
+                .await?
+                .map_or(0, |first| first - 1),
+            None => query.after.unwrap_or(0).max(0),
+        };
+        let mut runs = self
+            .ledger
+            .timeline_runs(&job_id, after, PAGE_RUNS + 1)
+            .await?;
+        let next = (runs.len() > PAGE_RUNS as usize).then(|| {
+            runs.truncate(PAGE_RUNS as usize);
+            runs.last().map_or(0, |r| r.first_seq)
+        });
+        let previous = if after > 0 {
+            Some(
+                self.ledger
+                    .timeline_run_before(&job_id, after, PAGE_RUNS)
+                    .await?
+                    .map_or(0, |first| first - 1),
+            )
+        } else {
+            None
+        };
+        let mut rows = Vec::with_capacity(runs.len());
+        let mut i = 0;
+        while i < runs.len() {
+            let run = &runs[i];
+            let folded = run.len() >= FOLD_MIN && query.open != Some(run.first_seq);
+            if folded {
+                rows.push(TimelineRow::Folded {
+                    kind: run.kind.clone(),
+                    first_seq: run.first_seq,
+                    last_seq: run.last_seq,
+                    first_at: clock(run.first_at),
+                    last_at: clock(run.last_at),
+                });
+                i += 1;
+                continue;
+            }
+            // A block of consecutive unfolded runs: one query for its events.
+            let first = run.first_seq;
+            let mut last = run.last_seq;
+            let mut j = i + 1;
+            while j < runs.len()
+                && !(runs[j].len() >= FOLD_MIN && query.open != Some(runs[j].first_seq))
+            {
+                last = runs[j].last_seq;
+                j += 1;
+            }
+            for e in self.ledger.events_between(&job_id, first, last).await? {
+                rows.push(TimelineRow::Event(event_row(job.created_at, &e)));
+            }
+            i = j;
+        }
+        Ok(Timeline {
+            rows,
+            previous,
+            next,
+            total,
+        })
+    }
+}

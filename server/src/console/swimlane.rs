@@ -1,0 +1,181 @@
+//! The job page's swimlane: the job's timeline as marks on one time axis, per lane.
+
+use super::charts::{self, human_duration, Mark};
+use crate::ledger::{detail_text, Event, Job};
+
+/// The swimlane marks of one job.
+pub(super) fn swimlane_of(
+    job: &Job,
+    attempts: &[crate::ledger::Attempt],
+    key: &[Event],
+    renewals: &[crate::ledger::Bucket],
+    end: i64,
+    width: i64,
+) -> String {
+    let mut marks = Vec::new();
+    let start = job.created_at;
+    // Lease windows: each owner epoch from its claim to the next ownership change.
+    let owners: Vec<&Event> = key
+        .iter()
+        .filter(|e| {
+            matches!(
+                e.kind.as_str(),
+                "claimed"
+                    | "recovery_claimed"
+                    | "decision_recorded"
+                    | "state_changed"
+                    | "result_accepted"
+                    | "deadline_expired"
+                    | "budget_exhausted"
+            )
+        })
+        .collect();
+    for (i, e) in owners
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.kind == "claimed")
+    {
+        let until = owners[i + 1..].first().map_or(end, |n| n.at);
+        marks.push(Mark::Span {
+            lane: 2,
+            from: e.at,
+            to: until,
+            class: "lease".into(),
+            label: format!("epoch {} · {}", e.epoch, e.actor),
+            title: format!(
+                "epoch {} owned by {} from +{}",
+                e.epoch,
+                e.actor,
+                human_duration(e.at - start)
+            ),
+        });
+    }
+    for a in attempts {
+        let to = a.finished_at.unwrap_or(end);
+        let accepted = a.result_ref.is_some() && a.result_ref == job.result_ref;
+        marks.push(Mark::Span {
+            lane: 3,
+            from: a.started_at,
+            to,
+            class: format!(
+                "attempt outcome-{}{}",
+                a.outcome.as_str(),
+                if accepted { " accepted" } else { "" }
+            ),
+            label: format!(
+                "#{} {}{}",
+                a.attempt_no,
+                a.outcome.as_str().replace('_', " "),
+                if accepted { " ★" } else { "" }
+            ),
+            title: format!(
+                "attempt {} at epoch {} by {}: {}{}",
+                a.attempt_no,
+                a.epoch,
+                a.worker_id,
+                a.outcome.as_str(),
+                if accepted {
+                    " (the accepted result)"
+                } else {
+                    ""
+                }
+            ),
+        });
+    }
+    for e in key {
+        let at = e.at;
+        let title = |what: &str| {
+            format!(
+                "#{} {} at +{} by {}",
+                e.seq,
+                what,
+                human_duration(at - start),
+                e.actor
+            )
+        };
+        let point = |lane: usize, class: &str, symbol: char, what: &str| Mark::Point {
+            lane,
+            at,
+            class: class.into(),
+            symbol,
+            title: title(what),
+        };
+        let mark = match e.kind.as_str() {
+            "delivery_received" => {
+                let n = e.delivery.as_ref().map_or(0, |d| d.receive_count);
+                Some(point(
+                    0,
+                    if n > 1 { "redelivery" } else { "delivery" },
+                    '▼',
+                    &format!("receive {n}"),
+                ))
+            }
+            "duplicate_suppressed" => Some(point(0, "suppressed", '⊘', "duplicate suppressed")),
+            "delivery_deferred" => Some(point(0, "deferred", '…', "delivery deferred")),
+            "delivery_acked_terminal" => {
+                Some(point(0, "acked", '✓', "acknowledged: job already terminal"))
+            }
+            "claimed" | "recovery_claimed" => Some(point(
+                4,
+                "epoch",
+                '◆',
+                &format!("{} → epoch {}", e.kind.replace('_', " "), e.epoch),
+            )),
+            "decision_recorded" => Some(point(
+                4,
+                "decision",
+                '⚑',
+                &format!("decision: {}", detail_text(&e.detail)),
+            )),
+            "result_accepted" => Some(point(4, "commit", '★', "result accepted (terminal commit)")),
+            "result_rejected" => Some(point(
+                4,
+                "rejected",
+                '✗',
+                &format!("result rejected: {}", detail_text(&e.detail)),
+            )),
+            "deadline_expired" => Some(point(4, "expired", '⌛', "deadline expired")),
+            "budget_exhausted" => Some(point(4, "failed", '■', "attempt budget spent")),
+            "lease_lost" => Some(point(2, "failed", '✗', "lease lost")),
+            "dispatched" => Some(point(5, "dispatched", '↑', "dispatched to the queue")),
+            "message_deleted" => Some(point(
+                5,
+                "deleted",
+                '✓',
+                &format!("message deleted ({})", detail_text(&e.detail)),
+            )),
+            "delete_failed" => Some(point(
+                5,
+                "failed",
+                '✗',
+                &format!("delete failed ({})", detail_text(&e.detail)),
+            )),
+            "moved_to_dlq" => Some(point(5, "failed", '⇣', "moved to the dead-letter queue")),
+            _ => None,
+        };
+        marks.extend(mark);
+    }
+    for b in renewals {
+        let failed = b.kind.ends_with("failed");
+        let (lane, class) = match b.kind.as_str() {
+            k if k.starts_with("visibility") => {
+                (1, if failed { "renew-failed" } else { "renew-ok" })
+            }
+            k if k.starts_with("lease") => (2, if failed { "renew-failed" } else { "renew-ok" }),
+            "dispatched" => (5, "dispatched"),
+            "duplicate_suppressed" => (0, "suppressed"),
+            "delivery_acked_terminal" => (0, "acked"),
+            _ => (0, "delivery"),
+        };
+        let from = start + b.bucket * width;
+        marks.push(Mark::Density {
+            lane,
+            from,
+            to: from + width,
+            count: b.count,
+            class: class.into(),
+            title: b.kind.replace('_', " "),
+        });
+    }
+    charts::swimlane(start, end, &marks)
+}

@@ -1,0 +1,81 @@
+//! `/unknown`: the reconciliation queue, oldest first, in keyset pages.
+
+use fenceline_app::console::{UnknownPage, UnknownRow};
+
+use crate::job::JobState;
+use crate::ledger::LedgerError;
+
+use super::format::{ago, left};
+use super::LedgerConsole;
+
+impl LedgerConsole {
+    pub(super) async fn build_unknown(
+        &self,
+        after: Option<String>,
+    ) -> Result<UnknownPage, LedgerError> {
+        const PAGE: u32 = 100;
+        let now = self.ledger.now_us().await?;
+        // `after` is `<updated_at>.<job_id>` from a previous page; anything else starts over.
+        let cursor = after
+            .as_deref()
+            .and_then(|a| a.split_once('.'))
+            .and_then(|(at, id)| Some((at.parse::<i64>().ok()?, id.to_owned())));
+        let first = cursor.is_none();
+        let cursor = cursor.unwrap_or((i64::MIN, String::new()));
+        let page = self.ledger.unknown_jobs(&cursor, PAGE + 1).await?;
+        let next = (page.len() > PAGE as usize)
+            .then(|| &page[PAGE as usize - 1])
+            .map(|u| format!("{}.{}", u.job.updated_at, u.job.job_id));
+        let mut rows = Vec::with_capacity(page.len());
+        for unknown in page.into_iter().take(PAGE as usize) {
+            let job = &unknown.job;
+            let last = self.ledger.attempts(&job.job_id).await?.into_iter().last();
+            let retrieval = if unknown.retrieval_unsupported {
+                "not possible: needs a decision"
+            } else if unknown.last_request.is_some() {
+                "being asked"
+            } else {
+                "no request id: needs a decision"
+            };
+            rows.push(UnknownRow {
+                job_id: job.job_id.clone(),
+                tenant: job.tenant.clone(),
+                epoch: job.owner_epoch,
+                since: ago(now, job.updated_at),
+                last_attempt: last.map(|a| {
+                    format!(
+                        "#{} by {} at epoch {}, {}",
+                        a.attempt_no,
+                        a.worker_id,
+                        a.epoch,
+                        a.outcome.as_str().replace('_', " ")
+                    )
+                }),
+                provider_request_id: unknown.last_request,
+                deadline_left: left(now, job.deadline_at),
+                recovery_reason: job.recovery_reason.clone(),
+                replay_policy: job.replay_policy.as_str().replace('_', " "),
+                retrieval: retrieval.into(),
+            });
+        }
+        let total = self
+            .ledger
+            .count_by_state_capped(None, 10_000)
+            .await?
+            .into_iter()
+            .find(|(state, _, _)| *state == JobState::Unknown)
+            .map_or("0".into(), |(_, n, capped)| {
+                if capped {
+                    format!("{n}+")
+                } else {
+                    n.to_string()
+                }
+            });
+        Ok(UnknownPage {
+            rows,
+            total,
+            next,
+            first,
+        })
+    }
+}
