@@ -27,7 +27,7 @@ pub struct OutboxItem {
 }
 
 /// A message the embedded queue moved to its dead-letter queue.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct DeadLetterMove {
     pub id: i64,
     pub message_id: String,
@@ -48,7 +48,7 @@ pub struct UnknownJob {
 }
 
 /// An `unknown` job as provider retrieval sees it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct UnknownForRetrieval {
     pub job_id: String,
     pub epoch: i64,
@@ -471,7 +471,7 @@ impl Ledger {
         cursor: &(i64, String),
         limit: u32,
     ) -> Result<Vec<UnknownForRetrieval>, LedgerError> {
-        let sql = "SELECT j.job_id, j.owner_epoch, j.updated_at, \
+        let sql = "SELECT j.job_id, j.owner_epoch AS epoch, j.updated_at, \
              (SELECT a.provider_request_id FROM attempts a WHERE a.job_id = j.job_id \
               ORDER BY a.attempt_no DESC LIMIT 1) AS last_request \
              FROM jobs j WHERE j.state = 'unknown' \
@@ -479,22 +479,12 @@ impl Ledger {
              AND NOT EXISTS (SELECT 1 FROM events e WHERE e.job_id = j.job_id \
                  AND e.kind = 'retrieval_unsupported' AND e.epoch = j.owner_epoch) \
              ORDER BY j.updated_at, j.job_id LIMIT $3";
-        let rows = sqlx::query(sql)
+        Ok(sqlx::query_as(sql)
             .bind(cursor.0)
             .bind(cursor.1.as_str())
             .bind(i64::from(limit))
             .fetch_all(&self.reader)
-            .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(UnknownForRetrieval {
-                    job_id: row.try_get("job_id")?,
-                    epoch: row.try_get("owner_epoch")?,
-                    updated_at: row.try_get("updated_at")?,
-                    last_request: row.try_get("last_request")?,
-                })
-            })
-            .collect()
+            .await?)
     }
 
     /// Messages the embedded queue moved to a dead-letter queue whose move is not yet on
@@ -503,26 +493,15 @@ impl Ledger {
         &self,
         limit: u32,
     ) -> Result<Vec<DeadLetterMove>, LedgerError> {
-        let rows = sqlx::query(
-            "SELECT id, message_id, body, COALESCE(dead_receive_count, receive_count) AS receive_count, \
-             dead_from, dead_at FROM queue_messages \
+        Ok(sqlx::query_as(
+            "SELECT id, message_id, body, \
+             COALESCE(dead_receive_count, receive_count) AS receive_count, \
+             dead_from AS from_queue, dead_at AS at FROM queue_messages \
              WHERE dead_at IS NOT NULL AND timeline_noted_at IS NULL ORDER BY dead_at LIMIT $1",
         )
         .bind(i64::from(limit))
         .fetch_all(&self.reader)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                Ok(DeadLetterMove {
-                    id: row.try_get("id")?,
-                    message_id: row.try_get("message_id")?,
-                    body: row.try_get("body")?,
-                    receive_count: row.try_get("receive_count")?,
-                    from_queue: row.try_get("dead_from")?,
-                    at: row.try_get("dead_at")?,
-                })
-            })
-            .collect()
+        .await?)
     }
 
     /// Marks dead-letter moves as noted on their timelines.
