@@ -509,15 +509,9 @@ impl Ledger {
         if ids.is_empty() {
             return Ok(());
         }
-        let mut placeholders = String::new();
-        for i in 0..ids.len() {
-            if i > 0 {
-                placeholders.push_str(", ");
-            }
-            placeholders.push_str(&format!("${}", i + 1));
-        }
         let sql = self.sql(&format!(
-            "UPDATE queue_messages SET timeline_noted_at = {{now}} WHERE id IN ({placeholders})"
+            "UPDATE queue_messages SET timeline_noted_at = {{now}} WHERE id IN {}",
+            super::dialect::row_placeholders(1, ids.len())
         ));
         let mut query = sqlx::query(&sql);
         for id in ids {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::heartbeat::{db_span, delivery_ref, now_ms, InFlight, StopReason};
+use super::heartbeat::{cap_left, db_span, delivery_ref, now_ms, InFlight, StopReason};
 use super::message::{self, BadMessage, JobMessage};
 use super::Shared;
 use crate::job::{Actor, EventKind, JobState};
@@ -16,7 +16,7 @@ use crate::ledger::{
     ReplayPolicy,
 };
 use crate::provider::{Progress, Provider, ProviderOutcome, ProviderRequest, Retrieval};
-use crate::queue::{Deleted, Delivery, Queue, MAX_VISIBILITY, VISIBILITY_CAP};
+use crate::queue::{Deleted, Delivery, Queue, MAX_VISIBILITY};
 
 /// What became of one delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -221,26 +221,22 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
     /// again.
     async fn suppress_duplicate(
         &self,
-        job_id: &str,
+        job: &Job,
         delivery: &Delivery,
         dref: &DeliveryRef,
         epoch: i64,
     ) -> Outcome {
+        let job_id = job.job_id.as_str();
         let t = &self.config.timings;
-        let to_deadline = match (self.ledger.job(job_id).await, self.ledger.now_us().await) {
-            (Ok(Some(job)), Ok(now)) => Some(db_span(now, job.deadline_at) + t.margin),
-            _ => None,
+        // The deadline is fixed at creation: the job in hand has it; only the clock is read.
+        let to_deadline = match self.ledger.now_us().await {
+            Ok(now) => db_span(now, job.deadline_at) + t.margin,
+            Err(_) => t.duplicate_wait,
         };
         let first_receive = delivery.first_receive_at_ms.unwrap_or_else(now_ms);
-        let cap_left = Duration::from_millis(
-            u64::try_from(first_receive + VISIBILITY_CAP.as_millis() as i64 - now_ms())
-                .unwrap_or(0),
-        )
-        .saturating_sub(t.margin);
         let wait = to_deadline
-            .unwrap_or(t.duplicate_wait)
             .max(t.duplicate_wait)
-            .min(cap_left)
+            .min(cap_left(first_receive, now_ms(), t.margin))
             .min(MAX_VISIBILITY);
         let pushed = self.queue.change_visibility(&delivery.receipt, wait).await;
         self.event(
@@ -317,9 +313,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             };
             match refusal {
                 Refusal::LiveOwner { epoch } => {
-                    return self
-                        .suppress_duplicate(&job_id, &delivery, &dref, epoch)
-                        .await
+                    return self.suppress_duplicate(&job, &delivery, &dref, epoch).await
                 }
                 Refusal::LeaseExpired => {
                     // Recovery first: fence the old owner, then the state table decides.
@@ -345,11 +339,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                         Err(LedgerError::Refused {
                             refusal: Refusal::LiveOwner { epoch },
                             ..
-                        }) => {
-                            return self
-                                .suppress_duplicate(&job_id, &delivery, &dref, epoch)
-                                .await
-                        }
+                        }) => return self.suppress_duplicate(&job, &delivery, &dref, epoch).await,
                         Err(LedgerError::Refused { .. }) => continue,
                         Err(_) => return Outcome::LedgerUnavailable,
                     }

@@ -76,6 +76,13 @@ impl InFlight {
     }
 }
 
+/// What is left of a delivery's 12-hour visibility chain (counted from its first receive, on
+/// the queue's clock), less `margin`: no visibility change may reach past it.
+pub(crate) fn cap_left(first_receive_at_ms: i64, now_ms: i64, margin: Duration) -> Duration {
+    let left = first_receive_at_ms + VISIBILITY_CAP.as_millis() as i64 - now_ms;
+    Duration::from_millis(u64::try_from(left).unwrap_or(0)).saturating_sub(margin)
+}
+
 /// A database time span (`later - earlier`, microseconds) as a duration, never negative.
 pub(crate) fn db_span(earlier_us: i64, later_us: i64) -> Duration {
     Duration::from_micros(u64::try_from(later_us - earlier_us).unwrap_or(0))
@@ -220,9 +227,7 @@ fn collect_due<Q: Queue, P: Provider>(shared: &Shared<Q, P>) -> Vec<Due> {
         entry.next_renewal = now + t.heartbeat;
         // Never ask past the deadline (plus the margin) or past the 12-hour cap.
         let to_deadline = entry.deadline.saturating_duration_since(now) + t.margin;
-        let cap_left =
-            (entry.first_receive_at_ms + VISIBILITY_CAP.as_millis() as i64 - wall).max(0) as u64;
-        let cap_left = Duration::from_millis(cap_left).saturating_sub(t.margin);
+        let cap_left = cap_left(entry.first_receive_at_ms, wall, t.margin);
         let visibility = t.visibility.min(to_deadline).min(cap_left);
         due.push(Due {
             scheduled,
