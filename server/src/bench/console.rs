@@ -32,9 +32,7 @@ pub async fn seed_timeline(
     let claimed = ledger
         .claim(&job_id, "seed-worker", Duration::from_secs(11 * 3600))
         .await?;
-    ledger
-        .start_attempt(&job_id, claimed.epoch, "seed-worker", "stub")
-        .await?;
+    ledger.start_attempt(&claimed.owner, "stub").await?;
     let worker = Actor::Worker("seed-worker".into());
     let other = Actor::Worker("seed-other".into());
     let delivery = |n: i64| DeliveryRef {
@@ -76,41 +74,7 @@ pub async fn seed_timeline(
 
 /// Inserts `n` synthetic jobs across all states (SQL-generated, for list benchmarks).
 pub async fn seed_jobs(ledger: &Ledger, tenant: &str, n: u64) -> Result<(), LedgerError> {
-    // Ids sort like real ones (time-ordered), and every row satisfies the schema's checks.
-    let (series, id) = match ledger.backend() {
-        crate::ledger::Backend::Postgres => (
-            "SELECT x FROM generate_series(1, $2::BIGINT) AS x",
-            "'job_' || lpad(to_hex(x), 8, '0') || '-0000-7000-8000-' || lpad(to_hex(x), 12, '0')",
-        ),
-        crate::ledger::Backend::Sqlite => (
-            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < $2) SELECT x FROM c",
-            "'job_' || printf('%08x', x) || '-0000-7000-8000-' || printf('%012x', x)",
-        ),
-    };
-    let states = "CASE x % 7 WHEN 0 THEN 'ready' WHEN 1 THEN 'running' WHEN 2 THEN 'unknown' \
-                  WHEN 3 THEN 'retry_authorized' WHEN 4 THEN 'succeeded' WHEN 5 THEN 'failed_terminal' \
-                  ELSE 'expired' END";
-    // Spread over the last 30 days (ids and creation times rise together); terminal jobs
-    // finished up to ten minutes after they were created.
-    let created = "({now} - ($2 - x) * (2592000000000 / $2))";
-    let sql = ledger.sql(&format!(
-        "INSERT INTO jobs (job_id, tenant, idempotency_key, request_digest, input_ref, \
-         contract_version, state, owner_epoch, owner_id, owner_until, deadline_at, attempt_count, \
-         max_attempts, result_ref, created_at, updated_at, terminal_at, next_event_seq) \
-         SELECT {id}, $1, 'seed-' || x, 'd', 'seed', 'seed', {states}, \
-         CASE WHEN x % 7 = 0 THEN 0 ELSE 1 END, \
-         CASE WHEN x % 7 = 1 THEN 'seed' END, CASE WHEN x % 7 = 1 THEN {{now}} + 60000000 END, \
-         {created} + 86400000000, CASE WHEN x % 7 IN (0, 1, 3) THEN 0 ELSE 1 END, 3, \
-         CASE WHEN x % 7 = 4 THEN 'res_seed' END, {created}, {created}, \
-         CASE WHEN x % 7 >= 4 THEN {{least}}({created} + (x % 600) * 1000000, {{now}}) END, 1 \
-         FROM ({series}) AS s"
-    ));
-    sqlx::query(&sql)
-        .bind(tenant)
-        .bind(n as i64)
-        .execute(ledger.write_pool())
-        .await?;
-    Ok(())
+    ledger.seed_generated_jobs(tenant, n).await
 }
 
 /// `fenceline bench console`: render times of the console's pages over generated data.
@@ -129,7 +93,7 @@ pub async fn console(
     let alternating = seed_timeline(&ledger, "bench-timeline", args.events, "alternating").await?;
     let seeded_events = started.elapsed();
     if ledger.backend() == crate::ledger::Backend::Postgres {
-        sqlx::query("ANALYZE").execute(ledger.write_pool()).await?;
+        ledger.analyze().await?;
     }
     let app = crate::startup::Application::build(
         database_url,

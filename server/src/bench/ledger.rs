@@ -59,11 +59,9 @@ pub async fn ledger(
                 let claimed = ledger
                     .claim(job_id, &worker, Duration::from_secs(60))
                     .await?;
-                let attempt = ledger
-                    .start_attempt(job_id, claimed.epoch, &worker, "stub")
-                    .await?;
+                let attempt = ledger.start_attempt(&claimed.owner, "stub").await?;
                 ledger
-                    .accept_result(job_id, claimed.epoch, attempt.attempt_no, &worker, "{}")
+                    .accept_result(&claimed.owner, attempt.attempt_no, "{}")
                     .await?;
             }
         });
@@ -99,41 +97,19 @@ async fn baseline(
     owners: usize,
     statements: usize,
 ) -> Result<Measurement, LedgerError> {
-    let pool = ledger.write_pool();
-    sqlx::query(
-        "CREATE TABLE IF NOT EXISTS bench_baseline (id BIGINT PRIMARY KEY, v BIGINT NOT NULL)",
-    )
-    .execute(pool)
-    .await?;
-    for owner in 0..owners {
-        sqlx::query("DELETE FROM bench_baseline WHERE id = $1")
-            .bind(owner as i64)
-            .execute(pool)
-            .await?;
-        sqlx::query("INSERT INTO bench_baseline (id, v) VALUES ($1, 0)")
-            .bind(owner as i64)
-            .execute(pool)
-            .await?;
-    }
+    ledger.baseline_reset(owners).await?;
     let next = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for owner in 0..owners {
-        let pool = pool.clone();
+        let ledger = ledger.clone();
         let next = Arc::clone(&next);
         tasks.spawn(async move {
             let mut seen = 0_i64;
             while next.fetch_add(1, Ordering::Relaxed) < statements {
-                let v: i64 = sqlx::query_scalar(
-                    "UPDATE bench_baseline SET v = v + 1 WHERE id = $1 AND v = $2 RETURNING v",
-                )
-                .bind(owner as i64)
-                .bind(seen)
-                .fetch_one(&pool)
-                .await?;
-                seen = v;
+                seen = ledger.baseline_bump(owner as i64, seen).await?;
             }
-            Ok::<(), sqlx::Error>(())
+            Ok::<(), LedgerError>(())
         });
     }
     while let Some(joined) = tasks.join_next().await {

@@ -127,53 +127,35 @@ async fn naive_pipeline(
     jobs: usize,
     workers: usize,
 ) -> Result<Measurement, LedgerError> {
-    let pool = ledger.write_pool().clone();
-    sqlx::query("DROP TABLE IF EXISTS bench_naive")
-        .execute(&pool)
-        .await?;
-    sqlx::query("CREATE TABLE bench_naive (id BIGINT PRIMARY KEY, state TEXT NOT NULL, payload TEXT NOT NULL)")
-        .execute(&pool)
-        .await?;
-    sqlx::query("CREATE INDEX bench_naive_state ON bench_naive (state, id)")
-        .execute(&pool)
-        .await?;
+    ledger.naive_reset().await?;
     let started = Instant::now();
     let next = Arc::new(AtomicUsize::new(0));
     let mut inserters = tokio::task::JoinSet::new();
     for _ in 0..4 {
-        let (pool, next) = (pool.clone(), Arc::clone(&next));
+        let (ledger, next) = (ledger.clone(), Arc::clone(&next));
         inserters.spawn(async move {
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= jobs {
-                    return Ok::<(), sqlx::Error>(());
+                    return Ok::<(), LedgerError>(());
                 }
-                sqlx::query(
-                    "INSERT INTO bench_naive (id, state, payload) VALUES ($1, 'ready', $2)",
-                )
-                .bind(i as i64)
-                .bind(json!({ "bench": i }).to_string())
-                .execute(&pool)
-                .await?;
+                let payload = json!({ "bench": i }).to_string();
+                ledger.naive_insert(i as i64, &payload).await?;
             }
         });
     }
     while let Some(joined) = inserters.join_next().await {
         joined.map_err(|e| LedgerError::Invalid(e.to_string()))??;
     }
-    let take = ledger.sql(
-        "UPDATE bench_naive SET state = 'done' WHERE id = \
-         (SELECT id FROM bench_naive WHERE state = 'ready' ORDER BY id LIMIT 1{skip_locked}) RETURNING id",
-    );
     let mut takers = tokio::task::JoinSet::new();
     for _ in 0..workers.max(1) {
-        let (pool, take) = (pool.clone(), take.clone());
+        let ledger = ledger.clone();
         takers.spawn(async move {
             let mut done = 0usize;
-            while sqlx::query(&take).fetch_optional(&pool).await?.is_some() {
+            while ledger.naive_take().await?.is_some() {
                 done += 1;
             }
-            Ok::<usize, sqlx::Error>(done)
+            Ok::<usize, LedgerError>(done)
         });
     }
     let mut done = 0;

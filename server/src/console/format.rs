@@ -80,7 +80,7 @@ pub(super) fn event_row(created_at: i64, e: &Event) -> EventRow {
         seq: e.seq,
         at: clock(e.at),
         offset: format!("+{}", human_duration(e.at - created_at)),
-        kind: e.kind.clone(),
+        kind: e.kind.to_string(),
         epoch: e.epoch,
         actor: e.actor.clone(),
         delivery: e.delivery.as_ref().map(|d| {

@@ -6,7 +6,7 @@ use fenceline_app::console::{
 };
 
 use super::charts::human_duration;
-use crate::job::{JobId, JobState};
+use crate::job::{EventKind, JobId, JobState};
 use crate::ledger::{LedgerError, RENEWAL_KINDS, TRANSPORT_KINDS};
 
 use super::format::{clock, event_row, left, short_time};
@@ -34,7 +34,7 @@ impl LedgerConsole {
             .iter()
             .map(|b| b.count)
             .sum();
-        let mut bucketed: Vec<&str> = RENEWAL_KINDS.to_vec();
+        let mut bucketed: Vec<EventKind> = RENEWAL_KINDS.to_vec();
         if transport_count > 150 {
             bucketed.extend(TRANSPORT_KINDS);
         }
@@ -51,7 +51,7 @@ impl LedgerConsole {
         let svg = swimlane_of(&job, &attempts, &key, &buckets, end, width);
         let drill = key
             .iter()
-            .find(|e| e.kind == "job_created")
+            .find(|e| e.kind == EventKind::JobCreated)
             .and_then(|e| e.detail.get("drill_id"))
             .and_then(|d| d.as_str())
             .map(str::to_owned);
@@ -172,7 +172,7 @@ impl LedgerConsole {
             let folded = run.len() >= FOLD_MIN && query.open != Some(run.first_seq);
             if folded {
                 rows.push(TimelineRow::Folded {
-                    kind: run.kind.clone(),
+                    kind: run.kind.as_str().to_owned(),
                     first_seq: run.first_seq,
                     last_seq: run.last_seq,
                     first_at: clock(run.first_at),

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use fenceline_app::console::{Chart, Figure, Overview, Window};
 
 use super::charts::{self, human_duration};
-use crate::job::JobState;
+use crate::job::{EventKind, JobState};
 use crate::ledger::LedgerError;
 
 use super::format::ago;
@@ -58,23 +58,19 @@ impl LedgerConsole {
         let width = window.seconds() * 1_000_000 / buckets as i64;
         let bucket_label = format!("{} each", human_duration(width));
         let kinds = [
-            "job_created",
-            "duplicate_suppressed",
-            "result_rejected",
-            "visibility_renewal_failed",
-            "lease_renewal_failed",
-            "delete_failed",
+            EventKind::JobCreated,
+            EventKind::DuplicateSuppressed,
+            EventKind::ResultRejected,
+            EventKind::VisibilityRenewalFailed,
+            EventKind::LeaseRenewalFailed,
+            EventKind::DeleteFailed,
         ];
         let activity = self.ledger.activity(&kinds, start, width).await?;
         let redeliveries = self.ledger.redeliveries(start, width).await?;
         let finished = self.ledger.finished_buckets(start, width).await?;
-        let series_of = |kind: &str| -> Vec<i64> {
+        let series = |of: &[crate::ledger::Bucket<EventKind>], kind: EventKind| -> Vec<i64> {
             let mut v = vec![0; buckets];
-            for b in activity
-                .iter()
-                .chain(redeliveries.iter())
-                .filter(|b| b.kind == kind)
-            {
+            for b in of.iter().filter(|b| b.kind == kind) {
                 if let Some(slot) = usize::try_from(b.bucket).ok().and_then(|i| v.get_mut(i)) {
                     *slot += b.count;
                 }
@@ -83,9 +79,9 @@ impl LedgerConsole {
         };
         let mut by_outcome: HashMap<&str, Vec<i64>> = HashMap::new();
         for b in &finished {
-            let key = match b.kind.as_str() {
-                "succeeded" => "succeeded",
-                "expired" => "expired",
+            let key = match b.kind {
+                JobState::Succeeded => "succeeded",
+                JobState::Expired => "expired",
                 _ => "failed_terminal",
             };
             let series = by_outcome.entry(key).or_insert_with(|| vec![0; buckets]);
@@ -101,7 +97,7 @@ impl LedgerConsole {
             label: label.into(),
             value: total(v).to_string(),
         };
-        let created = series_of("job_created");
+        let created = series(&activity, EventKind::JobCreated);
         let outcome = |k: &str| {
             by_outcome
                 .get(k)
@@ -113,12 +109,12 @@ impl LedgerConsole {
             outcome("failed_terminal"),
             outcome("expired"),
         );
-        let redelivered = series_of("redelivery");
-        let suppressed = series_of("duplicate_suppressed");
-        let rejected = series_of("result_rejected");
-        let vis_failed = series_of("visibility_renewal_failed");
-        let lease_failed = series_of("lease_renewal_failed");
-        let delete_failed = series_of("delete_failed");
+        let redelivered = series(&redeliveries, EventKind::DeliveryReceived);
+        let suppressed = series(&activity, EventKind::DuplicateSuppressed);
+        let rejected = series(&activity, EventKind::ResultRejected);
+        let vis_failed = series(&activity, EventKind::VisibilityRenewalFailed);
+        let lease_failed = series(&activity, EventKind::LeaseRenewalFailed);
+        let delete_failed = series(&activity, EventKind::DeleteFailed);
 
         let mut charts = vec![
             Chart {

@@ -1,6 +1,7 @@
 //! The job page's swimlane: the job's timeline as marks on one time axis, per lane.
 
 use super::charts::{self, human_duration, Mark};
+use crate::job::EventKind;
 use crate::ledger::{detail_text, Event, Job};
 
 /// The swimlane marks of one job.
@@ -8,7 +9,7 @@ pub(super) fn swimlane_of(
     job: &Job,
     attempts: &[crate::ledger::Attempt],
     key: &[Event],
-    renewals: &[crate::ledger::Bucket],
+    renewals: &[crate::ledger::Bucket<EventKind>],
     end: i64,
     width: i64,
 ) -> String {
@@ -19,21 +20,21 @@ pub(super) fn swimlane_of(
         .iter()
         .filter(|e| {
             matches!(
-                e.kind.as_str(),
-                "claimed"
-                    | "recovery_claimed"
-                    | "decision_recorded"
-                    | "state_changed"
-                    | "result_accepted"
-                    | "deadline_expired"
-                    | "budget_exhausted"
+                e.kind,
+                EventKind::Claimed
+                    | EventKind::RecoveryClaimed
+                    | EventKind::DecisionRecorded
+                    | EventKind::StateChanged
+                    | EventKind::ResultAccepted
+                    | EventKind::DeadlineExpired
+                    | EventKind::BudgetExhausted
             )
         })
         .collect();
     for (i, e) in owners
         .iter()
         .enumerate()
-        .filter(|(_, e)| e.kind == "claimed")
+        .filter(|(_, e)| e.kind == EventKind::Claimed)
     {
         let until = owners[i + 1..].first().map_or(end, |n| n.at);
         marks.push(Mark::Span {
@@ -100,8 +101,8 @@ pub(super) fn swimlane_of(
             symbol,
             title: title(what),
         };
-        let mark = match e.kind.as_str() {
-            "delivery_received" => {
+        let mark = match e.kind {
+            EventKind::DeliveryReceived => {
                 let n = e.delivery.as_ref().map_or(0, |d| d.receive_count);
                 Some(point(
                     0,
@@ -110,61 +111,66 @@ pub(super) fn swimlane_of(
                     &format!("receive {n}"),
                 ))
             }
-            "duplicate_suppressed" => Some(point(0, "suppressed", '⊘', "duplicate suppressed")),
-            "delivery_deferred" => Some(point(0, "deferred", '…', "delivery deferred")),
-            "delivery_acked_terminal" => {
+            EventKind::DuplicateSuppressed => {
+                Some(point(0, "suppressed", '⊘', "duplicate suppressed"))
+            }
+            EventKind::DeliveryDeferred => Some(point(0, "deferred", '…', "delivery deferred")),
+            EventKind::DeliveryAckedTerminal => {
                 Some(point(0, "acked", '✓', "acknowledged: job already terminal"))
             }
-            "claimed" | "recovery_claimed" => Some(point(
+            EventKind::Claimed | EventKind::RecoveryClaimed => Some(point(
                 4,
                 "epoch",
                 '◆',
-                &format!("{} → epoch {}", e.kind.replace('_', " "), e.epoch),
+                &format!("{} → epoch {}", e.kind.as_str().replace('_', " "), e.epoch),
             )),
-            "decision_recorded" => Some(point(
+            EventKind::DecisionRecorded => Some(point(
                 4,
                 "decision",
                 '⚑',
                 &format!("decision: {}", detail_text(&e.detail)),
             )),
-            "result_accepted" => Some(point(4, "commit", '★', "result accepted (terminal commit)")),
-            "result_rejected" => Some(point(
+            EventKind::ResultAccepted => {
+                Some(point(4, "commit", '★', "result accepted (terminal commit)"))
+            }
+            EventKind::ResultRejected => Some(point(
                 4,
                 "rejected",
                 '✗',
                 &format!("result rejected: {}", detail_text(&e.detail)),
             )),
-            "deadline_expired" => Some(point(4, "expired", '⌛', "deadline expired")),
-            "budget_exhausted" => Some(point(4, "failed", '■', "attempt budget spent")),
-            "lease_lost" => Some(point(2, "failed", '✗', "lease lost")),
-            "dispatched" => Some(point(5, "dispatched", '↑', "dispatched to the queue")),
-            "message_deleted" => Some(point(
+            EventKind::DeadlineExpired => Some(point(4, "expired", '⌛', "deadline expired")),
+            EventKind::BudgetExhausted => Some(point(4, "failed", '■', "attempt budget spent")),
+            EventKind::LeaseLost => Some(point(2, "failed", '✗', "lease lost")),
+            EventKind::Dispatched => Some(point(5, "dispatched", '↑', "dispatched to the queue")),
+            EventKind::MessageDeleted => Some(point(
                 5,
                 "deleted",
                 '✓',
                 &format!("message deleted ({})", detail_text(&e.detail)),
             )),
-            "delete_failed" => Some(point(
+            EventKind::DeleteFailed => Some(point(
                 5,
                 "failed",
                 '✗',
                 &format!("delete failed ({})", detail_text(&e.detail)),
             )),
-            "moved_to_dlq" => Some(point(5, "failed", '⇣', "moved to the dead-letter queue")),
+            EventKind::MovedToDlq => {
+                Some(point(5, "failed", '⇣', "moved to the dead-letter queue"))
+            }
             _ => None,
         };
         marks.extend(mark);
     }
     for b in renewals {
-        let failed = b.kind.ends_with("failed");
-        let (lane, class) = match b.kind.as_str() {
-            k if k.starts_with("visibility") => {
-                (1, if failed { "renew-failed" } else { "renew-ok" })
-            }
-            k if k.starts_with("lease") => (2, if failed { "renew-failed" } else { "renew-ok" }),
-            "dispatched" => (5, "dispatched"),
-            "duplicate_suppressed" => (0, "suppressed"),
-            "delivery_acked_terminal" => (0, "acked"),
+        let (lane, class) = match b.kind {
+            EventKind::VisibilityRenewed => (1, "renew-ok"),
+            EventKind::VisibilityRenewalFailed => (1, "renew-failed"),
+            EventKind::LeaseRenewed => (2, "renew-ok"),
+            EventKind::LeaseRenewalFailed => (2, "renew-failed"),
+            EventKind::Dispatched => (5, "dispatched"),
+            EventKind::DuplicateSuppressed => (0, "suppressed"),
+            EventKind::DeliveryAckedTerminal => (0, "acked"),
             _ => (0, "delivery"),
         };
         let from = start + b.bucket * width;
@@ -174,7 +180,7 @@ pub(super) fn swimlane_of(
             to: from + width,
             count: b.count,
             class: class.into(),
-            title: b.kind.replace('_', " "),
+            title: b.kind.as_str().replace('_', " "),
         });
     }
     charts::swimlane(start, end, &marks)

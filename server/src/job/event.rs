@@ -52,6 +52,42 @@ event_kinds! {
     RetrievalUnsupported => "retrieval_unsupported",
 }
 
+/// The text is not a known event kind.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown event kind {0:?}")]
+pub struct ParseEventKindError(pub String);
+
+impl std::str::FromStr for EventKind {
+    type Err = ParseEventKindError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        EventKind::ALL
+            .iter()
+            .copied()
+            .find(|kind| kind.as_str() == s)
+            .ok_or_else(|| ParseEventKindError(s.to_owned()))
+    }
+}
+
+impl TryFrom<String> for EventKind {
+    type Error = ParseEventKindError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
+/// Compares with a persisted name: `kind == "claimed"`.
+impl PartialEq<&str> for EventKind {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl serde::Serialize for EventKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 impl fmt::Display for EventKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

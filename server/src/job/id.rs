@@ -32,6 +32,11 @@ impl JobId {
         )
     }
 
+    /// An id read back from the ledger, which only ever stores normalised ids.
+    pub(crate) fn from_stored(id: String) -> Self {
+        JobId(id)
+    }
+
     /// The id as stored and shown.
     pub fn as_str(&self) -> &str {
         &self.0

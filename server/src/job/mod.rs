@@ -11,6 +11,6 @@ mod id;
 mod state;
 
 pub use digest::{canonical_json, request_digest};
-pub use event::{Actor, EventKind};
+pub use event::{Actor, EventKind, ParseEventKindError};
 pub use id::{JobId, ParseJobIdError};
 pub use state::{Cause, JobState, ParseStateError, TransitionError};

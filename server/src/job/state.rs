@@ -135,6 +135,13 @@ impl std::str::FromStr for JobState {
     }
 }
 
+impl TryFrom<String> for JobState {
+    type Error = ParseStateError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
+    }
+}
+
 /// What asks a job to move. The ledger names one of these for every guarded write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Cause {

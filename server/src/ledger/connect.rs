@@ -6,7 +6,10 @@ use std::time::Duration;
 use sqlx::any::AnyPoolOptions;
 use sqlx::{Connection, Executor};
 
-use super::dialect::{Backend, Dialect};
+use std::sync::Arc;
+
+use super::dialect::Backend;
+use super::statements::Statements;
 use super::{Ledger, LedgerError};
 
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
@@ -51,7 +54,7 @@ impl Ledger {
                 "DATABASE_URL must start with postgres://, postgresql:// or sqlite:".into(),
             )
         })?;
-        let dialect = Dialect { backend };
+        let sql = Arc::new(Statements::render(backend));
         match backend {
             Backend::Postgres => {
                 let pool = AnyPoolOptions::new()
@@ -62,7 +65,8 @@ impl Ledger {
                 Ok(Ledger {
                     writer: pool.clone(),
                     reader: pool,
-                    dialect,
+                    backend,
+                    sql,
                 })
             }
             Backend::Sqlite => {
@@ -101,7 +105,8 @@ impl Ledger {
                 Ok(Ledger {
                     writer,
                     reader,
-                    dialect,
+                    backend,
+                    sql,
                 })
             }
         }
@@ -109,7 +114,7 @@ impl Ledger {
 
     /// Applies the migrations of this backend that have not run yet.
     pub async fn migrate(&self) -> Result<(), LedgerError> {
-        match self.dialect.backend {
+        match self.backend {
             Backend::Postgres => POSTGRES_MIGRATIONS.run(&self.writer).await?,
             Backend::Sqlite => SQLITE_MIGRATIONS.run(&self.writer).await?,
         }
@@ -118,7 +123,7 @@ impl Ledger {
 
     /// Which database this is.
     pub fn backend(&self) -> Backend {
-        self.dialect.backend
+        self.backend
     }
 
     /// Answers only when the database answers a query.
@@ -129,8 +134,9 @@ impl Ledger {
 
     /// The database clock, in microseconds since the Unix epoch.
     pub async fn now_us(&self) -> Result<i64, LedgerError> {
-        let sql = self.dialect.sql("SELECT {now}");
-        Ok(sqlx::query_scalar(&sql).fetch_one(&self.reader).await?)
+        Ok(sqlx::query_scalar(&self.sql.now)
+            .fetch_one(&self.reader)
+            .await?)
     }
 
     /// Closes the pools, waiting for connections in use.
@@ -144,24 +150,21 @@ impl Ledger {
     /// cannot fail with `SQLITE_BUSY_SNAPSHOT` when another process (`serve` beside a
     /// `worker`, `dlq-replay`) wrote the file in between.
     pub async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
-        match self.dialect.backend {
+        match self.backend {
             Backend::Postgres => self.writer.begin().await,
             Backend::Sqlite => self.writer.begin_with("BEGIN IMMEDIATE").await,
         }
     }
 
-    /// For benchmarks, tests and the embedded queue: the pool that writes.
-    pub fn write_pool(&self) -> &sqlx::AnyPool {
-        &self.writer
-    }
-
-    /// The pool that reads (the writer's on PostgreSQL).
+    /// The pool that reads (the writer's on PostgreSQL). For tests that inspect rows
+    /// directly; the product's reads go through the ledger's functions.
     pub fn read_pool(&self) -> &sqlx::AnyPool {
         &self.reader
     }
 
-    /// A statement template with this backend's dialect filled in (see [`super::dialect`]).
-    pub(crate) fn sql(&self, template: &str) -> String {
-        self.dialect.sql(template)
+    /// Every statement of the catalogue by name, rendered for this backend (batched ones with
+    /// one and three rows).
+    pub fn statements(&self) -> Vec<(String, String)> {
+        self.sql.all()
     }
 }

@@ -7,32 +7,54 @@
 //! Must not hold a transaction open across anything slow (a provider call, a queue request),
 //! and must not know about queues or HTTP.
 //!
-//! The two backends share SQL text through `sqlx::Any`; the few places where the dialects
-//! differ (clock, `LEAST`, row locks) are filled in by [`dialect::Dialect`].
+//! Where things are:
+//! - `write/` — the fenced writes, one file per kind of transition, all on one skeleton
+//!   (`write/mod.rs`: `guarded`, the refusal classifier, event append);
+//! - `statements.rs` — the catalogue of every backend-dependent statement, rendered once at
+//!   connect; `dialect.rs` — which backend;
+//! - `read.rs` — jobs, attempts, events, decisions, job lists; `console_reads.rs` — what the
+//!   console's pages read (timeline runs, chart buckets, capped counts); `unknown.rs` — the
+//!   reconciliation queue; `scans.rs` — the reaper's queries; `transport.rs` — refused queue
+//!   messages and dead-letter notes; `queue_store.rs` — the embedded queue's table;
+//! - `tokens.rs` — API tokens; `retention.rs` — pruning; `generated.rs`, `reference.rs` —
+//!   the benchmarks' generated data and reference tables;
+//! - `model.rs` — what goes in and comes out; `error.rs` — errors and typed refusals;
+//!   `connect.rs` — pools, pragmas, migrations, the clock.
 
 mod connect;
+mod console_reads;
 mod dialect;
 mod error;
+mod generated;
 mod model;
-mod ops;
+mod queue_store;
 mod read;
+mod reference;
 mod retention;
+mod scans;
+mod statements;
 mod tokens;
-mod views;
-pub use tokens::{valid_tenant, TokenInfo};
-pub use views::{detail_text, Bucket, Run, RENEWAL_KINDS, TRANSPORT_KINDS};
+mod transport;
+mod unknown;
 mod write;
 
 pub use connect::{LedgerOptions, SqliteSync};
+pub use console_reads::{detail_text, Bucket, Run, RunKind, RENEWAL_KINDS, TRANSPORT_KINDS};
 pub use dialect::Backend;
 pub use error::{LedgerError, Refusal};
 pub use model::{
     handle_hash, Accepted, Attempt, AttemptOutcome, AttemptStarted, Claimed, Created, Decision,
     DecisionRecord, DeliveryRef, Event, Failure, FailureOutcome, Job, JobFilter, JobPage, NewEvent,
-    NewJob, Recovered, Renewal, ReplayPolicy,
+    NewJob, Owner, Recovered, Renewal, ReplayPolicy,
 };
-pub use ops::{DeadLetterMove, OutboxItem, RejectedMessage, UnknownForRetrieval, UnknownJob};
+pub use queue_store::{QueueDepth, TakenMessage, VisibilityChange};
 pub use retention::{Pruned, RetentionRun};
+pub use tokens::{valid_tenant, TokenInfo};
+pub use transport::{DeadLetterMove, RejectedMessage};
+pub use unknown::{UnknownForRetrieval, UnknownJob};
+pub use write::OutboxItem;
+
+use std::sync::Arc;
 
 use sqlx::AnyPool;
 
@@ -44,13 +66,15 @@ pub struct Ledger {
     writer: AnyPool,
     /// Reads. On PostgreSQL the same pool as `writer`.
     reader: AnyPool,
-    dialect: dialect::Dialect,
+    backend: Backend,
+    /// Every backend-dependent statement, rendered for this backend.
+    sql: Arc<statements::Statements>,
 }
 
 impl std::fmt::Debug for Ledger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ledger")
-            .field("backend", &self.dialect.backend)
+            .field("backend", &self.backend)
             .finish()
     }
 }

@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::job::{Actor, EventKind, JobState};
+use crate::job::{Actor, EventKind, JobId, JobState};
 
 /// Whether an `unknown` job may be retried without an operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
@@ -104,9 +104,40 @@ fn serialize_state<S: serde::Serializer>(state: &JobState, s: S) -> Result<S::Ok
     s.serialize_str(state.as_str())
 }
 
+/// The fence an owner writes under: the job, the epoch its claim made, and the worker that
+/// holds it. Every owner write names it; one made under an outdated fence is refused.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Owner {
+    pub job_id: JobId,
+    pub epoch: i64,
+    pub worker_id: String,
+}
+
+impl Owner {
+    pub fn new(job_id: JobId, epoch: i64, worker_id: impl Into<String>) -> Self {
+        Owner {
+            job_id,
+            epoch,
+            worker_id: worker_id.into(),
+        }
+    }
+
+    /// The job id as stored.
+    pub fn job_id(&self) -> &str {
+        self.job_id.as_str()
+    }
+
+    /// Who acts when this owner writes.
+    pub fn actor(&self) -> Actor {
+        Actor::Worker(self.worker_id.clone())
+    }
+}
+
 /// A claim that made the caller the owner.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Claimed {
+    /// The fence the new owner writes under.
+    pub owner: Owner,
     pub epoch: i64,
     pub owner_until: i64,
     /// The database clock when the claim committed: `owner_until - at` is the lease granted.
@@ -342,7 +373,7 @@ pub struct Event {
     pub seq: i64,
     /// Microseconds since the Unix epoch, database clock.
     pub at: i64,
-    pub kind: String,
+    pub kind: EventKind,
     pub epoch: i64,
     pub actor: String,
     pub delivery: Option<DeliveryRef>,

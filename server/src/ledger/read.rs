@@ -80,11 +80,14 @@ pub(crate) fn event_from_row(row: &AnyRow) -> Result<Event, LedgerError> {
         }),
         None => None,
     };
+    let kind: String = row.try_get("kind")?;
     Ok(Event {
         job_id: row.try_get("job_id")?,
         seq: row.try_get("seq")?,
         at: row.try_get("at")?,
-        kind: row.try_get("kind")?,
+        kind: kind
+            .parse()
+            .map_err(|e: crate::job::ParseEventKindError| LedgerError::Corrupt(e.to_string()))?,
         epoch: row.try_get("epoch")?,
         actor: row.try_get("actor")?,
         delivery,

@@ -43,11 +43,7 @@ impl Ledger {
         getrandom::fill(&mut secret)
             .map_err(|e| LedgerError::Invalid(format!("no randomness available: {e}")))?;
         let token = format!("{TOKEN_PREFIX}{}", hex::encode(secret));
-        let sql = self.dialect.sql(
-            "INSERT INTO api_tokens (token_hash, tenant, name, created_at) \
-             VALUES ($1, $2, $3, {now})",
-        );
-        sqlx::query(&sql)
+        sqlx::query(&self.sql.add_token)
             .bind(token_hash(&token))
             .bind(tenant)
             .bind(name)
@@ -88,11 +84,7 @@ impl Ledger {
                 "a token id is the {TOKEN_ID_LEN} hex characters `fenceline token list` shows"
             )));
         }
-        let sql = self.dialect.sql(
-            "UPDATE api_tokens SET revoked_at = {now} \
-             WHERE substr(token_hash, 1, 12) = $1 AND revoked_at IS NULL",
-        );
-        let revoked = sqlx::query(&sql)
+        let revoked = sqlx::query(&self.sql.revoke_token)
             .bind(&id)
             .execute(&self.writer)
             .await?

@@ -12,14 +12,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sha2::{Digest, Sha256};
-use sqlx::Row;
 use tokio::sync::Notify;
 
 use super::{
     check_batch, BatchResult, Deleted, Delivery, Depth, Queue, QueueError, ReceiptHandle,
     MAX_BATCH, MAX_VISIBILITY, MAX_WAIT, VISIBILITY_CAP,
 };
-use crate::ledger::Ledger;
+use crate::ledger::{Ledger, LedgerError, VisibilityChange};
 
 /// How often a long poll looks again when no send in this process woke it.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
@@ -33,15 +32,11 @@ pub struct EmbeddedQueue {
     sent: Arc<Notify>,
 }
 
-fn micros(d: Duration) -> i64 {
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
-}
-
 fn secret_hash(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
 }
 
-fn unavailable(error: sqlx::Error) -> QueueError {
+fn unavailable(error: LedgerError) -> QueueError {
     QueueError::Unavailable(format!("ledger database: {error}"))
 }
 
@@ -91,65 +86,29 @@ impl EmbeddedQueue {
         body: &str,
         delay: Duration,
     ) -> Result<(), QueueError> {
-        let sql = self.ledger.sql(
-            "INSERT INTO queue_messages (queue, message_id, body, sent_at, visible_at) \
-             VALUES ($1, $2, $3, {now}, {now} + $4)",
-        );
-        sqlx::query(&sql)
-            .bind(&*self.name)
-            .bind(message_id)
-            .bind(body)
-            .bind(micros(delay))
-            .execute(self.ledger.write_pool())
+        self.ledger
+            .queue_copy(&self.name, message_id, body, delay)
             .await
             .map_err(unavailable)?;
         self.sent.notify_waiters();
         Ok(())
     }
 
-    /// Inserts up to ten messages in one statement.
+    /// Sends up to ten messages in one statement.
     async fn insert(&self, bodies: &[String], delay: Duration) -> Result<Vec<String>, QueueError> {
         if bodies.is_empty() {
             return Ok(Vec::new());
         }
-        let mut values = Vec::with_capacity(bodies.len());
-        for i in 0..bodies.len() {
-            values.push(format!(
-                "($1, ${}, ${}, {{now}}, {{now}} + $2)",
-                3 + 2 * i,
-                4 + 2 * i
-            ));
-        }
-        let sql = self.ledger.sql(&format!(
-            "INSERT INTO queue_messages (queue, message_id, body, sent_at, visible_at) VALUES {}",
-            values.join(", ")
-        ));
-        let ids: Vec<String> = bodies
+        let messages: Vec<(String, String)> = bodies
             .iter()
-            .map(|_| uuid::Uuid::now_v7().to_string())
+            .map(|body| (uuid::Uuid::now_v7().to_string(), body.clone()))
             .collect();
-        let mut query = sqlx::query(&sql).bind(&*self.name).bind(micros(delay));
-        for (id, body) in ids.iter().zip(bodies) {
-            query = query.bind(id.as_str()).bind(body.as_str());
-        }
-        query
-            .execute(self.ledger.write_pool())
+        self.ledger
+            .queue_send(&self.name, &messages, delay)
             .await
             .map_err(unavailable)?;
         self.sent.notify_waiters();
-        Ok(ids)
-    }
-
-    async fn any_visible(&self) -> Result<bool, QueueError> {
-        let sql = self
-            .ledger
-            .sql("SELECT id FROM queue_messages WHERE queue = $1 AND visible_at <= {now} LIMIT 1");
-        Ok(sqlx::query(&sql)
-            .bind(&*self.name)
-            .fetch_optional(self.ledger.read_pool())
-            .await
-            .map_err(unavailable)?
-            .is_some())
+        Ok(messages.into_iter().map(|(id, _)| id).collect())
     }
 
     async fn receive_now(
@@ -157,178 +116,106 @@ impl EmbeddedQueue {
         max: usize,
         visibility: Duration,
     ) -> Result<Vec<Delivery>, QueueError> {
-        let mut tx = self.ledger.begin_write().await.map_err(unavailable)?;
-        let select = self.ledger.sql(
-            "SELECT id, receive_count FROM queue_messages \
-             WHERE queue = $1 AND visible_at <= {now} ORDER BY visible_at, id LIMIT $2{skip_locked}",
-        );
-        let rows = sqlx::query(&select)
-            .bind(&*self.name)
-            .bind(max as i64)
-            .fetch_all(&mut *tx)
+        let secrets = (0..max)
+            .map(|_| new_secret())
+            .collect::<Result<Vec<_>, _>>()?;
+        let hashes: Vec<String> = secrets.iter().map(|s| secret_hash(s)).collect();
+        let dead_letter = self.dead_letter.as_ref().map(|(dlq, n)| (&**dlq, *n));
+        let taken = self
+            .ledger
+            .queue_receive(&self.name, &hashes, visibility, dead_letter)
             .await
             .map_err(unavailable)?;
-        let redrive = self.ledger.sql(
-            "UPDATE queue_messages SET queue = $2, dead_from = queue, dead_at = {now}, \
-             dead_receive_count = receive_count, receive_count = 0, first_receive_at = NULL, \
-             handle_hash = NULL, visible_at = {now} \
-             WHERE id = $1",
-        );
-        let mut taken_ids = Vec::with_capacity(rows.len());
-        for row in rows {
-            let id: i64 = row.try_get("id").map_err(unavailable)?;
-            let count: i64 = row.try_get("receive_count").map_err(unavailable)?;
-            if let Some((dlq, max_receives)) = &self.dead_letter {
-                if count >= *max_receives {
-                    sqlx::query(&redrive)
-                        .bind(id)
-                        .bind(&**dlq)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(unavailable)?;
-                    continue;
+        taken
+            .into_iter()
+            .map(|m| {
+                let secret = secrets
+                    .get(m.handle)
+                    .ok_or_else(|| QueueError::Unavailable("a receive lost its handle".into()))?;
+                Ok(Delivery {
+                    message_id: m.message_id,
+                    receipt: ReceiptHandle::new(format!("{}.{secret}", m.id)),
+                    body: m.body,
+                    receive_count: u32::try_from(m.receive_count).unwrap_or(u32::MAX),
+                    first_receive_at_ms: Some(m.first_receive_at / 1000),
+                    sent_at_ms: Some(m.sent_at / 1000),
+                })
+            })
+            .collect()
+    }
+
+    /// Visibility changes, each checked here first (handle form, the 12-hour limit), the valid
+    /// ones made in one transaction.
+    async fn change(
+        &self,
+        entries: &[(ReceiptHandle, Duration)],
+    ) -> Result<BatchResult, QueueError> {
+        let mut results: Vec<Result<(), QueueError>> = Vec::with_capacity(entries.len());
+        let mut valid = Vec::with_capacity(entries.len());
+        for (receipt, timeout) in entries {
+            if *timeout > MAX_VISIBILITY {
+                results.push(Err(QueueError::Invalid(
+                    "a visibility timeout is at most 12 hours".into(),
+                )));
+                continue;
+            }
+            match parse_handle(receipt) {
+                Ok((id, secret)) => {
+                    valid.push((id, secret_hash(secret), *timeout));
+                    results.push(Ok(()));
                 }
+                Err(error) => results.push(Err(error)),
             }
-            taken_ids.push((id, new_secret()?));
         }
-        let mut deliveries = Vec::with_capacity(taken_ids.len());
-        if !taken_ids.is_empty() {
-            // One statement takes them all, each with its own new handle.
-            let values: Vec<String> = (0..taken_ids.len())
-                .map(|i| format!("(${}, ${})", 2 + 2 * i, 3 + 2 * i))
-                .collect();
-            let take = self.ledger.sql(&format!(
-                "UPDATE queue_messages SET visible_at = {{now}} + $1, \
-                 receive_count = receive_count + 1, \
-                 first_receive_at = COALESCE(first_receive_at, {{now}}), handle_hash = v.column2 \
-                 FROM (VALUES {}) AS v WHERE queue_messages.id = v.column1 \
-                 RETURNING queue_messages.id AS id, message_id, body, receive_count, \
-                 first_receive_at, sent_at",
-                values.join(", ")
-            ));
-            let mut query = sqlx::query(&take).bind(micros(visibility));
-            for (id, secret) in &taken_ids {
-                query = query.bind(*id).bind(secret_hash(secret));
-            }
-            let taken = query.fetch_all(&mut *tx).await.map_err(unavailable)?;
-            let secrets: std::collections::HashMap<i64, &String> =
-                taken_ids.iter().map(|(id, s)| (*id, s)).collect();
-            for row in &taken {
-                let get = |col: &str| row.try_get::<i64, _>(col).map_err(unavailable);
-                let id = get("id")?;
-                let Some(secret) = secrets.get(&id) else {
-                    continue;
-                };
-                deliveries.push(Delivery {
-                    message_id: row.try_get("message_id").map_err(unavailable)?,
-                    receipt: ReceiptHandle::new(format!("{id}.{secret}")),
-                    body: row.try_get("body").map_err(unavailable)?,
-                    receive_count: u32::try_from(get("receive_count")?).unwrap_or(u32::MAX),
-                    first_receive_at_ms: Some(get("first_receive_at")? / 1000),
-                    sent_at_ms: Some(get("sent_at")? / 1000),
-                });
-            }
-            // Oldest first, as they were selected.
-            let order: std::collections::HashMap<i64, usize> = taken_ids
-                .iter()
-                .enumerate()
-                .map(|(i, (id, _))| (*id, i))
-                .collect();
-            deliveries.sort_by_key(|d| {
-                d.receipt
-                    .expose()
-                    .split_once('.')
-                    .and_then(|(id, _)| id.parse::<i64>().ok())
-                    .and_then(|id| order.get(&id).copied())
-                    .unwrap_or(usize::MAX)
-            });
-        }
-        tx.commit().await.map_err(unavailable)?;
-        Ok(deliveries)
-    }
-
-    async fn change_one(
-        &self,
-        conn: &mut sqlx::AnyConnection,
-        receipt: &ReceiptHandle,
-        timeout: Duration,
-    ) -> Result<(), QueueError> {
-        if timeout > MAX_VISIBILITY {
-            return Err(QueueError::Invalid(
-                "a visibility timeout is at most 12 hours".into(),
-            ));
-        }
-        let (id, secret) = parse_handle(receipt)?;
-        let hash = secret_hash(secret);
-        let sql = self.ledger.sql(
-            "UPDATE queue_messages SET visible_at = {now} + $3 \
-             WHERE id = $1 AND queue = $2 AND handle_hash = $4 AND visible_at > {now} \
-             AND {now} + $3 <= first_receive_at + $5 RETURNING id",
-        );
-        let changed = sqlx::query(&sql)
-            .bind(id)
-            .bind(&*self.name)
-            .bind(micros(timeout))
-            .bind(&hash)
-            .bind(micros(VISIBILITY_CAP))
-            .fetch_optional(&mut *conn)
+        let changed = self
+            .ledger
+            .queue_change_visibility(&self.name, &valid, VISIBILITY_CAP)
             .await
             .map_err(unavailable)?;
-        if changed.is_some() {
-            return Ok(());
+        let mut changed = changed.into_iter();
+        for result in results.iter_mut().filter(|r| r.is_ok()) {
+            *result = match changed.next() {
+                Some(VisibilityChange::Changed) => Ok(()),
+                Some(VisibilityChange::UnknownHandle) | None => {
+                    Err(QueueError::InvalidReceiptHandle)
+                }
+                Some(VisibilityChange::NotInFlight) => Err(QueueError::MessageNotInflight),
+                Some(VisibilityChange::CapExceeded) => Err(QueueError::VisibilityCapExceeded),
+            };
         }
-        // Refused: say why, as SQS would.
-        let sql = self.ledger.sql(
-            "SELECT handle_hash, visible_at > {now} AS in_flight FROM queue_messages \
-             WHERE id = $1 AND queue = $2",
-        );
-        let row = sqlx::query(&sql)
-            .bind(id)
-            .bind(&*self.name)
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(unavailable)?;
-        let Some(row) = row else {
-            return Err(QueueError::InvalidReceiptHandle);
-        };
-        let current: Option<String> = row.try_get("handle_hash").map_err(unavailable)?;
-        let in_flight: bool = row
-            .try_get::<i64, _>("in_flight")
-            .map(|v| v != 0)
-            .or_else(|_| row.try_get::<bool, _>("in_flight"))
-            .map_err(unavailable)?;
-        if current.as_deref() != Some(hash.as_str()) {
-            Err(QueueError::InvalidReceiptHandle)
-        } else if !in_flight {
-            Err(QueueError::MessageNotInflight)
-        } else {
-            Err(QueueError::VisibilityCapExceeded)
-        }
+        Ok(results)
     }
 
-    async fn delete_one(
+    /// Deletes, each handle checked here first, the valid ones made in one transaction.
+    /// An outdated handle matches nothing and still succeeds: SQS's documented ambiguity.
+    /// Unlike SQS, this queue can say so to whoever asks (`delete_known`).
+    async fn remove(
         &self,
-        conn: &mut sqlx::AnyConnection,
-        receipt: &ReceiptHandle,
-    ) -> Result<Deleted, QueueError> {
-        let (id, secret) = parse_handle(receipt)?;
-        // An outdated handle matches nothing and still succeeds: SQS's documented ambiguity.
-        // Unlike SQS, this queue can say so to whoever asks (`delete_known`).
-        let deleted = sqlx::query(
-            "DELETE FROM queue_messages WHERE id = $1 AND queue = $2 AND handle_hash = $3",
-        )
-        .bind(id)
-        .bind(&*self.name)
-        .bind(secret_hash(secret))
-        .execute(&mut *conn)
-        .await
-        .map_err(unavailable)?
-        .rows_affected();
-        Ok(if deleted == 0 {
-            Deleted::NothingDeleted
-        } else {
-            Deleted::Reported
-        })
+        receipts: &[ReceiptHandle],
+    ) -> Result<Vec<Result<Deleted, QueueError>>, QueueError> {
+        let mut results: Vec<Result<Deleted, QueueError>> = Vec::with_capacity(receipts.len());
+        let mut valid = Vec::with_capacity(receipts.len());
+        for receipt in receipts {
+            match parse_handle(receipt) {
+                Ok((id, secret)) => {
+                    valid.push((id, secret_hash(secret)));
+                    results.push(Ok(Deleted::Reported));
+                }
+                Err(error) => results.push(Err(error)),
+            }
+        }
+        let deleted = self
+            .ledger
+            .queue_delete(&self.name, &valid)
+            .await
+            .map_err(unavailable)?;
+        let mut deleted = deleted.into_iter();
+        for result in results.iter_mut().filter(|r| r.is_ok()) {
+            if deleted.next() != Some(true) {
+                *result = Ok(Deleted::NothingDeleted);
+            }
+        }
+        Ok(results)
     }
 }
 
@@ -373,7 +260,12 @@ impl Queue for EmbeddedQueue {
         loop {
             let notified = self.sent.notified();
             // An idle poll only reads: the write transaction is taken when there is work.
-            let deliveries = if self.any_visible().await? {
+            let visible = self
+                .ledger
+                .queue_any_visible(&self.name)
+                .await
+                .map_err(unavailable)?;
+            let deliveries = if visible {
                 self.receive_now(max, visibility).await?
             } else {
                 Vec::new()
@@ -391,13 +283,10 @@ impl Queue for EmbeddedQueue {
         receipt: &ReceiptHandle,
         timeout: Duration,
     ) -> Result<(), QueueError> {
-        let mut conn = self
-            .ledger
-            .write_pool()
-            .acquire()
-            .await
-            .map_err(unavailable)?;
-        self.change_one(&mut conn, receipt, timeout).await
+        self.change(&[(receipt.clone(), timeout)])
+            .await?
+            .pop()
+            .unwrap_or(Err(QueueError::InvalidReceiptHandle))
     }
 
     async fn change_visibility_batch(
@@ -405,13 +294,7 @@ impl Queue for EmbeddedQueue {
         entries: &[(ReceiptHandle, Duration)],
     ) -> Result<BatchResult, QueueError> {
         check_batch(entries.len())?;
-        let mut tx = self.ledger.begin_write().await.map_err(unavailable)?;
-        let mut results = Vec::with_capacity(entries.len());
-        for (receipt, timeout) in entries {
-            results.push(self.change_one(&mut tx, receipt, *timeout).await);
-        }
-        tx.commit().await.map_err(unavailable)?;
-        Ok(results)
+        self.change(entries).await
     }
 
     async fn delete(&self, receipt: &ReceiptHandle) -> Result<(), QueueError> {
@@ -419,44 +302,32 @@ impl Queue for EmbeddedQueue {
     }
 
     async fn delete_known(&self, receipt: &ReceiptHandle) -> Result<Deleted, QueueError> {
-        let mut conn = self
-            .ledger
-            .write_pool()
-            .acquire()
-            .await
-            .map_err(unavailable)?;
-        self.delete_one(&mut conn, receipt).await
+        self.remove(std::slice::from_ref(receipt))
+            .await?
+            .pop()
+            .unwrap_or(Ok(Deleted::NothingDeleted))
     }
 
     async fn delete_batch(&self, receipts: &[ReceiptHandle]) -> Result<BatchResult, QueueError> {
         check_batch(receipts.len())?;
-        let mut tx = self.ledger.begin_write().await.map_err(unavailable)?;
-        let mut results = Vec::with_capacity(receipts.len());
-        for receipt in receipts {
-            results.push(self.delete_one(&mut tx, receipt).await.map(|_| ()));
-        }
-        tx.commit().await.map_err(unavailable)?;
-        Ok(results)
+        Ok(self
+            .remove(receipts)
+            .await?
+            .into_iter()
+            .map(|r| r.map(|_| ()))
+            .collect())
     }
 
     async fn depth(&self) -> Result<Depth, QueueError> {
-        let sql = self.ledger.sql(
-            "SELECT \
-             COALESCE(SUM(CASE WHEN visible_at <= {now} THEN 1 ELSE 0 END), 0) AS visible, \
-             COALESCE(SUM(CASE WHEN visible_at > {now} AND receive_count > 0 THEN 1 ELSE 0 END), 0) AS in_flight, \
-             COALESCE(SUM(CASE WHEN visible_at > {now} AND receive_count = 0 THEN 1 ELSE 0 END), 0) AS delayed \
-             FROM queue_messages WHERE queue = $1",
-        );
-        let row = sqlx::query(&sql)
-            .bind(&*self.name)
-            .fetch_one(self.ledger.read_pool())
+        let depth = self
+            .ledger
+            .queue_depth(&self.name)
             .await
             .map_err(unavailable)?;
-        let get = |col: &str| row.try_get::<i64, _>(col).map_err(unavailable);
         Ok(Depth {
-            visible: get("visible")?,
-            in_flight: get("in_flight")?,
-            delayed: get("delayed")?,
+            visible: depth.visible,
+            in_flight: depth.in_flight,
+            delayed: depth.delayed,
         })
     }
 

@@ -12,8 +12,8 @@ use super::message::{self, BadMessage, JobMessage};
 use super::Shared;
 use crate::job::{Actor, EventKind, JobState};
 use crate::ledger::{
-    AttemptStarted, DeliveryRef, Failure, Job, LedgerError, NewEvent, Refusal, RejectedMessage,
-    ReplayPolicy,
+    AttemptStarted, DeliveryRef, Failure, Job, LedgerError, NewEvent, Owner, Refusal,
+    RejectedMessage, ReplayPolicy,
 };
 use crate::provider::{Progress, Provider, ProviderOutcome, ProviderRequest, Retrieval};
 use crate::queue::{Deleted, Delivery, Queue, MAX_VISIBILITY};
@@ -420,7 +420,15 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             },
         );
         let outcome = self
-            .attempt(job, attempt, &delivery, &dref, progress, &mut stop_rx)
+            .attempt(
+                job,
+                &claimed.owner,
+                attempt,
+                &delivery,
+                &dref,
+                progress,
+                &mut stop_rx,
+            )
             .await;
         self.registry.remove(job_id, epoch);
         outcome
@@ -428,9 +436,11 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
 
     /// Runs the attempt the claim recorded: the durable record came first, so a stale owner
     /// could not even have started it.
+    #[allow(clippy::too_many_arguments)]
     async fn attempt(
         &self,
         job: &Job,
+        owner: &Owner,
         attempt: AttemptStarted,
         delivery: &Delivery,
         dref: &DeliveryRef,
@@ -438,7 +448,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         stop: &mut watch::Receiver<Option<StopReason>>,
     ) -> Outcome {
         let job_id = job.job_id.as_str();
-        let epoch = attempt.epoch;
+        let epoch = owner.epoch;
         let client_request_id = attempt.client_request_id(job_id);
         let Ok(Some((input, model))) = self.ledger.job_input(job_id).await else {
             return Outcome::LedgerUnavailable;
@@ -467,7 +477,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         };
         match result {
             Ok(ProviderOutcome::Succeeded { answer, .. }) => {
-                self.commit(job_id, epoch, attempt.attempt_no, &answer, delivery, dref)
+                self.commit(owner, attempt.attempt_no, &answer, delivery, dref)
                     .await
             }
             Ok(ProviderOutcome::Retryable { code, .. }) => {
@@ -476,12 +486,12 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                     error_code: code,
                     backoff,
                 };
-                self.record_failure(job_id, epoch, attempt.attempt_no, &failure, delivery, dref)
+                self.record_failure(owner, attempt.attempt_no, &failure, delivery, dref)
                     .await
             }
             Ok(ProviderOutcome::Fatal { code, .. }) => {
                 let failure = Failure::Fatal { error_code: code };
-                self.record_failure(job_id, epoch, attempt.attempt_no, &failure, delivery, dref)
+                self.record_failure(owner, attempt.attempt_no, &failure, delivery, dref)
                     .await
             }
             Ok(ProviderOutcome::Uncertain { code, .. }) => {
@@ -495,10 +505,10 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 .await;
                 if let Ok(Retrieval::Found(answer)) = retrieved {
                     return self
-                        .commit(job_id, epoch, attempt.attempt_no, &answer, delivery, dref)
+                        .commit(owner, attempt.attempt_no, &answer, delivery, dref)
                         .await;
                 }
-                self.release(job, epoch, &format!("provider_{code}"), delivery, dref)
+                self.release(job, owner, &format!("provider_{code}"), delivery, dref)
                     .await
             }
             Err(StopReason::LeaseLost(code)) => {
@@ -529,7 +539,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             }
             Err(reason @ (StopReason::NoProgress | StopReason::Shutdown)) => {
                 match self
-                    .release(job, epoch, reason.code(), delivery, dref)
+                    .release(job, owner, reason.code(), delivery, dref)
                     .await
                 {
                     Outcome::HandedToLedger(_) => Outcome::Stopped(reason.code().into()),
@@ -541,22 +551,17 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
 
     async fn commit(
         &self,
-        job_id: &str,
-        epoch: i64,
+        owner: &Owner,
         attempt_no: i64,
         answer: &str,
         delivery: &Delivery,
         dref: &DeliveryRef,
     ) -> Outcome {
-        let worker = self.config.worker_id.as_str();
+        let (job_id, epoch) = (owner.job_id(), owner.epoch);
         // A transient ledger error is retried while the lease may still be valid; a refusal
         // is final and is never followed by an unconditional write.
         for retry in 0..3u32 {
-            match self
-                .ledger
-                .accept_result(job_id, epoch, attempt_no, worker, answer)
-                .await
-            {
+            match self.ledger.accept_result(owner, attempt_no, answer).await {
                 Ok(_) => {
                     self.delete(job_id, delivery, dref, Some(epoch), "succeeded")
                         .await;
@@ -573,18 +578,14 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
 
     async fn record_failure(
         &self,
-        job_id: &str,
-        epoch: i64,
+        owner: &Owner,
         attempt_no: i64,
         failure: &Failure,
         delivery: &Delivery,
         dref: &DeliveryRef,
     ) -> Outcome {
-        match self
-            .ledger
-            .record_failure(job_id, epoch, attempt_no, &self.config.worker_id, failure)
-            .await
-        {
+        let (job_id, epoch) = (owner.job_id(), owner.epoch);
+        match self.ledger.record_failure(owner, attempt_no, failure).await {
             Ok(outcome) => {
                 // Retryable: the outbox re-dispatches after the backoff; terminal: done.
                 self.delete(job_id, delivery, dref, Some(epoch), outcome.state.as_str())
@@ -601,17 +602,13 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
     async fn release(
         &self,
         job: &Job,
-        epoch: i64,
+        owner: &Owner,
         reason: &str,
         delivery: &Delivery,
         dref: &DeliveryRef,
     ) -> Outcome {
-        let job_id = job.job_id.as_str();
-        match self
-            .ledger
-            .release(job_id, epoch, &self.config.worker_id, reason)
-            .await
-        {
+        let (job_id, epoch) = (owner.job_id(), owner.epoch);
+        match self.ledger.release(owner, reason).await {
             Ok(released) => {
                 self.delete(job_id, delivery, dref, Some(released.epoch), "released")
                     .await;

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::helpers::{error_code, spawn_app, spawn_app_with_body_limit, Db};
+use crate::helpers::{as_owner, error_code, spawn_app, spawn_app_with_body_limit, Db};
 use crate::on_both_backends;
 
 on_both_backends!(
@@ -272,15 +272,13 @@ async fn a_job_its_attempts_timeline_and_result_are_readable(db: Db) {
         .unwrap();
     let attempt = app
         .ledger
-        .start_attempt(&job_id, claimed.epoch, "w1", "stub")
+        .start_attempt(&as_owner(&job_id, claimed.epoch, "w1"), "stub")
         .await
         .unwrap();
     app.ledger
         .accept_result(
-            &job_id,
-            claimed.epoch,
+            &as_owner(&job_id, claimed.epoch, "w1"),
             attempt.attempt_no,
-            "w1",
             r#"{"summary":"s"}"#,
         )
         .await

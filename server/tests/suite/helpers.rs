@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use fenceline::job::{request_digest, Actor};
-use fenceline::ledger::{Ledger, LedgerOptions, NewJob, ReplayPolicy, SqliteSync};
+use fenceline::ledger::{Ledger, LedgerOptions, NewJob, Owner, ReplayPolicy, SqliteSync};
 use fenceline::startup::Application;
 use serde_json::{json, Value};
 use sqlx::{Connection, Executor};
@@ -45,6 +45,18 @@ pub(crate) fn skip_postgres() -> bool {
 pub(crate) struct TestDb {
     pub(crate) url: String,
     sqlite_path: Option<PathBuf>,
+}
+
+impl TestDb {
+    /// A pool of its own on the test database, for tests that write rows the ledger never
+    /// would (to prove the schema refuses them).
+    pub(crate) async fn raw_pool(&self) -> sqlx::AnyPool {
+        sqlx::any::AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(&self.url)
+            .await
+            .expect("a raw pool on the test database")
+    }
 }
 
 impl Drop for TestDb {
@@ -142,7 +154,7 @@ pub(crate) async fn kinds(ledger: &Ledger, job_id: &str) -> Vec<String> {
         .await
         .expect("events")
         .into_iter()
-        .map(|e| e.kind)
+        .map(|e| e.kind.to_string())
         .collect()
 }
 
@@ -550,4 +562,9 @@ pub(crate) async fn spawn_serve(
     let base = format!("http://127.0.0.1:{port}");
     wait_ready(&base).await;
     (child, base)
+}
+
+/// The fence a worker writes under, for tests that drive the ledger by hand.
+pub(crate) fn as_owner(job_id: &str, epoch: i64, worker: &str) -> Owner {
+    Owner::new(job_id.parse().expect("a job id"), epoch, worker)
 }

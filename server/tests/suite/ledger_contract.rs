@@ -9,7 +9,7 @@ use fenceline::ledger::{
 };
 use serde_json::json;
 
-use crate::helpers::{create, fresh_ledger, kinds, new_job, Db};
+use crate::helpers::{as_owner, create, fresh_ledger, kinds, new_job, Db};
 use crate::on_both_backends;
 
 const LONG: Duration = Duration::from_secs(60);
@@ -22,6 +22,7 @@ fn refusal(result: Result<impl std::fmt::Debug, LedgerError>) -> Refusal {
 }
 
 on_both_backends!(
+    every_statement_of_the_catalogue_prepares,
     the_same_key_and_request_return_the_same_job_and_a_different_request_conflicts,
     a_job_runs_from_claim_to_one_accepted_result_with_every_step_on_its_timeline,
     thirty_two_racing_claims_make_exactly_one_owner,
@@ -86,7 +87,7 @@ async fn a_worker_claims_and_starts_in_one_step_with_its_delivery_on_the_timelin
     );
     // The owner goes on as usual; a second claim is refused and writes nothing.
     ledger
-        .accept_result(&job_id, 1, 1, "w", "answer")
+        .accept_result(&as_owner(&job_id, 1, "w"), 1, "answer")
         .await
         .unwrap();
     assert_eq!(
@@ -156,16 +157,16 @@ async fn a_job_runs_from_claim_to_one_accepted_result_with_every_step_on_its_tim
     assert_eq!(claimed.epoch, 1);
     assert!(claimed.owner_until <= claimed.deadline_at);
     let attempt = ledger
-        .start_attempt(&job_id, 1, "w1", "stub")
+        .start_attempt(&as_owner(&job_id, 1, "w1"), "stub")
         .await
         .unwrap();
     assert_eq!(attempt.attempt_no, 1);
     ledger
-        .set_provider_request_id(&job_id, 1, 1, "req-123")
+        .set_provider_request_id(&as_owner(&job_id, 1, "w"), 1, "req-123")
         .await
         .unwrap();
     let accepted = ledger
-        .accept_result(&job_id, 1, 1, "w1", r#"{"summary":"ok"}"#)
+        .accept_result(&as_owner(&job_id, 1, "w1"), 1, r#"{"summary":"ok"}"#)
         .await
         .unwrap();
 
@@ -212,7 +213,9 @@ async fn a_job_runs_from_claim_to_one_accepted_result_with_every_step_on_its_tim
     assert!(events[1].deadline_left_ms.unwrap() > 500_000);
 
     // A terminal job refuses everything; a second accept never writes.
-    let again = ledger.accept_result(&job_id, 1, 1, "w1", "other").await;
+    let again = ledger
+        .accept_result(&as_owner(&job_id, 1, "w1"), 1, "other")
+        .await;
     assert_eq!(
         refusal(again),
         Refusal::AlreadyTerminal(JobState::Succeeded)
@@ -260,7 +263,7 @@ async fn an_owner_fenced_by_a_recovery_claim_can_neither_renew_nor_start_nor_acc
         .await
         .unwrap();
     let attempt = ledger
-        .start_attempt(&job_id, a.epoch, "a", "stub")
+        .start_attempt(&as_owner(&job_id, a.epoch, "a"), "stub")
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -283,11 +286,19 @@ async fn an_owner_fenced_by_a_recovery_claim_can_neither_renew_nor_start_nor_acc
         .unwrap();
     assert_eq!(renewals[0].outcome, Err(stale.clone()));
     assert_eq!(
-        refusal(ledger.start_attempt(&job_id, a.epoch, "a", "stub").await),
+        refusal(
+            ledger
+                .start_attempt(&as_owner(&job_id, a.epoch, "a"), "stub")
+                .await
+        ),
         stale
     );
     let rejected = ledger
-        .accept_result(&job_id, a.epoch, attempt.attempt_no, "a", "late answer")
+        .accept_result(
+            &as_owner(&job_id, a.epoch, "a"),
+            attempt.attempt_no,
+            "late answer",
+        )
         .await;
     assert_eq!(refusal(rejected), stale);
 
@@ -328,12 +339,16 @@ async fn an_accept_after_the_lease_or_the_deadline_is_refused_even_at_the_right_
         .await
         .unwrap();
     let attempt = ledger
-        .start_attempt(&job_id, a.epoch, "a", "stub")
+        .start_attempt(&as_owner(&job_id, a.epoch, "a"), "stub")
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     let late = ledger
-        .accept_result(&job_id, a.epoch, attempt.attempt_no, "a", "answer")
+        .accept_result(
+            &as_owner(&job_id, a.epoch, "a"),
+            attempt.attempt_no,
+            "answer",
+        )
         .await;
     assert_eq!(refusal(late), Refusal::LeaseExpired);
     assert_eq!(
@@ -350,12 +365,16 @@ async fn an_accept_after_the_lease_or_the_deadline_is_refused_even_at_the_right_
         "a lease never outlives the deadline"
     );
     let attempt = ledger
-        .start_attempt(&job_id, a.epoch, "a", "stub")
+        .start_attempt(&as_owner(&job_id, a.epoch, "a"), "stub")
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let late = ledger
-        .accept_result(&job_id, a.epoch, attempt.attempt_no, "a", "answer")
+        .accept_result(
+            &as_owner(&job_id, a.epoch, "a"),
+            attempt.attempt_no,
+            "answer",
+        )
         .await;
     assert_eq!(refusal(late), Refusal::DeadlinePassed);
     let renewed = ledger
@@ -383,7 +402,7 @@ async fn an_uncertain_attempt_needs_a_recorded_decision_before_another_attempt(d
         .await
         .unwrap();
     ledger
-        .start_attempt(&job_id, a.epoch, "a", "stub")
+        .start_attempt(&as_owner(&job_id, a.epoch, "a"), "stub")
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -447,7 +466,7 @@ async fn an_uncertain_attempt_needs_a_recorded_decision_before_another_attempt(d
         "decision and claim each authorize a new owner"
     );
     let attempt = ledger
-        .start_attempt(&job_id, b.epoch, "b", "stub")
+        .start_attempt(&as_owner(&job_id, b.epoch, "b"), "stub")
         .await
         .unwrap();
     assert_eq!(
@@ -455,7 +474,7 @@ async fn an_uncertain_attempt_needs_a_recorded_decision_before_another_attempt(d
         "attempts are cumulative across owners"
     );
     ledger
-        .accept_result(&job_id, b.epoch, 2, "b", "answer")
+        .accept_result(&as_owner(&job_id, b.epoch, "b"), 2, "answer")
         .await
         .unwrap();
     let decisions = ledger.decisions(&job_id).await.unwrap();
@@ -525,16 +544,20 @@ async fn retryable_failures_back_off_and_end_in_failed_terminal_when_the_budget_
     };
     let a = ledger.claim(&job_id, "a", LONG).await.unwrap();
     ledger
-        .start_attempt(&job_id, a.epoch, "a", "stub")
+        .start_attempt(&as_owner(&job_id, a.epoch, "a"), "stub")
         .await
         .unwrap();
     // The owner may not start a second attempt while the first has no outcome.
     assert_eq!(
-        refusal(ledger.start_attempt(&job_id, a.epoch, "a", "stub").await),
+        refusal(
+            ledger
+                .start_attempt(&as_owner(&job_id, a.epoch, "a"), "stub")
+                .await
+        ),
         Refusal::AttemptPending
     );
     let outcome = ledger
-        .record_failure(&job_id, a.epoch, 1, "a", &retry)
+        .record_failure(&as_owner(&job_id, a.epoch, "a"), 1, &retry)
         .await
         .unwrap();
     assert_eq!(outcome.state, JobState::RetryAuthorized);
@@ -545,12 +568,12 @@ async fn retryable_failures_back_off_and_end_in_failed_terminal_when_the_budget_
     tokio::time::sleep(Duration::from_millis(350)).await;
     let b = ledger.claim(&job_id, "b", LONG).await.unwrap();
     let attempt = ledger
-        .start_attempt(&job_id, b.epoch, "b", "stub")
+        .start_attempt(&as_owner(&job_id, b.epoch, "b"), "stub")
         .await
         .unwrap();
     assert_eq!(attempt.attempt_no, 2);
     let outcome = ledger
-        .record_failure(&job_id, b.epoch, 2, "b", &retry)
+        .record_failure(&as_owner(&job_id, b.epoch, "b"), 2, &retry)
         .await
         .unwrap();
     assert_eq!(outcome.state, JobState::FailedTerminal);
@@ -567,7 +590,7 @@ async fn a_fatal_failure_is_terminal_at_once(db: Db) {
     let job_id = create(&ledger, new_job("acme", "fatal", json!(1))).await;
     let a = ledger.claim(&job_id, "a", LONG).await.unwrap();
     ledger
-        .start_attempt(&job_id, a.epoch, "a", "stub")
+        .start_attempt(&as_owner(&job_id, a.epoch, "a"), "stub")
         .await
         .unwrap();
     let fatal = Failure::Fatal {
@@ -577,13 +600,13 @@ async fn a_fatal_failure_is_terminal_at_once(db: Db) {
     assert_eq!(
         refusal(
             ledger
-                .record_failure(&job_id, a.epoch, 7, "a", &fatal)
+                .record_failure(&as_owner(&job_id, a.epoch, "a"), 7, &fatal)
                 .await
         ),
         Refusal::NoSuchAttempt(7)
     );
     let outcome = ledger
-        .record_failure(&job_id, a.epoch, 1, "a", &fatal)
+        .record_failure(&as_owner(&job_id, a.epoch, "a"), 1, &fatal)
         .await
         .unwrap();
     assert_eq!(outcome.state, JobState::FailedTerminal);
@@ -649,7 +672,7 @@ async fn only_a_replay_policy_job_may_be_retried_by_the_policy(db: Db) {
             .await
             .unwrap();
         ledger
-            .start_attempt(&job_id, a.epoch, "a", "stub")
+            .start_attempt(&as_owner(&job_id, a.epoch, "a"), "stub")
             .await
             .unwrap();
         jobs.push(job_id);
@@ -694,7 +717,7 @@ async fn an_operator_can_resolve_an_unknown_job_as_succeeded_with_evidence(db: D
         .await
         .unwrap();
     ledger
-        .start_attempt(&job_id, a.epoch, "a", "stub")
+        .start_attempt(&as_owner(&job_id, a.epoch, "a"), "stub")
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(250)).await;
@@ -747,8 +770,9 @@ async fn an_operator_can_resolve_an_unknown_job_as_succeeded_with_evidence(db: D
 }
 
 async fn the_database_refuses_illegal_states_even_from_raw_sql(db: Db) {
-    let (ledger, _db) = fresh_ledger(db).await;
-    let pool = ledger.write_pool();
+    let (ledger, test_db) = fresh_ledger(db).await;
+    let raw = test_db.raw_pool().await;
+    let pool = &raw;
     let job_id = create(&ledger, new_job("acme", "raw", json!(1))).await;
     let exec = |sql: &'static str| {
         let job_id = job_id.clone();
@@ -786,7 +810,7 @@ async fn the_database_refuses_illegal_states_even_from_raw_sql(db: Db) {
         .await
         .unwrap();
     ledger
-        .start_attempt(&job_id, a.epoch, "a", "stub")
+        .start_attempt(&as_owner(&job_id, a.epoch, "a"), "stub")
         .await
         .unwrap();
     assert!(exec("UPDATE jobs SET owner_epoch = 0 WHERE job_id = $1")
@@ -910,7 +934,11 @@ async fn succeeded_job(ledger: &fenceline::ledger::Ledger, key: &str) -> String 
         .await
         .unwrap();
     ledger
-        .accept_result(&job_id, claimed.epoch, attempt.attempt_no, "w", "answer")
+        .accept_result(
+            &as_owner(&job_id, claimed.epoch, "w"),
+            attempt.attempt_no,
+            "answer",
+        )
         .await
         .unwrap();
     job_id
@@ -927,7 +955,7 @@ async fn terminal_records_older_than_the_cutoff_are_pruned_and_live_jobs_never_a
         .await
         .unwrap();
     ledger
-        .release(&unknown, claimed.epoch, "w", "test")
+        .release(&as_owner(&unknown, claimed.epoch, "w"), "test")
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -967,7 +995,7 @@ async fn terminal_records_older_than_the_cutoff_are_pruned_and_live_jobs_never_a
 }
 
 async fn a_release_after_the_deadline_is_refused_and_the_job_expires(db: Db) {
-    let (ledger, _db) = fresh_ledger(db).await;
+    let (ledger, test_db) = fresh_ledger(db).await;
     let mut job = new_job("acme", "late", json!(1));
     job.deadline = Duration::from_millis(400);
     let job_id = create(&ledger, job).await;
@@ -979,13 +1007,13 @@ async fn a_release_after_the_deadline_is_refused_and_the_job_expires(db: Db) {
     // depend on that).
     sqlx::query("UPDATE jobs SET owner_until = owner_until + 60000000 WHERE job_id = $1")
         .bind(&job_id)
-        .execute(ledger.write_pool())
+        .execute(&test_db.raw_pool().await)
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     let refused = refusal(
         ledger
-            .release(&job_id, claimed.epoch, "w", "shutdown")
+            .release(&as_owner(&job_id, claimed.epoch, "w"), "shutdown")
             .await,
     );
     assert_eq!(refused, Refusal::DeadlinePassed);
@@ -1021,4 +1049,21 @@ async fn a_client_retrying_the_same_request_in_a_loop_does_not_grow_the_timeline
         hits, 1,
         "one idempotent hit a minute is on the timeline, not one per retry"
     );
+}
+
+async fn every_statement_of_the_catalogue_prepares(db: Db) {
+    let (ledger, test_db) = fresh_ledger(db).await;
+    // The benchmarks' reference table is made on demand; the statement that reads it needs it.
+    ledger.naive_reset().await.unwrap();
+    let raw = test_db.raw_pool().await;
+    let statements = ledger.statements();
+    assert!(statements.len() > 40, "{} statements", statements.len());
+    let mut failed = Vec::new();
+    for (name, sql) in statements {
+        assert!(!sql.contains('{'), "{name} keeps a token: {sql}");
+        if let Err(error) = sqlx::Executor::prepare(&raw, sql.as_str()).await {
+            failed.push(format!("{name}: {error}\n  {sql}"));
+        }
+    }
+    assert!(failed.is_empty(), "on {db:?}:\n{}", failed.join("\n"));
 }

@@ -14,7 +14,7 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::json;
 use sqlx::Row;
 
-use crate::helpers::{create, fresh_ledger, new_job, Db};
+use crate::helpers::{as_owner, create, fresh_ledger, new_job, Db};
 
 const OWNERS: usize = 2;
 
@@ -115,7 +115,7 @@ async fn step(ledger: &Ledger, job_id: &str, owners: &mut [OwnerView], op: &Op) 
         Op::Start { owner } => {
             if let Some(epoch) = owners[owner].epoch {
                 if let Ok(a) = ledger
-                    .start_attempt(job_id, epoch, &name(owner), "stub")
+                    .start_attempt(&as_owner(job_id, epoch, &name(owner)), "stub")
                     .await
                 {
                     owners[owner].attempt = Some(a.attempt_no);
@@ -134,7 +134,7 @@ async fn step(ledger: &Ledger, job_id: &str, owners: &mut [OwnerView], op: &Op) 
         Op::Accept { owner } => {
             if let (Some(epoch), Some(attempt)) = (owners[owner].epoch, owners[owner].attempt) {
                 let _ = ledger
-                    .accept_result(job_id, epoch, attempt, &name(owner), "answer")
+                    .accept_result(&as_owner(job_id, epoch, &name(owner)), attempt, "answer")
                     .await;
             }
         }
@@ -142,7 +142,7 @@ async fn step(ledger: &Ledger, job_id: &str, owners: &mut [OwnerView], op: &Op) 
             let job = ledger.job(job_id).await.unwrap().unwrap();
             if let (Some(epoch), Some(attempt)) = (owners[owner].epoch, job.pending_attempt) {
                 let _ = ledger
-                    .accept_result(job_id, epoch, attempt, &name(owner), "guess")
+                    .accept_result(&as_owner(job_id, epoch, &name(owner)), attempt, "guess")
                     .await;
             }
         }
@@ -159,7 +159,7 @@ async fn step(ledger: &Ledger, job_id: &str, owners: &mut [OwnerView], op: &Op) 
                     }
                 };
                 let _ = ledger
-                    .record_failure(job_id, epoch, attempt, &name(owner), &failure)
+                    .record_failure(&as_owner(job_id, epoch, &name(owner)), attempt, &failure)
                     .await;
             }
         }
@@ -228,7 +228,7 @@ async fn snapshot(ledger: &Ledger, job_id: &str) -> Snapshot {
         "SELECT result_ref, epoch FROM results WHERE job_id = $1 AND status = 'accepted'",
     )
     .bind(job_id)
-    .fetch_all(ledger.write_pool())
+    .fetch_all(ledger.read_pool())
     .await
     .unwrap()
     .iter()
@@ -246,7 +246,7 @@ async fn snapshot(ledger: &Ledger, job_id: &str) -> Snapshot {
         .await
         .unwrap()
         .into_iter()
-        .map(|e| (e.seq, e.kind, e.detail))
+        .map(|e| (e.seq, e.kind.to_string(), e.detail))
         .collect();
     Snapshot {
         state: job.state,

@@ -11,7 +11,9 @@ use fenceline::queue::faults::FaultPlan;
 use fenceline::queue::Queue;
 use fenceline::worker::message::JobMessage;
 
-use crate::helpers::{count_kind, kinds, new_job, rig, rig_with, wait_for_event, QueueKind};
+use crate::helpers::{
+    as_owner, count_kind, kinds, new_job, rig, rig_with, wait_for_event, QueueKind,
+};
 use crate::on_every_queue;
 
 const LIMIT: Duration = Duration::from_secs(20);
@@ -451,12 +453,16 @@ mod reaper {
             .await
             .unwrap();
         let attempt = ledger
-            .start_attempt(&job_id, claimed.epoch, "gone", "stub")
+            .start_attempt(&as_owner(&job_id, claimed.epoch, "gone"), "stub")
             .await
             .unwrap();
         let client_id = format!("{job_id}:{}", attempt.attempt_no);
         ledger
-            .set_provider_request_id(&job_id, attempt.attempt_no, claimed.epoch, &client_id)
+            .set_provider_request_id(
+                &as_owner(&job_id, claimed.epoch, "w"),
+                attempt.attempt_no,
+                &client_id,
+            )
             .await
             .unwrap();
         let request = ProviderRequest {
@@ -549,11 +555,15 @@ async fn a_dead_letter_replay_inspects_the_ledger_first(kind: QueueKind) {
         .await
         .unwrap();
     let attempt = ledger
-        .start_attempt(&finished, claimed.epoch, "w", "stub")
+        .start_attempt(&as_owner(&finished, claimed.epoch, "w"), "stub")
         .await
         .unwrap();
     ledger
-        .accept_result(&finished, claimed.epoch, attempt.attempt_no, "w", "{}")
+        .accept_result(
+            &as_owner(&finished, claimed.epoch, "w"),
+            attempt.attempt_no,
+            "{}",
+        )
         .await
         .unwrap();
     let uncertain =
@@ -563,11 +573,11 @@ async fn a_dead_letter_replay_inspects_the_ledger_first(kind: QueueKind) {
         .await
         .unwrap();
     ledger
-        .start_attempt(&uncertain, claimed.epoch, "w", "stub")
+        .start_attempt(&as_owner(&uncertain, claimed.epoch, "w"), "stub")
         .await
         .unwrap();
     ledger
-        .release(&uncertain, claimed.epoch, "w", "test")
+        .release(&as_owner(&uncertain, claimed.epoch, "w"), "test")
         .await
         .unwrap();
     for id in [&workable, &finished, &uncertain] {
@@ -955,11 +965,11 @@ mod hardening {
             .await
             .unwrap();
         ledger
-            .start_attempt(&job_id, claimed.epoch, "w", "stub")
+            .start_attempt(&as_owner(&job_id, claimed.epoch, "w"), "stub")
             .await
             .unwrap();
         ledger
-            .release(&job_id, claimed.epoch, "w", "test")
+            .release(&as_owner(&job_id, claimed.epoch, "w"), "test")
             .await
             .unwrap();
         job_id

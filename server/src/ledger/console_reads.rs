@@ -8,11 +8,40 @@ use sqlx::Row;
 use super::model::Event;
 use super::read::{event_from_row, job_from_row, JOB_COLUMNS};
 use super::{Job, Ledger, LedgerError};
+use crate::job::{EventKind, JobState};
+
+/// What a run of the timeline is made of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunKind {
+    /// Successful lease and visibility renewals, which alternate while a call runs.
+    Renewed,
+    Event(EventKind),
+}
+
+impl RunKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Renewed => "renewed",
+            RunKind::Event(kind) => kind.as_str(),
+        }
+    }
+}
+
+impl TryFrom<String> for RunKind {
+    type Error = crate::job::ParseEventKindError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        if s == "renewed" {
+            Ok(RunKind::Renewed)
+        } else {
+            s.parse().map(RunKind::Event)
+        }
+    }
+}
 
 /// A run of consecutive events of one kind on a job's timeline.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Run {
-    pub kind: String,
+    pub kind: RunKind,
     pub first_seq: i64,
     pub last_seq: i64,
     pub first_at: i64,
@@ -30,29 +59,38 @@ impl Run {
 }
 
 /// Event kinds that repeat while a call runs; the swimlane draws them in buckets.
-pub const RENEWAL_KINDS: [&str; 4] = [
-    "visibility_renewed",
-    "visibility_renewal_failed",
-    "lease_renewed",
-    "lease_renewal_failed",
+pub const RENEWAL_KINDS: [EventKind; 4] = [
+    EventKind::VisibilityRenewed,
+    EventKind::VisibilityRenewalFailed,
+    EventKind::LeaseRenewed,
+    EventKind::LeaseRenewalFailed,
 ];
 
 /// Transport facts that can repeat many times (a storm of redeliveries); the swimlane draws
 /// them one by one when there are few, in buckets when there are many.
-pub const TRANSPORT_KINDS: [&str; 5] = [
-    "delivery_received",
-    "duplicate_suppressed",
-    "delivery_deferred",
-    "delivery_acked_terminal",
-    "dispatched",
+pub const TRANSPORT_KINDS: [EventKind; 5] = [
+    EventKind::DeliveryReceived,
+    EventKind::DuplicateSuppressed,
+    EventKind::DeliveryDeferred,
+    EventKind::DeliveryAckedTerminal,
+    EventKind::Dispatched,
 ];
 
-/// A count of one event kind in one time bucket.
+/// A count of one kind of thing (an event kind, a terminal state) in one time bucket.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Bucket {
-    pub kind: String,
+pub struct Bucket<K> {
+    pub kind: K,
     pub bucket: i64,
     pub count: i64,
+}
+
+/// `'a', 'b'` for an `IN` list of kinds (constants of the program, never input).
+fn kind_list(kinds: &[EventKind]) -> String {
+    kinds
+        .iter()
+        .map(|k| format!("'{}'", k.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Runs of consecutive events of one kind; successful lease and visibility renewals, which
@@ -67,16 +105,20 @@ const RUNS: &str = "WITH keyed AS ( \
         SELECT kind, MIN(seq) AS first_seq, MAX(seq) AS last_seq, MIN(at) AS first_at, \
         MAX(at) AS last_at FROM numbered GROUP BY kind, grp)";
 
-/// Rows of `(kind column, bucket, n)` as buckets; an empty `kind_col` leaves the kind empty.
-fn buckets_from(rows: &[sqlx::any::AnyRow], kind_col: &str) -> Result<Vec<Bucket>, LedgerError> {
+/// Rows of `(kind column, bucket, n)` as buckets, each kind parsed into `K`.
+fn buckets_from<K>(
+    rows: &[sqlx::any::AnyRow],
+    kind_col: &str,
+) -> Result<Vec<Bucket<K>>, LedgerError>
+where
+    K: TryFrom<String>,
+    K::Error: std::fmt::Display,
+{
     rows.iter()
         .map(|r| {
+            let kind: String = r.try_get(kind_col)?;
             Ok(Bucket {
-                kind: if kind_col.is_empty() {
-                    String::new()
-                } else {
-                    r.try_get(kind_col)?
-                },
+                kind: K::try_from(kind).map_err(|e| LedgerError::Corrupt(e.to_string()))?,
                 bucket: r.try_get("bucket")?,
                 count: r.try_get("n")?,
             })
@@ -85,8 +127,9 @@ fn buckets_from(rows: &[sqlx::any::AnyRow], kind_col: &str) -> Result<Vec<Bucket
 }
 
 fn run_from_row(row: &sqlx::any::AnyRow) -> Result<Run, LedgerError> {
+    let kind: String = row.try_get("kind")?;
     Ok(Run {
-        kind: row.try_get("kind")?,
+        kind: RunKind::try_from(kind).map_err(|e| LedgerError::Corrupt(e.to_string()))?,
         first_seq: row.try_get("first_seq")?,
         last_seq: row.try_get("last_seq")?,
         first_at: row.try_get("first_at")?,
@@ -182,14 +225,10 @@ impl Ledger {
     pub async fn key_events(
         &self,
         job_id: &str,
-        except: &[&str],
+        except: &[EventKind],
         limit: u32,
     ) -> Result<Vec<Event>, LedgerError> {
-        let kinds = except
-            .iter()
-            .map(|k| format!("'{k}'"))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let kinds = kind_list(except);
         let sql = format!(
             "SELECT job_id, seq, at, kind, epoch, actor, message_id, receive_count, handle_hash, \
              attempt_no, deadline_left_ms, detail FROM events \
@@ -207,15 +246,11 @@ impl Ledger {
     pub async fn kind_buckets(
         &self,
         job_id: &str,
-        kinds: &[&str],
+        kinds: &[EventKind],
         start: i64,
         width: i64,
-    ) -> Result<Vec<Bucket>, LedgerError> {
-        let kinds = kinds
-            .iter()
-            .map(|k| format!("'{k}'"))
-            .collect::<Vec<_>>()
-            .join(", ");
+    ) -> Result<Vec<Bucket<EventKind>>, LedgerError> {
+        let kinds = kind_list(kinds);
         let sql = format!(
             "SELECT kind, (at - $2) / $3 AS bucket, COUNT(*) AS n FROM events \
              WHERE job_id = $1 AND kind IN ({kinds}) GROUP BY kind, (at - $2) / $3"
@@ -232,15 +267,11 @@ impl Ledger {
     /// Events of the given kinds since `start`, counted per kind in `width`-µs buckets.
     pub async fn activity(
         &self,
-        kinds: &[&str],
+        kinds: &[EventKind],
         start: i64,
         width: i64,
-    ) -> Result<Vec<Bucket>, LedgerError> {
-        let list = kinds
-            .iter()
-            .map(|k| format!("'{k}'"))
-            .collect::<Vec<_>>()
-            .join(", ");
+    ) -> Result<Vec<Bucket<EventKind>>, LedgerError> {
+        let list = kind_list(kinds);
         let sql = format!(
             "SELECT kind, (at - $1) / $2 AS bucket, COUNT(*) AS n FROM events \
              WHERE at >= $1 AND kind IN ({list}) GROUP BY kind, (at - $1) / $2"
@@ -254,24 +285,21 @@ impl Ledger {
     }
 
     /// Redeliveries since `start`: receives of a message that had been received before.
-    pub async fn redeliveries(&self, start: i64, width: i64) -> Result<Vec<Bucket>, LedgerError> {
+    pub async fn redeliveries(
+        &self,
+        start: i64,
+        width: i64,
+    ) -> Result<Vec<Bucket<EventKind>>, LedgerError> {
         let rows = sqlx::query(
-            "SELECT (at - $1) / $2 AS bucket, COUNT(*) AS n FROM events \
+            "SELECT kind, (at - $1) / $2 AS bucket, COUNT(*) AS n FROM events \
              WHERE at >= $1 AND kind = 'delivery_received' AND receive_count > 1 \
-             GROUP BY (at - $1) / $2",
+             GROUP BY kind, (at - $1) / $2",
         )
         .bind(start)
         .bind(width.max(1))
         .fetch_all(&self.reader)
         .await?;
-        buckets_from(&rows, "").map(|v| {
-            v.into_iter()
-                .map(|b| Bucket {
-                    kind: "redelivery".into(),
-                    ..b
-                })
-                .collect()
-        })
+        buckets_from(&rows, "kind")
     }
 
     /// Jobs that became terminal since `start`, counted per state in `width`-µs buckets.
@@ -279,7 +307,7 @@ impl Ledger {
         &self,
         start: i64,
         width: i64,
-    ) -> Result<Vec<Bucket>, LedgerError> {
+    ) -> Result<Vec<Bucket<JobState>>, LedgerError> {
         let rows = sqlx::query(
             "SELECT state, (terminal_at - $1) / $2 AS bucket, COUNT(*) AS n FROM jobs \
              WHERE terminal_at >= $1 GROUP BY state, (terminal_at - $1) / $2",

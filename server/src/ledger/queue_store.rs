@@ -1,0 +1,270 @@
+//! The embedded queue's table, `queue_messages`: the statements behind its SQS semantics. The
+//! semantics themselves (receipt handles, limits, errors) live in `crate::queue::embedded`;
+//! here a receipt handle is only the hash of its secret.
+
+use std::time::Duration;
+
+use sqlx::AnyConnection;
+
+use super::write::micros;
+use super::{Ledger, LedgerError};
+
+/// A message taken by a receive.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct TakenMessage {
+    pub id: i64,
+    pub message_id: String,
+    pub body: String,
+    pub receive_count: i64,
+    /// Microseconds, database clock.
+    pub first_receive_at: i64,
+    pub sent_at: i64,
+    /// Which of the offered handle hashes this receive gave it.
+    #[sqlx(skip)]
+    pub handle: usize,
+}
+
+/// How a visibility change went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VisibilityChange {
+    Changed,
+    /// No message has this id and handle (outdated, or deleted).
+    UnknownHandle,
+    /// The message is visible again: the handle's receive is over.
+    NotInFlight,
+    /// The change would reach past 12 hours from the first receive.
+    CapExceeded,
+}
+
+/// A queue's message counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, sqlx::FromRow)]
+pub struct QueueDepth {
+    pub visible: i64,
+    pub in_flight: i64,
+    pub delayed: i64,
+}
+
+#[derive(sqlx::FromRow)]
+struct Visible {
+    id: i64,
+    receive_count: i64,
+}
+
+#[derive(sqlx::FromRow)]
+struct HandleState {
+    handle_hash: Option<String>,
+    in_flight: i64,
+}
+
+impl Ledger {
+    /// New messages `(message_id, body)` on `queue`, visible after `delay`.
+    pub async fn queue_send(
+        &self,
+        queue: &str,
+        messages: &[(String, String)],
+        delay: Duration,
+    ) -> Result<(), LedgerError> {
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let sql = self.sql.queue_insert.rows(messages.len());
+        let mut query = sqlx::query(&sql).bind(queue).bind(micros(delay));
+        for (id, body) in messages {
+            query = query.bind(id.as_str()).bind(body.as_str());
+        }
+        query.execute(&self.writer).await?;
+        Ok(())
+    }
+
+    /// A copy of a message (same id), visible after `delay`.
+    pub async fn queue_copy(
+        &self,
+        queue: &str,
+        message_id: &str,
+        body: &str,
+        delay: Duration,
+    ) -> Result<(), LedgerError> {
+        sqlx::query(&self.sql.queue_copy)
+            .bind(queue)
+            .bind(message_id)
+            .bind(body)
+            .bind(micros(delay))
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+
+    /// Whether `queue` has a visible message (a read: an idle poll takes no write lock).
+    pub async fn queue_any_visible(&self, queue: &str) -> Result<bool, LedgerError> {
+        Ok(sqlx::query(&self.sql.queue_any_visible)
+            .bind(queue)
+            .fetch_optional(&self.reader)
+            .await?
+            .is_some())
+    }
+
+    /// Takes up to `handles.len()` visible messages of `queue`, oldest first, for
+    /// `visibility`, each under the next offered handle hash. Messages received `max_receives`
+    /// times already move to `dead_letter` instead (SQS's redrive).
+    pub async fn queue_receive(
+        &self,
+        queue: &str,
+        handles: &[String],
+        visibility: Duration,
+        dead_letter: Option<(&str, i64)>,
+    ) -> Result<Vec<TakenMessage>, LedgerError> {
+        let mut tx = self.begin_write().await?;
+        let visible: Vec<Visible> = sqlx::query_as(&self.sql.queue_visible)
+            .bind(queue)
+            .bind(handles.len() as i64)
+            .fetch_all(&mut *tx)
+            .await?;
+        let mut taking = Vec::with_capacity(visible.len());
+        for message in visible {
+            if let Some((dlq, max_receives)) = dead_letter {
+                if message.receive_count >= max_receives {
+                    sqlx::query(&self.sql.queue_redrive)
+                        .bind(message.id)
+                        .bind(dlq)
+                        .execute(&mut *tx)
+                        .await?;
+                    continue;
+                }
+            }
+            taking.push(message.id);
+        }
+        let mut taken = Vec::with_capacity(taking.len());
+        if !taking.is_empty() {
+            // One statement takes them all, each with its own new handle.
+            let sql = self.sql.queue_take.rows(taking.len());
+            let mut query = sqlx::query_as::<_, TakenMessage>(&sql).bind(micros(visibility));
+            for (id, hash) in taking.iter().zip(handles) {
+                query = query.bind(*id).bind(hash.as_str());
+            }
+            taken = query.fetch_all(&mut *tx).await?;
+            for message in &mut taken {
+                message.handle = taking
+                    .iter()
+                    .position(|id| *id == message.id)
+                    .unwrap_or(usize::MAX);
+            }
+            // Oldest first, as they were selected.
+            taken.sort_by_key(|m| m.handle);
+        }
+        tx.commit().await?;
+        Ok(taken)
+    }
+
+    /// Visibility changes `(id, handle hash, timeout)` on `queue`, several in one
+    /// transaction; each allowed only to the latest receiver of an in-flight message, within
+    /// `cap` of its first receive.
+    pub async fn queue_change_visibility(
+        &self,
+        queue: &str,
+        changes: &[(i64, String, Duration)],
+        cap: Duration,
+    ) -> Result<Vec<VisibilityChange>, LedgerError> {
+        let mut out = Vec::with_capacity(changes.len());
+        if let [(id, hash, timeout)] = changes {
+            let mut conn = self.writer.acquire().await?;
+            out.push(
+                self.change_one(&mut conn, queue, *id, hash, *timeout, cap)
+                    .await?,
+            );
+            return Ok(out);
+        }
+        let mut tx = self.begin_write().await?;
+        for (id, hash, timeout) in changes {
+            out.push(
+                self.change_one(&mut tx, queue, *id, hash, *timeout, cap)
+                    .await?,
+            );
+        }
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    async fn change_one(
+        &self,
+        conn: &mut AnyConnection,
+        queue: &str,
+        id: i64,
+        hash: &str,
+        timeout: Duration,
+        cap: Duration,
+    ) -> Result<VisibilityChange, LedgerError> {
+        let changed = sqlx::query(&self.sql.queue_change_visibility)
+            .bind(id)
+            .bind(queue)
+            .bind(micros(timeout))
+            .bind(hash)
+            .bind(micros(cap))
+            .fetch_optional(&mut *conn)
+            .await?;
+        if changed.is_some() {
+            return Ok(VisibilityChange::Changed);
+        }
+        // Refused: say why, as SQS would.
+        let state: Option<HandleState> = sqlx::query_as(&self.sql.queue_handle_state)
+            .bind(id)
+            .bind(queue)
+            .fetch_optional(&mut *conn)
+            .await?;
+        Ok(match state {
+            Some(s) if s.handle_hash.as_deref() == Some(hash) => {
+                if s.in_flight == 0 {
+                    VisibilityChange::NotInFlight
+                } else {
+                    VisibilityChange::CapExceeded
+                }
+            }
+            _ => VisibilityChange::UnknownHandle,
+        })
+    }
+
+    /// Deletes `(id, handle hash)` messages of `queue`, several in one transaction. Each
+    /// answer is whether a message was deleted: an outdated handle matches nothing.
+    pub async fn queue_delete(
+        &self,
+        queue: &str,
+        deletes: &[(i64, String)],
+    ) -> Result<Vec<bool>, LedgerError> {
+        let mut out = Vec::with_capacity(deletes.len());
+        if let [(id, hash)] = deletes {
+            let mut conn = self.writer.acquire().await?;
+            out.push(delete_one(&mut conn, queue, *id, hash).await?);
+            return Ok(out);
+        }
+        let mut tx = self.begin_write().await?;
+        for (id, hash) in deletes {
+            out.push(delete_one(&mut tx, queue, *id, hash).await?);
+        }
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    /// Visible, in-flight and delayed messages of `queue`.
+    pub async fn queue_depth(&self, queue: &str) -> Result<QueueDepth, LedgerError> {
+        Ok(sqlx::query_as(&self.sql.queue_depth)
+            .bind(queue)
+            .fetch_one(&self.reader)
+            .await?)
+    }
+}
+
+async fn delete_one(
+    conn: &mut AnyConnection,
+    queue: &str,
+    id: i64,
+    hash: &str,
+) -> Result<bool, LedgerError> {
+    let deleted =
+        sqlx::query("DELETE FROM queue_messages WHERE id = $1 AND queue = $2 AND handle_hash = $3")
+            .bind(id)
+            .bind(queue)
+            .bind(hash)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+    Ok(deleted > 0)
+}

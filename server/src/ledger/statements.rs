@@ -1,0 +1,464 @@
+//! The statement catalogue: every statement whose text depends on the backend, by name,
+//! rendered once per backend when the ledger connects.
+//!
+//! A template names the few things the dialects do differently with a token — `{now}` the
+//! database clock in microseconds, `{least}` the two-argument minimum, `{for_update}` a row
+//! lock where the backend has one (SQLite serialises writers anyway), `{skip_locked}` the same
+//! lock skipping rows another transaction holds. They are filled in once, at connect; nothing
+//! is templated per call. A *batched* statement repeats one row group (`?` marks each of its
+//! parameters) as many times as a call has rows; only the `$n` numbering is built per call.
+//! Statements that read the same on both backends and need no clock stay beside the function
+//! that runs them.
+//!
+//! The suite's `every_statement_of_the_catalogue_prepares` prepares each one, without
+//! parameter types, against migrated PostgreSQL and SQLite databases: a parameter whose type
+//! PostgreSQL cannot infer from its context (a `VALUES` row) is cast.
+
+use super::dialect::Backend;
+
+/// Fills the dialect tokens of a template for `backend`.
+pub(crate) fn render(backend: Backend, template: &str) -> Box<str> {
+    let (now, least, for_update, skip_locked) = match backend {
+        Backend::Postgres => (
+            "fl_now_us()",
+            "LEAST",
+            " FOR UPDATE",
+            " FOR UPDATE SKIP LOCKED",
+        ),
+        // SQLite differs by necessity: no `now()` in microseconds, `MIN` is the scalar minimum,
+        // and there are no row locks (one writer at a time holds the whole file).
+        Backend::Sqlite => (
+            "CAST(unixepoch('subsec') * 1000000 AS INTEGER)",
+            "MIN",
+            "",
+            "",
+        ),
+    };
+    template
+        .replace("{now}", now)
+        .replace("{least}", least)
+        .replace("{for_update}", for_update)
+        .replace("{skip_locked}", skip_locked)
+        .into_boxed_str()
+}
+
+/// A statement with a row group repeated once per row of a call.
+#[derive(Debug)]
+pub(crate) struct Batched {
+    head: Box<str>,
+    row: Box<str>,
+    tail: Box<str>,
+    /// The number of the first row parameter (those before it are shared by all rows).
+    first: usize,
+}
+
+impl Batched {
+    fn render(backend: Backend, head: &str, row: &str, tail: &str, first: usize) -> Batched {
+        Batched {
+            head: render(backend, head),
+            row: render(backend, row),
+            tail: render(backend, tail),
+            first,
+        }
+    }
+
+    /// The statement for `rows` rows.
+    pub(crate) fn rows(&self, rows: usize) -> String {
+        let per_row = self.row.matches('?').count();
+        let mut sql = String::with_capacity(self.head.len() + rows * (self.row.len() + 8));
+        sql.push_str(&self.head);
+        let mut n = self.first;
+        for i in 0..rows {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            for part in self.row.split_inclusive('?') {
+                match part.strip_suffix('?') {
+                    Some(text) => {
+                        sql.push_str(text);
+                        sql.push('$');
+                        sql.push_str(&n.to_string());
+                        n += 1;
+                    }
+                    None => sql.push_str(part),
+                }
+            }
+        }
+        debug_assert_eq!(n - self.first, rows * per_row);
+        sql.push_str(&self.tail);
+        sql
+    }
+}
+
+macro_rules! catalogue {
+    (
+        fixed { $( $(#[doc = $doc:literal])* $name:ident: $sql:expr, )+ }
+        batched { $( $(#[doc = $bdoc:literal])* $bname:ident: ($head:expr, $row:expr, $tail:expr, $first:expr), )+ }
+    ) => {
+        /// The rendered catalogue of one backend.
+        #[derive(Debug)]
+        pub(crate) struct Statements {
+            $( $(#[doc = $doc])* pub(crate) $name: Box<str>, )+
+            $( $(#[doc = $bdoc])* pub(crate) $bname: Batched, )+
+        }
+
+        impl Statements {
+            pub(crate) fn render(backend: Backend) -> Statements {
+                Statements {
+                    $( $name: render(backend, $sql), )+
+                    $( $bname: Batched::render(backend, $head, $row, $tail, $first), )+
+                }
+            }
+
+            /// Every statement by name, batched ones with one and with three rows.
+            pub(crate) fn all(&self) -> Vec<(String, String)> {
+                let mut out = vec![$( (stringify!($name).to_owned(), self.$name.to_string()), )+];
+                $(
+                    out.push((concat!(stringify!($bname), "[1]").to_owned(), self.$bname.rows(1)));
+                    out.push((concat!(stringify!($bname), "[3]").to_owned(), self.$bname.rows(3)));
+                )+
+                out
+            }
+        }
+    };
+}
+
+/// What every guarded write on `jobs` returns after its own columns: where its events go.
+/// `n` is how many events it reserved.
+macro_rules! reserved {
+    ($n:literal) => {
+        concat!(
+            "next_event_seq - ",
+            $n,
+            " AS seq, updated_at AS at, owner_epoch AS epoch, deadline_at"
+        )
+    };
+}
+
+catalogue! {
+    fixed {
+        /// The database clock.
+        now: "SELECT {now}",
+
+        // create
+
+        /// A new job, unless the tenant already used the key.
+        create_job: "INSERT INTO jobs (job_id, tenant, idempotency_key, request_digest, input_ref, \
+             contract_version, state, deadline_at, max_attempts, replay_policy, created_at, \
+             updated_at, next_event_seq) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'ready', {now} + $7, $8, $9, {now}, {now}, 2) \
+             ON CONFLICT (tenant, idempotency_key) DO NOTHING \
+             RETURNING 1 AS seq, created_at AS at, owner_epoch AS epoch, deadline_at",
+        /// Idempotency hits on a job's timeline in the last minute.
+        recent_idempotency_hits: "SELECT COUNT(*) FROM events WHERE job_id = $1 \
+             AND kind = 'idempotency_hit' AND at > {now} - 60000000",
+
+        // timeline
+
+        /// Reserves `$2` event sequence numbers on one job without changing it.
+        reserve_events: "UPDATE jobs SET next_event_seq = next_event_seq + $2 WHERE job_id = $1 \
+             RETURNING next_event_seq - $2 AS seq, {now} AS at, owner_epoch AS epoch, deadline_at",
+
+        // claim
+
+        /// `ready`/`retry_authorized` → `running` under a new epoch; `$5` = 1 also starts
+        /// the first attempt; `$4` events reserved.
+        claim: "UPDATE jobs SET state = 'running', owner_epoch = owner_epoch + 1, owner_id = $2, \
+             owner_until = {least}({now} + $3, deadline_at), retry_at = NULL, \
+             attempt_count = attempt_count + $5, \
+             pending_attempt = CASE WHEN $5 = 1 THEN attempt_count + 1 ELSE NULL END, \
+             updated_at = {now}, next_event_seq = next_event_seq + $4 \
+             WHERE job_id = $1 AND state IN ('ready', 'retry_authorized') \
+             AND deadline_at > {now} AND attempt_count < max_attempts \
+             AND (retry_at IS NULL OR retry_at <= {now}) \
+             RETURNING owner_until, attempt_count, max_attempts, \
+             next_event_seq - $4 AS seq, updated_at AS at, owner_epoch AS epoch, deadline_at",
+
+        // attempt
+
+        /// The owner's next attempt, recorded before the provider is called.
+        start_attempt: concat!("UPDATE jobs SET attempt_count = attempt_count + 1, \
+             pending_attempt = attempt_count + 1, \
+             updated_at = {now}, next_event_seq = next_event_seq + 1 \
+             WHERE job_id = $1 AND owner_epoch = $2 AND state = 'running' \
+             AND owner_until > {now} AND deadline_at > {now} \
+             AND attempt_count < max_attempts AND pending_attempt IS NULL \
+             RETURNING attempt_count, ", reserved!(1)),
+
+        // accept
+
+        /// The guarded commit of the one accepted result.
+        accept: concat!("UPDATE jobs SET state = 'succeeded', result_ref = $3, pending_attempt = NULL, \
+             error_code = NULL, terminal_at = {now}, updated_at = {now}, \
+             next_event_seq = next_event_seq + 2 \
+             WHERE job_id = $1 AND owner_epoch = $2 AND state = 'running' \
+             AND owner_until > {now} AND deadline_at > {now} AND pending_attempt = $4 \
+             RETURNING ", reserved!(2)),
+
+        // failure
+
+        /// A confirmed provider failure: `$5` = 1 when fatal, `$6` the backoff.
+        record_failure: concat!("UPDATE jobs SET \
+             state = CASE WHEN $5 = 0 AND attempt_count < max_attempts \
+                 THEN 'retry_authorized' ELSE 'failed_terminal' END, \
+             retry_at = CASE WHEN $5 = 0 AND attempt_count < max_attempts \
+                 THEN {now} + $6 ELSE NULL END, \
+             terminal_at = CASE WHEN $5 = 0 AND attempt_count < max_attempts \
+                 THEN NULL ELSE {now} END, \
+             error_code = $4, pending_attempt = NULL, updated_at = {now}, \
+             next_event_seq = next_event_seq + 2 \
+             WHERE job_id = $1 AND owner_epoch = $2 AND state = 'running' \
+             AND owner_until > {now} AND deadline_at > {now} AND pending_attempt = $3 \
+             RETURNING state, retry_at, attempt_count, ", reserved!(2)),
+
+        // recovery
+
+        /// Recovery ownership of a `running` job whose lease expired.
+        recovery_claim: concat!("UPDATE jobs SET owner_epoch = owner_epoch + 1, owner_id = $2, \
+             state = CASE WHEN pending_attempt IS NULL THEN 'retry_authorized' ELSE 'unknown' END, \
+             pending_attempt = NULL, recovery_reason = $3, updated_at = {now}, \
+             next_event_seq = next_event_seq + 2 \
+             WHERE job_id = $1 AND state = 'running' AND owner_until <= {now} \
+             AND deadline_at > {now} \
+             RETURNING state, ", reserved!(2)),
+        /// The owner hands its job back, fencing itself out.
+        release: concat!("UPDATE jobs SET owner_epoch = owner_epoch + 1, \
+             state = CASE WHEN pending_attempt IS NULL THEN 'retry_authorized' ELSE 'unknown' END, \
+             pending_attempt = NULL, recovery_reason = $3, updated_at = {now}, \
+             next_event_seq = next_event_seq + 1 \
+             WHERE job_id = $1 AND owner_epoch = $2 AND state = 'running' \
+             AND owner_until > {now} AND deadline_at > {now} \
+             RETURNING state, ", reserved!(1)),
+
+        // decide
+
+        /// A decision over an `unknown` job at the epoch the decider saw. `$4` = 1 (a retry)
+        /// advances the epoch and needs budget and time; `$8` = 1 also needs the job's
+        /// pre-approved replay policy.
+        decide: concat!("UPDATE jobs SET state = $3, owner_epoch = owner_epoch + $4, \
+             owner_id = CASE WHEN $4 = 1 THEN $5 ELSE owner_id END, \
+             result_ref = COALESCE($6, result_ref), error_code = COALESCE($7, error_code), \
+             terminal_at = CASE WHEN $3 = 'retry_authorized' THEN NULL ELSE {now} END, \
+             retry_at = NULL, updated_at = {now}, next_event_seq = next_event_seq + 2 \
+             WHERE job_id = $1 AND owner_epoch = $2 AND state = 'unknown' \
+             AND ($4 = 0 OR (deadline_at > {now} AND attempt_count < max_attempts)) \
+             AND ($8 = 0 OR replay_policy = 'replay_on_unknown') \
+             RETURNING attempt_count, ", reserved!(2)),
+
+        // expire
+
+        /// A job's state, locked for the rest of the transaction.
+        lock_state: "SELECT state FROM jobs WHERE job_id = $1{for_update}",
+        /// A live job whose deadline has passed → `expired`.
+        expire: concat!("UPDATE jobs SET state = 'expired', terminal_at = {now}, pending_attempt = NULL, \
+             updated_at = {now}, next_event_seq = next_event_seq + 1 \
+             WHERE job_id = $1 AND state IN ('ready', 'running', 'unknown', 'retry_authorized') \
+             AND deadline_at <= {now} \
+             RETURNING ", reserved!(1)),
+        /// A `retry_authorized` job with its budget spent → `failed_terminal`.
+        exhaust_budget: concat!("UPDATE jobs SET state = 'failed_terminal', error_code = 'budget_exhausted', \
+             terminal_at = {now}, updated_at = {now}, next_event_seq = next_event_seq + 1 \
+             WHERE job_id = $1 AND state = 'retry_authorized' AND attempt_count >= max_attempts \
+             RETURNING attempt_count, ", reserved!(1)),
+
+        // outbox
+
+        /// Due outbox rows nobody holds.
+        outbox_due: "SELECT id FROM outbox WHERE dispatched_at IS NULL AND available_at <= {now} \
+             AND (locked_until IS NULL OR locked_until <= {now}) \
+             ORDER BY available_at, id LIMIT $1{skip_locked}",
+        /// An outbox row that could not be sent, for another try later.
+        outbox_failed: "UPDATE outbox SET locked_until = NULL, available_at = {now} + $2, \
+             last_error = $3 WHERE id = $1",
+        /// A re-dispatch of a job at its current epoch.
+        redispatch: "INSERT INTO outbox (job_id, epoch, reason, created_at, available_at) \
+             SELECT job_id, owner_epoch, $2, {now}, {now} FROM jobs WHERE job_id = $1",
+
+        // scans (the reaper's)
+
+        /// Running jobs whose lease has expired.
+        expired_leases: "SELECT job_id FROM jobs WHERE state = 'running' AND owner_until <= {now} \
+             ORDER BY owner_until LIMIT $1",
+        /// Live jobs whose deadline has passed.
+        past_deadline: "SELECT job_id FROM jobs \
+             WHERE state IN ('ready', 'running', 'unknown', 'retry_authorized') \
+             AND deadline_at <= {now} ORDER BY deadline_at LIMIT $1",
+        /// Workable jobs whose last dispatch is older than `$2` with no send pending.
+        quiet_workable: "SELECT j.job_id FROM jobs j WHERE j.state IN ('ready', 'retry_authorized') \
+             AND (j.retry_at IS NULL OR j.retry_at <= {now}) AND j.updated_at <= {now} - $2 \
+             AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.job_id = j.job_id \
+                 AND (o.dispatched_at IS NULL OR o.dispatched_at > {now} - $2)) \
+             ORDER BY j.updated_at LIMIT $1",
+        /// `unknown` jobs a pre-approved replay policy can act on now.
+        unknown_replayable: "SELECT job_id, owner_epoch FROM jobs WHERE state = 'unknown' \
+             AND replay_policy = 'replay_on_unknown' AND attempt_count < max_attempts \
+             AND deadline_at > {now} ORDER BY updated_at LIMIT $1",
+
+        // transport
+
+        /// A queue message the worker refused.
+        insert_rejected_message: "INSERT INTO rejected_messages (at, worker_id, message_id, \
+             receive_count, handle_hash, reason, body_bytes, job_id) \
+             VALUES ({now}, $1, $2, $3, $4, $5, $6, $7)",
+
+        // tokens
+
+        add_token: "INSERT INTO api_tokens (token_hash, tenant, name, created_at) \
+             VALUES ($1, $2, $3, {now})",
+        revoke_token: "UPDATE api_tokens SET revoked_at = {now} \
+             WHERE substr(token_hash, 1, 12) = $1 AND revoked_at IS NULL",
+
+        // the embedded queue's table
+
+        /// A copy of a message, visible after `$4`.
+        queue_copy: "INSERT INTO queue_messages (queue, message_id, body, sent_at, visible_at) \
+             VALUES ($1, $2, $3, {now}, {now} + $4)",
+        /// Whether any message of a queue is visible.
+        queue_any_visible: "SELECT id FROM queue_messages WHERE queue = $1 \
+             AND visible_at <= {now} LIMIT 1",
+        /// Visible messages, oldest first.
+        queue_visible: "SELECT id, receive_count FROM queue_messages \
+             WHERE queue = $1 AND visible_at <= {now} ORDER BY visible_at, id LIMIT $2{skip_locked}",
+        /// A message moved to the dead-letter queue `$2`.
+        queue_redrive: "UPDATE queue_messages SET queue = $2, dead_from = queue, dead_at = {now}, \
+             dead_receive_count = receive_count, receive_count = 0, first_receive_at = NULL, \
+             handle_hash = NULL, visible_at = {now} WHERE id = $1",
+        /// A visibility change by the latest receiver, within the 12-hour cap `$5`.
+        queue_change_visibility: "UPDATE queue_messages SET visible_at = {now} + $3 \
+             WHERE id = $1 AND queue = $2 AND handle_hash = $4 AND visible_at > {now} \
+             AND {now} + $3 <= first_receive_at + $5 RETURNING id",
+        /// Why a visibility change was refused.
+        queue_handle_state: "SELECT handle_hash, CASE WHEN visible_at > {now} THEN 1 ELSE 0 END \
+             AS in_flight FROM queue_messages WHERE id = $1 AND queue = $2",
+        /// Visible, in-flight and delayed messages of a queue.
+        queue_depth: "SELECT \
+             COALESCE(SUM(CASE WHEN visible_at <= {now} THEN 1 ELSE 0 END), 0) AS visible, \
+             COALESCE(SUM(CASE WHEN visible_at > {now} AND receive_count > 0 THEN 1 ELSE 0 END), 0) \
+                 AS in_flight, \
+             COALESCE(SUM(CASE WHEN visible_at > {now} AND receive_count = 0 THEN 1 ELSE 0 END), 0) \
+                 AS delayed \
+             FROM queue_messages WHERE queue = $1",
+
+        // the benchmarks' reference table and generated data
+
+        /// Takes and finishes one row of the naive reference table.
+        naive_take: "UPDATE bench_naive SET state = 'done' WHERE id = \
+             (SELECT id FROM bench_naive WHERE state = 'ready' ORDER BY id LIMIT 1{skip_locked}) \
+             RETURNING id",
+    }
+    batched {
+        /// Timeline events, twelve parameters a row.
+        insert_events: (
+            "INSERT INTO events (job_id, seq, at, kind, epoch, actor, message_id, receive_count, \
+             handle_hash, attempt_no, deadline_left_ms, detail) VALUES ",
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", "", 1
+        ),
+        /// One sequence number on each of many jobs.
+        reserve_event_each: (
+            "UPDATE jobs SET next_event_seq = next_event_seq + 1 WHERE job_id IN (",
+            "?",
+            ") RETURNING job_id, next_event_seq - 1 AS seq, {now} AS at, owner_epoch AS epoch, \
+             deadline_at",
+            1
+        ),
+        /// Lease renewals of many owners (`$1` the lease), each `(job_id, epoch)`.
+        renew_leases: (
+            "UPDATE jobs SET owner_until = {least}({now} + $1, deadline_at), \
+             updated_at = {now}, next_event_seq = next_event_seq + 1 \
+             WHERE state = 'running' AND owner_until > {now} AND deadline_at > {now} \
+             AND (job_id, owner_epoch) IN (VALUES ",
+            "(?, CAST(? AS BIGINT))",
+            ") RETURNING job_id, owner_until, next_event_seq - 1 AS seq, updated_at AS at, \
+             owner_epoch AS epoch, deadline_at",
+            2
+        ),
+        /// Outbox rows held for `$1` by one dispatcher.
+        outbox_lock: (
+            "UPDATE outbox SET locked_until = {now} + $1, send_attempts = send_attempts + 1 \
+             WHERE id IN (",
+            "?",
+            ") RETURNING id, job_id, reason",
+            2
+        ),
+        /// Outbox rows sent, each `(id, message_id)`.
+        outbox_dispatched: (
+            "UPDATE outbox SET dispatched_at = {now}, message_id = v.column2, locked_until = NULL \
+             FROM (VALUES ",
+            "(CAST(? AS BIGINT), ?)",
+            ") AS v WHERE outbox.id = v.column1",
+            1
+        ),
+        /// Dead-letter moves put on their jobs' timelines.
+        dead_letters_noted: (
+            "UPDATE queue_messages SET timeline_noted_at = {now} WHERE id IN (",
+            "?",
+            ")",
+            1
+        ),
+        /// New messages of queue `$1`, visible after `$2`, each `(message_id, body)`.
+        queue_insert: (
+            "INSERT INTO queue_messages (queue, message_id, body, sent_at, visible_at) VALUES ",
+            "($1, ?, ?, {now}, {now} + $2)",
+            "",
+            3
+        ),
+        /// Visible messages taken for `$1`, each `(id, hash of its new handle)`.
+        queue_take: (
+            "UPDATE queue_messages SET visible_at = {now} + $1, \
+             receive_count = receive_count + 1, \
+             first_receive_at = COALESCE(first_receive_at, {now}), handle_hash = v.column2 \
+             FROM (VALUES ",
+            "(CAST(? AS BIGINT), ?)",
+            ") AS v WHERE queue_messages.id = v.column1 \
+             RETURNING queue_messages.id AS id, message_id, body, receive_count, \
+             first_receive_at, sent_at",
+            2
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_token_survives_rendering_on_either_backend() {
+        for backend in [Backend::Postgres, Backend::Sqlite] {
+            for (name, sql) in Statements::render(backend).all() {
+                for token in [
+                    "{now}",
+                    "{least}",
+                    "{for_update}",
+                    "{skip_locked}",
+                    "{{",
+                    "?",
+                ] {
+                    assert!(!sql.contains(token), "{name} keeps {token}: {sql}");
+                }
+                assert!(!sql.contains('{'), "{name}: {sql}");
+            }
+        }
+    }
+
+    #[test]
+    fn batched_rows_number_their_parameters_after_the_shared_ones() {
+        let s = Statements::render(Backend::Sqlite);
+        let sql = s.renew_leases.rows(2);
+        assert!(
+            sql.contains("IN (VALUES ($2, CAST($3 AS BIGINT)), ($4, CAST($5 AS BIGINT)))"),
+            "{sql}"
+        );
+        let sql = s.queue_insert.rows(2);
+        assert!(sql.contains("($1, $3, $4, "), "{sql}");
+        assert!(sql.contains("($1, $5, $6, "), "{sql}");
+    }
+
+    #[test]
+    fn sqlite_has_no_row_locks_and_its_own_clock() {
+        let s = Statements::render(Backend::Sqlite);
+        assert!(s.lock_state.ends_with("job_id = $1"), "{}", s.lock_state);
+        assert!(s.claim.contains("MIN(CAST(unixepoch"), "{}", s.claim);
+        let p = Statements::render(Backend::Postgres);
+        assert!(p.lock_state.ends_with(" FOR UPDATE"), "{}", p.lock_state);
+    }
+}

@@ -1,0 +1,128 @@
+//! The guarded commit: the one accepted result of a job, or — when the owner was fenced out —
+//! its answer kept as restricted evidence and `result_rejected` on the timeline.
+
+use serde_json::{json, Value};
+
+use super::{insert_result, new_result_ref, Intent, NewResult, Reserved};
+use crate::job::EventKind;
+use crate::ledger::model::{Accepted, NewEvent, Owner};
+use crate::ledger::{Ledger, LedgerError, Refusal};
+
+impl Ledger {
+    /// `running` → `succeeded` with `body` as the one accepted result, only for the current
+    /// epoch's pending attempt, with a valid lease, before the deadline. A refused result is
+    /// kept as restricted evidence (`stale_discarded`) and recorded as `result_rejected`; it
+    /// never becomes the job's result.
+    pub async fn accept_result(
+        &self,
+        owner: &Owner,
+        attempt_no: i64,
+        body: &str,
+    ) -> Result<Accepted, LedgerError> {
+        let job_id = owner.job_id();
+        let result_ref = new_result_ref();
+        let statement = sqlx::query_as::<_, Reserved>(&self.sql.accept)
+            .bind(job_id)
+            .bind(owner.epoch)
+            .bind(&result_ref)
+            .bind(attempt_no);
+        let Some(mut fenced) = self.try_guarded(job_id, statement).await? else {
+            return Err(self
+                .reject_result(owner, attempt_no, &result_ref, body)
+                .await?);
+        };
+        let now = fenced.row.at;
+        let result = NewResult {
+            result_ref: &result_ref,
+            job_id,
+            attempt_no: Some(attempt_no),
+            epoch: owner.epoch,
+            status: "accepted",
+            body,
+            at: now,
+        };
+        insert_result(&mut fenced.tx, &result).await?;
+        sqlx::query(
+            "UPDATE attempts SET outcome = 'succeeded', finished_at = $4, result_ref = $5 \
+             WHERE job_id = $1 AND attempt_no = $2 AND epoch = $3",
+        )
+        .bind(job_id)
+        .bind(attempt_no)
+        .bind(owner.epoch)
+        .bind(now)
+        .bind(&result_ref)
+        .execute(&mut *fenced.tx)
+        .await?;
+        let actor = owner.actor();
+        fenced
+            .commit(&[
+                NewEvent::new(EventKind::AttemptFinished, &actor)
+                    .attempt(attempt_no)
+                    .detail(json!({ "outcome": "succeeded" })),
+                NewEvent::new(EventKind::ResultAccepted, &actor)
+                    .attempt(attempt_no)
+                    .detail(json!({ "result_ref": result_ref, "to": "succeeded" })),
+            ])
+            .await?;
+        Ok(Accepted { result_ref })
+    }
+
+    async fn reject_result(
+        &self,
+        owner: &Owner,
+        attempt_no: i64,
+        result_ref: &str,
+        body: &str,
+    ) -> Result<LedgerError, LedgerError> {
+        let job_id = owner.job_id();
+        let (epoch, actor) = (owner.epoch, owner.actor());
+        let refusal = self
+            .refusal(job_id, Intent::Finish { epoch, attempt_no })
+            .await?;
+        if refusal == Refusal::NotFound {
+            return Ok(LedgerError::refused(job_id, refusal));
+        }
+        let statement = sqlx::query_as::<_, Reserved>(&self.sql.reserve_events)
+            .bind(job_id)
+            .bind(1_i64);
+        let Some(mut fenced) = self.try_guarded(job_id, statement).await? else {
+            return Ok(LedgerError::refused(job_id, Refusal::NotFound));
+        };
+        let now = fenced.row.at;
+        // Only an attempt of the caller's own epoch can carry its answer as evidence.
+        let marked = sqlx::query(
+            "UPDATE attempts SET outcome = 'stale_discarded', finished_at = $4, result_ref = $5 \
+             WHERE job_id = $1 AND attempt_no = $2 AND epoch = $3 \
+             AND outcome IN ('pending', 'lost')",
+        )
+        .bind(job_id)
+        .bind(attempt_no)
+        .bind(epoch)
+        .bind(now)
+        .bind(result_ref)
+        .execute(&mut *fenced.tx)
+        .await?
+        .rows_affected();
+        if marked > 0 {
+            let evidence = NewResult {
+                result_ref,
+                job_id,
+                attempt_no: Some(attempt_no),
+                epoch,
+                status: "stale",
+                body,
+                at: now,
+            };
+            insert_result(&mut fenced.tx, &evidence).await?;
+        }
+        let event = NewEvent::new(EventKind::ResultRejected, &actor)
+            .epoch(epoch)
+            .attempt(attempt_no)
+            .detail(json!({
+                "reason": refusal.code(),
+                "evidence_ref": if marked > 0 { Value::from(result_ref) } else { Value::Null },
+            }));
+        fenced.commit(&[event]).await?;
+        Ok(LedgerError::refused(job_id, refusal))
+    }
+}

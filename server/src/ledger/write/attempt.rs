@@ -1,0 +1,190 @@
+//! Attempts and leases: an owner records each attempt before calling the provider, keeps the
+//! provider's request id on it, and renews its lease.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::json;
+use sqlx::AnyConnection;
+
+use super::{insert_events, micros, reserves, Intent, Placed, Reserved};
+use crate::job::{Actor, EventKind};
+use crate::ledger::model::{AttemptStarted, NewEvent, Owner, Renewal};
+use crate::ledger::{Ledger, LedgerError, Refusal};
+
+/// Largest number of jobs renewed by one statement.
+const RENEW_CHUNK: usize = 400;
+
+#[derive(sqlx::FromRow)]
+struct StartRow {
+    attempt_count: i64,
+    #[sqlx(flatten)]
+    reserved: Reserved,
+}
+reserves!(StartRow);
+
+#[derive(sqlx::FromRow)]
+struct RenewRow {
+    job_id: String,
+    owner_until: i64,
+    #[sqlx(flatten)]
+    reserved: Reserved,
+}
+
+pub(super) async fn insert_attempt(
+    conn: &mut AnyConnection,
+    job_id: &str,
+    attempt: &AttemptStarted,
+    worker_id: &str,
+    provider: &str,
+    at: i64,
+) -> Result<(), LedgerError> {
+    sqlx::query(
+        "INSERT INTO attempts (job_id, attempt_no, epoch, worker_id, provider, \
+         provider_request_id, started_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(job_id)
+    .bind(attempt.attempt_no)
+    .bind(attempt.epoch)
+    .bind(worker_id)
+    .bind(provider)
+    .bind(attempt.client_request_id(job_id))
+    .bind(at)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+impl Ledger {
+    /// Records attempt `attempt_count + 1` under the owner's epoch, durably, before any
+    /// provider request, with Fenceline's client request id for it (see
+    /// [`AttemptStarted::client_request_id`]). Refused unless the owner holds a valid lease at
+    /// the current epoch, the budget and the deadline allow, and no earlier attempt of this
+    /// owner is still without an outcome.
+    pub async fn start_attempt(
+        &self,
+        owner: &Owner,
+        provider: &str,
+    ) -> Result<AttemptStarted, LedgerError> {
+        let job_id = owner.job_id();
+        let statement = sqlx::query_as::<_, StartRow>(&self.sql.start_attempt)
+            .bind(job_id)
+            .bind(owner.epoch);
+        let intent = Intent::StartAttempt { epoch: owner.epoch };
+        let mut fenced = self.guarded(job_id, statement, intent).await?;
+        let attempt = AttemptStarted {
+            attempt_no: fenced.row.attempt_count,
+            epoch: owner.epoch,
+        };
+        let at = fenced.row.reserved.at;
+        insert_attempt(
+            &mut fenced.tx,
+            job_id,
+            &attempt,
+            &owner.worker_id,
+            provider,
+            at,
+        )
+        .await?;
+        let event = NewEvent::new(EventKind::AttemptStarted, &owner.actor())
+            .attempt(attempt.attempt_no)
+            .detail(json!({ "provider": provider }));
+        fenced.commit(&[event]).await?;
+        Ok(attempt)
+    }
+
+    /// Keeps the provider's own request id on the owner's attempt, for retrieval and
+    /// reconciliation.
+    pub async fn set_provider_request_id(
+        &self,
+        owner: &Owner,
+        attempt_no: i64,
+        provider_request_id: &str,
+    ) -> Result<(), LedgerError> {
+        sqlx::query(
+            "UPDATE attempts SET provider_request_id = $4 \
+             WHERE job_id = $1 AND attempt_no = $2 AND epoch = $3",
+        )
+        .bind(owner.job_id())
+        .bind(attempt_no)
+        .bind(owner.epoch)
+        .bind(provider_request_id)
+        .execute(&self.writer)
+        .await?;
+        Ok(())
+    }
+
+    /// Renews the leases of many owned jobs in one statement per chunk. Each `(job_id, epoch)`
+    /// gets its new expiry (never past the deadline) or the reason it was refused; a refusal
+    /// is also put on that job's timeline as `lease_renewal_failed`.
+    pub async fn renew_leases(
+        &self,
+        worker_id: &str,
+        leases: &[(String, i64)],
+        lease: Duration,
+    ) -> Result<Vec<Renewal>, LedgerError> {
+        let actor = Actor::Worker(worker_id.to_owned());
+        let renewed_event = NewEvent::new(EventKind::LeaseRenewed, &actor);
+        let mut out = Vec::with_capacity(leases.len());
+        for chunk in leases.chunks(RENEW_CHUNK) {
+            let sql = self.sql.renew_leases.rows(chunk.len());
+            let mut query = sqlx::query_as::<_, RenewRow>(&sql).bind(micros(lease));
+            for (job_id, epoch) in chunk {
+                query = query.bind(job_id.as_str()).bind(*epoch);
+            }
+            let mut tx = self.begin_write().await?;
+            let rows = query.fetch_all(&mut *tx).await?;
+            let events: Vec<NewEvent> = rows
+                .iter()
+                .map(|row| {
+                    renewed_event
+                        .clone()
+                        .detail(json!({ "lease_ms": (row.owner_until - row.reserved.at) / 1000 }))
+                })
+                .collect();
+            let placed: Vec<Placed<'_>> = rows
+                .iter()
+                .zip(&events)
+                .map(|(row, event)| Placed {
+                    job_id: &row.job_id,
+                    seq: row.reserved.seq,
+                    at: row.reserved.at,
+                    epoch: row.reserved.epoch,
+                    deadline_at: row.reserved.deadline_at,
+                    event,
+                })
+                .collect();
+            insert_events(&self.sql, &mut tx, &placed).await?;
+            tx.commit().await?;
+            let renewed: HashMap<(&str, i64), &RenewRow> = rows
+                .iter()
+                .map(|row| ((row.job_id.as_str(), row.reserved.epoch), row))
+                .collect();
+            for (job_id, epoch) in chunk {
+                let granted = renewed.get(&(job_id.as_str(), *epoch));
+                let outcome = match granted {
+                    Some(row) => Ok(row.owner_until),
+                    None => {
+                        let refusal = self
+                            .refusal(job_id, Intent::Owner { epoch: *epoch })
+                            .await?;
+                        if refusal != Refusal::NotFound {
+                            let event = NewEvent::new(EventKind::LeaseRenewalFailed, &actor)
+                                .epoch(*epoch)
+                                .detail(json!({ "reason": refusal.code() }));
+                            self.record_event(job_id, &event).await?;
+                        }
+                        Err(refusal)
+                    }
+                };
+                out.push(Renewal {
+                    job_id: job_id.clone(),
+                    epoch: *epoch,
+                    outcome,
+                    at: granted.map_or(0, |row| row.reserved.at),
+                });
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,87 @@
+//! Creating a job: the job row, its input, its first outbox row and `job_created`, idempotent
+//! per tenant and key.
+
+use serde_json::json;
+
+use super::{micros, Reserved};
+use crate::job::{Actor, EventKind, JobId};
+use crate::ledger::model::{Created, NewEvent, NewJob};
+use crate::ledger::read::{job_from_row, JOB_COLUMNS};
+use crate::ledger::{Ledger, LedgerError};
+
+impl Ledger {
+    /// Creates a job with its input and outbox row, idempotently per tenant and key.
+    pub async fn create_job(&self, new: NewJob, actor: &Actor) -> Result<Created, LedgerError> {
+        if new.max_attempts == 0 || new.max_attempts > 100 {
+            return Err(LedgerError::Invalid("max_attempts must be 1..=100".into()));
+        }
+        let job_id = JobId::generate();
+        let input_ref = format!("ledger:job_inputs/{job_id}");
+        let statement = sqlx::query_as::<_, Reserved>(&self.sql.create_job)
+            .bind(job_id.as_str())
+            .bind(&new.tenant)
+            .bind(&new.idempotency_key)
+            .bind(&new.request_digest)
+            .bind(&input_ref)
+            .bind(&new.contract_version)
+            .bind(micros(new.deadline))
+            .bind(i64::from(new.max_attempts))
+            .bind(new.replay_policy.as_str());
+        let Some(mut created) = self.try_guarded(job_id.as_str(), statement).await? else {
+            return self.idempotent_replay(new, actor).await;
+        };
+        sqlx::query("INSERT INTO job_inputs (job_id, input, model) VALUES ($1, $2, $3)")
+            .bind(job_id.as_str())
+            .bind(new.input.to_string())
+            .bind(new.model.to_string())
+            .execute(&mut *created.tx)
+            .await?;
+        let at = created.row.at;
+        super::outbox::insert_outbox(&mut created.tx, job_id.as_str(), 0, "created", at).await?;
+        let event = NewEvent::new(EventKind::JobCreated, actor).detail(json!({
+            "contract_version": new.contract_version,
+            "max_attempts": new.max_attempts,
+            "deadline_ms": micros(new.deadline) / 1000,
+            "replay_policy": new.replay_policy.as_str(),
+        }));
+        created.commit(&[event]).await?;
+        let job = self
+            .job(job_id.as_str())
+            .await?
+            .ok_or_else(|| LedgerError::Corrupt("created job vanished".into()))?;
+        Ok(Created::New(job))
+    }
+
+    async fn idempotent_replay(&self, new: NewJob, actor: &Actor) -> Result<Created, LedgerError> {
+        let sql =
+            format!("SELECT {JOB_COLUMNS} FROM jobs WHERE tenant = $1 AND idempotency_key = $2");
+        let row = sqlx::query(&sql)
+            .bind(&new.tenant)
+            .bind(&new.idempotency_key)
+            .fetch_one(&self.writer)
+            .await?;
+        let existing = job_from_row(&row)?;
+        if existing.request_digest == new.request_digest {
+            // At most one hit a minute on the timeline: a client retrying in a loop must not
+            // grow it without bound (the hit itself changes nothing).
+            let recent: i64 = sqlx::query_scalar(&self.sql.recent_idempotency_hits)
+                .bind(&existing.job_id)
+                .fetch_one(&self.reader)
+                .await?;
+            if recent == 0 {
+                let event = NewEvent::new(EventKind::IdempotencyHit, actor);
+                self.record_event(&existing.job_id, &event).await?;
+            }
+            Ok(Created::Existing(existing))
+        } else {
+            let event = NewEvent::new(EventKind::IdempotencyConflict, actor).detail(json!({
+                "existing_digest": &existing.request_digest[..12],
+                "offered_digest": new.request_digest.get(..12).unwrap_or(""),
+            }));
+            self.record_event(&existing.job_id, &event).await?;
+            Err(LedgerError::IdempotencyConflict {
+                existing: existing.job_id,
+            })
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! The outbox: every send a job needs is a row written in the same transaction as the state
+//! that needs it; the dispatcher claims due rows, sends them and marks them sent.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::json;
+use sqlx::{AnyConnection, Row};
+
+use super::micros;
+use crate::job::{Actor, EventKind};
+use crate::ledger::model::NewEvent;
+use crate::ledger::{Ledger, LedgerError};
+
+/// An outbox row claimed for sending.
+#[derive(Debug, Clone)]
+pub struct OutboxItem {
+    pub id: i64,
+    pub job_id: String,
+    pub tenant: String,
+    pub reason: String,
+}
+
+#[derive(sqlx::FromRow)]
+struct Locked {
+    id: i64,
+    job_id: String,
+    reason: String,
+}
+
+/// A send of `job_id` at `epoch`, due at `available_at`.
+pub(super) async fn insert_outbox(
+    conn: &mut AnyConnection,
+    job_id: &str,
+    epoch: i64,
+    reason: &str,
+    available_at: i64,
+) -> Result<(), LedgerError> {
+    sqlx::query(
+        "INSERT INTO outbox (job_id, epoch, reason, created_at, available_at) \
+         VALUES ($1, $2, $3, $4, $4)",
+    )
+    .bind(job_id)
+    .bind(epoch)
+    .bind(reason)
+    .bind(available_at)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+impl Ledger {
+    /// Claims up to `limit` due outbox rows for `lock` (another dispatcher skips them until
+    /// then); each claim counts as a send attempt.
+    pub async fn claim_outbox(
+        &self,
+        limit: u32,
+        lock: Duration,
+    ) -> Result<Vec<OutboxItem>, LedgerError> {
+        let mut tx = self.begin_write().await?;
+        let ids: Vec<i64> = sqlx::query_scalar(&self.sql.outbox_due)
+            .bind(i64::from(limit))
+            .fetch_all(&mut *tx)
+            .await?;
+        if ids.is_empty() {
+            tx.commit().await?;
+            return Ok(Vec::new());
+        }
+        let sql = self.sql.outbox_lock.rows(ids.len());
+        let mut query = sqlx::query_as::<_, Locked>(&sql).bind(micros(lock));
+        for id in &ids {
+            query = query.bind(*id);
+        }
+        let locked = query.fetch_all(&mut *tx).await?;
+        let list = (1..=locked.len())
+            .map(|i| format!("${i}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let tenants_sql = format!("SELECT job_id, tenant FROM jobs WHERE job_id IN ({list})");
+        let mut query = sqlx::query(&tenants_sql);
+        for row in &locked {
+            query = query.bind(row.job_id.as_str());
+        }
+        let tenants: HashMap<String, String> = query
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(|r| Ok((r.try_get("job_id")?, r.try_get("tenant")?)))
+            .collect::<Result<_, sqlx::Error>>()?;
+        tx.commit().await?;
+        let mut items: Vec<OutboxItem> = locked
+            .into_iter()
+            .map(|row| OutboxItem {
+                id: row.id,
+                tenant: tenants.get(&row.job_id).cloned().unwrap_or_default(),
+                job_id: row.job_id,
+                reason: row.reason,
+            })
+            .collect();
+        items.sort_by_key(|item| item.id);
+        Ok(items)
+    }
+
+    /// Marks outbox rows sent, with `dispatched` events on their jobs.
+    pub async fn mark_dispatched(
+        &self,
+        sent: &[(OutboxItem, String)],
+        queue: &str,
+    ) -> Result<(), LedgerError> {
+        if sent.is_empty() {
+            return Ok(());
+        }
+        let sql = self.sql.outbox_dispatched.rows(sent.len());
+        let mut query = sqlx::query(&sql);
+        for (item, message_id) in sent {
+            query = query.bind(item.id).bind(message_id.as_str());
+        }
+        query.execute(&self.writer).await?;
+        let events: Vec<_> = sent
+            .iter()
+            .map(|(item, message_id)| {
+                (
+                    item.job_id.clone(),
+                    NewEvent::new(EventKind::Dispatched, &Actor::System).detail(json!({
+                        "message_id": message_id,
+                        "queue": queue,
+                        "reason": item.reason,
+                    })),
+                )
+            })
+            .collect();
+        self.record_events(&events).await
+    }
+
+    /// An outbox row could not be sent: try again after `retry_in`, with `dispatch_failed`.
+    pub async fn dispatch_failed(
+        &self,
+        item: &OutboxItem,
+        error_code: &str,
+        retry_in: Duration,
+    ) -> Result<(), LedgerError> {
+        sqlx::query(&self.sql.outbox_failed)
+            .bind(item.id)
+            .bind(micros(retry_in))
+            .bind(error_code)
+            .execute(&self.writer)
+            .await?;
+        let event = NewEvent::new(EventKind::DispatchFailed, &Actor::System)
+            .detail(json!({ "error": error_code, "retry_in_ms": micros(retry_in) / 1000 }));
+        self.record_event(&item.job_id, &event).await.map(|_| ())
+    }
+
+    /// Re-dispatches a job through the outbox (reason recorded on the row).
+    pub async fn redispatch(&self, job_id: &str, reason: &str) -> Result<(), LedgerError> {
+        sqlx::query(&self.sql.redispatch)
+            .bind(job_id)
+            .bind(reason)
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+}

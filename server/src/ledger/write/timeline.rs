@@ -1,0 +1,99 @@
+//! Events that change no state: transport facts (receives, visibility changes, deletes,
+//! suppressed duplicates), heartbeat outcomes and dispatches, one job or many at a time.
+
+use std::collections::HashMap;
+
+use super::{insert_events, Placed, Reserved};
+use crate::ledger::model::NewEvent;
+use crate::ledger::{Ledger, LedgerError, Refusal};
+
+/// Most jobs whose sequence numbers one statement reserves.
+const RESERVE_CHUNK: usize = 400;
+
+/// One job's reserved place, as the many-jobs reservation returns it.
+#[derive(sqlx::FromRow)]
+struct ReservedOf {
+    job_id: String,
+    #[sqlx(flatten)]
+    reserved: Reserved,
+}
+
+impl Ledger {
+    /// Appends one event that changes no state. Returns its sequence number.
+    pub async fn record_event(&self, job_id: &str, event: &NewEvent) -> Result<i64, LedgerError> {
+        let seq = self
+            .append_events(job_id, std::slice::from_ref(event))
+            .await?;
+        Ok(seq)
+    }
+
+    /// Appends events to one job's timeline in one transaction (imports, generated data).
+    /// Returns the sequence number of the first.
+    pub async fn append_events(
+        &self,
+        job_id: &str,
+        events: &[NewEvent],
+    ) -> Result<i64, LedgerError> {
+        if events.is_empty() {
+            return Ok(0);
+        }
+        let statement = sqlx::query_as::<_, Reserved>(&self.sql.reserve_events)
+            .bind(job_id)
+            .bind(events.len() as i64);
+        let Some(reserved) = self.try_guarded(job_id, statement).await? else {
+            return Err(LedgerError::refused(job_id, Refusal::NotFound));
+        };
+        Ok(reserved.commit(events).await?.seq)
+    }
+
+    /// Appends events to many jobs in one transaction (heartbeat outcomes, dispatches): one
+    /// statement reserves the sequence numbers of up to 400 jobs at a time. Events for jobs
+    /// that do not exist are skipped.
+    pub async fn record_events(&self, events: &[(String, NewEvent)]) -> Result<(), LedgerError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        // Several events for one job each need their own sequence number: place them in
+        // rounds, each round holding at most one event per job.
+        let mut rounds: Vec<Vec<&(String, NewEvent)>> = Vec::new();
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for entry in events {
+            let round = seen.entry(entry.0.as_str()).or_insert(0);
+            if rounds.len() <= *round {
+                rounds.push(Vec::new());
+            }
+            rounds[*round].push(entry);
+            *round += 1;
+        }
+        let mut tx = self.begin_write().await?;
+        for round in rounds {
+            for chunk in round.chunks(RESERVE_CHUNK) {
+                let sql = self.sql.reserve_event_each.rows(chunk.len());
+                let mut query = sqlx::query_as::<_, ReservedOf>(&sql);
+                for (job_id, _) in chunk.iter().map(|e| (&e.0, &e.1)) {
+                    query = query.bind(job_id.as_str());
+                }
+                let rows = query.fetch_all(&mut *tx).await?;
+                let by_job: HashMap<&str, &(String, NewEvent)> =
+                    chunk.iter().map(|e| (e.0.as_str(), *e)).collect();
+                let placed: Vec<Placed<'_>> = rows
+                    .iter()
+                    .filter_map(|row| {
+                        let entry = by_job.get(row.job_id.as_str())?;
+                        Some(Placed {
+                            job_id: entry.0.as_str(),
+                            seq: row.reserved.seq,
+                            at: row.reserved.at,
+                            epoch: row.reserved.epoch,
+                            deadline_at: row.reserved.deadline_at,
+                            event: &entry.1,
+                        })
+                    })
+                    .collect();
+                insert_events(&self.sql, &mut tx, &placed).await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}
