@@ -15,12 +15,11 @@
 //! - [`http`]: the REST API v1 (bearer tokens), health, OpenAPI document, console routes.
 //! - [`console`]: the console port over the ledger, one file per page, and its SVG charts.
 //! - [`metrics`]: the Prometheus counters and gauges (bounded labels only).
-//! - [`config`]: settings from flags and environment, resolved once.
+//! - [`settings`]: flags, environment and the `--config` file, resolved once into `Settings`.
 //! - [`startup`]: building the application and running it, stopping in order.
 //! - [`bench`]: the benchmarks behind `fenceline bench …`, each beside its reference.
 
 pub mod bench;
-pub mod config;
 pub mod console;
 pub mod http;
 pub mod job;
@@ -28,5 +27,6 @@ pub mod ledger;
 pub mod metrics;
 pub mod provider;
 pub mod queue;
+pub mod settings;
 pub mod startup;
 pub mod worker;

@@ -3,13 +3,10 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Parser;
 
-use fenceline::config::{
-    self, BenchCommand, Cli, Command, QueueCommand, RuntimeArgs, ServeArgs, TokenCommand,
-};
 use fenceline::ledger::Ledger;
 use fenceline::queue::sqs::SqsQueue;
+use fenceline::settings::{BenchCommand, Command, QueueCommand, Settings, TokenCommand};
 use fenceline::startup::{runtime, shutdown_signal, Application, Supervisor};
 
 #[tokio::main]
@@ -22,25 +19,27 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
 
-    let mut cli = Cli::parse();
-    if cli.command.is_none() {
-        // No subcommand means `serve`, with whatever global flags were given.
-        let mut args: Vec<String> = std::env::args().collect();
-        args.insert(1, "serve".into());
-        cli = Cli::parse_from(args);
-    }
-    let options = config::ledger_options(&cli);
+    let (cli, settings) = match Settings::load() {
+        Ok(loaded) => loaded,
+        Err(fenceline::settings::SettingsError::Cli(error)) => error.exit(),
+        Err(error) => {
+            eprintln!("error: {error}");
+            std::process::exit(2);
+        }
+    };
+    let url = settings.ledger.url.as_str();
+    let options = &settings.ledger.options;
     match cli.command.as_ref().expect("a subcommand") {
-        Command::Serve(args) => serve(&cli, args).await,
-        Command::Worker(args) => work(&cli, args).await,
+        Command::Serve(_) => serve(&settings).await,
+        Command::Worker(_) => work(&settings).await,
         Command::Migrate => {
-            let ledger = Ledger::connect(&cli.database_url, &options).await?;
+            let ledger = Ledger::connect(url, options).await?;
             ledger.migrate().await.context("migrating the ledger")?;
             println!("migrated the {} ledger", ledger.backend().as_str());
             Ok(())
         }
         Command::Token(TokenCommand::Add { tenant, name }) => {
-            let ledger = Ledger::connect(&cli.database_url, &options).await?;
+            let ledger = Ledger::connect(url, options).await?;
             ledger.migrate().await?;
             let token = ledger.add_token(tenant, name).await?;
             eprintln!("API token for tenant {tenant:?} (shown once; only its hash is stored):");
@@ -48,7 +47,7 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Token(TokenCommand::List) => {
-            let ledger = Ledger::connect(&cli.database_url, &options).await?;
+            let ledger = Ledger::connect(url, options).await?;
             ledger.migrate().await?;
             println!(
                 "{:<12}  {:<20}  {:<16}  {:<27}  revoked",
@@ -68,7 +67,7 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Token(TokenCommand::Revoke { id }) => {
-            let ledger = Ledger::connect(&cli.database_url, &options).await?;
+            let ledger = Ledger::connect(url, options).await?;
             ledger.migrate().await?;
             let t = ledger.revoke_token(id).await?;
             println!("revoked token {} ({}, tenant {})", t.id, t.name, t.tenant);
@@ -90,14 +89,10 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Submit(args) => submit(args).await,
-        Command::DlqReplay {
-            runtime: args,
-            max,
-            operator,
-        } => {
-            let ledger = Ledger::connect(&cli.database_url, &options).await?;
+        Command::DlqReplay { max, operator, .. } => {
+            let ledger = Ledger::connect(url, options).await?;
             ledger.migrate().await?;
-            let queue = runtime::queue(&ledger, args).await?;
+            let queue = runtime::queue(&ledger, &settings).await?;
             let actor = fenceline::job::Actor::Operator(operator.clone());
             let replay =
                 fenceline::worker::dlq::replay_inspected(&ledger, &queue, &actor, *max).await?;
@@ -108,22 +103,22 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Bench(BenchCommand::Ledger(args)) => {
-            let report = fenceline::bench::ledger(&cli.database_url, &options, args).await?;
+            let report = fenceline::bench::ledger(url, options, args).await?;
             println!("{report}");
             Ok(())
         }
         Command::Bench(BenchCommand::Pipeline(args)) => {
-            let report = fenceline::bench::pipeline(&cli.database_url, &options, args).await?;
+            let report = fenceline::bench::pipeline(url, options, args).await?;
             println!("{report}");
             Ok(())
         }
         Command::Bench(BenchCommand::Console(args)) => {
-            let report = fenceline::bench::console(&cli.database_url, &options, args).await?;
+            let report = fenceline::bench::console(&settings, args).await?;
             println!("{report}");
             Ok(())
         }
         Command::Bench(BenchCommand::SeedTimeline(args)) => {
-            let ledger = Ledger::connect(&cli.database_url, &options).await?;
+            let ledger = Ledger::connect(url, options).await?;
             ledger.migrate().await?;
             let job_id =
                 fenceline::bench::seed_timeline(&ledger, &args.tenant, args.events, &args.pattern)
@@ -132,42 +127,25 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Bench(BenchCommand::Renewals(args)) => {
-            let report = fenceline::bench::renewals(&cli.database_url, &options, args).await?;
+            let report = fenceline::bench::renewals(url, options, args).await?;
             println!("{report}");
             Ok(())
         }
     }
 }
 
-async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
-    let options = config::ledger_options(cli);
-    let queue_info = fenceline::console::QueueInfo {
-        description: match args.runtime.queue {
-            config::QueueArg::Embedded => format!("embedded:{}", args.runtime.queue_name),
-            config::QueueArg::Sqs => format!("sqs:{}", args.runtime.queue_name),
-        },
-        embedded_dead_letters: (args.runtime.queue == config::QueueArg::Embedded)
-            .then(|| format!("{}-dlq", args.runtime.queue_name)),
-    };
-    let policy = config::model_policy(args).map_err(anyhow::Error::msg)?;
-    let app = Application::build_with_queue(
-        &cli.database_url,
-        &options,
-        args.bind,
-        args.max_body_bytes,
-        queue_info,
-        policy,
-    )
-    .await
-    .context("starting fenceline")?;
+async fn serve(settings: &Settings) -> anyhow::Result<()> {
+    let app = Application::build(settings)
+        .await
+        .context("starting fenceline")?;
     let addr = app.local_addr();
     let ledger = app.ledger().clone();
     let backend = ledger.backend().as_str();
     let mut supervisor = Supervisor::default();
-    if !args.no_worker {
-        let queue = runtime::queue(&ledger, &args.runtime).await?;
-        let provider = runtime::provider(&args.runtime)?;
-        runtime::spawn(&mut supervisor, &ledger, queue, provider, &args.runtime);
+    if settings.http.run_worker {
+        let queue = runtime::queue(&ledger, settings).await?;
+        let provider = runtime::provider(&settings.provider)?;
+        runtime::spawn(&mut supervisor, &ledger, queue, provider, settings);
     }
     let stop = supervisor.stages().front.clone();
     supervisor.spawn("http", true, async move {
@@ -180,7 +158,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
     });
     tracing::info!(%addr, database = backend, "fenceline is serving");
     println!("Fenceline is running on the {backend} ledger.");
-    println!("  Console: http://{addr}/");
+    println!("  Console: {}/", settings.console_url(addr));
     println!("  API:     http://{addr}/api/v1  (OpenAPI: http://{addr}/api/v1/openapi.json)");
     println!("  Create an API token with: fenceline token add <tenant>");
     supervisor
@@ -191,7 +169,7 @@ async fn serve(cli: &Cli, args: &ServeArgs) -> anyhow::Result<()> {
 }
 
 /// `fenceline submit`: the HTTP API, as any service would use it.
-async fn submit(args: &config::SubmitArgs) -> anyhow::Result<()> {
+async fn submit(args: &fenceline::settings::SubmitArgs) -> anyhow::Result<()> {
     use serde_json::{json, Value};
     let input: Value =
         serde_json::from_str(&args.input).unwrap_or_else(|_| Value::String(args.input.clone()));
@@ -274,16 +252,15 @@ async fn submit(args: &config::SubmitArgs) -> anyhow::Result<()> {
     }
 }
 
-async fn work(cli: &Cli, args: &RuntimeArgs) -> anyhow::Result<()> {
-    let options = config::ledger_options(cli);
-    let ledger = Ledger::connect(&cli.database_url, &options)
+async fn work(settings: &Settings) -> anyhow::Result<()> {
+    let ledger = Ledger::connect(&settings.ledger.url, &settings.ledger.options)
         .await
         .context("opening the ledger")?;
     ledger.migrate().await.context("migrating the ledger")?;
-    let queue = runtime::queue(&ledger, args).await?;
-    let provider = runtime::provider(args)?;
+    let queue = runtime::queue(&ledger, settings).await?;
+    let provider = runtime::provider(&settings.provider)?;
     let mut supervisor = Supervisor::default();
-    runtime::spawn(&mut supervisor, &ledger, queue, provider, args);
+    runtime::spawn(&mut supervisor, &ledger, queue, provider, settings);
     supervisor
         .run_until_stopped(&ledger, shutdown_signal())
         .await;

@@ -10,8 +10,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::console::QueueInfo;
 use crate::http::{self, AppState};
-use crate::ledger::{Ledger, LedgerError, LedgerOptions};
-use crate::provider::policy::ModelPolicy;
+use crate::ledger::{Ledger, LedgerError};
+use crate::settings::{QueueKind, Settings};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
@@ -34,48 +34,32 @@ pub struct Application {
 }
 
 impl Application {
-    /// Connects and migrates the ledger, then binds `bind` (port 0 picks a free port). The
-    /// console looks for dead letters in the default embedded queue.
-    pub async fn build(
-        database_url: &str,
-        options: &LedgerOptions,
-        bind: SocketAddr,
-        max_body_bytes: usize,
-    ) -> Result<Application, StartupError> {
-        Self::build_with_queue(
-            database_url,
-            options,
-            bind,
-            max_body_bytes,
-            QueueInfo::default(),
-            ModelPolicy::default(),
-        )
-        .await
-    }
-
-    /// As [`Application::build`], telling the console which queue the workers use and the
-    /// API which models and parameters jobs may carry.
-    pub async fn build_with_queue(
-        database_url: &str,
-        options: &LedgerOptions,
-        bind: SocketAddr,
-        max_body_bytes: usize,
-        queue_info: QueueInfo,
-        model_policy: ModelPolicy,
-    ) -> Result<Application, StartupError> {
-        let ledger = Ledger::connect(database_url, options).await?;
+    /// Connects and migrates the ledger, then binds the HTTP listener (port 0 picks a free
+    /// port), all as `settings` say.
+    pub async fn build(settings: &Settings) -> Result<Application, StartupError> {
+        let ledger = Ledger::connect(&settings.ledger.url, &settings.ledger.options).await?;
         ledger.migrate().await?;
+        let bind = settings.http.bind;
         let listener = TcpListener::bind(bind)
             .await
             .map_err(|source| StartupError::Bind { addr: bind, source })?;
         let addr = listener
             .local_addr()
             .map_err(|source| StartupError::Bind { addr: bind, source })?;
+        let queue = &settings.queue;
+        let queue_info = QueueInfo {
+            description: match queue.kind {
+                QueueKind::Embedded => format!("embedded:{}", queue.name),
+                QueueKind::Sqs => format!("sqs:{}", queue.name),
+            },
+            embedded_dead_letters: (queue.kind == QueueKind::Embedded)
+                .then(|| format!("{}-dlq", queue.name)),
+        };
         let router = http::router(AppState {
             ledger: ledger.clone(),
-            max_body_bytes,
+            max_body_bytes: settings.http.max_body_bytes,
             queue: queue_info,
-            model_policy: std::sync::Arc::new(model_policy),
+            model_policy: std::sync::Arc::new(settings.http.model_policy.clone()),
         });
         Ok(Application {
             listener,
@@ -231,106 +215,82 @@ pub mod runtime {
     use std::time::Duration;
 
     use super::Supervisor;
-    use crate::config::{ProviderArg, QueueArg, RuntimeArgs, TimingsArg};
     use crate::ledger::Ledger;
     use crate::provider::openai::{ApiKey, OpenAiConfig, OpenAiProvider};
-    use crate::provider::stub::{StubConfig, StubProvider};
+    use crate::provider::stub::StubProvider;
     use crate::provider::AnyProvider;
     use crate::queue::embedded::EmbeddedQueue;
-    use crate::queue::faults::{FaultPlan, FaultyQueue};
+    use crate::queue::faults::FaultyQueue;
     use crate::queue::sqs::SqsQueue;
     use crate::queue::{AnyQueue, Queue, QueueError};
-    use crate::worker::{dispatcher, reaper, retention, Timings, Worker, WorkerConfig};
+    use crate::settings::{Environment, ProviderKind, ProviderSettings, QueueKind, Settings};
+    use crate::worker::{dispatcher, reaper, retention, Worker, WorkerConfig};
 
     #[derive(Debug, thiserror::Error)]
     pub enum RuntimeError {
         #[error("fault injection is refused in a production deployment")]
-        ChaosInProduction,
+        FaultsInProduction,
         #[error("cannot open the queue")]
         Queue(#[from] QueueError),
         #[error("cannot build the provider: {0}")]
         Provider(String),
     }
 
-    /// The configured queue, wrapped for fault injection (inert unless chaos flags are set;
+    /// The configured queue, wrapped for fault injection (inert unless faults are configured;
     /// refused in production).
     pub async fn queue(
         ledger: &Ledger,
-        args: &RuntimeArgs,
+        settings: &Settings,
     ) -> Result<FaultyQueue<AnyQueue>, RuntimeError> {
-        if args.chaos() && args.environment == "production" {
-            return Err(RuntimeError::ChaosInProduction);
+        let faults = settings.worker.faults;
+        if faults.is_some() && settings.environment == Environment::Production {
+            return Err(RuntimeError::FaultsInProduction);
         }
-        let queue = FaultyQueue::new(plain_queue(ledger, args).await?);
-        if args.chaos() {
+        let q = &settings.queue;
+        let plain = match q.kind {
+            QueueKind::Embedded => AnyQueue::Embedded(EmbeddedQueue::new(
+                ledger.clone(),
+                &q.name,
+                q.max_receive_count,
+            )),
+            QueueKind::Sqs => {
+                let client = SqsQueue::client_from_env().await;
+                AnyQueue::Sqs(SqsQueue::open(client, &q.name, Duration::from_secs(10)).await?)
+            }
+        };
+        let queue = FaultyQueue::new(plain);
+        if let Some(plan) = faults {
             tracing::warn!("fault injection is armed on this worker's queue");
-            queue.arm(FaultPlan {
-                delete_timeout: args.chaos_delete_timeout,
-                visibility_timeout: args.chaos_visibility_timeout,
-                duplicate: args.chaos_duplicate,
-            });
+            queue.arm(plan);
         }
         Ok(queue)
     }
 
-    async fn plain_queue(ledger: &Ledger, args: &RuntimeArgs) -> Result<AnyQueue, RuntimeError> {
-        Ok(match args.queue {
-            QueueArg::Embedded => AnyQueue::Embedded(EmbeddedQueue::new(
-                ledger.clone(),
-                &args.queue_name,
-                args.max_receive_count,
-            )),
-            QueueArg::Sqs => {
-                let client = SqsQueue::client_from_env().await;
-                AnyQueue::Sqs(
-                    SqsQueue::open(client, &args.queue_name, Duration::from_secs(10)).await?,
-                )
-            }
+    pub fn provider(settings: &ProviderSettings) -> Result<AnyProvider, RuntimeError> {
+        Ok(match settings.kind {
+            ProviderKind::Stub => AnyProvider::Stub(StubProvider::new(settings.stub.clone())),
+            ProviderKind::Openai => AnyProvider::OpenAi(
+                OpenAiProvider::new(OpenAiConfig {
+                    base_url: settings.url.clone(),
+                    api_key: settings
+                        .api_key
+                        .as_ref()
+                        .map(|key| ApiKey::new(key.expose().to_owned())),
+                    default_model: settings.model.clone(),
+                    timeout: settings.timeout,
+                    retrieval: settings.retrieval,
+                })
+                .map_err(|e| RuntimeError::Provider(e.to_string()))?,
+            ),
         })
     }
 
-    pub fn provider(args: &RuntimeArgs) -> Result<AnyProvider, RuntimeError> {
-        Ok(match args.provider {
-            ProviderArg::Stub => AnyProvider::Stub(StubProvider::new(StubConfig {
-                latency: Duration::from_millis(args.stub_latency_ms),
-                retryable_rate: args.stub_retryable_rate,
-                fatal_rate: args.stub_fatal_rate,
-                lost_response_rate: args.stub_lost_rate,
-                retrieval: args.provider_retrieval,
-            })),
-            ProviderArg::Openai => {
-                let key = std::env::var("FENCELINE_PROVIDER_API_KEY")
-                    .or_else(|_| std::env::var("OPENAI_API_KEY"))
-                    .ok()
-                    .map(ApiKey::new);
-                AnyProvider::OpenAi(
-                    OpenAiProvider::new(OpenAiConfig {
-                        base_url: args.provider_url.clone(),
-                        api_key: key,
-                        default_model: args.provider_model.clone(),
-                        timeout: Duration::from_secs(args.provider_timeout_secs),
-                        retrieval: args.provider_retrieval,
-                    })
-                    .map_err(|e| RuntimeError::Provider(e.to_string()))?,
-                )
-            }
-        })
-    }
-
-    pub fn worker_config(args: &RuntimeArgs) -> WorkerConfig {
-        let id = args.worker_id.clone().unwrap_or_else(|| {
-            let host = std::fs::read_to_string("/etc/hostname")
-                .map(|h| h.trim().to_owned())
-                .unwrap_or_else(|_| "local".into());
-            format!("{host}-{}", std::process::id())
-        });
-        let mut config = WorkerConfig::new(id);
-        config.max_in_flight = args.max_in_flight.max(1);
-        config.drain_timeout = Duration::from_millis(args.drain_timeout_ms);
-        config.timings = match args.timings {
-            TimingsArg::Production => Timings::default(),
-            TimingsArg::Compressed => Timings::compressed(),
-        };
+    pub fn worker_config(settings: &Settings) -> WorkerConfig {
+        let w = &settings.worker;
+        let mut config = WorkerConfig::new(w.id.clone());
+        config.max_in_flight = w.max_in_flight;
+        config.drain_timeout = w.drain_timeout;
+        config.timings = w.timings.clone();
         config
     }
 
@@ -341,11 +301,11 @@ pub mod runtime {
         ledger: &Ledger,
         queue: FaultyQueue<AnyQueue>,
         provider: AnyProvider,
-        args: &RuntimeArgs,
+        settings: &Settings,
     ) {
-        let config = worker_config(args);
-        tracing::info!(worker = %config.worker_id, queue = %queue.describe(), provider = ?args.provider, "starting the worker, dispatcher and reaper");
-        if !args.provider_retrieval {
+        let config = worker_config(settings);
+        tracing::info!(worker = %config.worker_id, queue = %queue.describe(), provider = ?settings.provider.kind, "starting the worker, dispatcher and reaper");
+        if !settings.provider.retrieval {
             tracing::info!(
                 "provider retrieval is off: an uncertain model call leaves its job `unknown` \
                  until a decision (FENCELINE_PROVIDER_RETRIEVAL=1 stores completions so they \
@@ -366,23 +326,30 @@ pub mod runtime {
                 stages.back.clone(),
             ),
         );
-        let interval = Duration::from_millis(args.reaper_interval_ms.max(50));
-        let quiet = Duration::from_secs(args.redispatch_after_secs);
         supervisor.spawn(
             "reaper",
             false,
             reaper::run(
                 ledger.clone(),
                 provider,
-                interval,
-                quiet,
+                settings.worker.reaper_interval,
+                settings.worker.redispatch_after,
                 stages.back.clone(),
             ),
         );
-        match retention(args, ledger.backend()) {
+        match settings.worker.retention {
             Some(keep) => {
+                let days = keep.as_secs() / 86_400;
+                if days < 15 {
+                    tracing::warn!(
+                        days,
+                        "retention is shorter than SQS's longest message retention (14 days) \
+                         plus a replay window: a late copy of a pruned job's message is refused \
+                         as unknown"
+                    );
+                }
                 tracing::info!(
-                    days = keep.as_secs() / 86_400,
+                    days,
                     "retention: terminal records are pruned after their keep period"
                 );
                 supervisor.spawn(
@@ -395,22 +362,5 @@ pub mod runtime {
                 "retention is off: nothing is pruned (FENCELINE_RETENTION_DAYS to change)"
             ),
         }
-    }
-
-    /// How long terminal records are kept, if they are pruned at all: as configured, else off
-    /// on the embedded demo (SQLite with the embedded queue) and 30 days elsewhere.
-    pub fn retention(args: &RuntimeArgs, backend: crate::ledger::Backend) -> Option<Duration> {
-        let days = args.retention_days.unwrap_or(match (backend, args.queue) {
-            (crate::ledger::Backend::Sqlite, QueueArg::Embedded) => 0,
-            _ => 30,
-        });
-        if days > 0 && days < 15 {
-            tracing::warn!(
-                days,
-                "retention is shorter than SQS's longest message retention (14 days) plus a \
-                 replay window: a late copy of a pruned job's message is refused as unknown"
-            );
-        }
-        (days > 0).then(|| Duration::from_secs(u64::from(days) * 86_400))
     }
 }

@@ -7,7 +7,7 @@ use serde_json::json;
 
 use super::generated_job;
 use crate::job::Actor;
-use crate::ledger::{Ledger, LedgerError, LedgerOptions};
+use crate::ledger::{Ledger, LedgerError};
 
 /// Creates a running job for tenant `tenant` and gives it `events` more timeline events.
 pub async fn seed_timeline(
@@ -79,11 +79,10 @@ pub async fn seed_jobs(ledger: &Ledger, tenant: &str, n: u64) -> Result<(), Ledg
 
 /// `fenceline bench console`: render times of the console's pages over generated data.
 pub async fn console(
-    database_url: &str,
-    options: &LedgerOptions,
-    args: &crate::config::ConsoleBenchArgs,
+    settings: &crate::settings::Settings,
+    args: &crate::settings::cli::ConsoleBenchArgs,
 ) -> Result<String, LedgerError> {
-    let ledger = Ledger::connect(database_url, options).await?;
+    let ledger = Ledger::connect(&settings.ledger.url, &settings.ledger.options).await?;
     ledger.migrate().await?;
     let started = Instant::now();
     seed_jobs(&ledger, "bench-list", args.jobs).await?;
@@ -95,14 +94,12 @@ pub async fn console(
     if ledger.backend() == crate::ledger::Backend::Postgres {
         ledger.analyze().await?;
     }
-    let app = crate::startup::Application::build(
-        database_url,
-        options,
-        ([127, 0, 0, 1], 0).into(),
-        1 << 20,
-    )
-    .await
-    .map_err(|e| LedgerError::Invalid(e.to_string()))?;
+    let mut settings = settings.clone();
+    settings.http.bind = ([127, 0, 0, 1], 0).into();
+    settings.http.max_body_bytes = 1 << 20;
+    let app = crate::startup::Application::build(&settings)
+        .await
+        .map_err(|e| LedgerError::Invalid(e.to_string()))?;
     let base = format!("http://{}", app.local_addr());
     let stop = tokio_util::sync::CancellationToken::new();
     let server = tokio::spawn({

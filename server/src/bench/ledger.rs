@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{generated_job, Measurement, Report};
-use crate::config::BenchArgs;
 use crate::job::Actor;
 use crate::ledger::{Ledger, LedgerError, LedgerOptions};
+use crate::settings::cli::BenchArgs;
 
 /// Runs the baseline, then the ledger cycle, on the same database.
 pub async fn ledger(

@@ -16,7 +16,7 @@ use crate::ledger::{Ledger, LedgerError, LedgerOptions};
 pub async fn pipeline(
     database_url: &str,
     options: &LedgerOptions,
-    args: &crate::config::PipelineArgs,
+    args: &crate::settings::cli::PipelineArgs,
 ) -> Result<Report, LedgerError> {
     use crate::provider::stub::{StubConfig, StubProvider};
     use crate::queue::embedded::EmbeddedQueue;

@@ -13,7 +13,7 @@ use crate::ledger::{Ledger, LedgerError, LedgerOptions};
 pub async fn renewals(
     database_url: &str,
     options: &LedgerOptions,
-    args: &crate::config::RenewalArgs,
+    args: &crate::settings::cli::RenewalArgs,
 ) -> Result<String, LedgerError> {
     use crate::provider::stub::{StubConfig, StubProvider};
     use crate::queue::embedded::EmbeddedQueue;

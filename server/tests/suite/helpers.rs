@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use fenceline::job::{request_digest, Actor};
 use fenceline::ledger::{Ledger, LedgerOptions, NewJob, Owner, ReplayPolicy, SqliteSync};
+use fenceline::settings::Settings;
 use fenceline::startup::Application;
 use serde_json::{json, Value};
 use sqlx::{Connection, Executor};
@@ -181,14 +182,13 @@ pub(crate) async fn spawn_app(db: Db) -> TestApp {
 
 pub(crate) async fn spawn_app_with_body_limit(db: Db, max_body_bytes: usize) -> TestApp {
     let test_db = fresh_db(db).await;
-    let app = Application::build(
-        &test_db.url,
-        &options(),
-        "127.0.0.1:0".parse().unwrap(),
-        max_body_bytes,
-    )
-    .await
-    .expect("build the application");
+    let mut settings = Settings::for_database(&test_db.url).expect("settings");
+    settings.ledger.options = options();
+    settings.http.bind = "127.0.0.1:0".parse().unwrap();
+    settings.http.max_body_bytes = max_body_bytes;
+    let app = Application::build(&settings)
+        .await
+        .expect("build the application");
     let base = format!("http://{}", app.local_addr());
     let ledger = app.ledger().clone();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

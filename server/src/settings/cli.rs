@@ -1,13 +1,12 @@
-//! Settings in two steps: the raw command line and environment (clap), then resolved values
-//! built once. Flags win over environment variables, which win over defaults.
+//! The raw command line and environment, as clap parses them. `super::Settings` resolves them
+//! (with the `--config` file) into the values the program runs on.
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use clap::builder::BoolishValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::ledger::{LedgerOptions, SqliteSync};
+use super::Environment;
 
 /// The embedded default: a SQLite file in the working directory, created when missing.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://fenceline.sqlite?mode=rwc";
@@ -40,6 +39,17 @@ pub struct Cli {
         default_value_t = 16
     )]
     pub db_max_connections: u32,
+
+    /// `development` or `production`. Production refuses fault injection and drills and
+    /// never creates operators by itself.
+    #[arg(long, env = "FENCELINE_ENVIRONMENT", global = true, value_enum,
+          default_value_t = Environment::Development)]
+    pub environment: Environment,
+
+    /// A TOML file of settings, keyed by flag name (see `docs/configuration.md`). Flags and
+    /// environment variables override it.
+    #[arg(long, env = "FENCELINE_CONFIG", global = true)]
+    pub config: Option<std::path::PathBuf>,
 
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -92,6 +102,10 @@ pub struct ServeArgs {
     /// Where to listen.
     #[arg(long, env = "FENCELINE_BIND", default_value = "127.0.0.1:8080")]
     pub bind: SocketAddr,
+    /// The address operators reach the console at, e.g. `https://fenceline.example.com`
+    /// (behind a proxy); shared links are made from it.
+    #[arg(long, env = "FENCELINE_PUBLIC_URL")]
+    pub public_url: Option<String>,
     /// Larger request bodies get 413.
     #[arg(long, env = "FENCELINE_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
@@ -184,9 +198,6 @@ pub struct RuntimeArgs {
     #[arg(long, env = "FENCELINE_RETENTION_DAYS")]
     pub retention_days: Option<u32>,
 
-    /// `production` refuses fault injection; anything else allows it (chaos tests, drills).
-    #[arg(long, env = "FENCELINE_ENVIRONMENT", default_value = "development")]
-    pub environment: String,
     /// Chaos testing: fraction of deletes dropped (reported as timed out).
     #[arg(
         long,
@@ -366,37 +377,4 @@ pub struct BenchArgs {
     /// Jobs to run through the ledger (the baseline runs three statements per job).
     #[arg(long, default_value_t = 3000)]
     pub jobs: usize,
-}
-
-/// Resolved settings for the ledger.
-pub fn ledger_options(cli: &Cli) -> LedgerOptions {
-    LedgerOptions {
-        max_connections: cli.db_max_connections.max(1),
-        acquire_timeout: Duration::from_secs(5),
-        sqlite_sync: match cli.sqlite_synchronous {
-            SyncArg::Full => SqliteSync::Full,
-            SyncArg::Normal => SqliteSync::Normal,
-        },
-    }
-}
-
-/// The model policy `serve` enforces at submission.
-pub fn model_policy(args: &ServeArgs) -> Result<crate::provider::policy::ModelPolicy, String> {
-    use crate::provider::policy::ModelPolicy;
-    let models: Vec<String> = args
-        .allowed_models
-        .iter()
-        .map(|m| m.trim().to_owned())
-        .filter(|m| !m.is_empty())
-        .collect();
-    Ok(ModelPolicy {
-        models: if models.is_empty() {
-            vec![args.runtime.provider_model.clone()]
-        } else {
-            models
-        },
-        tenant_models: ModelPolicy::parse_tenant_models(&args.tenant_models)
-            .map_err(|e| format!("--tenant-models: {e}"))?,
-        max_output_tokens: args.max_output_tokens.max(1),
-    })
 }

@@ -1,0 +1,364 @@
+//! Settings, resolved once. The raw command line and environment ([`cli`], clap) and an
+//! optional TOML file (`--config`, see [`file`]) become one [`Settings`] value, validated in one
+//! place; `startup` builds every component from it. Flags win over environment variables,
+//! which win over the file, which wins over the defaults. Nothing else in the program reads
+//! the environment.
+
+pub mod cli;
+pub mod file;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Args, FromArgMatches, Parser, ValueEnum};
+
+pub use cli::{
+    BenchCommand, Cli, Command, ProviderArg as ProviderKind, QueueArg as QueueKind, QueueCommand,
+    RuntimeArgs, ServeArgs, SubmitArgs, TimingsArg, TokenCommand,
+};
+
+use crate::ledger::{Backend, LedgerOptions, SqliteSync};
+use crate::provider::policy::ModelPolicy;
+use crate::provider::stub::StubConfig;
+use crate::queue::faults::FaultPlan;
+use crate::worker::Timings;
+
+/// Where this deployment runs. Production is explicit: it refuses fault injection and drills,
+/// and it never creates operators on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum Environment {
+    #[default]
+    Development,
+    Production,
+}
+
+/// A value that is never printed: `Debug` shows `Secret(…)`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Secret(value.into())
+    }
+
+    /// The value, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(…)")
+    }
+}
+
+/// Everything a Fenceline process is configured with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub environment: Environment,
+    pub ledger: LedgerSettings,
+    pub http: HttpSettings,
+    pub queue: QueueSettings,
+    pub provider: ProviderSettings,
+    pub worker: WorkerSettings,
+}
+
+#[derive(Debug, Clone)]
+pub struct LedgerSettings {
+    /// `postgres://…` or `sqlite://…`.
+    pub url: String,
+    pub backend: Backend,
+    pub options: LedgerOptions,
+}
+
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    pub bind: SocketAddr,
+    /// The address operators reach the console at (`https://fenceline.example.com`), without
+    /// a trailing slash; links that leave the console are made from it.
+    pub public_url: Option<String>,
+    pub max_body_bytes: usize,
+    pub model_policy: ModelPolicy,
+    /// Run the worker, dispatcher and reaper in the serving process too.
+    pub run_worker: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct QueueSettings {
+    pub kind: QueueKind,
+    pub name: String,
+    /// Embedded queue: receives before a message moves to the dead-letter queue.
+    pub max_receive_count: u32,
+}
+
+#[derive(Debug, Clone)]
+pub struct ProviderSettings {
+    pub kind: ProviderKind,
+    pub url: String,
+    pub model: String,
+    pub timeout: Duration,
+    pub retrieval: bool,
+    /// `FENCELINE_PROVIDER_API_KEY`, else `OPENAI_API_KEY`.
+    pub api_key: Option<Secret>,
+    pub stub: StubConfig,
+}
+
+#[derive(Debug, Clone)]
+pub struct WorkerSettings {
+    pub id: String,
+    pub max_in_flight: usize,
+    pub timings: Timings,
+    pub drain_timeout: Duration,
+    pub reaper_interval: Duration,
+    pub redispatch_after: Duration,
+    /// How long terminal records are kept; `None` keeps everything.
+    pub retention: Option<Duration>,
+    /// Faults armed on this process's queue (testing only; refused in production).
+    pub faults: Option<FaultPlan>,
+}
+
+/// Settings that cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("fault injection is refused in a production deployment")]
+    FaultsInProduction,
+    #[error("cannot read the configuration file {path}: {message}")]
+    File { path: String, message: String },
+    #[error(transparent)]
+    Cli(#[from] clap::Error),
+}
+
+/// The arguments of `T` as clap resolves them with nothing on the command line (defaults and
+/// environment variables).
+fn defaults<T: Args + FromArgMatches>() -> Result<T, clap::Error> {
+    let command = T::augment_args(clap::Command::new("fenceline"));
+    T::from_arg_matches(&command.try_get_matches_from(["fenceline"])?)
+}
+
+impl Settings {
+    /// Reads the process's command line, environment and `--config` file.
+    pub fn load() -> Result<(Cli, Settings), SettingsError> {
+        let mut argv: Vec<String> = std::env::args().collect();
+        if Cli::try_parse_from(&argv)?.command.is_none() {
+            // No subcommand means `serve`, with whatever global flags were given.
+            argv.insert(1, "serve".into());
+        }
+        let argv = file::with_file_settings(argv)?;
+        let cli = Cli::try_parse_from(argv)?;
+        let settings = Settings::from_cli(&cli)?;
+        Ok((cli, settings))
+    }
+
+    /// Resolves parsed arguments: the running command's, defaults for the rest.
+    pub fn from_cli(cli: &Cli) -> Result<Settings, SettingsError> {
+        let serve = match &cli.command {
+            Some(Command::Serve(args)) => args.clone(),
+            _ => defaults::<ServeArgs>()?,
+        };
+        let runtime = match &cli.command {
+            Some(Command::Serve(args)) => &args.runtime,
+            Some(Command::Worker(args)) | Some(Command::DlqReplay { runtime: args, .. }) => args,
+            _ => &serve.runtime,
+        };
+        let backend = Backend::from_url(&cli.database_url).ok_or_else(|| {
+            SettingsError::Invalid(
+                "DATABASE_URL must start with postgres://, postgresql:// or sqlite:".into(),
+            )
+        })?;
+        let settings = Settings {
+            environment: cli.environment,
+            ledger: LedgerSettings {
+                url: cli.database_url.clone(),
+                backend,
+                options: LedgerOptions {
+                    max_connections: cli.db_max_connections.max(1),
+                    acquire_timeout: Duration::from_secs(5),
+                    sqlite_sync: match cli.sqlite_synchronous {
+                        cli::SyncArg::Full => SqliteSync::Full,
+                        cli::SyncArg::Normal => SqliteSync::Normal,
+                    },
+                },
+            },
+            http: HttpSettings {
+                bind: serve.bind,
+                public_url: public_url(serve.public_url.as_deref())?,
+                max_body_bytes: serve.max_body_bytes,
+                model_policy: model_policy(&serve, runtime)?,
+                run_worker: !serve.no_worker,
+            },
+            queue: QueueSettings {
+                kind: runtime.queue,
+                name: runtime.queue_name.clone(),
+                max_receive_count: runtime.max_receive_count,
+            },
+            provider: ProviderSettings {
+                kind: runtime.provider,
+                url: runtime.provider_url.clone(),
+                model: runtime.provider_model.clone(),
+                timeout: Duration::from_secs(runtime.provider_timeout_secs),
+                retrieval: runtime.provider_retrieval,
+                api_key: std::env::var("FENCELINE_PROVIDER_API_KEY")
+                    .or_else(|_| std::env::var("OPENAI_API_KEY"))
+                    .ok()
+                    .filter(|k| !k.trim().is_empty())
+                    .map(Secret::new),
+                stub: StubConfig {
+                    latency: Duration::from_millis(runtime.stub_latency_ms),
+                    retryable_rate: runtime.stub_retryable_rate,
+                    fatal_rate: runtime.stub_fatal_rate,
+                    lost_response_rate: runtime.stub_lost_rate,
+                    retrieval: runtime.provider_retrieval,
+                },
+            },
+            worker: WorkerSettings {
+                id: runtime.worker_id.clone().unwrap_or_else(default_worker_id),
+                max_in_flight: runtime.max_in_flight.max(1),
+                timings: match runtime.timings {
+                    TimingsArg::Production => Timings::default(),
+                    TimingsArg::Compressed => Timings::compressed(),
+                },
+                drain_timeout: Duration::from_millis(runtime.drain_timeout_ms),
+                reaper_interval: Duration::from_millis(runtime.reaper_interval_ms.max(50)),
+                redispatch_after: Duration::from_secs(runtime.redispatch_after_secs),
+                retention: retention(runtime, backend),
+                faults: runtime.chaos().then_some(FaultPlan {
+                    delete_timeout: runtime.chaos_delete_timeout,
+                    visibility_timeout: runtime.chaos_visibility_timeout,
+                    duplicate: runtime.chaos_duplicate,
+                }),
+            },
+        };
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// The defaults on `database_url` (and the environment): for tests and benchmarks that
+    /// build an application without a command line.
+    pub fn for_database(database_url: &str) -> Result<Settings, SettingsError> {
+        let cli = Cli::try_parse_from(["fenceline", "--database-url", database_url, "serve"])?;
+        Settings::from_cli(&cli)
+    }
+
+    /// The rules no single flag can check.
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        if self.environment == Environment::Production && self.worker.faults.is_some() {
+            return Err(SettingsError::FaultsInProduction);
+        }
+        if self.provider.kind == ProviderKind::Openai && !self.provider.url.starts_with("http") {
+            return Err(SettingsError::Invalid(
+                "--provider-url must be an http:// or https:// URL".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The console's address for people: the public URL, else the bound address.
+    pub fn console_url(&self, bound: SocketAddr) -> String {
+        self.http
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{bound}"))
+    }
+}
+
+fn public_url(raw: Option<&str>) -> Result<Option<String>, SettingsError> {
+    let Some(raw) = raw.map(str::trim).filter(|u| !u.is_empty()) else {
+        return Ok(None);
+    };
+    let rest = raw
+        .strip_prefix("https://")
+        .or_else(|| raw.strip_prefix("http://"))
+        .ok_or_else(|| {
+            SettingsError::Invalid(format!(
+                "--public-url {raw:?} must start with https:// or http://"
+            ))
+        })?;
+    let host = rest.split('/').next().unwrap_or_default();
+    if host.is_empty() || rest.contains(['?', '#', ' ']) {
+        return Err(SettingsError::Invalid(format!(
+            "--public-url {raw:?} must be a scheme and host, with an optional path"
+        )));
+    }
+    Ok(Some(raw.trim_end_matches('/').to_owned()))
+}
+
+/// The model policy `serve` enforces at submission.
+fn model_policy(serve: &ServeArgs, runtime: &RuntimeArgs) -> Result<ModelPolicy, SettingsError> {
+    let models: Vec<String> = serve
+        .allowed_models
+        .iter()
+        .map(|m| m.trim().to_owned())
+        .filter(|m| !m.is_empty())
+        .collect();
+    Ok(ModelPolicy {
+        models: if models.is_empty() {
+            vec![runtime.provider_model.clone()]
+        } else {
+            models
+        },
+        tenant_models: ModelPolicy::parse_tenant_models(&serve.tenant_models)
+            .map_err(|e| SettingsError::Invalid(format!("--tenant-models: {e}")))?,
+        max_output_tokens: serve.max_output_tokens.max(1),
+    })
+}
+
+/// How long terminal records are kept, if they are pruned at all: as configured, else off on
+/// the embedded demo (SQLite with the embedded queue) and 30 days elsewhere.
+fn retention(runtime: &RuntimeArgs, backend: Backend) -> Option<Duration> {
+    let days = runtime
+        .retention_days
+        .unwrap_or(match (backend, runtime.queue) {
+            (Backend::Sqlite, QueueKind::Embedded) => 0,
+            _ => 30,
+        });
+    (days > 0).then(|| Duration::from_secs(u64::from(days) * 86_400))
+}
+
+fn default_worker_id() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "local".into());
+    format!("{host}-{}", std::process::id())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_urls_are_a_scheme_and_host_without_a_trailing_slash() {
+        assert_eq!(
+            public_url(Some("https://fl.example.com/")).unwrap(),
+            Some("https://fl.example.com".into())
+        );
+        assert_eq!(public_url(Some("  ")).unwrap(), None);
+        assert!(public_url(Some("fl.example.com")).is_err());
+        assert!(public_url(Some("https://")).is_err());
+    }
+
+    #[test]
+    fn production_refuses_fault_injection_and_unknown_environments() {
+        let cli = Cli::try_parse_from([
+            "fenceline",
+            "--environment",
+            "production",
+            "worker",
+            "--chaos-duplicate",
+            "0.5",
+        ])
+        .unwrap();
+        assert!(matches!(
+            Settings::from_cli(&cli),
+            Err(SettingsError::FaultsInProduction)
+        ));
+        assert!(Cli::try_parse_from(["fenceline", "--environment", "prod", "worker"]).is_err());
+    }
+
+    #[test]
+    fn secrets_do_not_print() {
+        assert_eq!(format!("{:?}", Secret::new("sk-123")), "Secret(…)");
+    }
+}
