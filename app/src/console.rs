@@ -68,11 +68,11 @@ pub struct Figure {
     pub value: String,
 }
 
-/// A server-rendered SVG chart with the numbers it draws.
+/// A chart with the numbers it draws.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Chart {
     pub title: String,
-    pub svg: String,
+    pub svg: crate::svg::Svg,
     pub figures: Vec<Figure>,
 }
 
@@ -171,7 +171,7 @@ pub struct JobDetail {
     pub attempts: Vec<AttemptRow>,
     pub decisions: Vec<DecisionRow>,
     /// The swimlane chart of the whole job on one time axis.
-    pub swimlane_svg: String,
+    pub swimlane: crate::svg::Svg,
     /// The drill that produced this job, if any.
     pub drill: Option<String>,
 }

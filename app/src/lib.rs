@@ -9,12 +9,13 @@
 //!
 //! - [`console`]: the port and its view models.
 //! - [`pages`]: one file per page.
-//! - [`components`]: reusable views.
+//! - [`components`]: reusable views; [`svg`]: charts as data, drawn as SVG.
 //! - [`shell`] and [`App`]: the HTML document and the router.
 
 pub mod components;
 pub mod console;
 pub mod pages;
+pub mod svg;
 
 use leptos::prelude::*;
 use leptos_meta::{provide_meta_context, MetaTags, Stylesheet, Title};

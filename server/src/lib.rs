@@ -16,6 +16,8 @@
 //! - [`console`]: the console port over the ledger, one file per page, and its SVG charts.
 //! - [`metrics`]: the Prometheus counters and gauges (bounded labels only).
 //! - [`settings`]: flags, environment and the `--config` file, resolved once into `Settings`.
+//! - [`time`]: instants and durations as text for people and programs, and operators' input
+//!   read back (on `chrono`).
 //! - [`startup`]: building the application and running it, stopping in order.
 //! - [`bench`]: the benchmarks behind `fenceline bench …`, each beside its reference.
 
@@ -29,4 +31,5 @@ pub mod provider;
 pub mod queue;
 pub mod settings;
 pub mod startup;
+pub mod time;
 pub mod worker;

@@ -59,9 +59,8 @@ async fn main() -> anyhow::Result<()> {
                     t.id,
                     t.tenant,
                     t.name,
-                    fenceline::http::time::rfc3339_us(t.created_at),
-                    t.revoked_at
-                        .map_or("-".into(), fenceline::http::time::rfc3339_us)
+                    fenceline::time::rfc3339_us(t.created_at),
+                    t.revoked_at.map_or("-".into(), fenceline::time::rfc3339_us)
                 );
             }
             Ok(())

@@ -3,6 +3,7 @@
 //! (`#e{seq}`, highlighted when targeted), runs of same-kind events folded, attempts,
 //! decisions, and exports. Refreshes itself while the job is live.
 
+use crate::svg::SvgChart;
 use leptos::prelude::*;
 use leptos_meta::{Meta, Title};
 use leptos_router::hooks::{use_params_map, use_query_map};
@@ -74,7 +75,7 @@ pub fn JobPage() -> impl IntoView {
                     </header>
                     <section aria-labelledby="swimlanes">
                         <h2 id="swimlanes">"Timeline"</h2>
-                        <div class="swimlane" inner_html=d.swimlane_svg></div>
+                        <div class="swimlane"><SvgChart chart=d.swimlane/></div>
                     </section>
                     <section aria-labelledby="events">
                         <h2 id="events">{format!("Events ({})", d.event_count)}</h2>

@@ -1,5 +1,6 @@
 //! `/`: jobs by state now, and charts over a chosen window.
 
+use crate::svg::SvgChart;
 use leptos::prelude::*;
 use leptos_meta::{Meta, Title};
 use leptos_router::hooks::use_query_map;
@@ -58,7 +59,7 @@ pub fn OverviewPage() -> impl IntoView {
                                     {o.charts.into_iter().map(|chart| view! {
                                         <figure class="chart">
                                             <figcaption>{chart.title}</figcaption>
-                                            <div class="svg" inner_html=chart.svg></div>
+                                            <div class="svg"><SvgChart chart=chart.svg/></div>
                                             <dl class="figures">
                                                 {chart.figures.into_iter().map(|f| view! {
                                                     <div><dt>{f.label}</dt><dd>{f.value}</dd></div>

@@ -4,16 +4,22 @@
 //! the swimlane needs lanes of labelled intervals and markers that plotters has no primitive
 //! for, and plain SVG keeps exact text labels, `<title>` tooltips for every mark and no font
 //! metrics at all. Colours come from CSS classes, so light and dark themes both apply, and
-//! every coloured mark also has a text label or title.
+//! every coloured mark also has a text label or title. The charts are data
+//! ([`fenceline_app::svg::Svg`]); the console draws them, escaping every text by construction.
 
-use std::fmt::Write;
+use fenceline_app::svg::{Anchor, Shape, Svg};
 
-/// Escapes text for SVG content and attributes.
-pub fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+use crate::time::human_duration;
+
+fn text(x: f64, y: f64, anchor: Anchor, class: &str, text: impl Into<String>) -> Shape {
+    Shape::Text {
+        x,
+        y,
+        anchor,
+        class: class.into(),
+        text: text.into(),
+        title: None,
+    }
 }
 
 /// A mark on the swimlane chart.
@@ -62,43 +68,55 @@ const LANE_H: f64 = 30.0;
 const TOP: f64 = 22.0;
 
 /// The swimlane chart of one job from `start` to `end` (µs).
-pub fn swimlane(start: i64, end: i64, marks: &[Mark]) -> String {
+pub fn swimlane(start: i64, end: i64, marks: &[Mark]) -> Svg {
     let end = end.max(start + 1);
     let span = (end - start) as f64;
     let x = |t: i64| LEFT + ((t - start) as f64 / span).clamp(0.0, 1.0) * (WIDTH - LEFT - 10.0);
     let height = TOP + LANE_H * LANES.len() as f64 + 24.0;
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" role="img" aria-label="Swimlane chart of the job's timeline" class="swimlane-svg">"#
-    );
+    let mut shapes = Vec::new();
     for (i, lane) in LANES.iter().enumerate() {
         let y = TOP + LANE_H * i as f64;
-        let _ = write!(
-            svg,
-            r#"<rect class="lane{}" x="0" y="{y}" width="{WIDTH}" height="{LANE_H}"/><text class="lane-label" x="6" y="{:.1}">{}</text>"#,
-            i % 2,
+        shapes.push(Shape::Rect {
+            x: 0.0,
+            y,
+            width: WIDTH,
+            height: LANE_H,
+            rx: 0.0,
+            class: format!("lane{}", i % 2),
+            title: None,
+        });
+        shapes.push(text(
+            6.0,
             y + LANE_H * 0.62,
-            esc(lane)
-        );
+            Anchor::Start,
+            "lane-label",
+            *lane,
+        ));
     }
     // Time axis: five ticks, as offsets from the job's creation.
     let axis_y = TOP + LANE_H * LANES.len() as f64;
     for i in 0..=4 {
         let t = start + (span * i as f64 / 4.0) as i64;
-        let _ = write!(
-            svg,
-            r#"<line class="tick" x1="{0:.1}" x2="{0:.1}" y1="{TOP}" y2="{axis_y}"/><text class="axis" x="{0:.1}" y="{1:.1}" text-anchor="{3}">+{2}</text>"#,
+        shapes.push(Shape::Line {
+            x1: x(t),
+            y1: TOP,
+            x2: x(t),
+            y2: axis_y,
+            class: "tick".into(),
+        });
+        // The outer labels stay inside the chart.
+        let anchor = match i {
+            0 => Anchor::Start,
+            4 => Anchor::End,
+            _ => Anchor::Middle,
+        };
+        shapes.push(text(
             x(t),
             axis_y + 16.0,
-            human_duration(t - start),
-            // The outer labels stay inside the chart.
-            match i {
-                0 => "start",
-                4 => "end",
-                _ => "middle",
-            }
-        );
+            anchor,
+            "axis",
+            format!("+{}", human_duration(t - start)),
+        ));
     }
     for mark in marks {
         match mark {
@@ -112,24 +130,29 @@ pub fn swimlane(start: i64, end: i64, marks: &[Mark]) -> String {
             } => {
                 let y = TOP + LANE_H * *lane as f64 + 5.0;
                 let (x0, x1) = (x(*from), x(*to).max(x(*from) + 2.0));
-                let _ = write!(
-                    svg,
-                    r#"<g class="{}"><title>{}</title><rect x="{x0:.1}" y="{y:.1}" width="{:.1}" height="{:.1}" rx="3"/>"#,
-                    esc(class),
-                    esc(title),
-                    x1 - x0,
-                    LANE_H - 10.0
-                );
+                let mut inner = vec![Shape::Rect {
+                    x: x0,
+                    y,
+                    width: x1 - x0,
+                    height: LANE_H - 10.0,
+                    rx: 3.0,
+                    class: String::new(),
+                    title: None,
+                }];
                 if x1 - x0 > 40.0 {
-                    let _ = write!(
-                        svg,
-                        r#"<text class="span-label" x="{:.1}" y="{:.1}">{}</text>"#,
+                    inner.push(text(
                         x0 + 4.0,
                         y + LANE_H * 0.45,
-                        esc(label)
-                    );
+                        Anchor::Start,
+                        "span-label",
+                        label.clone(),
+                    ));
                 }
-                svg.push_str("</g>");
+                shapes.push(Shape::Group {
+                    class: class.clone(),
+                    title: Some(title.clone()),
+                    shapes: inner,
+                });
             }
             Mark::Point {
                 lane,
@@ -137,17 +160,14 @@ pub fn swimlane(start: i64, end: i64, marks: &[Mark]) -> String {
                 class,
                 symbol,
                 title,
-            } => {
-                let y = TOP + LANE_H * *lane as f64 + LANE_H * 0.68;
-                let _ = write!(
-                    svg,
-                    r#"<text class="point {}" x="{:.1}" y="{y:.1}" text-anchor="middle"><title>{}</title>{}</text>"#,
-                    esc(class),
-                    x(*at),
-                    esc(title),
-                    esc(&symbol.to_string())
-                );
-            }
+            } => shapes.push(Shape::Text {
+                x: x(*at),
+                y: TOP + LANE_H * *lane as f64 + LANE_H * 0.68,
+                anchor: Anchor::Middle,
+                class: format!("point {class}"),
+                text: symbol.to_string(),
+                title: Some(title.clone()),
+            }),
             Mark::Density {
                 lane,
                 from,
@@ -156,47 +176,30 @@ pub fn swimlane(start: i64, end: i64, marks: &[Mark]) -> String {
                 class,
                 title,
             } => {
-                let y = TOP + LANE_H * *lane as f64 + 8.0;
                 let (x0, x1) = (x(*from), x(*to).max(x(*from) + 1.5));
-                let _ = write!(
-                    svg,
-                    r#"<rect class="density {}" x="{x0:.1}" y="{y:.1}" width="{:.1}" height="{:.1}"><title>{} ({count})</title></rect>"#,
-                    esc(class),
-                    x1 - x0,
-                    LANE_H - 16.0,
-                    esc(title)
-                );
+                shapes.push(Shape::Rect {
+                    x: x0,
+                    y: TOP + LANE_H * *lane as f64 + 8.0,
+                    width: x1 - x0,
+                    height: LANE_H - 16.0,
+                    rx: 0.0,
+                    class: format!("density {class}"),
+                    title: Some(format!("{title} ({count})")),
+                });
             }
         }
     }
-    svg.push_str("</svg>");
-    svg
-}
-
-/// `1h 2m`, `3.4s`, `250ms`.
-pub fn human_duration(us: i64) -> String {
-    let ms = us / 1000;
-    let sign = if ms < 0 { "-" } else { "" };
-    let ms = ms.abs();
-    if ms < 1000 {
-        format!("{sign}{ms}ms")
-    } else if ms < 60_000 {
-        format!("{sign}{:.1}s", ms as f64 / 1000.0)
-    } else if ms < 3_600_000 {
-        format!("{sign}{}m {}s", ms / 60_000, ms % 60_000 / 1000)
-    } else if ms < 86_400_000 {
-        format!("{sign}{}h {}m", ms / 3_600_000, ms % 3_600_000 / 60_000)
-    } else {
-        format!(
-            "{sign}{}d {}h",
-            ms / 86_400_000,
-            ms % 86_400_000 / 3_600_000
-        )
+    Svg {
+        width: WIDTH,
+        height,
+        label: "Swimlane chart of the job's timeline".into(),
+        class: "swimlane-svg".into(),
+        shapes,
     }
 }
 
 /// Stacked bars over time: `series` are (label, css class, counts per bucket).
-pub fn bars(buckets: usize, bucket_label: &str, series: &[(String, String, Vec<i64>)]) -> String {
+pub fn bars(buckets: usize, bucket_label: &str, series: &[(String, String, Vec<i64>)]) -> Svg {
     let (w, h, left, bottom) = (480.0, 160.0, 36.0, 20.0);
     let totals: Vec<i64> = (0..buckets)
         .map(|b| {
@@ -208,23 +211,17 @@ pub fn bars(buckets: usize, bucket_label: &str, series: &[(String, String, Vec<i
         .collect();
     let max = totals.iter().copied().max().unwrap_or(0).max(1);
     let bw = (w - left) / buckets.max(1) as f64;
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" role="img" aria-label="{}" class="bars-svg">"#,
-        esc(&series
-            .iter()
-            .map(|s| s.0.clone())
-            .collect::<Vec<_>>()
-            .join(", "))
-    );
-    let _ = write!(
-        svg,
-        r#"<text class="axis" x="2" y="12">{max}</text><text class="axis" x="2" y="{:.1}">0</text><line class="tick" x1="{left}" x2="{w}" y1="{:.1}" y2="{:.1}"/>"#,
-        h - bottom,
-        h - bottom,
-        h - bottom
-    );
+    let mut shapes = vec![
+        text(2.0, 12.0, Anchor::Start, "axis", max.to_string()),
+        text(2.0, h - bottom, Anchor::Start, "axis", "0"),
+        Shape::Line {
+            x1: left,
+            y1: h - bottom,
+            x2: w,
+            y2: h - bottom,
+            class: "tick".into(),
+        },
+    ];
     for b in 0..buckets {
         let mut y = h - bottom;
         for (label, class, counts) in series {
@@ -234,57 +231,72 @@ pub fn bars(buckets: usize, bucket_label: &str, series: &[(String, String, Vec<i
             }
             let bh = (h - bottom - 6.0) * n as f64 / max as f64;
             y -= bh;
-            let _ = write!(
-                svg,
-                r#"<rect class="{}" x="{:.1}" y="{y:.1}" width="{:.1}" height="{bh:.1}"><title>{}: {n} ({} {})</title></rect>"#,
-                esc(class),
-                left + bw * b as f64 + 0.5,
-                (bw - 1.0).max(0.5),
-                esc(label),
-                esc(bucket_label),
-                b + 1
-            );
+            shapes.push(Shape::Rect {
+                x: left + bw * b as f64 + 0.5,
+                y,
+                width: (bw - 1.0).max(0.5),
+                height: bh,
+                rx: 0.0,
+                class: class.clone(),
+                title: Some(format!("{label}: {n} ({bucket_label} {})", b + 1)),
+            });
         }
     }
-    let _ = write!(
-        svg,
-        r#"<text class="axis" x="{left}" y="{:.1}">older</text><text class="axis" x="{w}" y="{:.1}" text-anchor="end">now</text></svg>"#,
-        h - 4.0,
-        h - 4.0
-    );
-    svg
+    shapes.push(text(left, h - 4.0, Anchor::Start, "axis", "older"));
+    shapes.push(text(w, h - 4.0, Anchor::End, "axis", "now"));
+    Svg {
+        width: w,
+        height: h,
+        label: series
+            .iter()
+            .map(|s| s.0.clone())
+            .collect::<Vec<_>>()
+            .join(", "),
+        class: "bars-svg".into(),
+        shapes,
+    }
 }
 
 /// A histogram of labelled bins.
-pub fn histogram(bins: &[(String, i64)], class: &str) -> String {
+pub fn histogram(bins: &[(String, i64)], class: &str) -> Svg {
     let (w, h, bottom) = (480.0, 160.0, 34.0);
     let max = bins.iter().map(|(_, n)| *n).max().unwrap_or(0).max(1);
     let bw = w / bins.len().max(1) as f64;
-    let mut svg = String::new();
-    let _ = write!(
-        svg,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" role="img" aria-label="histogram" class="hist-svg">"#
-    );
+    let mut shapes = Vec::new();
     for (i, (label, n)) in bins.iter().enumerate() {
         let bh = (h - bottom - 14.0) * *n as f64 / max as f64;
         let x0 = bw * i as f64;
-        let _ = write!(
-            svg,
-            r#"<rect class="{}" x="{:.1}" y="{:.1}" width="{:.1}" height="{bh:.1}"><title>{}: {n}</title></rect><text class="axis" x="{:.1}" y="{:.1}" text-anchor="middle">{n}</text><text class="axis" x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-            esc(class),
-            x0 + 2.0,
-            h - bottom - bh,
-            (bw - 4.0).max(1.0),
-            esc(label),
+        shapes.push(Shape::Rect {
+            x: x0 + 2.0,
+            y: h - bottom - bh,
+            width: (bw - 4.0).max(1.0),
+            height: bh,
+            rx: 0.0,
+            class: class.into(),
+            title: Some(format!("{label}: {n}")),
+        });
+        shapes.push(text(
             x0 + bw / 2.0,
             (h - bottom - bh - 3.0).max(10.0),
+            Anchor::Middle,
+            "axis",
+            n.to_string(),
+        ));
+        shapes.push(text(
             x0 + bw / 2.0,
             h - bottom + 14.0,
-            esc(label)
-        );
+            Anchor::Middle,
+            "axis",
+            label.clone(),
+        ));
     }
-    svg.push_str("</svg>");
-    svg
+    Svg {
+        width: w,
+        height: h,
+        label: "histogram".into(),
+        class: "hist-svg".into(),
+        shapes,
+    }
 }
 
 #[cfg(test)]
@@ -322,12 +334,21 @@ mod tests {
                 },
             ],
         );
-        assert!(svg.starts_with("<svg"));
-        assert!(svg.contains("attempt 1 &lt;ok&gt;"));
-        assert!(!svg.contains("<ok>"));
+        let texts = svg.texts();
+        // Kept as text: the console escapes it when it draws the chart.
+        assert!(texts.contains(&"attempt 1 <ok>"), "{texts:?}");
         for lane in LANES {
-            assert!(svg.contains(lane), "{lane}");
+            assert!(texts.contains(&lane), "{lane}");
         }
+        let lane_of_point = svg.shapes.iter().find_map(|s| match s {
+            Shape::Text { text, y, .. } if text == "▼" => Some(*y),
+            _ => None,
+        });
+        assert_eq!(
+            lane_of_point,
+            Some(TOP + LANE_H * 0.68),
+            "the delivery is on lane 0"
+        );
     }
 
     #[test]
@@ -340,10 +361,14 @@ mod tests {
                 ("done".into(), "c2".into(), vec![0, 4]),
             ],
         );
-        assert!(
-            svg.contains(r#"<text class="axis" x="2" y="12">8</text>"#),
-            "{svg}"
+        assert_eq!(
+            svg.texts()[0],
+            "8",
+            "the axis tops out at the tallest stack"
         );
-        assert!(svg.contains("created: 4"));
+        assert!(svg.shapes.iter().any(|s| matches!(
+            s,
+            Shape::Rect { title: Some(t), .. } if t.starts_with("created: 4")
+        )));
     }
 }

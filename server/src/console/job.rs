@@ -5,13 +5,13 @@ use fenceline_app::console::{
     AttemptRow, DecisionRow, JobDetail, Timeline, TimelineQuery, TimelineRow,
 };
 
-use super::charts::human_duration;
 use crate::job::{EventKind, JobId, JobState};
 use crate::ledger::{LedgerError, RENEWAL_KINDS, TRANSPORT_KINDS};
 
-use super::format::{clock, event_row, left, short_time};
+use super::format::{event_row, left};
 use super::swimlane::swimlane_of;
 use super::{LedgerConsole, FOLD_MIN, PAGE_RUNS};
+use crate::time::{clock, human_duration, short_time};
 
 impl LedgerConsole {
     pub(super) async fn build_job(&self, job_id: String) -> Result<Option<JobDetail>, LedgerError> {
@@ -111,7 +111,7 @@ impl LedgerConsole {
                     reason: d.reason.clone(),
                 })
                 .collect(),
-            swimlane_svg: svg,
+            swimlane: svg,
             drill,
         }))
     }

@@ -5,8 +5,9 @@ use fenceline_app::console::{JobsPage, JobsQuery};
 use crate::job::{JobId, JobState};
 use crate::ledger::{JobFilter, LedgerError};
 
-use super::format::{job_row, parse_utc_ms};
+use super::format::job_row;
 use super::{LedgerConsole, PAGE_JOBS};
+use crate::time::{parse_instant, unix_ms};
 
 impl LedgerConsole {
     pub(super) async fn build_jobs(&self, query: JobsQuery) -> Result<JobsPage, LedgerError> {
@@ -62,9 +63,9 @@ impl LedgerConsole {
             None => None,
         };
         let from_id = match query.created_after.as_deref() {
-            Some(text) => match parse_utc_ms(text) {
-                Some(ms) => Some(JobId::lower_bound_at(ms)),
-                None => {
+            Some(text) => match parse_instant(text) {
+                Ok(at) => Some(JobId::lower_bound_at(unix_ms(at))),
+                Err(_) => {
                     notice = Some(format!(
                         "“{text}” is not a date and time; the filter is ignored."
                     ));

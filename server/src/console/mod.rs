@@ -19,8 +19,6 @@ mod overview;
 mod swimlane;
 mod unknown;
 
-pub(crate) use format::short_time;
-
 use fenceline_app::console::{
     Console, DeadLetters, JobDetail, JobsPage, JobsQuery, Overview, Pending, Timeline,
     TimelineQuery, UnknownPage, Window,

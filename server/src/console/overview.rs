@@ -4,9 +4,10 @@ use std::collections::HashMap;
 
 use fenceline_app::console::{Chart, Figure, Overview, Window};
 
-use super::charts::{self, human_duration};
+use super::charts;
 use crate::job::{EventKind, JobState};
 use crate::ledger::LedgerError;
+use crate::time::human_duration;
 
 use super::format::ago;
 use super::LedgerConsole;

@@ -1,8 +1,9 @@
 //! The job page's swimlane: the job's timeline as marks on one time axis, per lane.
 
-use super::charts::{self, human_duration, Mark};
+use super::charts::{self, Mark};
 use crate::job::EventKind;
 use crate::ledger::{detail_text, Event, Job};
+use crate::time::human_duration;
 
 /// The swimlane marks of one job.
 pub(super) fn swimlane_of(
@@ -12,7 +13,7 @@ pub(super) fn swimlane_of(
     renewals: &[crate::ledger::Bucket<EventKind>],
     end: i64,
     width: i64,
-) -> String {
+) -> fenceline_app::svg::Svg {
     let mut marks = Vec::new();
     let start = job.created_at;
     // Lease windows: each owner epoch from its claim to the next ownership change.

@@ -14,10 +14,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::auth::Tenant;
-use super::time::rfc3339_us;
 use super::{openapi, ApiError, AppState};
 use crate::job::{request_digest, Actor, JobId, JobState};
 use crate::ledger::{Attempt, Created, Event, Job, JobFilter, NewJob, ReplayPolicy};
+use crate::time::rfc3339_us;
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new()

@@ -8,12 +8,10 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::time::rfc3339_us;
 use super::{ApiError, AppState};
-use crate::console::charts::human_duration;
-use crate::console::short_time;
 use crate::job::JobId;
 use crate::ledger::{detail_text, Attempt, DecisionRecord, Event, Job};
+use crate::time::{human_duration, rfc3339_us, short_time};
 
 struct Record {
     job: Job,

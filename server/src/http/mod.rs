@@ -11,7 +11,6 @@ mod error;
 mod export;
 mod health;
 pub mod openapi;
-pub mod time;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{header, HeaderValue, Request, StatusCode};
