@@ -139,12 +139,20 @@ async fn serve(settings: &Settings) -> anyhow::Result<()> {
         .context("starting fenceline")?;
     let addr = app.local_addr();
     let ledger = app.ledger().clone();
+    let metrics = app.metrics().clone();
     let backend = ledger.backend().as_str();
     let mut supervisor = Supervisor::default();
     if settings.http.run_worker {
         let queue = runtime::queue(&ledger, settings).await?;
         let provider = runtime::provider(&settings.provider)?;
-        runtime::spawn(&mut supervisor, &ledger, queue, provider, settings);
+        runtime::spawn(
+            &mut supervisor,
+            &ledger,
+            queue,
+            provider,
+            settings,
+            &metrics,
+        );
     }
     let stop = supervisor.stages().front.clone();
     supervisor.spawn("http", true, async move {
@@ -259,7 +267,15 @@ async fn work(settings: &Settings) -> anyhow::Result<()> {
     let queue = runtime::queue(&ledger, settings).await?;
     let provider = runtime::provider(&settings.provider)?;
     let mut supervisor = Supervisor::default();
-    runtime::spawn(&mut supervisor, &ledger, queue, provider, settings);
+    let metrics = fenceline::metrics::Metrics::default();
+    runtime::spawn(
+        &mut supervisor,
+        &ledger,
+        queue,
+        provider,
+        settings,
+        &metrics,
+    );
     supervisor
         .run_until_stopped(&ledger, shutdown_signal())
         .await;

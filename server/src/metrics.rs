@@ -1,142 +1,273 @@
-//! Prometheus metrics: process counters kept in atomics (bounded label values only — never a
-//! job id, tenant, message id or handle) plus ledger gauges read at scrape time.
+//! Prometheus metrics (OpenMetrics text, through `prometheus-client`): the process's counters
+//! and the ledger's gauges, read at scrape time. One [`Metrics`] value per process, held by the
+//! application state and the worker — no global. Every label is typed from a bounded enum
+//! (states, outcomes, results) or a bounded code (refusal reasons): never a job id, tenant,
+//! message id or handle.
 
-use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::fmt::Write as _;
+use std::sync::Arc;
 
-/// Delivery outcomes, as label values.
-pub const DELIVERY_OUTCOMES: [&str; 10] = [
-    "rejected",
-    "acked_terminal",
-    "duplicate_suppressed",
-    "deferred",
-    "handed_to_ledger",
-    "succeeded",
-    "failed",
-    "fenced",
-    "stopped",
-    "ledger_unavailable",
-];
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 
-/// Counters of this process.
-pub struct Metrics {
-    deliveries: [AtomicU64; 10],
-    /// visibility ok/failed/uncertain, lease ok/refused/failed
-    renewals: [AtomicU64; 6],
-    deletes_ok: AtomicU64,
-    deletes_failed: AtomicU64,
-    dispatched: AtomicU64,
-    dispatch_failed: AtomicU64,
+use crate::job::JobState;
+
+macro_rules! label_values {
+    ($(#[$doc:meta])* $name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name { $($variant),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+
+        impl EncodeLabelValue for $name {
+            fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+                encoder.write_str(self.as_str())
+            }
+        }
+    };
 }
 
-#[allow(clippy::declare_interior_mutable_const)]
-const ZERO: AtomicU64 = AtomicU64::new(0);
+label_values! {
+    /// How the worker handled one queue delivery.
+    DeliveryOutcome {
+        Rejected => "rejected",
+        AckedTerminal => "acked_terminal",
+        DuplicateSuppressed => "duplicate_suppressed",
+        Deferred => "deferred",
+        HandedToLedger => "handed_to_ledger",
+        Succeeded => "succeeded",
+        Failed => "failed",
+        Fenced => "fenced",
+        Stopped => "stopped",
+        LedgerUnavailable => "ledger_unavailable",
+    }
+}
 
-/// The process's metrics.
-pub static METRICS: Metrics = Metrics {
-    deliveries: [ZERO; 10],
-    renewals: [ZERO; 6],
-    deletes_ok: ZERO,
-    deletes_failed: ZERO,
-    dispatched: ZERO,
-    dispatch_failed: ZERO,
-};
+label_values! {
+    /// Which renewal.
+    RenewalKind { Visibility => "visibility", Lease => "lease" }
+}
 
-/// Which renewal, and how it went.
-#[derive(Debug, Clone, Copy)]
-pub enum Renewal {
-    VisibilityOk,
-    VisibilityFailed,
-    VisibilityUncertain,
-    LeaseOk,
-    LeaseRefused,
-    LeaseFailed,
+label_values! {
+    /// How a request went: `uncertain` when it timed out and may have taken effect,
+    /// `refused` when the ledger refused it (the owner was fenced out or its lease ran out).
+    Outcome { Ok => "ok", Failed => "failed", Uncertain => "uncertain", Refused => "refused" }
+}
+
+label_values! {
+    /// What became of an outbox row.
+    Dispatch { Sent => "sent", Failed => "failed" }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct StateLabel(JobState);
+
+impl EncodeLabelValue for StateLabel {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        encoder.write_str(self.0.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct DeliveryLabels {
+    outcome: DeliveryOutcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct RenewalLabels {
+    kind: RenewalKind,
+    result: Outcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ResultLabels {
+    result: Outcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct DispatchLabels {
+    result: Dispatch,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StateLabels {
+    state: StateLabel,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
+}
+
+struct Inner {
+    registry: Registry,
+    deliveries: Family<DeliveryLabels, Counter>,
+    renewals: Family<RenewalLabels, Counter>,
+    deletes: Family<ResultLabels, Counter>,
+    dispatches: Family<DispatchLabels, Counter>,
+    ledger_up: Gauge,
+    jobs: Family<StateLabels, Gauge>,
+    outbox_pending: Gauge,
+    rejected_messages: Family<ReasonLabels, Gauge>,
+}
+
+/// What the ledger says at scrape time (`None`: it did not answer).
+#[derive(Debug, Clone, Default)]
+pub struct LedgerGauges {
+    pub jobs_by_state: Vec<(JobState, i64)>,
+    pub outbox_pending: Option<i64>,
+    pub rejected_by_reason: Vec<(String, i64)>,
+}
+
+/// This process's metrics. Cheap to clone: clones count into the same series.
+#[derive(Clone)]
+pub struct Metrics(Arc<Inner>);
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let inner = Inner {
+            deliveries: Family::default(),
+            renewals: Family::default(),
+            deletes: Family::default(),
+            dispatches: Family::default(),
+            ledger_up: Gauge::default(),
+            jobs: Family::default(),
+            outbox_pending: Gauge::default(),
+            rejected_messages: Family::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "fenceline_deliveries",
+            "Queue deliveries handled, by outcome",
+            inner.deliveries.clone(),
+        );
+        registry.register(
+            "fenceline_renewals",
+            "Visibility and lease renewals, by result",
+            inner.renewals.clone(),
+        );
+        registry.register(
+            "fenceline_deletes",
+            "Message deletes after an outcome, by result",
+            inner.deletes.clone(),
+        );
+        registry.register(
+            "fenceline_dispatched",
+            "Outbox rows sent to the queue, by result",
+            inner.dispatches.clone(),
+        );
+        registry.register(
+            "fenceline_ledger_up",
+            "Whether the ledger database answered this scrape",
+            inner.ledger_up.clone(),
+        );
+        registry.register(
+            "fenceline_jobs",
+            "Jobs in the ledger, by state",
+            inner.jobs.clone(),
+        );
+        registry.register(
+            "fenceline_outbox_pending",
+            "Outbox rows not yet sent to the queue",
+            inner.outbox_pending.clone(),
+        );
+        registry.register(
+            "fenceline_rejected_messages",
+            "Queue messages refused, by reason",
+            inner.rejected_messages.clone(),
+        );
+        // Every delivery outcome and renewal result is there from the first scrape, at 0.
+        for outcome in DeliveryOutcome::ALL {
+            inner
+                .deliveries
+                .get_or_create(&DeliveryLabels { outcome: *outcome })
+                .inc_by(0);
+        }
+        Metrics(Arc::new(Inner { registry, ..inner }))
+    }
 }
 
 impl Metrics {
-    pub fn delivery(&self, outcome: &str) {
-        if let Some(i) = DELIVERY_OUTCOMES.iter().position(|o| *o == outcome) {
-            self.deliveries[i].fetch_add(1, Ordering::Relaxed);
-        }
+    pub fn delivery(&self, outcome: DeliveryOutcome) {
+        self.0
+            .deliveries
+            .get_or_create(&DeliveryLabels { outcome })
+            .inc();
     }
 
-    pub fn renewal(&self, kind: Renewal, n: u64) {
-        self.renewals[kind as usize].fetch_add(n, Ordering::Relaxed);
+    pub fn renewal(&self, kind: RenewalKind, result: Outcome, n: u64) {
+        self.0
+            .renewals
+            .get_or_create(&RenewalLabels { kind, result })
+            .inc_by(n);
     }
 
     pub fn delete(&self, ok: bool) {
-        let counter = if ok {
-            &self.deletes_ok
-        } else {
-            &self.deletes_failed
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        let result = if ok { Outcome::Ok } else { Outcome::Failed };
+        self.0.deletes.get_or_create(&ResultLabels { result }).inc();
     }
 
     pub fn dispatch(&self, sent: u64, failed: u64) {
-        self.dispatched.fetch_add(sent, Ordering::Relaxed);
-        self.dispatch_failed.fetch_add(failed, Ordering::Relaxed);
+        for (result, n) in [(Dispatch::Sent, sent), (Dispatch::Failed, failed)] {
+            self.0
+                .dispatches
+                .get_or_create(&DispatchLabels { result })
+                .inc_by(n);
+        }
     }
 
-    /// The counters in the Prometheus text format.
-    pub fn render(&self, out: &mut String) {
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        out.push_str("# HELP fenceline_deliveries_total Queue deliveries handled, by outcome.\n");
-        out.push_str("# TYPE fenceline_deliveries_total counter\n");
-        for (i, outcome) in DELIVERY_OUTCOMES.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "fenceline_deliveries_total{{outcome=\"{outcome}\"}} {}",
-                get(&self.deliveries[i])
-            );
+    /// The counters and `ledger`'s gauges in the OpenMetrics text format.
+    pub fn render(&self, ledger: Option<&LedgerGauges>) -> String {
+        let inner = &self.0;
+        inner.ledger_up.set(i64::from(ledger.is_some()));
+        if let Some(gauges) = ledger {
+            for state in JobState::ALL {
+                let n = gauges
+                    .jobs_by_state
+                    .iter()
+                    .find(|(s, _)| *s == state)
+                    .map_or(0, |(_, n)| *n);
+                inner
+                    .jobs
+                    .get_or_create(&StateLabels {
+                        state: StateLabel(state),
+                    })
+                    .set(n);
+            }
+            if let Some(pending) = gauges.outbox_pending {
+                inner.outbox_pending.set(pending);
+            }
+            for (reason, n) in &gauges.rejected_by_reason {
+                inner
+                    .rejected_messages
+                    .get_or_create(&ReasonLabels {
+                        reason: reason.clone(),
+                    })
+                    .set(*n);
+            }
         }
-        out.push_str("# HELP fenceline_renewals_total Visibility and lease renewals, by result.\n");
-        out.push_str("# TYPE fenceline_renewals_total counter\n");
-        for (i, (kind, result)) in [
-            ("visibility", "ok"),
-            ("visibility", "failed"),
-            ("visibility", "uncertain"),
-            ("lease", "ok"),
-            ("lease", "refused"),
-            ("lease", "failed"),
-        ]
-        .iter()
-        .enumerate()
-        {
-            let _ = writeln!(
-                out,
-                "fenceline_renewals_total{{kind=\"{kind}\",result=\"{result}\"}} {}",
-                get(&self.renewals[i])
-            );
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &inner.registry).is_err() {
+            let _ = writeln!(out, "# metrics could not be encoded");
         }
-        out.push_str(
-            "# HELP fenceline_deletes_total Message deletes after an outcome, by result.\n",
-        );
-        out.push_str("# TYPE fenceline_deletes_total counter\n");
-        let _ = writeln!(
-            out,
-            "fenceline_deletes_total{{result=\"ok\"}} {}",
-            get(&self.deletes_ok)
-        );
-        let _ = writeln!(
-            out,
-            "fenceline_deletes_total{{result=\"failed\"}} {}",
-            get(&self.deletes_failed)
-        );
-        out.push_str(
-            "# HELP fenceline_dispatched_total Outbox rows sent to the queue, by result.\n",
-        );
-        out.push_str("# TYPE fenceline_dispatched_total counter\n");
-        let _ = writeln!(
-            out,
-            "fenceline_dispatched_total{{result=\"sent\"}} {}",
-            get(&self.dispatched)
-        );
-        let _ = writeln!(
-            out,
-            "fenceline_dispatched_total{{result=\"failed\"}} {}",
-            get(&self.dispatch_failed)
-        );
+        out
     }
 }
 
@@ -146,17 +277,49 @@ mod tests {
 
     #[test]
     fn counters_render_with_bounded_labels_only() {
-        METRICS.delivery("succeeded");
-        METRICS.delivery("not-an-outcome");
-        METRICS.renewal(Renewal::LeaseRefused, 2);
-        let mut text = String::new();
-        METRICS.render(&mut text);
-        assert!(text.contains("fenceline_deliveries_total{outcome=\"succeeded\"}"));
-        assert!(!text.contains("not-an-outcome"));
-        assert!(text.contains("fenceline_renewals_total{kind=\"lease\",result=\"refused\"}"));
+        let metrics = Metrics::default();
+        metrics.delivery(DeliveryOutcome::Succeeded);
+        metrics.renewal(RenewalKind::Lease, Outcome::Refused, 2);
+        let gauges = LedgerGauges {
+            jobs_by_state: vec![(JobState::Succeeded, 1)],
+            outbox_pending: Some(3),
+            rejected_by_reason: vec![("not_json".into(), 4)],
+        };
+        let text = metrics.render(Some(&gauges));
+        assert!(
+            text.contains("fenceline_deliveries_total{outcome=\"succeeded\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("fenceline_deliveries_total{outcome=\"fenced\"} 0"),
+            "{text}"
+        );
+        assert!(text.contains("fenceline_renewals_total{kind=\"lease\",result=\"refused\"} 2"));
+        assert!(
+            text.contains("fenceline_jobs{state=\"succeeded\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("fenceline_jobs{state=\"unknown\"} 0"),
+            "{text}"
+        );
+        assert!(text.contains("fenceline_ledger_up 1"));
+        assert!(text.contains("fenceline_outbox_pending 3"));
+        assert!(text.contains("fenceline_rejected_messages{reason=\"not_json\"} 4"));
+        assert!(text.trim_end().ends_with("# EOF"));
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let value = line.rsplit(' ').next().unwrap();
             assert!(value.parse::<u64>().is_ok(), "{line}");
         }
+        assert!(metrics.render(None).contains("fenceline_ledger_up 0"));
+    }
+
+    #[test]
+    fn two_processes_do_not_share_counters() {
+        let (a, b) = (Metrics::default(), Metrics::default());
+        a.delivery(DeliveryOutcome::Failed);
+        assert!(b
+            .render(None)
+            .contains("fenceline_deliveries_total{outcome=\"failed\"} 0"));
     }
 }

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::console::QueueInfo;
 use crate::http::{self, AppState};
 use crate::ledger::{Ledger, LedgerError};
+use crate::metrics::Metrics;
 use crate::settings::{QueueKind, Settings};
 
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +32,7 @@ pub struct Application {
     router: axum::Router,
     ledger: Ledger,
     addr: SocketAddr,
+    metrics: Metrics,
 }
 
 impl Application {
@@ -46,6 +48,7 @@ impl Application {
         let addr = listener
             .local_addr()
             .map_err(|source| StartupError::Bind { addr: bind, source })?;
+        let metrics = Metrics::default();
         let queue = &settings.queue;
         let queue_info = QueueInfo {
             description: match queue.kind {
@@ -60,12 +63,14 @@ impl Application {
             max_body_bytes: settings.http.max_body_bytes,
             queue: queue_info,
             model_policy: std::sync::Arc::new(settings.http.model_policy.clone()),
+            metrics: metrics.clone(),
         });
         Ok(Application {
             listener,
             router,
             ledger,
             addr,
+            metrics,
         })
     }
 
@@ -75,6 +80,11 @@ impl Application {
 
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
+    }
+
+    /// The process's metrics, for the worker that runs beside the server.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     /// Serves until `shutdown` resolves, then lets in-flight requests finish. The ledger stays
@@ -216,6 +226,7 @@ pub mod runtime {
 
     use super::Supervisor;
     use crate::ledger::Ledger;
+    use crate::metrics::Metrics;
     use crate::provider::openai::{ApiKey, OpenAiConfig, OpenAiProvider};
     use crate::provider::stub::StubProvider;
     use crate::provider::AnyProvider;
@@ -302,8 +313,10 @@ pub mod runtime {
         queue: FaultyQueue<AnyQueue>,
         provider: AnyProvider,
         settings: &Settings,
+        metrics: &Metrics,
     ) {
-        let config = worker_config(settings);
+        let mut config = worker_config(settings);
+        config.metrics = metrics.clone();
         tracing::info!(worker = %config.worker_id, queue = %queue.describe(), provider = ?settings.provider.kind, "starting the worker, dispatcher and reaper");
         if !settings.provider.retrieval {
             tracing::info!(
@@ -323,6 +336,7 @@ pub mod runtime {
                 ledger.clone(),
                 queue,
                 Duration::from_millis(100),
+                metrics.clone(),
                 stages.back.clone(),
             ),
         );

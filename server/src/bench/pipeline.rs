@@ -44,7 +44,9 @@ pub async fn pipeline(
         tasks.spawn(async move { worker.run(stop).await });
     }
     let (l, q, s) = (ledger.clone(), queue.clone(), stop.clone());
-    tasks.spawn(async move { dispatcher::run(l, q, Duration::from_millis(2), s).await });
+    tasks.spawn(async move {
+        dispatcher::run(l, q, Duration::from_millis(2), Default::default(), s).await
+    });
 
     let tenant = format!("bench-{run}");
     let started = Instant::now();

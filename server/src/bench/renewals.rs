@@ -57,6 +57,7 @@ pub async fn renewals(
         ledger.clone(),
         queue,
         Duration::from_millis(5),
+        Default::default(),
         stop.clone(),
     ));
     let tenant = format!("renew-{run}");

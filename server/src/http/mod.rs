@@ -35,6 +35,8 @@ pub struct AppState {
     pub queue: crate::console::QueueInfo,
     /// Which models and parameters a job may carry.
     pub model_policy: std::sync::Arc<crate::provider::policy::ModelPolicy>,
+    /// This process's counters, shown at `/metrics`.
+    pub metrics: crate::metrics::Metrics,
 }
 
 const STYLESHEET: &str = include_str!("../../../style/fenceline.css");

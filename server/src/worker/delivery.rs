@@ -15,6 +15,7 @@ use crate::ledger::{
     AttemptStarted, DeliveryRef, Failure, Job, LedgerError, NewEvent, Owner, Refusal,
     RejectedMessage, ReplayPolicy,
 };
+use crate::metrics::DeliveryOutcome;
 use crate::provider::{Progress, Provider, ProviderOutcome, ProviderRequest, Retrieval};
 use crate::queue::{Deleted, Delivery, Queue, MAX_VISIBILITY};
 
@@ -46,18 +47,18 @@ pub enum Outcome {
 
 impl Outcome {
     /// The outcome as a bounded metrics label.
-    pub fn label(&self) -> &'static str {
+    pub fn label(&self) -> DeliveryOutcome {
         match self {
-            Outcome::Rejected(_) => "rejected",
-            Outcome::AckedTerminal => "acked_terminal",
-            Outcome::DuplicateSuppressed => "duplicate_suppressed",
-            Outcome::Deferred => "deferred",
-            Outcome::HandedToLedger(_) => "handed_to_ledger",
-            Outcome::Succeeded => "succeeded",
-            Outcome::Failed(_) => "failed",
-            Outcome::Fenced(_) => "fenced",
-            Outcome::Stopped(_) => "stopped",
-            Outcome::LedgerUnavailable => "ledger_unavailable",
+            Outcome::Rejected(_) => DeliveryOutcome::Rejected,
+            Outcome::AckedTerminal => DeliveryOutcome::AckedTerminal,
+            Outcome::DuplicateSuppressed => DeliveryOutcome::DuplicateSuppressed,
+            Outcome::Deferred => DeliveryOutcome::Deferred,
+            Outcome::HandedToLedger(_) => DeliveryOutcome::HandedToLedger,
+            Outcome::Succeeded => DeliveryOutcome::Succeeded,
+            Outcome::Failed(_) => DeliveryOutcome::Failed,
+            Outcome::Fenced(_) => DeliveryOutcome::Fenced,
+            Outcome::Stopped(_) => DeliveryOutcome::Stopped,
+            Outcome::LedgerUnavailable => DeliveryOutcome::LedgerUnavailable,
         }
     }
 }
@@ -84,7 +85,9 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         reason: &str,
     ) {
         let result = self.queue.delete_known(&delivery.receipt).await;
-        crate::metrics::METRICS.delete(matches!(result, Ok(Deleted::Reported)));
+        self.config
+            .metrics
+            .delete(matches!(result, Ok(Deleted::Reported)));
         let event = match &result {
             Ok(Deleted::Reported) => NewEvent::new(EventKind::MessageDeleted, &self.actor())
                 .detail(json!({ "reason": reason })),

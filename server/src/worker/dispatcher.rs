@@ -8,16 +8,18 @@ use tokio_util::sync::CancellationToken;
 
 use super::message::JobMessage;
 use crate::ledger::{Ledger, LedgerError};
+use crate::metrics::Metrics;
 use crate::queue::{Queue, MAX_BATCH};
 
 /// How long a claimed row is held before another dispatcher may send it again.
 const LOCK: Duration = Duration::from_secs(30);
 
-/// Sends one round of due rows; returns how many were sent.
+/// Sends one round of due rows, counting them in `metrics`; returns how many were sent.
 pub async fn dispatch_once<Q: Queue>(
     ledger: &Ledger,
     queue: &Q,
     limit: u32,
+    metrics: &Metrics,
 ) -> Result<usize, LedgerError> {
     let items = ledger.claim_outbox(limit, LOCK).await?;
     let mut sent_total = 0;
@@ -42,16 +44,22 @@ pub async fn dispatch_once<Q: Queue>(
             }
         }
         sent_total += sent.len();
-        crate::metrics::METRICS.dispatch(sent.len() as u64, (chunk.len() - sent.len()) as u64);
+        metrics.dispatch(sent.len() as u64, (chunk.len() - sent.len()) as u64);
         ledger.mark_dispatched(&sent, &queue.describe()).await?;
     }
     Ok(sent_total)
 }
 
 /// Dispatches until `shutdown`, polling every `idle` when there is nothing to send.
-pub async fn run<Q: Queue>(ledger: Ledger, queue: Q, idle: Duration, shutdown: CancellationToken) {
+pub async fn run<Q: Queue>(
+    ledger: Ledger,
+    queue: Q,
+    idle: Duration,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+) {
     loop {
-        let pause = match dispatch_once(&ledger, &queue, 100).await {
+        let pause = match dispatch_once(&ledger, &queue, 100, &metrics).await {
             Ok(0) => idle,
             Ok(_) => Duration::ZERO,
             Err(error) => {

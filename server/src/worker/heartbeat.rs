@@ -296,21 +296,24 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
 
     let mut events = Vec::with_capacity(due.len());
     {
-        use crate::metrics::{Renewal, METRICS};
+        use crate::metrics::{Outcome, RenewalKind};
+        let metrics = &shared.config.metrics;
         for outcome in visibility.iter().flatten() {
-            match &outcome.1 {
-                Ok(()) => METRICS.renewal(Renewal::VisibilityOk, 1),
-                Err(e) if e.is_uncertain() => METRICS.renewal(Renewal::VisibilityUncertain, 1),
-                Err(_) => METRICS.renewal(Renewal::VisibilityFailed, 1),
-            }
+            let result = match &outcome.1 {
+                Ok(()) => Outcome::Ok,
+                Err(e) if e.is_uncertain() => Outcome::Uncertain,
+                Err(_) => Outcome::Failed,
+            };
+            metrics.renewal(RenewalKind::Visibility, result, 1);
         }
         match &lease {
             Ok(renewals) => {
                 let ok = renewals.iter().filter(|r| r.outcome.is_ok()).count() as u64;
-                METRICS.renewal(Renewal::LeaseOk, ok);
-                METRICS.renewal(Renewal::LeaseRefused, renewals.len() as u64 - ok);
+                metrics.renewal(RenewalKind::Lease, Outcome::Ok, ok);
+                let refused = renewals.len() as u64 - ok;
+                metrics.renewal(RenewalKind::Lease, Outcome::Refused, refused);
             }
-            Err(_) => METRICS.renewal(Renewal::LeaseFailed, due.len() as u64),
+            Err(_) => metrics.renewal(RenewalKind::Lease, Outcome::Failed, due.len() as u64),
         }
     }
     for (d, outcome) in due.iter().zip(visibility) {

@@ -103,6 +103,8 @@ pub struct WorkerConfig {
     pub max_in_flight: usize,
     /// How long a graceful shutdown lets in-flight calls finish before handing them back.
     pub drain_timeout: Duration,
+    /// Where this worker counts what it does.
+    pub metrics: crate::metrics::Metrics,
 }
 
 impl WorkerConfig {
@@ -112,6 +114,7 @@ impl WorkerConfig {
             timings: Timings::default(),
             max_in_flight: 64,
             drain_timeout: Duration::from_secs(30),
+            metrics: crate::metrics::Metrics::default(),
         }
     }
 }
@@ -208,7 +211,7 @@ impl<Q: Queue, P: Provider> Worker<Q, P> {
                         tasks.spawn(async move {
                             let message_id = delivery.message_id.clone();
                             let outcome = worker.handle_delivery(delivery).await;
-                            crate::metrics::METRICS.delivery(outcome.label());
+                            worker.shared.config.metrics.delivery(outcome.label());
                             tracing::debug!(%message_id, ?outcome, "delivery handled");
                         });
                     }

@@ -421,7 +421,9 @@ pub(crate) async fn rig_with(
         tasks.spawn(async move { worker.run(stop).await });
     }
     let (l, q, stop) = (ledger.clone(), queue.clone(), shutdown.clone());
-    tasks.spawn(async move { dispatcher::run(l, q, Duration::from_millis(20), stop).await });
+    tasks.spawn(async move {
+        dispatcher::run(l, q, Duration::from_millis(20), Default::default(), stop).await
+    });
     let (l, p, stop) = (ledger.clone(), stub.clone(), shutdown.clone());
     tasks.spawn(async move {
         reaper::run(

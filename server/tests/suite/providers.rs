@@ -206,6 +206,7 @@ async fn run_one_job(
         ledger.clone(),
         queue,
         Duration::from_millis(20),
+        Default::default(),
         stop.clone(),
     ));
     let mut job = crate::helpers::new_job("acme", "oa", json!("summarise this"));
