@@ -12,7 +12,8 @@
 //!   model policy jobs are checked against.
 //! - [`worker`]: the delivery step, heartbeat, outbox dispatcher, reaper, retention task and
 //!   inspected dead-letter replay.
-//! - [`http`]: the REST API v1 (bearer tokens), health, OpenAPI document, console routes.
+//! - [`http`]: the REST API v1 (bearer tokens) with its typed contract (`http::contract`, from
+//!   which the OpenAPI document is generated), health, console routes.
 //! - [`console`]: the console port over the ledger, one file per page, and its SVG charts.
 //! - [`metrics`]: the Prometheus counters and gauges (bounded labels only).
 //! - [`settings`]: flags, environment and the `--config` file, resolved once into `Settings`.

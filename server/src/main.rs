@@ -177,38 +177,41 @@ async fn serve(settings: &Settings) -> anyhow::Result<()> {
 
 /// `fenceline submit`: the HTTP API, as any service would use it.
 async fn submit(args: &fenceline::settings::SubmitArgs) -> anyhow::Result<()> {
-    use serde_json::{json, Value};
+    use fenceline::http::contract::{CreateJobRequest, ErrorBody, JobResult, JobView};
+    use fenceline::job::JobState;
+    use serde_json::Value;
     let input: Value =
         serde_json::from_str(&args.input).unwrap_or_else(|_| Value::String(args.input.clone()));
     let model: Value =
         serde_json::from_str(&args.model).context("--model must be a JSON object")?;
-    let mut body = json!({ "idempotency_key": args.key, "input": input, "model": model });
-    if let Some(d) = args.deadline_seconds {
-        body["deadline_seconds"] = json!(d);
-    }
-    if let Some(n) = args.max_attempts {
-        body["max_attempts"] = json!(n);
-    }
+    let request = CreateJobRequest {
+        idempotency_key: args.key.clone(),
+        input,
+        contract_version: "v1".into(),
+        model,
+        deadline_seconds: args.deadline_seconds,
+        max_attempts: args.max_attempts,
+        replay_policy: Default::default(),
+    };
     let api = args.api.trim_end_matches('/');
     let client = reqwest::Client::new();
     let response = client
         .post(format!("{api}/api/v1/jobs"))
         .bearer_auth(&args.token)
-        .json(&body)
+        .json(&request)
         .send()
         .await
         .with_context(|| format!("reaching {api}"))?;
     let status = response.status();
-    let job: Value = response.json().await.context("reading the answer")?;
     if !status.is_success() {
-        anyhow::bail!(
-            "{status}: {}",
-            job["error"]["message"]
-                .as_str()
-                .unwrap_or("request refused")
-        );
+        let message = response
+            .json::<ErrorBody>()
+            .await
+            .map_or_else(|_| "request refused".to_owned(), |e| e.error.message);
+        anyhow::bail!("{status}: {message}");
     }
-    let job_id = job["job_id"].as_str().unwrap_or_default().to_owned();
+    let job: JobView = response.json().await.context("reading the answer")?;
+    let job_id = job.job_id;
     eprintln!(
         "{} job {job_id} ({}); console: {api}/jobs/{job_id}",
         if status.as_u16() == 201 {
@@ -216,43 +219,43 @@ async fn submit(args: &fenceline::settings::SubmitArgs) -> anyhow::Result<()> {
         } else {
             "already had"
         },
-        job["state"].as_str().unwrap_or("?")
+        job.state
     );
     if !args.wait {
         println!("{job_id}");
         return Ok(());
     }
     loop {
-        let job: Value = client
+        let job: JobView = client
             .get(format!("{api}/api/v1/jobs/{job_id}"))
             .bearer_auth(&args.token)
             .send()
             .await?
             .json()
             .await?;
-        if job["state"] == "unknown" {
+        if job.state == JobState::Unknown {
             anyhow::bail!(
                 "job {job_id} is unknown: a model call may have run with no answer seen, and it \
                  waits for a decision (provider retrieval, a replay policy, or an operator). \
                  Console: {api}/jobs/{job_id}"
             );
         }
-        if job["terminal"] == true {
-            if job["state"] == "succeeded" {
-                let result: Value = client
+        if job.terminal {
+            if job.state == JobState::Succeeded {
+                let result: JobResult = client
                     .get(format!("{api}/api/v1/jobs/{job_id}/result"))
                     .bearer_auth(&args.token)
                     .send()
                     .await?
                     .json()
                     .await?;
-                println!("{}", serde_json::to_string_pretty(&result["result"])?);
+                println!("{}", serde_json::to_string_pretty(&result.result)?);
                 return Ok(());
             }
             anyhow::bail!(
                 "job {job_id} ended {} ({})",
-                job["state"],
-                job["error_code"]
+                job.state,
+                job.error_code.as_deref().unwrap_or("no error code")
             );
         }
         tokio::time::sleep(Duration::from_millis(250)).await;

@@ -10,14 +10,16 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::auth::Tenant;
+use super::contract::{
+    AttemptView, CreateJobRequest, ErrorBody, EventPage, EventView, EventsQuery, JobIdPath,
+    JobPage, JobResult, JobView, ListQuery,
+};
 use super::{openapi, ApiError, AppState};
 use crate::job::{request_digest, Actor, JobId, JobState};
-use crate::ledger::{Attempt, Created, Event, Job, JobFilter, NewJob, ReplayPolicy};
-use crate::time::rfc3339_us;
+use crate::ledger::{Created, Job, JobFilter, NewJob};
 
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
@@ -57,30 +59,6 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
     }
 }
 
-fn default_model() -> Value {
-    json!({})
-}
-
-fn default_contract() -> String {
-    "v1".to_owned()
-}
-
-/// `POST /api/v1/jobs`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct CreateJobRequest {
-    idempotency_key: String,
-    input: Value,
-    #[serde(default = "default_contract")]
-    contract_version: String,
-    #[serde(default = "default_model")]
-    model: Value,
-    deadline_seconds: Option<u64>,
-    max_attempts: Option<u32>,
-    #[serde(default)]
-    replay_policy: ReplayPolicy,
-}
-
 pub(super) const MAX_DEADLINE_SECONDS: u64 = 12 * 3600;
 pub(super) const MAX_ATTEMPTS: u32 = 20;
 
@@ -88,111 +66,62 @@ fn printable(s: &str) -> bool {
     s.chars().all(|c| !c.is_control())
 }
 
-impl CreateJobRequest {
-    fn validate(&self) -> Result<(), ApiError> {
-        let bad = |m: &str| Err(ApiError::BadRequest(m.to_owned()));
-        if self.idempotency_key.is_empty()
-            || self.idempotency_key.len() > 200
-            || !printable(&self.idempotency_key)
-        {
-            return bad("idempotency_key must be 1 to 200 printable characters");
-        }
-        if self.input.is_null() {
-            return bad("input is required and must not be null");
-        }
-        if self.contract_version.is_empty()
-            || self.contract_version.len() > 64
-            || !printable(&self.contract_version)
-        {
-            return bad("contract_version must be 1 to 64 printable characters");
-        }
-        if !self.model.is_object() {
-            return bad("model must be a JSON object of model parameters");
-        }
-        if let Some(d) = self.deadline_seconds {
-            if d == 0 || d > MAX_DEADLINE_SECONDS {
-                return bad("deadline_seconds must be between 1 and 43200 (12 hours)");
-            }
-        }
-        if let Some(n) = self.max_attempts {
-            if n == 0 || n > MAX_ATTEMPTS {
-                return bad("max_attempts must be between 1 and 20");
-            }
-        }
-        Ok(())
+fn validate(request: &CreateJobRequest) -> Result<(), ApiError> {
+    let bad = |m: &str| Err(ApiError::BadRequest(m.to_owned()));
+    if request.idempotency_key.is_empty()
+        || request.idempotency_key.len() > 200
+        || !printable(&request.idempotency_key)
+    {
+        return bad("idempotency_key must be 1 to 200 printable characters");
     }
+    if request.input.is_null() {
+        return bad("input is required and must not be null");
+    }
+    if request.contract_version.is_empty()
+        || request.contract_version.len() > 64
+        || !printable(&request.contract_version)
+    {
+        return bad("contract_version must be 1 to 64 printable characters");
+    }
+    if !request.model.is_object() {
+        return bad("model must be a JSON object of model parameters");
+    }
+    if let Some(d) = request.deadline_seconds {
+        if d == 0 || d > MAX_DEADLINE_SECONDS {
+            return bad("deadline_seconds must be between 1 and 43200 (12 hours)");
+        }
+    }
+    if let Some(n) = request.max_attempts {
+        if n == 0 || n > MAX_ATTEMPTS {
+            return bad("max_attempts must be between 1 and 20");
+        }
+    }
+    Ok(())
 }
 
-fn time_or_null(us: Option<i64>) -> Value {
-    us.map_or(Value::Null, |us| Value::from(rfc3339_us(us)))
-}
-
-pub(super) fn job_view(job: &Job) -> Value {
-    json!({
-        "job_id": job.job_id,
-        "state": job.state.as_str(),
-        "terminal": job.state.is_terminal(),
-        "idempotency_key": job.idempotency_key,
-        "request_digest": job.request_digest,
-        "contract_version": job.contract_version,
-        "owner_epoch": job.owner_epoch,
-        "owner_id": job.owner_id,
-        "owner_until": time_or_null(job.owner_until),
-        "deadline_at": rfc3339_us(job.deadline_at),
-        "attempt_count": job.attempt_count,
-        "max_attempts": job.max_attempts,
-        "retry_at": time_or_null(job.retry_at),
-        "result_ref": job.result_ref,
-        "error_code": job.error_code,
-        "replay_policy": job.replay_policy.as_str(),
-        "recovery_reason": job.recovery_reason,
-        "created_at": rfc3339_us(job.created_at),
-        "updated_at": rfc3339_us(job.updated_at),
-        "terminal_at": time_or_null(job.terminal_at),
-        "links": {
-            "self": format!("/api/v1/jobs/{}", job.job_id),
-            "events": format!("/api/v1/jobs/{}/events", job.job_id),
-            "result": format!("/api/v1/jobs/{}/result", job.job_id),
-            "console": format!("/jobs/{}", job.job_id),
-        },
-    })
-}
-
-fn attempt_view(a: &Attempt) -> Value {
-    json!({
-        "attempt_no": a.attempt_no,
-        "epoch": a.epoch,
-        "worker_id": a.worker_id,
-        "provider": a.provider,
-        "provider_request_id": a.provider_request_id,
-        "started_at": rfc3339_us(a.started_at),
-        "finished_at": time_or_null(a.finished_at),
-        "outcome": a.outcome.as_str(),
-        "error_code": a.error_code,
-    })
-}
-
-fn event_view(e: &Event) -> Value {
-    json!({
-        "seq": e.seq,
-        "at": rfc3339_us(e.at),
-        "kind": e.kind,
-        "epoch": e.epoch,
-        "actor": e.actor,
-        "delivery": e.delivery,
-        "attempt_no": e.attempt_no,
-        "deadline_left_ms": e.deadline_left_ms,
-        "detail": e.detail,
-        "permalink": format!("/jobs/{}#e{}", e.job_id, e.seq),
-    })
-}
-
-async fn create_job(
+/// Create a job, idempotently per tenant and idempotency key.
+#[utoipa::path(
+    post,
+    path = "/jobs",
+    operation_id = "createJob",
+    request_body = CreateJobRequest,
+    responses(
+        (status = 201, description = "Created", body = JobView),
+        (status = 200, description = "The same key and request made this job before", body = JobView),
+        (status = 400, description = "Invalid request", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 409, description = "Key already used for a different request", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 415, description = "Body is not application/json", body = ErrorBody),
+        (status = 503, description = "Ledger database unavailable", body = ErrorBody)
+    )
+)]
+pub(super) async fn create_job(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     JsonBody(request): JsonBody<CreateJobRequest>,
 ) -> Result<Response, ApiError> {
-    request.validate()?;
+    validate(&request)?;
     if let Value::Object(params) = &request.model {
         state
             .model_policy
@@ -221,7 +150,7 @@ async fn create_job(
     Ok((
         status,
         [(axum::http::header::LOCATION, location)],
-        Json(job_view(job)),
+        Json(JobView::of(job)),
     )
         .into_response())
 }
@@ -240,23 +169,49 @@ async fn tenant_job(state: &AppState, tenant: &str, raw_id: &str) -> Result<Job,
         .ok_or_else(|| ApiError::NotFound(format!("no job {job_id} for this tenant")))
 }
 
-async fn read_job(
+/// A job with its attempts.
+#[utoipa::path(
+    get,
+    path = "/jobs/{job_id}",
+    operation_id = "readJob",
+    params(JobIdPath),
+    responses(
+        (status = 200, description = "The job", body = JobView),
+        (status = 400, description = "Not a job id", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 404, description = "No such job for this tenant", body = ErrorBody)
+    )
+)]
+pub(super) async fn read_job(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     Path(job_id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<JobView>, ApiError> {
     let job = tenant_job(&state, &tenant, &job_id).await?;
     let attempts = state.ledger.attempts(&job.job_id).await?;
-    let mut view = job_view(&job);
-    view["attempts"] = attempts.iter().map(attempt_view).collect();
+    let mut view = JobView::of(&job);
+    view.attempts = Some(attempts.iter().map(AttemptView::of).collect());
     Ok(Json(view))
 }
 
-async fn read_result(
+/// The job's one accepted result.
+#[utoipa::path(
+    get,
+    path = "/jobs/{job_id}/result",
+    operation_id = "readJobResult",
+    params(JobIdPath),
+    responses(
+        (status = 200, description = "The accepted result", body = JobResult),
+        (status = 400, description = "Not a job id", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 404, description = "No such job, or no accepted result yet", body = ErrorBody)
+    )
+)]
+pub(super) async fn read_result(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     Path(job_id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<JobResult>, ApiError> {
     let job = tenant_job(&state, &tenant, &job_id).await?;
     let Some(result_ref) = job
         .result_ref
@@ -274,18 +229,11 @@ async fn read_result(
         .await?
         .ok_or(ApiError::Internal)?;
     let result: Value = serde_json::from_str(&body).unwrap_or(Value::String(body));
-    Ok(Json(json!({
-        "job_id": job.job_id,
-        "result_ref": result_ref,
-        "result": result,
-    })))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct EventsQuery {
-    after: Option<i64>,
-    limit: Option<u32>,
+    Ok(Json(JobResult {
+        job_id: job.job_id.clone(),
+        result_ref: result_ref.to_owned(),
+        result,
+    }))
 }
 
 fn query_or_400<T>(
@@ -296,12 +244,25 @@ fn query_or_400<T>(
         .map_err(|e| ApiError::BadRequest(e.body_text()))
 }
 
-async fn read_events(
+/// A page of the job's timeline, oldest first.
+#[utoipa::path(
+    get,
+    path = "/jobs/{job_id}/events",
+    operation_id = "readJobEvents",
+    params(JobIdPath, EventsQuery),
+    responses(
+        (status = 200, description = "Events", body = EventPage),
+        (status = 400, description = "Invalid query", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 404, description = "No such job for this tenant", body = ErrorBody)
+    )
+)]
+pub(super) async fn read_events(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     Path(job_id): Path<String>,
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<EventPage>, ApiError> {
     let query = query_or_400(query)?;
     let limit = query.limit.unwrap_or(100);
     if limit == 0 || limit > 1000 {
@@ -317,26 +278,30 @@ async fn read_events(
     let next_after = (events.len() == limit as usize)
         .then(|| events.last().map(|e| e.seq))
         .flatten();
-    Ok(Json(json!({
-        "job_id": job.job_id,
-        "events": events.iter().map(event_view).collect::<Vec<_>>(),
-        "next_after": next_after,
-    })))
+    Ok(Json(EventPage {
+        job_id: job.job_id.clone(),
+        events: events.iter().map(EventView::of).collect(),
+        next_after,
+    }))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct ListQuery {
-    state: Option<String>,
-    before: Option<String>,
-    limit: Option<u32>,
-}
-
-async fn list_jobs(
+/// The tenant's jobs, newest first, one keyset page at a time.
+#[utoipa::path(
+    get,
+    path = "/jobs",
+    operation_id = "listJobs",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page", body = JobPage),
+        (status = 400, description = "Invalid query", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody)
+    )
+)]
+pub(super) async fn list_jobs(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<JobPage>, ApiError> {
     let query = query_or_400(query)?;
     let job_state = query
         .state
@@ -370,8 +335,8 @@ async fn list_jobs(
             limit,
         })
         .await?;
-    Ok(Json(json!({
-        "jobs": page.jobs.iter().map(job_view).collect::<Vec<_>>(),
-        "next": page.next,
-    })))
+    Ok(Json(JobPage {
+        jobs: page.jobs.iter().map(JobView::of).collect(),
+        next: page.next,
+    }))
 }

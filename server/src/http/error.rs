@@ -4,8 +4,8 @@
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
 
+use super::contract::{ErrorBody, ErrorDetail};
 use crate::ledger::{LedgerError, Refusal};
 
 #[derive(Debug, thiserror::Error)]
@@ -57,10 +57,16 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        let mut body = json!({ "error": { "code": code, "message": self.to_string() } });
-        if let ApiError::IdempotencyConflict { existing } = &self {
-            body["error"]["job_id"] = json!(existing);
-        }
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: code.to_owned(),
+                message: self.to_string(),
+                job_id: match &self {
+                    ApiError::IdempotencyConflict { existing } => Some(existing.clone()),
+                    _ => None,
+                },
+            },
+        };
         let mut response = (status, Json(body)).into_response();
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(

@@ -6,7 +6,6 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
-use serde_json::json;
 
 use super::AppState;
 use crate::metrics::LedgerGauges;
@@ -16,19 +15,34 @@ pub(super) async fn healthz() -> &'static str {
     "ok"
 }
 
+/// `/readyz`'s answer.
+#[derive(Debug, serde::Serialize)]
+struct Readiness {
+    ready: bool,
+    database: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<&'static str>,
+}
+
 /// Ready only while the ledger database answers, within two seconds.
 pub(super) async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    let backend = state.ledger.backend().as_str();
+    let database = state.ledger.backend().as_str();
     match tokio::time::timeout(Duration::from_secs(2), state.ledger.ping()).await {
         Ok(Ok(())) => (
             StatusCode::OK,
-            Json(json!({ "ready": true, "database": backend })),
+            Json(Readiness {
+                ready: true,
+                database,
+                reason: None,
+            }),
         ),
         _ => (
             StatusCode::SERVICE_UNAVAILABLE,
-            Json(
-                json!({ "ready": false, "database": backend, "reason": "the ledger database does not answer" }),
-            ),
+            Json(Readiness {
+                ready: false,
+                database,
+                reason: Some("the ledger database does not answer"),
+            }),
         ),
     }
 }

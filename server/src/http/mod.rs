@@ -7,6 +7,7 @@
 
 mod api;
 mod auth;
+pub mod contract;
 mod error;
 mod export;
 mod health;

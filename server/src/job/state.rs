@@ -5,7 +5,20 @@ use std::fmt;
 /// Where a job stands. Each variant says who may move a job out of it, and to where.
 ///
 /// The string forms (`as_str`) are persisted and must never change.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+    utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum JobState {
     /// Accepted; the first attempt is permitted.
     /// Out: a worker claim → `Running` (epoch + 1); the deadline → `Expired`.

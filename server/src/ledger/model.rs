@@ -9,7 +9,9 @@ use sha2::{Digest, Sha256};
 use crate::job::{Actor, EventKind, JobId, JobState};
 
 /// Whether an `unknown` job may be retried without an operator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ReplayPolicy {
     /// An uncertain attempt waits for an operator decision or a provider retrieval.

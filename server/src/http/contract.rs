@@ -1,0 +1,353 @@
+//! The API's request and response types. The OpenAPI document is generated from these
+//! (`utoipa`), the handlers serialize them and `fenceline submit` sends and reads them: the
+//! spec, the serializer and the client cannot drift apart.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::openapi::schema::{
+    ArrayBuilder, Object, ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type,
+};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::job::JobState;
+use crate::ledger::{Attempt, Event, Job, ReplayPolicy};
+use crate::time::rfc3339_us;
+
+/// `POST /api/v1/jobs`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = CreateJob)]
+pub struct CreateJobRequest {
+    /// The same key and request always give the same job.
+    #[schema(min_length = 1, max_length = 200)]
+    pub idempotency_key: String,
+    /// The workload input (any JSON but null).
+    #[schema(schema_with = any_json)]
+    pub input: Value,
+    #[serde(default = "default_contract")]
+    #[schema(min_length = 1, max_length = 64, default = "v1")]
+    pub contract_version: String,
+    /// Model parameters, checked against the deployment's model policy (allowed models, per
+    /// tenant where configured; max_tokens cap): a refused one is a 400 saying why.
+    #[serde(default = "default_model")]
+    #[schema(value_type = ModelParameters)]
+    pub model: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 43200, default = 3600)]
+    pub deadline_seconds: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 20, default = 3)]
+    pub max_attempts: Option<u32>,
+    #[serde(default)]
+    pub replay_policy: ReplayPolicy,
+}
+
+fn default_model() -> Value {
+    Value::Object(Default::default())
+}
+
+fn default_contract() -> String {
+    "v1".to_owned()
+}
+
+/// The model parameters a job may carry (documentation of `CreateJob.model`; the handler
+/// checks them against the model policy, whose list `policy::ALLOWED_PARAMETERS` this mirrors,
+/// as a test asserts).
+#[derive(Debug, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+pub struct ModelParameters {
+    model: Option<String>,
+    #[schema(minimum = 0, maximum = 2)]
+    temperature: Option<f64>,
+    #[schema(minimum = 0, maximum = 1)]
+    top_p: Option<f64>,
+    #[schema(minimum = 1)]
+    max_tokens: Option<u64>,
+    #[schema(minimum = 1)]
+    max_completion_tokens: Option<u64>,
+    seed: Option<i64>,
+    /// One stop sequence or up to four.
+    #[schema(schema_with = stop_sequences)]
+    stop: Option<Value>,
+    #[schema(value_type = Option<Object>)]
+    response_format: Option<Value>,
+    #[schema(minimum = -2, maximum = 2)]
+    presence_penalty: Option<f64>,
+    #[schema(minimum = -2, maximum = 2)]
+    frequency_penalty: Option<f64>,
+    reasoning_effort: Option<ReasoningEffort>,
+    /// A job has one answer: only 1.
+    #[schema(minimum = 1, maximum = 1)]
+    n: Option<u8>,
+    /// A cut-off stream would make every attempt uncertain: only false.
+    stream: Option<bool>,
+}
+
+#[derive(Debug, ToSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum ReasoningEffort {
+    Minimal,
+    Low,
+    Medium,
+    High,
+}
+
+/// Any JSON value (the API refuses `null` where a value is required, with a message).
+fn any_json() -> Object {
+    ObjectBuilder::new()
+        .schema_type(SchemaType::AnyValue)
+        .build()
+}
+
+/// A string or up to four strings.
+fn stop_sequences() -> Schema {
+    let text = || ObjectBuilder::new().schema_type(Type::String);
+    Schema::OneOf(
+        OneOfBuilder::new()
+            .item(text())
+            .item(ArrayBuilder::new().items(text()).max_items(Some(4)))
+            .build(),
+    )
+}
+
+/// Where to follow a job.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Links {
+    #[serde(rename = "self")]
+    pub self_: String,
+    pub events: String,
+    pub result: String,
+    pub console: String,
+}
+
+/// A job as the API shows it. Times are RFC 3339 (database clock, UTC).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(as = Job)]
+pub struct JobView {
+    pub job_id: String,
+    pub state: JobState,
+    pub terminal: bool,
+    pub idempotency_key: String,
+    pub request_digest: String,
+    pub contract_version: String,
+    pub owner_epoch: i64,
+    pub owner_id: Option<String>,
+    #[schema(format = DateTime)]
+    pub owner_until: Option<String>,
+    #[schema(format = DateTime)]
+    pub deadline_at: String,
+    pub attempt_count: i64,
+    pub max_attempts: i64,
+    #[schema(format = DateTime)]
+    pub retry_at: Option<String>,
+    pub result_ref: Option<String>,
+    pub error_code: Option<String>,
+    pub replay_policy: ReplayPolicy,
+    pub recovery_reason: Option<String>,
+    #[schema(format = DateTime)]
+    pub created_at: String,
+    #[schema(format = DateTime)]
+    pub updated_at: String,
+    #[schema(format = DateTime)]
+    pub terminal_at: Option<String>,
+    /// Present when one job is read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempts: Option<Vec<AttemptView>>,
+    pub links: Links,
+}
+
+impl JobView {
+    pub fn of(job: &Job) -> JobView {
+        JobView {
+            job_id: job.job_id.clone(),
+            state: job.state,
+            terminal: job.state.is_terminal(),
+            idempotency_key: job.idempotency_key.clone(),
+            request_digest: job.request_digest.clone(),
+            contract_version: job.contract_version.clone(),
+            owner_epoch: job.owner_epoch,
+            owner_id: job.owner_id.clone(),
+            owner_until: job.owner_until.map(rfc3339_us),
+            deadline_at: rfc3339_us(job.deadline_at),
+            attempt_count: job.attempt_count,
+            max_attempts: job.max_attempts,
+            retry_at: job.retry_at.map(rfc3339_us),
+            result_ref: job.result_ref.clone(),
+            error_code: job.error_code.clone(),
+            replay_policy: job.replay_policy,
+            recovery_reason: job.recovery_reason.clone(),
+            created_at: rfc3339_us(job.created_at),
+            updated_at: rfc3339_us(job.updated_at),
+            terminal_at: job.terminal_at.map(rfc3339_us),
+            attempts: None,
+            links: Links {
+                self_: format!("/api/v1/jobs/{}", job.job_id),
+                events: format!("/api/v1/jobs/{}/events", job.job_id),
+                result: format!("/api/v1/jobs/{}/result", job.job_id),
+                console: format!("/jobs/{}", job.job_id),
+            },
+        }
+    }
+}
+
+/// One provider attempt.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(as = Attempt)]
+pub struct AttemptView {
+    pub attempt_no: i64,
+    pub epoch: i64,
+    pub worker_id: String,
+    pub provider: String,
+    pub provider_request_id: Option<String>,
+    #[schema(format = DateTime)]
+    pub started_at: String,
+    #[schema(format = DateTime)]
+    pub finished_at: Option<String>,
+    /// `pending`, `succeeded`, `failed_retryable`, `failed_fatal`, `lost`, `stale_discarded`.
+    pub outcome: String,
+    pub error_code: Option<String>,
+}
+
+impl AttemptView {
+    pub fn of(a: &Attempt) -> AttemptView {
+        AttemptView {
+            attempt_no: a.attempt_no,
+            epoch: a.epoch,
+            worker_id: a.worker_id.clone(),
+            provider: a.provider.clone(),
+            provider_request_id: a.provider_request_id.clone(),
+            started_at: rfc3339_us(a.started_at),
+            finished_at: a.finished_at.map(rfc3339_us),
+            outcome: a.outcome.as_str().to_owned(),
+            error_code: a.error_code.clone(),
+        }
+    }
+}
+
+/// Which queue delivery an event is about: never the receipt handle itself.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Delivery {
+    pub message_id: String,
+    pub receive_count: i64,
+    /// 8 hex characters of SHA-256 of the receipt handle.
+    pub handle_hash: String,
+}
+
+/// One timeline event.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(as = Event)]
+pub struct EventView {
+    pub seq: i64,
+    #[schema(format = DateTime)]
+    pub at: String,
+    /// One of the stable event kinds (`claimed`, `result_accepted`, …).
+    pub kind: String,
+    pub epoch: i64,
+    pub actor: String,
+    pub delivery: Option<Delivery>,
+    pub attempt_no: Option<i64>,
+    pub deadline_left_ms: Option<i64>,
+    #[schema(schema_with = any_json)]
+    pub detail: Value,
+    /// The event on the job's console page.
+    pub permalink: String,
+}
+
+impl EventView {
+    pub fn of(e: &Event) -> EventView {
+        EventView {
+            seq: e.seq,
+            at: rfc3339_us(e.at),
+            kind: e.kind.as_str().to_owned(),
+            epoch: e.epoch,
+            actor: e.actor.clone(),
+            delivery: e.delivery.as_ref().map(|d| Delivery {
+                message_id: d.message_id.clone(),
+                receive_count: d.receive_count,
+                handle_hash: d.handle_hash.clone(),
+            }),
+            attempt_no: e.attempt_no,
+            deadline_left_ms: e.deadline_left_ms,
+            detail: e.detail.clone(),
+            permalink: format!("/jobs/{}#e{}", e.job_id, e.seq),
+        }
+    }
+}
+
+/// One page of jobs, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct JobPage {
+    pub jobs: Vec<JobView>,
+    /// Pass as `before` for the next page; null on the last page.
+    pub next: Option<String>,
+}
+
+/// One page of a job's timeline, oldest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct EventPage {
+    pub job_id: String,
+    pub events: Vec<EventView>,
+    /// Pass as `after` for the next page; null on the last page.
+    pub next_after: Option<i64>,
+}
+
+/// A job's one accepted result.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct JobResult {
+    pub job_id: String,
+    pub result_ref: String,
+    /// The model's answer: JSON when it was JSON, else a string.
+    #[schema(schema_with = any_json)]
+    pub result: Value,
+}
+
+/// Every error: a stable code and a message a client can act on.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(as = Error)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    pub code: String,
+    pub message: String,
+    /// The job an idempotency conflict refers to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+}
+
+/// A job id in the path.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct JobIdPath {
+    /// `job_` and a UUID.
+    #[param(pattern = "^job_[0-9a-f-]{36}$")]
+    pub job_id: String,
+}
+
+/// `GET /api/v1/jobs`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    #[param(value_type = Option<JobState>)]
+    pub state: Option<String>,
+    /// `next` of the previous page.
+    pub before: Option<String>,
+    #[param(minimum = 1, maximum = 500, default = 50)]
+    pub limit: Option<u32>,
+}
+
+/// `GET /api/v1/jobs/{job_id}/events`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct EventsQuery {
+    #[param(minimum = 0)]
+    pub after: Option<i64>,
+    #[param(minimum = 1, maximum = 1000, default = 100)]
+    pub limit: Option<u32>,
+}
