@@ -143,16 +143,7 @@ async fn serve(settings: &Settings) -> anyhow::Result<()> {
     let backend = ledger.backend().as_str();
     let mut supervisor = Supervisor::default();
     if settings.http.run_worker {
-        let queue = runtime::queue(&ledger, settings).await?;
-        let provider = runtime::provider(&settings.provider)?;
-        runtime::spawn(
-            &mut supervisor,
-            &ledger,
-            queue,
-            provider,
-            settings,
-            &metrics,
-        );
+        runtime::start(&mut supervisor, &ledger, settings, &metrics).await?;
     }
     let stop = supervisor.stages().front.clone();
     supervisor.spawn("http", true, async move {
@@ -267,18 +258,9 @@ async fn work(settings: &Settings) -> anyhow::Result<()> {
         .await
         .context("opening the ledger")?;
     ledger.migrate().await.context("migrating the ledger")?;
-    let queue = runtime::queue(&ledger, settings).await?;
-    let provider = runtime::provider(&settings.provider)?;
     let mut supervisor = Supervisor::default();
     let metrics = fenceline::metrics::Metrics::default();
-    runtime::spawn(
-        &mut supervisor,
-        &ledger,
-        queue,
-        provider,
-        settings,
-        &metrics,
-    );
+    runtime::start(&mut supervisor, &ledger, settings, &metrics).await?;
     supervisor
         .run_until_stopped(&ledger, shutdown_signal())
         .await;

@@ -193,7 +193,7 @@ impl Default for Metrics {
             "Queue messages refused, by reason",
             inner.rejected_messages.clone(),
         );
-        // Every delivery outcome and renewal result is there from the first scrape, at 0.
+        // Every delivery outcome is there from the first scrape, at 0.
         for outcome in DeliveryOutcome::ALL {
             inner
                 .deliveries

@@ -305,6 +305,20 @@ pub mod runtime {
         config
     }
 
+    /// Opens the configured queue and provider, then spawns the worker, dispatcher, reaper and
+    /// retention task (see [`spawn`]).
+    pub async fn start(
+        supervisor: &mut Supervisor,
+        ledger: &Ledger,
+        settings: &Settings,
+        metrics: &Metrics,
+    ) -> Result<(), RuntimeError> {
+        let queue = queue(ledger, settings).await?;
+        let provider = provider(&settings.provider)?;
+        spawn(supervisor, ledger, queue, provider, settings, metrics);
+        Ok(())
+    }
+
     /// Spawns the worker (front stage: it stops receiving and drains first), the dispatcher
     /// and the reaper (back stage: they keep running while the worker hands calls back).
     pub fn spawn(

@@ -20,6 +20,14 @@
 //!   the benchmarks' generated data and reference tables;
 //! - `model.rs` — what goes in and comes out; `error.rs` — errors and typed refusals;
 //!   `connect.rs` — pools, pragmas, migrations, the clock.
+//!
+//! No SQL lives outside this module: the embedded queue, the benchmarks and (to come) the
+//! operators' sessions call ledger functions. Sessions are decided thus: the ledger implements
+//! `tower-sessions`' `SessionStore` itself, over its own pools and statement catalogue, with a
+//! `sessions` table in both migration sets. `tower-sessions-sqlx-store` wants native
+//! `PgPool`/`SqlitePool`s and a second migration path; on the ledger's `AnyPool` one store serves
+//! both backends, shares the SQLite writer (no second writer to contend with) and is tested with
+//! the rest of the ledger on both.
 
 mod connect;
 mod console_reads;
