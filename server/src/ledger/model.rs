@@ -38,6 +38,34 @@ impl ReplayPolicy {
     }
 }
 
+/// A stored name that is not one of an enum's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {name:?}")]
+pub struct UnknownName {
+    what: &'static str,
+    name: String,
+}
+
+impl TryFrom<String> for ReplayPolicy {
+    type Error = UnknownName;
+    fn try_from(name: String) -> Result<Self, UnknownName> {
+        ReplayPolicy::parse(&name).ok_or(UnknownName {
+            what: "replay policy",
+            name,
+        })
+    }
+}
+
+impl TryFrom<String> for AttemptOutcome {
+    type Error = UnknownName;
+    fn try_from(name: String) -> Result<Self, UnknownName> {
+        AttemptOutcome::parse(&name).ok_or(UnknownName {
+            what: "attempt outcome",
+            name,
+        })
+    }
+}
+
 /// A job to create. The digest is computed by the caller from the same input.
 #[derive(Debug, Clone)]
 pub struct NewJob {
@@ -73,7 +101,7 @@ impl Created {
 }
 
 /// The job record.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct Job {
     pub job_id: String,
     pub tenant: String,
@@ -82,6 +110,7 @@ pub struct Job {
     pub input_ref: String,
     pub contract_version: String,
     #[serde(serialize_with = "serialize_state")]
+    #[sqlx(try_from = "String")]
     pub state: JobState,
     pub owner_epoch: i64,
     pub owner_id: Option<String>,
@@ -93,6 +122,7 @@ pub struct Job {
     pub retry_at: Option<i64>,
     pub result_ref: Option<String>,
     pub error_code: Option<String>,
+    #[sqlx(try_from = "String")]
     pub replay_policy: ReplayPolicy,
     pub recovery_reason: Option<String>,
     pub created_at: i64,
@@ -293,7 +323,7 @@ impl AttemptOutcome {
 }
 
 /// One provider attempt.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 pub struct Attempt {
     pub job_id: String,
     pub attempt_no: i64,
@@ -303,6 +333,7 @@ pub struct Attempt {
     pub provider_request_id: Option<String>,
     pub started_at: i64,
     pub finished_at: Option<i64>,
+    #[sqlx(try_from = "String")]
     pub outcome: AttemptOutcome,
     pub error_code: Option<String>,
     pub result_ref: Option<String>,

@@ -3,12 +3,9 @@
 
 use serde_json::Value;
 use sqlx::any::AnyRow;
-use sqlx::Row;
+use sqlx::{FromRow, Row};
 
-use super::model::{
-    Attempt, AttemptOutcome, DecisionRecord, DeliveryRef, Event, Job, JobFilter, JobPage,
-    ReplayPolicy,
-};
+use super::model::{Attempt, DecisionRecord, DeliveryRef, Event, Job, JobFilter, JobPage};
 use super::{Ledger, LedgerError};
 use crate::job::JobState;
 
@@ -18,53 +15,11 @@ pub(crate) const JOB_COLUMNS: &str = "job_id, tenant, idempotency_key, request_d
     updated_at, terminal_at, pending_attempt";
 
 pub(crate) fn job_from_row(row: &AnyRow) -> Result<Job, LedgerError> {
-    let state: String = row.try_get("state")?;
-    let policy: String = row.try_get("replay_policy")?;
-    Ok(Job {
-        job_id: row.try_get("job_id")?,
-        tenant: row.try_get("tenant")?,
-        idempotency_key: row.try_get("idempotency_key")?,
-        request_digest: row.try_get("request_digest")?,
-        input_ref: row.try_get("input_ref")?,
-        contract_version: row.try_get("contract_version")?,
-        state: state
-            .parse::<JobState>()
-            .map_err(|e| LedgerError::Corrupt(e.to_string()))?,
-        owner_epoch: row.try_get("owner_epoch")?,
-        owner_id: row.try_get("owner_id")?,
-        owner_until: row.try_get("owner_until")?,
-        deadline_at: row.try_get("deadline_at")?,
-        attempt_count: row.try_get("attempt_count")?,
-        max_attempts: row.try_get("max_attempts")?,
-        retry_at: row.try_get("retry_at")?,
-        result_ref: row.try_get("result_ref")?,
-        error_code: row.try_get("error_code")?,
-        replay_policy: ReplayPolicy::parse(&policy)
-            .ok_or_else(|| LedgerError::Corrupt(format!("replay policy {policy:?}")))?,
-        recovery_reason: row.try_get("recovery_reason")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-        terminal_at: row.try_get("terminal_at")?,
-        pending_attempt: row.try_get("pending_attempt")?,
-    })
+    Ok(Job::from_row(row)?)
 }
 
 fn attempt_from_row(row: &AnyRow) -> Result<Attempt, LedgerError> {
-    let outcome: String = row.try_get("outcome")?;
-    Ok(Attempt {
-        job_id: row.try_get("job_id")?,
-        attempt_no: row.try_get("attempt_no")?,
-        epoch: row.try_get("epoch")?,
-        worker_id: row.try_get("worker_id")?,
-        provider: row.try_get("provider")?,
-        provider_request_id: row.try_get("provider_request_id")?,
-        started_at: row.try_get("started_at")?,
-        finished_at: row.try_get("finished_at")?,
-        outcome: AttemptOutcome::parse(&outcome)
-            .ok_or_else(|| LedgerError::Corrupt(format!("attempt outcome {outcome:?}")))?,
-        error_code: row.try_get("error_code")?,
-        result_ref: row.try_get("result_ref")?,
-    })
+    Ok(Attempt::from_row(row)?)
 }
 
 pub(crate) fn event_from_row(row: &AnyRow) -> Result<Event, LedgerError> {
