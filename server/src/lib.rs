@@ -15,6 +15,7 @@
 //! - [`http`]: the REST API v1 (bearer tokens) with its typed contract (`http::contract`, from
 //!   which the OpenAPI document is generated), health, console routes.
 //! - [`console`]: the console port over the ledger, one file per page, and its SVG charts.
+//! - [`operators`]: who may sign in, their roles and tenant scopes, password hashing.
 //! - [`metrics`]: the Prometheus counters and gauges (bounded labels only).
 //! - [`settings`]: flags, environment and the `--config` file, resolved once into `Settings`.
 //! - [`time`]: instants and durations as text for people and programs, and operators' input
@@ -28,6 +29,7 @@ pub mod http;
 pub mod job;
 pub mod ledger;
 pub mod metrics;
+pub mod operators;
 pub mod provider;
 pub mod queue;
 pub mod settings;

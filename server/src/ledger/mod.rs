@@ -16,18 +16,18 @@
 //!   console's pages read (timeline runs, chart buckets, capped counts); `unknown.rs` — the
 //!   reconciliation queue; `scans.rs` — the reaper's queries; `transport.rs` — refused queue
 //!   messages and dead-letter notes; `queue_store.rs` — the embedded queue's table;
-//! - `tokens.rs` — API tokens; `retention.rs` — pruning; `generated.rs`, `reference.rs` —
+//! - `tokens.rs` — API tokens; `operators.rs` — operators, console sessions, sign-in failures; `retention.rs` — pruning; `generated.rs`, `reference.rs` —
 //!   the benchmarks' generated data and reference tables;
 //! - `model.rs` — what goes in and comes out; `error.rs` — errors and typed refusals;
 //!   `connect.rs` — pools, pragmas, migrations, the clock.
 //!
 //! No SQL lives outside this module: the embedded queue, the benchmarks and (to come) the
-//! operators' sessions call ledger functions. Sessions are decided thus: the ledger implements
-//! `tower-sessions`' `SessionStore` itself, over its own pools and statement catalogue, with a
-//! `sessions` table in both migration sets. `tower-sessions-sqlx-store` wants native
-//! `PgPool`/`SqlitePool`s and a second migration path; on the ledger's `AnyPool` one store serves
-//! both backends, shares the SQLite writer (no second writer to contend with) and is tested with
-//! the rest of the ledger on both.
+//! operators' sessions call ledger functions. Sessions are decided thus: the ledger keeps a
+//! `sessions` table (in both migration sets) and the functions that load, save and delete a
+//! session record; `http` implements `tower-sessions`' `SessionStore` on them. Not
+//! `tower-sessions-sqlx-store`: it wants native `PgPool`/`SqlitePool`s and its own migrations,
+//! where through the ledger one store serves both backends, shares the SQLite writer (no second
+//! writer to contend with) and is tested with the rest of the ledger on both.
 
 mod connect;
 mod console_reads;
@@ -35,6 +35,7 @@ mod dialect;
 mod error;
 mod generated;
 mod model;
+mod operators;
 mod queue_store;
 mod read;
 mod reference;
@@ -55,6 +56,7 @@ pub use model::{
     DecisionRecord, DeliveryRef, Event, Failure, FailureOutcome, Job, JobFilter, JobPage, NewEvent,
     NewJob, Owner, Recovered, Renewal, ReplayPolicy,
 };
+pub use operators::{Credentials, FailureScope};
 pub use queue_store::{QueueDepth, TakenMessage, VisibilityChange};
 pub use retention::{Pruned, RetentionRun};
 pub use tokens::{valid_tenant, TokenInfo};

@@ -308,6 +308,28 @@ catalogue! {
         revoke_token: "UPDATE api_tokens SET revoked_at = {now} \
              WHERE substr(token_hash, 1, 12) = $1 AND revoked_at IS NULL",
 
+        // operators, sessions, sign-in failures
+
+        add_operator: "INSERT INTO operators (name, password_hash, role, tenants, created_at, \
+             updated_at, password_set_at) VALUES ($1, $2, $3, $4, {now}, {now}, {now}) \
+             ON CONFLICT (name) DO NOTHING",
+        set_operator_role: "UPDATE operators SET role = $2, updated_at = {now} WHERE name = $1",
+        set_operator_role_and_tenants: "UPDATE operators SET role = $2, tenants = $3, \
+             updated_at = {now} WHERE name = $1",
+        set_operator_password: "UPDATE operators SET password_hash = $2, \
+             password_set_at = {now}, updated_at = {now} WHERE name = $1",
+        set_operator_disabled: "UPDATE operators SET \
+             disabled_at = CASE WHEN $2 = 1 THEN COALESCE(disabled_at, {now}) ELSE NULL END, \
+             updated_at = {now} WHERE name = $1",
+        /// A session record that has not expired.
+        live_session: "SELECT data, expires_at FROM sessions WHERE id = $1 AND expires_at > {now}",
+        prune_sessions: "DELETE FROM sessions WHERE expires_at <= {now}",
+        prune_sign_in_failures: "DELETE FROM sign_in_failures WHERE at < {now} - 3600000000",
+        record_sign_in_failure: "INSERT INTO sign_in_failures (scope, key, at) \
+             VALUES ($1, $2, {now})",
+        recent_sign_in_failures: "SELECT COUNT(*) FROM sign_in_failures \
+             WHERE scope = $1 AND key = $2 AND at > {now} - $3",
+
         // the embedded queue's table
 
         /// A copy of a message, visible after `$4`.

@@ -92,6 +92,9 @@ pub enum Command {
     /// Manage API tokens.
     #[command(subcommand)]
     Token(TokenCommand),
+    /// Manage the operators who sign in to the console.
+    #[command(subcommand)]
+    Operator(OperatorCommand),
     /// Measure the ledger beside a baseline on the same database.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -301,6 +304,46 @@ pub enum TokenCommand {
     List,
     /// Revoke a token by the id `token list` shows; requests with it are refused from then on.
     Revoke { id: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OperatorCommand {
+    /// Add an operator. The password is read from a prompt, or from standard input with
+    /// `--password-stdin`; never from an argument.
+    Add {
+        name: String,
+        /// `viewer` (reads), `operator` (decides, replays, runs drills) or `admin` (also
+        /// manages operators).
+        #[arg(long)]
+        role: String,
+        /// Limit the operator to these tenants (repeat the flag); default: every tenant.
+        #[arg(long = "tenant")]
+        tenants: Vec<String>,
+        /// Read the password from the first line of standard input.
+        #[arg(long)]
+        password_stdin: bool,
+    },
+    /// List operators: name, role, tenants, created, disabled. Never passwords.
+    List,
+    /// Change an operator's role (and, with `--tenant` or `--all-tenants`, its tenants).
+    SetRole {
+        name: String,
+        role: String,
+        #[arg(long = "tenant", conflicts_with = "all_tenants")]
+        tenants: Vec<String>,
+        #[arg(long)]
+        all_tenants: bool,
+    },
+    /// Disable an operator: no sign-in, and its sessions stop working.
+    Disable { name: String },
+    /// Enable a disabled operator again.
+    Enable { name: String },
+    /// Set a new password (prompt, or `--password-stdin`); sessions begun before it end.
+    Reset {
+        name: String,
+        #[arg(long)]
+        password_stdin: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

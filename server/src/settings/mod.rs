@@ -13,8 +13,9 @@ use std::time::Duration;
 use clap::{Args, FromArgMatches, Parser, ValueEnum};
 
 pub use cli::{
-    BenchCommand, Cli, Command, ProviderArg as ProviderKind, QueueArg as QueueKind, QueueCommand,
-    RuntimeArgs, ServeArgs, SubmitArgs, TimingsArg, TokenCommand,
+    BenchCommand, Cli, Command, OperatorCommand, ProviderArg as ProviderKind,
+    QueueArg as QueueKind, QueueCommand, RuntimeArgs, ServeArgs, SubmitArgs, TimingsArg,
+    TokenCommand,
 };
 
 use crate::ledger::{Backend, LedgerOptions, SqliteSync};

@@ -8,6 +8,7 @@
 mod api;
 mod helpers;
 mod ledger_contract;
+mod operators;
 mod processes;
 mod properties;
 mod providers;

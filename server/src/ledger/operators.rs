@@ -1,0 +1,309 @@
+//! Operators, their console sessions and failed sign-ins. Password hashing and roles are
+//! `crate::operators`'s; sessions' meaning is `http`'s. Here they are rows.
+
+use sqlx::FromRow;
+
+use super::{Ledger, LedgerError};
+use crate::operators::{Operator, Role};
+
+#[derive(FromRow)]
+struct OperatorRow {
+    name: String,
+    #[sqlx(try_from = "String")]
+    role: Role,
+    tenants: Option<String>,
+    created_at: i64,
+    disabled_at: Option<i64>,
+}
+
+impl From<OperatorRow> for Operator {
+    fn from(row: OperatorRow) -> Operator {
+        Operator {
+            name: row.name,
+            role: row.role,
+            tenants: row
+                .tenants
+                .map(|t| t.split(',').map(str::to_owned).collect()),
+            created_at: row.created_at,
+            disabled_at: row.disabled_at,
+        }
+    }
+}
+
+/// What sign-in needs: the operator, the hash to check and when the password was last set.
+#[derive(Debug, Clone)]
+pub struct Credentials {
+    pub operator: Operator,
+    pub password_hash: String,
+    pub password_set_at: i64,
+}
+
+/// Where sign-in failures are counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureScope {
+    Account,
+    Address,
+}
+
+impl FailureScope {
+    fn as_str(self) -> &'static str {
+        match self {
+            FailureScope::Account => "account",
+            FailureScope::Address => "address",
+        }
+    }
+}
+
+const OPERATOR_COLUMNS: &str = "name, role, tenants, created_at, disabled_at";
+
+fn tenant_list(tenants: Option<&[String]>) -> Result<Option<String>, LedgerError> {
+    let Some(list) = tenants else {
+        return Ok(None);
+    };
+    if list.is_empty() || list.iter().any(|t| !super::valid_tenant(t)) {
+        return Err(LedgerError::Invalid(
+            "tenants are 1 to 64 characters of letters, digits, '.', '_' or '-'".into(),
+        ));
+    }
+    Ok(Some(list.join(",")))
+}
+
+impl Ledger {
+    /// Adds an operator with an already hashed password. Refused if the name is taken.
+    pub async fn add_operator(
+        &self,
+        name: &str,
+        role: Role,
+        tenants: Option<&[String]>,
+        password_hash: &str,
+    ) -> Result<Operator, LedgerError> {
+        if !crate::operators::valid_name(name) {
+            return Err(LedgerError::Invalid(
+                "an operator name is 1 to 64 letters, digits, '.', '_', '-' or '@'".into(),
+            ));
+        }
+        let added = sqlx::query(&self.sql.add_operator)
+            .bind(name)
+            .bind(password_hash)
+            .bind(role.as_str())
+            .bind(tenant_list(tenants)?)
+            .execute(&self.writer)
+            .await?
+            .rows_affected();
+        if added == 0 {
+            return Err(LedgerError::Invalid(format!(
+                "there is already an operator named {name}"
+            )));
+        }
+        self.operator(name)
+            .await?
+            .ok_or_else(|| LedgerError::Corrupt("an added operator vanished".into()))
+    }
+
+    /// Every operator, by name.
+    pub async fn list_operators(&self) -> Result<Vec<Operator>, LedgerError> {
+        let sql = format!("SELECT {OPERATOR_COLUMNS} FROM operators ORDER BY name");
+        let rows: Vec<OperatorRow> = sqlx::query_as(&sql).fetch_all(&self.reader).await?;
+        Ok(rows.into_iter().map(Operator::from).collect())
+    }
+
+    /// How many operators can sign in.
+    pub async fn active_operator_count(&self) -> Result<i64, LedgerError> {
+        Ok(
+            sqlx::query_scalar("SELECT COUNT(*) FROM operators WHERE disabled_at IS NULL")
+                .fetch_one(&self.reader)
+                .await?,
+        )
+    }
+
+    pub async fn operator(&self, name: &str) -> Result<Option<Operator>, LedgerError> {
+        let sql = format!("SELECT {OPERATOR_COLUMNS} FROM operators WHERE name = $1");
+        let row: Option<OperatorRow> = sqlx::query_as(&sql)
+            .bind(name)
+            .fetch_optional(&self.reader)
+            .await?;
+        Ok(row.map(Operator::from))
+    }
+
+    /// The operator and password hash for a sign-in attempt.
+    pub async fn credentials(&self, name: &str) -> Result<Option<Credentials>, LedgerError> {
+        let sql = format!(
+            "SELECT {OPERATOR_COLUMNS}, password_hash, password_set_at FROM operators \
+             WHERE name = $1"
+        );
+        let Some(row) = sqlx::query(&sql)
+            .bind(name)
+            .fetch_optional(&self.reader)
+            .await?
+        else {
+            return Ok(None);
+        };
+        use sqlx::Row;
+        Ok(Some(Credentials {
+            password_hash: row.try_get("password_hash")?,
+            password_set_at: row.try_get("password_set_at")?,
+            operator: OperatorRow::from_row(&row)?.into(),
+        }))
+    }
+
+    /// Changes an operator's role and, when given, its tenants (`Some(None)`: every tenant).
+    pub async fn set_operator_role(
+        &self,
+        name: &str,
+        role: Role,
+        tenants: Option<Option<&[String]>>,
+    ) -> Result<Operator, LedgerError> {
+        let changed = match tenants {
+            None => {
+                sqlx::query(&self.sql.set_operator_role)
+                    .bind(name)
+                    .bind(role.as_str())
+                    .execute(&self.writer)
+                    .await?
+            }
+            Some(tenants) => {
+                sqlx::query(&self.sql.set_operator_role_and_tenants)
+                    .bind(name)
+                    .bind(role.as_str())
+                    .bind(tenant_list(tenants)?)
+                    .execute(&self.writer)
+                    .await?
+            }
+        };
+        self.changed_operator(name, changed.rows_affected()).await
+    }
+
+    /// Sets a new password hash; sessions begun before it stop working.
+    pub async fn set_operator_password(
+        &self,
+        name: &str,
+        password_hash: &str,
+    ) -> Result<Operator, LedgerError> {
+        let changed = sqlx::query(&self.sql.set_operator_password)
+            .bind(name)
+            .bind(password_hash)
+            .execute(&self.writer)
+            .await?;
+        self.changed_operator(name, changed.rows_affected()).await
+    }
+
+    /// Disables (or, with `false`, enables again) an operator: no sign-in, no session.
+    pub async fn set_operator_disabled(
+        &self,
+        name: &str,
+        disabled: bool,
+    ) -> Result<Operator, LedgerError> {
+        let changed = sqlx::query(&self.sql.set_operator_disabled)
+            .bind(name)
+            .bind(i64::from(disabled))
+            .execute(&self.writer)
+            .await?;
+        self.changed_operator(name, changed.rows_affected()).await
+    }
+
+    async fn changed_operator(&self, name: &str, changed: u64) -> Result<Operator, LedgerError> {
+        if changed == 0 {
+            return Err(LedgerError::Invalid(format!("no operator named {name}")));
+        }
+        self.operator(name)
+            .await?
+            .ok_or_else(|| LedgerError::Corrupt("a changed operator vanished".into()))
+    }
+
+    /// A session record's data and expiry (microseconds), if it exists and has not expired.
+    pub async fn session(&self, id: &str) -> Result<Option<(String, i64)>, LedgerError> {
+        Ok(sqlx::query_as(&self.sql.live_session)
+            .bind(id)
+            .fetch_optional(&self.reader)
+            .await?)
+    }
+
+    /// Writes a session record (insert or replace).
+    pub async fn save_session(
+        &self,
+        id: &str,
+        data: &str,
+        expires_at: i64,
+    ) -> Result<(), LedgerError> {
+        sqlx::query(
+            "INSERT INTO sessions (id, data, expires_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (id) DO UPDATE SET data = excluded.data, expires_at = excluded.expires_at",
+        )
+        .bind(id)
+        .bind(data)
+        .bind(expires_at)
+        .execute(&self.writer)
+        .await?;
+        Ok(())
+    }
+
+    /// Writes a new session record; `false` if the id is taken (the caller draws another).
+    pub async fn create_session(
+        &self,
+        id: &str,
+        data: &str,
+        expires_at: i64,
+    ) -> Result<bool, LedgerError> {
+        let created = sqlx::query(
+            "INSERT INTO sessions (id, data, expires_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(id)
+        .bind(data)
+        .bind(expires_at)
+        .execute(&self.writer)
+        .await?
+        .rows_affected();
+        Ok(created == 1)
+    }
+
+    pub async fn delete_session(&self, id: &str) -> Result<(), LedgerError> {
+        sqlx::query("DELETE FROM sessions WHERE id = $1")
+            .bind(id)
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes expired sessions and sign-in failures older than an hour; returns how many
+    /// sessions went.
+    pub async fn prune_sessions(&self) -> Result<u64, LedgerError> {
+        let sessions = sqlx::query(&self.sql.prune_sessions)
+            .execute(&self.writer)
+            .await?
+            .rows_affected();
+        sqlx::query(&self.sql.prune_sign_in_failures)
+            .execute(&self.writer)
+            .await?;
+        Ok(sessions)
+    }
+
+    /// Records a failed sign-in for `key` (an account name or an address).
+    pub async fn record_sign_in_failure(
+        &self,
+        scope: FailureScope,
+        key: &str,
+    ) -> Result<(), LedgerError> {
+        sqlx::query(&self.sql.record_sign_in_failure)
+            .bind(scope.as_str())
+            .bind(key)
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+
+    /// Failed sign-ins for `key` in the last `window_us` microseconds.
+    pub async fn recent_sign_in_failures(
+        &self,
+        scope: FailureScope,
+        key: &str,
+        window_us: i64,
+    ) -> Result<i64, LedgerError> {
+        Ok(sqlx::query_scalar(&self.sql.recent_sign_in_failures)
+            .bind(scope.as_str())
+            .bind(key)
+            .bind(window_us)
+            .fetch_one(&self.reader)
+            .await?)
+    }
+}
