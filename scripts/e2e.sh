@@ -23,6 +23,19 @@ export FENCELINE_E2E_DATABASE_URL="sqlite://$dir/e2e.sqlite?mode=rwc"
 export FENCELINE_E2E_PORT=$(free_port)
 export FENCELINE_E2E_TOKEN=$(target/debug/fenceline token add e2e --database-url "$FENCELINE_E2E_DATABASE_URL" 2>/dev/null)
 export FENCELINE_BIN="$PWD/target/debug/fenceline"
+# Operators to sign in as (passwords from standard input, never from an argument).
+export FENCELINE_E2E_PASSWORD="e2e-$(python3 -c 'import secrets; print(secrets.token_hex(12))')"
+for who in operator viewer; do
+  printf '%s\n' "$FENCELINE_E2E_PASSWORD" | "$FENCELINE_BIN" operator add "e2e-$who" --role "$who" \
+    --password-stdin --database-url "$FENCELINE_E2E_DATABASE_URL" >/dev/null
+done
+# Jobs whose call may have happened: one to decide per project, one for the viewer.
+FENCELINE_E2E_UNKNOWN_JOBS=""
+for _ in 1 2 3; do
+  FENCELINE_E2E_UNKNOWN_JOBS="$FENCELINE_E2E_UNKNOWN_JOBS $("$FENCELINE_BIN" bench seed-timeline \
+    --database-url "$FENCELINE_E2E_DATABASE_URL" --events 0 --pattern unknown --tenant e2e-seed)"
+done
+export FENCELINE_E2E_UNKNOWN_JOBS
 # Two long timelines: one that pages (nothing folds), one long call whose renewals fold.
 export FENCELINE_E2E_LONG_JOB=$("$FENCELINE_BIN" bench seed-timeline --database-url "$FENCELINE_E2E_DATABASE_URL" \
   --events 3000 --pattern alternating --tenant e2e-seed)

@@ -1,6 +1,12 @@
 // Progressive enhancement only: every page works without this file.
 // A permalink to an event that is not on the page shown opens the page that holds it.
 (function () {
+  // Signing in from a shared link: the browser kept the link's #anchor on /login; carry it.
+  var next = document.querySelector('form[action="/login"] input[name="next"]');
+  if (next && /^#e\d+$/.test(location.hash) && next.value.indexOf('#') < 0) {
+    next.value += location.hash;
+  }
+  if (next) return;
   var match = location.hash.match(/^#e(\d+)$/);
   if (!match || document.getElementById('e' + match[1])) return;
   var url = new URL(location.href);

@@ -21,6 +21,8 @@ pub trait Console: Send + Sync + 'static {
     /// The reconciliation queue, oldest first, a page after `after` (from a previous page).
     fn unknown(&self, after: Option<String>) -> Pending<'_, UnknownPage>;
     fn dead_letters(&self) -> Pending<'_, DeadLetters>;
+    /// The audit log, newest first.
+    fn audit(&self, query: AuditQuery) -> Pending<'_, AuditPage>;
 }
 
 /// The console port as held in the Leptos context.
@@ -265,4 +267,73 @@ pub struct DeadLetters {
     pub rows: Vec<DeadLetterRow>,
     /// Set when the queue cannot be listed without receiving (SQS).
     pub notice: Option<String>,
+}
+
+/// Who is looking at the page, as the server's sign-in gate found them: the operator (if
+/// signed in), the form token every form carries, and a message left by the last action.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Visitor {
+    pub operator: Option<SignedIn>,
+    /// The session's anti-forgery token: a hidden `csrf` field in every form that posts.
+    pub csrf: String,
+    pub flash: Option<Flash>,
+}
+
+impl Visitor {
+    /// Whether the signed-in operator may act on jobs (decide, retry, cancel, replay).
+    pub fn can_act(&self) -> bool {
+        self.operator.as_ref().is_some_and(|o| o.can_act)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SignedIn {
+    pub name: String,
+    pub role: String,
+    pub can_act: bool,
+    /// The tenants this operator is limited to, as shown (`None`: every tenant).
+    pub tenants: Option<String>,
+}
+
+/// The outcome of the last action, shown once on the page it redirected to.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Flash {
+    pub ok: bool,
+    pub text: String,
+}
+
+/// Filters of the audit log.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AuditQuery {
+    /// An operator's name.
+    pub operator: Option<String>,
+    pub action: Option<String>,
+    pub job: Option<String>,
+    /// `hour`, `day`, `week` or nothing (all).
+    pub within: Option<String>,
+    /// The id below which the next page starts.
+    pub before: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditRow {
+    pub at: String,
+    pub actor: String,
+    pub action: String,
+    pub job_id: Option<String>,
+    pub tenant: Option<String>,
+    pub seen_epoch: Option<i64>,
+    pub new_epoch: Option<i64>,
+    pub state_before: Option<String>,
+    pub state_after: Option<String>,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditPage {
+    pub rows: Vec<AuditRow>,
+    /// `before` of the next page, when there is one.
+    pub next: Option<i64>,
+    /// The actions there are, for the filter.
+    pub actions: Vec<String>,
 }

@@ -46,6 +46,9 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
+    let visitor = pages::visitor();
+    let signed_in = visitor.operator.clone();
+    let csrf = visitor.csrf.clone();
     view! {
         <Stylesheet id="fenceline" href="/style/fenceline.css"/>
         <Title text="Fenceline"/>
@@ -53,21 +56,34 @@ pub fn App() -> impl IntoView {
             <a class="skip" href="#main">"Skip to content"</a>
             <header class="topbar">
                 <A href="/" attr:class="brand">"Fenceline"</A>
-                <nav aria-label="Main">
-                    <A href="/" exact=true>"Overview"</A>
-                    <A href="/jobs">"Jobs"</A>
-                    <A href="/unknown">"Unknown"</A>
-                    <A href="/dlq">"Dead letters"</A>
-                    <a href="/api/v1/openapi.json">"API"</a>
-                </nav>
+                {signed_in.map(|op| view! {
+                    <nav aria-label="Main">
+                        <A href="/" exact=true>"Overview"</A>
+                        <A href="/jobs">"Jobs"</A>
+                        <A href="/unknown">"Unknown"</A>
+                        <A href="/dlq">"Dead letters"</A>
+                        <A href="/audit">"Audit"</A>
+                        <a href="/api/v1/openapi.json">"API"</a>
+                    </nav>
+                    <form class="whoami" method="post" action="/logout">
+                        <span title=op.tenants.map(|t| format!("tenants: {t}")).unwrap_or_else(|| "every tenant".into())>
+                            {op.name}<span class="muted">{format!(" · {}", op.role)}</span>
+                        </span>
+                        <input type="hidden" name="csrf" value=csrf/>
+                        <button type="submit" class="link">"Sign out"</button>
+                    </form>
+                })}
             </header>
             <main id="main">
+                <components::FlashMessage flash=visitor.flash/>
                 <Routes fallback=|| view! { <NotFound/> }>
                     <Route path=path!("/") view=pages::overview::OverviewPage ssr=SsrMode::Async/>
                     <Route path=path!("/jobs") view=pages::jobs::JobsPage ssr=SsrMode::Async/>
                     <Route path=path!("/jobs/:job_id") view=pages::job::JobPage ssr=SsrMode::Async/>
                     <Route path=path!("/unknown") view=pages::unknown::UnknownPage ssr=SsrMode::Async/>
                     <Route path=path!("/dlq") view=pages::dlq::DeadLettersPage ssr=SsrMode::Async/>
+                    <Route path=path!("/audit") view=pages::audit::AuditPage ssr=SsrMode::Async/>
+                    <Route path=path!("/login") view=pages::login::LoginPage ssr=SsrMode::Async/>
                 </Routes>
             </main>
         </Router>

@@ -1,4 +1,4 @@
-import { test, expect, type APIRequestContext } from '@playwright/test';
+import { test, expect, type APIRequestContext, type Page } from '@playwright/test';
 
 // Set by scripts/e2e.sh: an API token, and two generated long timelines.
 const token = process.env.FENCELINE_E2E_TOKEN ?? '';
@@ -6,6 +6,24 @@ const longJob = process.env.FENCELINE_E2E_LONG_JOB ?? '';
 const foldedJob = process.env.FENCELINE_E2E_FOLDED_JOB ?? '';
 const headers = { Authorization: `Bearer ${token}` };
 const secret = 'e2e-secret-input-do-not-show';
+// Operators e2e-operator and e2e-viewer share this password; three seeded `unknown` jobs.
+const password = process.env.FENCELINE_E2E_PASSWORD ?? '';
+const unknownJobs = (process.env.FENCELINE_E2E_UNKNOWN_JOBS ?? '').trim().split(/\s+/);
+
+async function signIn(page: Page, name: string) {
+  if (!page.url().includes('/login')) {
+    await page.goto('/login');
+  }
+  await page.getByLabel('Name').fill(name);
+  await page.getByLabel('Password').fill(password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+}
+
+async function signOut(page: Page) {
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await expect(page).toHaveURL(/\/login$/);
+  await expect(page.locator('.flash')).toHaveText('Signed out.');
+}
 
 async function submitAndFinish(request: APIRequestContext, key: string): Promise<string> {
   const created = await request.post('/api/v1/jobs', {
@@ -25,6 +43,62 @@ async function submitAndFinish(request: APIRequestContext, key: string): Promise
 test.beforeAll(() => {
   expect(token, 'scripts/e2e.sh sets FENCELINE_E2E_TOKEN').not.toBe('');
   expect(longJob, 'scripts/e2e.sh sets FENCELINE_E2E_LONG_JOB').not.toBe('');
+  expect(password, 'scripts/e2e.sh sets FENCELINE_E2E_PASSWORD').not.toBe('');
+  expect(unknownJobs.length, 'scripts/e2e.sh seeds FENCELINE_E2E_UNKNOWN_JOBS').toBe(3);
+});
+
+test.beforeEach(async ({ page }) => {
+  await signIn(page, 'e2e-operator');
+  await expect(page).toHaveURL(/\/$/);
+});
+
+test('a shared link opened signed out goes through sign-in to the job; an operator authorizes a retry and finds it in the audit log', async ({ page }, info) => {
+  const jobId = unknownJobs[info.project.name === 'with-js' ? 0 : 1];
+  await signOut(page);
+  await page.goto(`/jobs/${jobId}#e2`);
+  await expect(page).toHaveURL(/\/login\?next=/);
+  await page.screenshot({ path: info.outputPath('login.png'), fullPage: true });
+  await signIn(page, 'e2e-operator');
+  // With JavaScript the link's anchor survives sign-in; without, the page itself does.
+  await expect(page).toHaveURL(
+    new RegExp(`/jobs/${jobId}${info.project.name === 'with-js' ? '#e2' : ''}$`),
+  );
+  await expect(page.locator('.job-header .badge')).toHaveText('unknown');
+  const decide = page.getByRole('region', { name: 'Decide' });
+  await expect(decide).toBeVisible();
+  await page.screenshot({ path: info.outputPath('decide.png'), fullPage: true });
+  const retry = decide.locator('form', { has: page.getByRole('button', { name: 'Authorize retry' }) });
+  await retry.getByLabel('Reason').fill('the provider has no record of the call');
+  await retry.getByRole('button', { name: 'Authorize retry' }).click();
+  await expect(page.locator('.flash')).toContainText('Retry authorized');
+  await expect(page.locator('.job-header .badge')).toHaveText('succeeded', { timeout: 30_000 });
+  await expect(page.locator('table.events')).toContainText('decision recorded');
+  await page.screenshot({ path: info.outputPath('retried.png'), fullPage: true });
+  await page.getByRole('link', { name: 'Audit' }).click();
+  const row = page.locator('tbody tr', { hasText: jobId });
+  await expect(row).toContainText('operator:e2e-operator');
+  await expect(row).toContainText('authorize retry');
+  await expect(row).toContainText('the provider has no record of the call');
+  await page.screenshot({ path: info.outputPath('audit.png'), fullPage: true });
+});
+
+test('a viewer sees an unknown job but no action', async ({ page }, info) => {
+  await signOut(page);
+  await signIn(page, 'e2e-viewer');
+  await page.goto(`/jobs/${unknownJobs[2]}`);
+  await expect(page.locator('.job-header .badge')).toHaveText('unknown');
+  await expect(page.getByRole('region', { name: 'Decide' })).toHaveCount(0);
+  await expect(page.locator('form[action$="/decisions"]')).toHaveCount(0);
+  await expect(page.locator('.whoami')).toContainText('e2e-viewer');
+  await page.screenshot({ path: info.outputPath('viewer.png'), fullPage: true });
+});
+
+test('a wrong password is refused with a clear message', async ({ page }) => {
+  await signOut(page);
+  await page.getByLabel('Name').fill('e2e-viewer');
+  await page.getByLabel('Password').fill('not the password at all');
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await expect(page.locator('.flash')).toHaveText('Wrong name or password.');
 });
 
 test('the overview shows jobs by state and charts with their numbers', async ({ page, request }, info) => {
@@ -111,7 +185,9 @@ test('with JavaScript, a permalink to an event on a later page opens that page',
   expect(await page.evaluate(() => document.querySelector(':target')?.id)).toBe('e2900');
 });
 
-test('exports for incident review are frozen, complete and free of secrets', async ({ request }, info) => {
+test('exports for incident review are frozen, complete and free of secrets', async ({ page }, info) => {
+  // The signed-in page's cookies: exports are behind sign-in too.
+  const request = page.request;
   const jobId = await submitAndFinish(request, `export-${info.project.name}`);
   const md = await request.get(`/jobs/${jobId}/export.md`);
   expect(md.status()).toBe(200);

@@ -16,7 +16,15 @@ async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("FENCELINE_LOG")
-                .unwrap_or_else(|_| "info,sqlx=warn,aws=warn".into()),
+                .unwrap_or_else(|_| "info,sqlx=warn,aws=warn".into())
+                // The session library's spans carry session values (form tokens) as fields:
+                // never below warnings, whatever FENCELINE_LOG asks.
+                .add_directive("tower_sessions=warn".parse().expect("a static directive"))
+                .add_directive(
+                    "tower_sessions_core=warn"
+                        .parse()
+                        .expect("a static directive"),
+                ),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -148,6 +156,9 @@ async fn serve(settings: &Settings) -> anyhow::Result<()> {
     let ledger = app.ledger().clone();
     let metrics = app.metrics().clone();
     let backend = ledger.backend().as_str();
+    let first_password = fenceline::startup::first_operator(&ledger, settings.environment)
+        .await
+        .context("checking that someone can sign in")?;
     let mut supervisor = Supervisor::default();
     if settings.http.run_worker {
         runtime::start(&mut supervisor, &ledger, settings, &metrics).await?;
@@ -163,7 +174,16 @@ async fn serve(settings: &Settings) -> anyhow::Result<()> {
     });
     tracing::info!(%addr, database = backend, "fenceline is serving");
     println!("Fenceline is running on the {backend} ledger.");
-    println!("  Console: {}/", settings.console_url(addr));
+    let console = settings.console_url(addr);
+    println!("  Console: {console}/");
+    match first_password {
+        // Shown once, here only: never logged. Only its argon2id hash is stored.
+        Some(password) => {
+            println!("  Sign in at {console}/login as admin, password: {password}");
+            println!("  (shown once; change it with: fenceline operator reset admin)");
+        }
+        None => println!("  Sign in at {console}/login"),
+    }
     println!("  API:     http://{addr}/api/v1  (OpenAPI: http://{addr}/api/v1/openapi.json)");
     println!("  Create an API token with: fenceline token add <tenant>");
     supervisor

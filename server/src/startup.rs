@@ -64,6 +64,7 @@ impl Application {
             queue: queue_info,
             model_policy: std::sync::Arc::new(settings.http.model_policy.clone()),
             metrics: metrics.clone(),
+            access: std::sync::Arc::new(settings.access()),
         });
         Ok(Application {
             listener,
@@ -94,9 +95,13 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(shutdown)
-            .await
+        axum::serve(
+            self.listener,
+            self.router
+                .into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(shutdown)
+        .await
     }
 }
 
@@ -390,5 +395,47 @@ pub mod runtime {
                 "retention is off: nothing is pruned (FENCELINE_RETENTION_DAYS to change)"
             ),
         }
+    }
+}
+
+/// Why a deployment cannot let anyone sign in.
+#[derive(Debug, thiserror::Error)]
+pub enum BootstrapError {
+    #[error(
+        "no operator can sign in to this production deployment: add one first with \
+         `fenceline operator add <name> --role admin` (the password is read from a prompt or \
+         --password-stdin)"
+    )]
+    NoOperatorInProduction,
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error("cannot make the first administrator's password: {0}")]
+    Password(#[from] crate::operators::PasswordError),
+}
+
+/// On a deployment with no operator able to sign in, the first `serve` of a development
+/// deployment adds `admin` with a generated password and returns it, to be shown once beside
+/// the console's address. A production deployment never does: it refuses to start instead.
+pub async fn first_operator(
+    ledger: &Ledger,
+    environment: crate::settings::Environment,
+) -> Result<Option<String>, BootstrapError> {
+    if ledger.active_operator_count().await? > 0 {
+        return Ok(None);
+    }
+    if environment == crate::settings::Environment::Production {
+        return Err(BootstrapError::NoOperatorInProduction);
+    }
+    let password = crate::operators::generate_password()?;
+    let hash = crate::operators::hash_password(&password)?;
+    match ledger
+        .add_operator("admin", crate::operators::Role::Admin, None, &hash)
+        .await
+    {
+        Ok(_) => Ok(Some(password)),
+        // Another process of this deployment got there first, or an `admin` exists but is
+        // disabled: nothing to show here.
+        Err(LedgerError::Invalid(_)) => Ok(None),
+        Err(error) => Err(error.into()),
     }
 }

@@ -24,3 +24,16 @@ pub fn ErrorBox(message: String) -> impl IntoView {
 pub fn or_dash(value: Option<String>) -> String {
     value.unwrap_or_else(|| "—".to_owned())
 }
+
+/// The outcome of the last action, once.
+#[component]
+pub fn FlashMessage(flash: Option<crate::console::Flash>) -> impl IntoView {
+    flash.map(|f| {
+        let (class, role) = if f.ok {
+            ("flash flash-ok", "status")
+        } else {
+            ("flash flash-error", "alert")
+        };
+        view! { <div class=class role=role>{f.text}</div> }
+    })
+}

@@ -25,6 +25,7 @@ pub fn JobPage() -> impl IntoView {
         open: number(q.get("open")),
     });
     let console = console();
+    let visitor = super::visitor();
     view! {
         <Title text=format!("{job_id} · Fenceline")/>
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
@@ -41,7 +42,9 @@ pub fn JobPage() -> impl IntoView {
                     Err(message) => return view! { <ErrorBox message/> }.into_any(),
                     Ok(t) => t,
                 };
-                let live = !detail.terminal;
+                // An `unknown` job waits for a decision: no refresh under an operator's typing.
+                let live = !detail.terminal && detail.state != "unknown";
+                let deciding = detail.state == "unknown" && visitor.can_act();
                 let d = detail;
                 view! {
                     {live.then(|| view! { <Meta http_equiv="refresh" content="2"/> })}
@@ -73,6 +76,9 @@ pub fn JobPage() -> impl IntoView {
                             <a href=format!("/jobs/{}/export.json", d.job_id)>"JSON"</a>
                         </p>
                     </header>
+                    {deciding.then(|| view! {
+                        <DecisionForms job_id=d.job_id.clone() epoch=d.epoch csrf=visitor.csrf.clone()/>
+                    })}
                     <section aria-labelledby="swimlanes">
                         <h2 id="swimlanes">"Timeline"</h2>
                         <div class="swimlane"><SvgChart chart=d.swimlane/></div>
@@ -207,5 +213,52 @@ fn EventTable(job_id: String, timeline: Timeline) -> impl IntoView {
             </tbody>
         </table>
         {pager()}
+    }
+}
+
+/// The three decisions an `unknown` job can get, each a plain form naming the epoch shown.
+#[component]
+fn DecisionForms(job_id: String, epoch: i64, csrf: String) -> impl IntoView {
+    let action = format!("/jobs/{job_id}/decisions");
+    let hidden = move |decision: &'static str| {
+        view! {
+            <input type="hidden" name="csrf" value=csrf.clone()/>
+            <input type="hidden" name="epoch" value=epoch.to_string()/>
+            <input type="hidden" name="decision" value=decision/>
+        }
+    };
+    view! {
+        <section aria-labelledby="decide" class="decide">
+            <h2 id="decide">"Decide"</h2>
+            <p class="lead">
+                {format!("You are deciding at epoch {epoch}. If the job changes before you submit, nothing is changed and you are told so. ")}
+                "Every decision needs a reason and is recorded with your name."
+            </p>
+            <div class="decisions">
+                <form method="post" action=action.clone() class="stack">
+                    <h3>"Authorize a fenced retry"</h3>
+                    <p class="muted">"Moves the job to a new epoch, so an earlier attempt still running can never commit, and sends it back to the queue. The attempt budget and the deadline stay as they are."</p>
+                    {hidden.clone()("authorize_retry")}
+                    <label>"Reason"<textarea name="reason" required=true maxlength="2000" rows="2"></textarea></label>
+                    <button type="submit">"Authorize retry"</button>
+                </form>
+                <form method="post" action=action.clone() class="stack">
+                    <h3>"Resolve as succeeded"</h3>
+                    <p class="muted">"When the provider shows the call completed. The pasted result becomes the job's accepted result."</p>
+                    {hidden.clone()("resolve_succeeded")}
+                    <label>"Provider reference"<input name="evidence" maxlength="500"/></label>
+                    <label>"Result (pasted)"<textarea name="result" rows="3" maxlength="1000000"></textarea></label>
+                    <label>"Reason"<textarea name="reason" required=true maxlength="2000" rows="2"></textarea></label>
+                    <button type="submit">"Resolve as succeeded"</button>
+                </form>
+                <form method="post" action=action class="stack">
+                    <h3>"Resolve as failed"</h3>
+                    <p class="muted">"Ends the job for good, without another call."</p>
+                    {hidden("resolve_failed")}
+                    <label>"Reason"<textarea name="reason" required=true maxlength="2000" rows="2"></textarea></label>
+                    <button type="submit" class="danger">"Resolve as failed"</button>
+                </form>
+            </div>
+        </section>
     }
 }

@@ -1,8 +1,10 @@
 //! One file per page.
 
+pub mod audit;
 pub mod dlq;
 pub mod job;
 pub mod jobs;
+pub mod login;
 pub mod overview;
 pub mod unknown;
 
@@ -11,4 +13,9 @@ use crate::console::SharedConsole;
 /// The console port from the request's context.
 pub(crate) fn console() -> SharedConsole {
     leptos::prelude::expect_context::<SharedConsole>()
+}
+
+/// Who is looking, as the server's sign-in gate provided it.
+pub(crate) fn visitor() -> crate::console::Visitor {
+    leptos::prelude::use_context::<crate::console::Visitor>().unwrap_or_default()
 }

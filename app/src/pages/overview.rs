@@ -55,6 +55,9 @@ pub fn OverviewPage() -> impl IntoView {
                                         }
                                     }).collect_view()}
                                 </nav>
+                                {o.charts.is_empty().then(|| view! {
+                                    <p class="notice">"The activity charts count every tenant's jobs, so they are shown only to operators without a tenant limit."</p>
+                                })}
                                 <div class="charts">
                                     {o.charts.into_iter().map(|chart| view! {
                                         <figure class="chart">

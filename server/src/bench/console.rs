@@ -29,6 +29,18 @@ pub async fn seed_timeline(
     );
     let created = ledger.create_job(job, &Actor::Drill).await?;
     let job_id = created.job().job_id.clone();
+    if pattern == "unknown" {
+        // A call that may have reached the model, whose worker vanished: `unknown`.
+        let claimed = ledger
+            .claim(&job_id, "seed-worker", Duration::from_millis(200))
+            .await?;
+        ledger.start_attempt(&claimed.owner, "stub").await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        ledger
+            .recovery_claim(&job_id, &Actor::System, "lease_expired", false)
+            .await?;
+        return Ok(job_id);
+    }
     let claimed = ledger
         .claim(&job_id, "seed-worker", Duration::from_secs(11 * 3600))
         .await?;

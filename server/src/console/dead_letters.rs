@@ -46,6 +46,10 @@ impl LedgerConsole {
                     "re-dispatched with the same job id, deadline and attempt budget".to_owned()
                 }
             };
+            // A letter no job of this console's tenants explains is not shown to it.
+            if self.tenants.is_some() && !job.as_ref().is_some_and(|j| self.covers(&j.tenant)) {
+                continue;
+            }
             rows.push(DeadLetterRow {
                 message_id,
                 job_id: parsed.as_ref().map(|m| m.job_id.clone()),

@@ -18,7 +18,12 @@ impl LedgerConsole {
         let Ok(id) = job_id.parse::<JobId>() else {
             return Ok(None);
         };
-        let Some(job) = self.ledger.job(id.as_str()).await? else {
+        let Some(job) = self
+            .ledger
+            .job(id.as_str())
+            .await?
+            .filter(|j| self.covers(&j.tenant))
+        else {
             return Ok(None);
         };
         let now = self.ledger.now_us().await?;
@@ -130,7 +135,12 @@ impl LedgerConsole {
             });
         };
         let job_id = id.to_string();
-        let Some(job) = self.ledger.job(&job_id).await? else {
+        let Some(job) = self
+            .ledger
+            .job(&job_id)
+            .await?
+            .filter(|j| self.covers(&j.tenant))
+        else {
             return Ok(Timeline {
                 rows: vec![],
                 previous: None,

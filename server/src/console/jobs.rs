@@ -14,10 +14,8 @@ impl LedgerConsole {
         let now = self.ledger.now_us().await?;
         // Exact up to 10,000 per state: enough to act on, and fast over millions of jobs.
         const CAP: i64 = 10_000;
-        let capped = self
-            .ledger
-            .count_by_state_capped(query.tenant.as_deref(), CAP)
-            .await?;
+        let tenants = self.tenants_for(query.tenant.as_deref());
+        let capped = self.counts_in(tenants.as_deref(), CAP).await?;
         let shown = |n: i64, over: bool| {
             let digits = n.to_string();
             let mut grouped = String::new();
@@ -41,7 +39,8 @@ impl LedgerConsole {
             .map(|(s, n, over)| (s.as_str().to_owned(), shown(*n, *over)))
             .collect();
         if let Some(needle) = &query.q {
-            let found = self.ledger.find_jobs(needle).await?;
+            let mut found = self.ledger.find_jobs(needle).await?;
+            found.retain(|j| self.covers(&j.tenant));
             let notice = found
                 .is_empty()
                 .then(|| format!("No job has the id or idempotency key “{needle}”."));
@@ -82,7 +81,8 @@ impl LedgerConsole {
         let page = self
             .ledger
             .list_jobs(&JobFilter {
-                tenant: query.tenant.clone(),
+                tenant: None,
+                tenants,
                 state,
                 before,
                 from_id,

@@ -10,6 +10,7 @@
 //!
 //! Must not write to the ledger, and must not put SQL here: the ledger's read API serves it.
 
+mod audit;
 pub mod charts;
 mod dead_letters;
 mod format;
@@ -20,8 +21,8 @@ mod swimlane;
 mod unknown;
 
 use fenceline_app::console::{
-    Console, DeadLetters, JobDetail, JobsPage, JobsQuery, Overview, Pending, Timeline,
-    TimelineQuery, UnknownPage, Window,
+    AuditPage, AuditQuery, Console, DeadLetters, JobDetail, JobsPage, JobsQuery, Overview, Pending,
+    Timeline, TimelineQuery, UnknownPage, Window,
 };
 
 use crate::ledger::{Ledger, LedgerError};
@@ -54,11 +55,66 @@ impl Default for QueueInfo {
 pub struct LedgerConsole {
     ledger: Ledger,
     queue: QueueInfo,
+    /// The tenants whose jobs this console shows; `None` for every tenant.
+    tenants: Option<Vec<String>>,
 }
 
 impl LedgerConsole {
+    /// A console over every tenant's jobs.
     pub fn new(ledger: Ledger, queue: QueueInfo) -> Self {
-        LedgerConsole { ledger, queue }
+        LedgerConsole {
+            ledger,
+            queue,
+            tenants: None,
+        }
+    }
+
+    /// Limits this console to `tenants`' jobs (`None`: every tenant).
+    pub fn for_tenants(mut self, tenants: Option<Vec<String>>) -> Self {
+        self.tenants = tenants;
+        self
+    }
+
+    /// Whether this console may show `tenant`'s jobs.
+    fn covers(&self, tenant: &str) -> bool {
+        self.tenants
+            .as_ref()
+            .is_none_or(|list| list.iter().any(|t| t == tenant))
+    }
+
+    /// The tenants a page may show when it asked for `wanted` (or for all): `None` for every
+    /// tenant; an empty list when none of them is this console's.
+    fn tenants_for(&self, wanted: Option<&str>) -> Option<Vec<String>> {
+        match (wanted, &self.tenants) {
+            (Some(t), _) if self.covers(t) => Some(vec![t.to_owned()]),
+            (Some(_), _) => Some(Vec::new()),
+            (None, None) => None,
+            (None, Some(list)) => Some(list.clone()),
+        }
+    }
+
+    /// Jobs per state of `tenants` (`None`: every tenant), exact up to `cap` per tenant.
+    async fn counts_in(
+        &self,
+        tenants: Option<&[String]>,
+        cap: i64,
+    ) -> Result<Vec<(crate::job::JobState, i64, bool)>, LedgerError> {
+        let Some(tenants) = tenants else {
+            return self.ledger.count_by_state_capped(None, cap).await;
+        };
+        let mut sums: Vec<(crate::job::JobState, i64, bool)> = crate::job::JobState::ALL
+            .into_iter()
+            .map(|s| (s, 0, false))
+            .collect();
+        for tenant in tenants {
+            for (state, n, over) in self.ledger.count_by_state_capped(Some(tenant), cap).await? {
+                if let Some(sum) = sums.iter_mut().find(|(s, _, _)| *s == state) {
+                    sum.1 += n;
+                    sum.2 |= over;
+                }
+            }
+        }
+        Ok(sums)
     }
 }
 
@@ -94,5 +150,9 @@ impl Console for LedgerConsole {
 
     fn dead_letters(&self) -> Pending<'_, DeadLetters> {
         Box::pin(async move { self.build_dead_letters().await.map_err(shown) })
+    }
+
+    fn audit(&self, query: AuditQuery) -> Pending<'_, AuditPage> {
+        Box::pin(async move { self.build_audit(query).await.map_err(shown) })
     }
 }

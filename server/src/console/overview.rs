@@ -43,8 +43,7 @@ impl LedgerConsole {
     pub(super) async fn build_overview(&self, window: Window) -> Result<Overview, LedgerError> {
         // Exact up to 10,000 per state (fast at any size), like the jobs list.
         let counts: Vec<(JobState, i64)> = self
-            .ledger
-            .count_by_state_capped(None, 10_000)
+            .counts_in(self.tenants.as_deref(), 10_000)
             .await?
             .into_iter()
             .map(|(s, n, _)| (s, n))
@@ -252,7 +251,12 @@ impl LedgerConsole {
                 .map(|(s, n)| (s.as_str().to_owned(), n))
                 .collect(),
             in_flight,
-            charts,
+            // The charts count every tenant's events: not for an operator limited to some.
+            charts: if self.tenants.is_some() {
+                Vec::new()
+            } else {
+                charts
+            },
             retention: self.retention_note().await?,
             queue: self.queue.description.clone(),
         })

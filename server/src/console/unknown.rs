@@ -29,6 +29,9 @@ impl LedgerConsole {
         let mut rows = Vec::with_capacity(page.len());
         for unknown in page.into_iter().take(PAGE as usize) {
             let job = &unknown.job;
+            if !self.covers(&job.tenant) {
+                continue;
+            }
             let last = self.ledger.attempts(&job.job_id).await?.into_iter().last();
             let retrieval = if unknown.retrieval_unsupported {
                 "not possible: needs a decision"
@@ -59,8 +62,7 @@ impl LedgerConsole {
             });
         }
         let total = self
-            .ledger
-            .count_by_state_capped(None, 10_000)
+            .counts_in(self.tenants.as_deref(), 10_000)
             .await?
             .into_iter()
             .find(|(state, _, _)| *state == JobState::Unknown)

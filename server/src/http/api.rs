@@ -328,6 +328,7 @@ pub(super) async fn list_jobs(
     let page = state
         .ledger
         .list_jobs(&JobFilter {
+            tenants: None,
             tenant: Some(tenant),
             state: job_state,
             before,

@@ -5,12 +5,14 @@
 use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use serde_json::{json, Value};
 
+use super::gate::SignedIn;
 use super::{ApiError, AppState};
 use crate::job::JobId;
 use crate::ledger::{detail_text, Attempt, DecisionRecord, Event, Job};
+use crate::operators::Operator;
 use crate::time::{human_duration, rfc3339_us, short_time};
 
 struct Record {
@@ -21,7 +23,9 @@ struct Record {
     exported_at: i64,
 }
 
-async fn record(state: &AppState, raw: &str) -> Result<Record, ApiError> {
+/// The job's record, if the signed-in operator's tenants include it (else it does not exist
+/// for them).
+async fn record(state: &AppState, operator: &Operator, raw: &str) -> Result<Record, ApiError> {
     let id = raw
         .parse::<JobId>()
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
@@ -29,6 +33,7 @@ async fn record(state: &AppState, raw: &str) -> Result<Record, ApiError> {
         .ledger
         .job(id.as_str())
         .await?
+        .filter(|job| operator.covers(&job.tenant))
         .ok_or_else(|| ApiError::NotFound(format!("no job {id}")))?;
     Ok(Record {
         attempts: state.ledger.attempts(&job.job_id).await?,
@@ -41,9 +46,10 @@ async fn record(state: &AppState, raw: &str) -> Result<Record, ApiError> {
 
 pub(super) async fn json_export(
     State(state): State<AppState>,
+    Extension(SignedIn(operator)): Extension<SignedIn>,
     Path(job_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let r = record(&state, &job_id).await?;
+    let r = record(&state, &operator, &job_id).await?;
     let j = &r.job;
     let body = json!({
         "exported_at": rfc3339_us(r.exported_at),
@@ -91,9 +97,10 @@ fn cell(s: &str) -> String {
 
 pub(super) async fn markdown_export(
     State(state): State<AppState>,
+    Extension(SignedIn(operator)): Extension<SignedIn>,
     Path(job_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let r = record(&state, &job_id).await?;
+    let r = record(&state, &operator, &job_id).await?;
     let j = &r.job;
     let mut md = format!(
         "# Job {id}\n\nExported {at} (UTC) from the Fenceline ledger. Permalink: `/jobs/{id}`.\n\n\

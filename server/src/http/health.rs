@@ -49,7 +49,32 @@ pub(super) async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 
 /// `/metrics`: this process's counters and the ledger's gauges, in the OpenMetrics text format.
 /// Label values are bounded (states, outcomes, reasons): never job ids, tenants or handles.
-pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+/// Served only with `Authorization: Bearer <--metrics-token>`: the counts cross tenants.
+pub(super) async fn metrics(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
+    let Some(expected) = &state.access.metrics_token else {
+        return (
+            StatusCode::NOT_FOUND,
+            "metrics are not served: start fenceline with --metrics-token \
+             (FENCELINE_METRICS_TOKEN) and scrape with that bearer token\n",
+        )
+            .into_response();
+    };
+    let given = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if !super::sessions::token_matches(Some(expected.expose()), given.trim()) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
+            "send the metrics token as `Authorization: Bearer <token>`\n",
+        )
+            .into_response();
+    }
     let ledger = &state.ledger;
     let counts = tokio::time::timeout(Duration::from_secs(5), ledger.count_by_state(None)).await;
     let gauges = match counts {
@@ -67,4 +92,5 @@ pub(super) async fn metrics(State(state): State<AppState>) -> impl IntoResponse 
         )],
         state.metrics.render(gauges.as_ref()),
     )
+        .into_response()
 }

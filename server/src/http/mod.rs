@@ -5,19 +5,23 @@
 //! put SQL here, must never answer bad input with a 5xx, and must never log request bodies,
 //! tokens or answers.
 
+mod actions;
 mod api;
 mod auth;
 pub mod contract;
 mod error;
 mod export;
+pub mod gate;
 mod health;
 pub mod openapi;
+pub mod sessions;
+mod signin;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{header, HeaderValue, Request, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use leptos::config::LeptosOptions;
 use leptos_axum::LeptosRoutes;
@@ -38,6 +42,8 @@ pub struct AppState {
     pub model_policy: std::sync::Arc<crate::provider::policy::ModelPolicy>,
     /// This process's counters, shown at `/metrics`.
     pub metrics: crate::metrics::Metrics,
+    /// Who may reach the console and `/metrics`, and how long sessions last.
+    pub access: std::sync::Arc<gate::Access>,
 }
 
 const STYLESHEET: &str = include_str!("../../../style/fenceline.css");
@@ -53,20 +59,37 @@ pub fn router(state: AppState) -> Router {
         .site_root("target/site")
         .build();
     let routes = leptos_axum::generate_route_list(fenceline_app::App);
-    let port: fenceline_app::console::SharedConsole = std::sync::Arc::new(
-        crate::console::LedgerConsole::new(state.ledger.clone(), state.queue.clone()),
-    );
-    let console = Router::new()
-        .leptos_routes_with_context(
-            &options,
-            routes,
-            move || leptos::prelude::provide_context(port.clone()),
-            {
-                let options = options.clone();
-                move || fenceline_app::shell(options.clone())
-            },
-        )
+    let (ledger, queue) = (state.ledger.clone(), state.queue.clone());
+    let pages = Router::new()
+        .leptos_routes_with_context(&options, routes, move || page_context(&ledger, &queue), {
+            let options = options.clone();
+            move || fenceline_app::shell(options.clone())
+        })
         .with_state(options);
+
+    // Everything an operator's browser reaches with the session cookie.
+    let console = Router::new()
+        .route("/login", post(signin::login))
+        .route("/logout", post(signin::logout))
+        .route("/jobs/{job_id}/decisions", post(actions::decide))
+        .route("/jobs/{job_id}/export.json", get(export::json_export))
+        .route("/jobs/{job_id}/export.md", get(export::markdown_export))
+        .with_state(state.clone())
+        .merge(pages)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            gate::console_gate,
+        ))
+        .layer(sessions::layer(
+            state.ledger.clone(),
+            state.access.https,
+            state.access.sessions,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            gate::same_site,
+        ))
+        .layer(DefaultBodyLimit::max(max_body_bytes));
 
     let service = Router::new()
         .nest("/api/v1", api::routes())
@@ -75,8 +98,6 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/style/fenceline.css", get(stylesheet))
         .route("/static/console.js", get(console_js))
-        .route("/jobs/{job_id}/export.json", get(export::json_export))
-        .route("/jobs/{job_id}/export.md", get(export::markdown_export))
         .with_state(state)
         .layer(DefaultBodyLimit::max(max_body_bytes));
 
@@ -85,6 +106,33 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn(security_headers))
+}
+
+/// What a page renders with: the visitor the gate found, and the console port limited to the
+/// signed-in operator's tenants.
+fn page_context(ledger: &Ledger, queue: &crate::console::QueueInfo) {
+    use leptos::prelude::{provide_context, use_context};
+    let parts = use_context::<axum::http::request::Parts>();
+    let extension = |parts: &axum::http::request::Parts| {
+        (
+            parts
+                .extensions
+                .get::<fenceline_app::console::Visitor>()
+                .cloned(),
+            parts
+                .extensions
+                .get::<gate::SignedIn>()
+                .map(|s| s.0.tenants.clone()),
+        )
+    };
+    let (visitor, tenants) = parts.as_ref().map(extension).unwrap_or_default();
+    provide_context(visitor.unwrap_or_default());
+    let port: fenceline_app::console::SharedConsole = std::sync::Arc::new(
+        crate::console::LedgerConsole::new(ledger.clone(), queue.clone())
+            // Signed out (only `/login` renders then): no tenant at all.
+            .for_tenants(tenants.unwrap_or(Some(Vec::new()))),
+    );
+    provide_context(port);
 }
 
 async fn stylesheet() -> impl IntoResponse {

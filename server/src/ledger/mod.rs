@@ -29,6 +29,7 @@
 //! where through the ledger one store serves both backends, shares the SQLite writer (no second
 //! writer to contend with) and is tested with the rest of the ledger on both.
 
+mod audit;
 mod connect;
 mod console_reads;
 mod dialect;
@@ -47,6 +48,7 @@ mod transport;
 mod unknown;
 mod write;
 
+pub use audit::{AuditEntry, AuditFilter};
 pub use connect::{LedgerOptions, SqliteSync};
 pub use console_reads::{detail_text, Bucket, Run, RunKind, RENEWAL_KINDS, TRANSPORT_KINDS};
 pub use dialect::Backend;

@@ -420,6 +420,8 @@ pub struct Event {
 #[derive(Debug, Clone, Default)]
 pub struct JobFilter {
     pub tenant: Option<String>,
+    /// Only these tenants' jobs (an operator's scope); `None` for every tenant.
+    pub tenants: Option<Vec<String>>,
     pub state: Option<JobState>,
     pub before: Option<String>,
     /// Only jobs with ids at or above this one (see `JobId::lower_bound_at`).

@@ -171,6 +171,22 @@ impl Ledger {
             args.push(tenant.clone());
             conditions.push(format!("tenant = ${}", args.len()));
         }
+        if let Some(tenants) = &filter.tenants {
+            if tenants.is_empty() {
+                return Ok(JobPage {
+                    jobs: Vec::new(),
+                    next: None,
+                });
+            }
+            let marks: Vec<String> = tenants
+                .iter()
+                .map(|t| {
+                    args.push(t.clone());
+                    format!("${}", args.len())
+                })
+                .collect();
+            conditions.push(format!("tenant IN ({})", marks.join(", ")));
+        }
         if let Some(state) = filter.state {
             args.push(state.as_str().to_owned());
             conditions.push(format!("state = ${}", args.len()));

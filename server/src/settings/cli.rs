@@ -109,6 +109,10 @@ pub struct ServeArgs {
     /// (behind a proxy); shared links are made from it.
     #[arg(long, env = "FENCELINE_PUBLIC_URL")]
     pub public_url: Option<String>,
+    /// The bearer token `/metrics` asks for (prefer the environment variable: arguments show
+    /// in process lists). Without one, `/metrics` is not served.
+    #[arg(long, env = "FENCELINE_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<String>,
     /// Larger request bodies get 413.
     #[arg(long, env = "FENCELINE_MAX_BODY_BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
     pub max_body_bytes: usize,
@@ -385,7 +389,8 @@ pub struct SeedArgs {
     #[arg(long, default_value = "demo")]
     pub tenant: String,
     /// `renewals`: a long call (mostly renewals, a few redeliveries); `alternating`: no two
-    /// neighbours of one kind, so nothing folds (the worst case for paging).
+    /// neighbours of one kind, so nothing folds (the worst case for paging); `unknown`: no
+    /// extra events, a job whose call may have happened and whose worker vanished.
     #[arg(long, default_value = "renewals")]
     pub pattern: String,
 }

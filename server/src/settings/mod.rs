@@ -79,6 +79,8 @@ pub struct HttpSettings {
     /// The address operators reach the console at (`https://fenceline.example.com`), without
     /// a trailing slash; links that leave the console are made from it.
     pub public_url: Option<String>,
+    /// The bearer token `/metrics` asks for; without one `/metrics` is not served.
+    pub metrics_token: Option<Secret>,
     pub max_body_bytes: usize,
     pub model_policy: ModelPolicy,
     /// Run the worker, dispatcher and reaper in the serving process too.
@@ -186,6 +188,11 @@ impl Settings {
             http: HttpSettings {
                 bind: serve.bind,
                 public_url: public_url(serve.public_url.as_deref())?,
+                metrics_token: serve
+                    .metrics_token
+                    .clone()
+                    .filter(|t| !t.trim().is_empty())
+                    .map(Secret::new),
                 max_body_bytes: serve.max_body_bytes,
                 model_policy: model_policy(&serve, runtime)?,
                 run_worker: !serve.no_worker,
@@ -248,12 +255,45 @@ impl Settings {
         if self.environment == Environment::Production && self.worker.faults.is_some() {
             return Err(SettingsError::FaultsInProduction);
         }
+        if self.environment == Environment::Production && self.http.public_url.is_none() {
+            return Err(SettingsError::Invalid(
+                "a production deployment needs --public-url: the console answers only for \
+                 that host"
+                    .into(),
+            ));
+        }
+        if self
+            .http
+            .metrics_token
+            .as_ref()
+            .is_some_and(|t| t.expose().len() < 16)
+        {
+            return Err(SettingsError::Invalid(
+                "--metrics-token must be at least 16 characters".into(),
+            ));
+        }
         if self.provider.kind == ProviderKind::Openai && !self.provider.url.starts_with("http") {
             return Err(SettingsError::Invalid(
                 "--provider-url must be an http:// or https:// URL".into(),
             ));
         }
         Ok(())
+    }
+
+    /// Who may reach the console, from the public URL and the bound address.
+    pub fn access(&self) -> crate::http::gate::Access {
+        let public = self.http.public_url.as_deref();
+        crate::http::gate::Access {
+            public_host: public.map(|url| {
+                let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+                let authority = rest.split('/').next().unwrap_or_default();
+                crate::http::gate::hostname(authority)
+            }),
+            loopback: self.http.bind.ip().is_loopback(),
+            https: public.is_some_and(|url| url.starts_with("https://")),
+            metrics_token: self.http.metrics_token.clone(),
+            sessions: Default::default(),
+        }
     }
 
     /// The console's address for people: the public URL, else the bound address.

@@ -374,10 +374,13 @@ async fn every_documented_path_answers_without_a_server_error(db: Db) {
     assert_eq!(app.get(None, "/healthz").await.status(), 200);
     let ready: Value = app.get(None, "/readyz").await.json().await.unwrap();
     assert_eq!(ready["ready"], true);
+    // Signed out, the console is its sign-in page; signed in, the overview.
     let console = app.get(None, "/").await;
     assert_eq!(console.status(), 200);
     assert_eq!(console.headers()["x-content-type-options"], "nosniff");
-    assert!(console.text().await.unwrap().contains("<h1>Overview</h1>"));
+    assert!(console.text().await.unwrap().contains("Sign in"));
+    let mut browser = app.signed_in(fenceline::operators::Role::Viewer).await;
+    assert!(browser.page("/").await.contains("<h1>Overview</h1>"));
     let css = app.get(None, "/style/fenceline.css").await;
     assert_eq!(css.headers()["content-type"], "text/css; charset=utf-8");
     // The working directory is never served.

@@ -570,3 +570,153 @@ pub(crate) async fn spawn_serve(
 pub(crate) fn as_owner(job_id: &str, epoch: i64, worker: &str) -> Owner {
     Owner::new(job_id.parse().expect("a job id"), epoch, worker)
 }
+
+/// A browser, as far as the console can tell: one cookie jar of one session cookie, no
+/// redirects followed.
+pub(crate) struct Browser {
+    pub(crate) base: String,
+    client: reqwest::Client,
+    pub(crate) cookie: Option<String>,
+}
+
+impl Browser {
+    pub(crate) fn new(base: &str) -> Browser {
+        Browser {
+            base: base.to_owned(),
+            client: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap(),
+            cookie: None,
+        }
+    }
+
+    fn keep_cookie(&mut self, response: &reqwest::Response) {
+        for value in response.headers().get_all("set-cookie") {
+            let value = value.to_str().unwrap();
+            let pair = value.split(';').next().unwrap();
+            if pair.ends_with('=') || value.contains("Max-Age=0") {
+                self.cookie = None;
+            } else {
+                self.cookie = Some(pair.to_owned());
+            }
+        }
+    }
+
+    pub(crate) async fn get(&mut self, path: &str) -> reqwest::Response {
+        let mut request = self.client.get(format!("{}{path}", self.base));
+        if let Some(cookie) = &self.cookie {
+            request = request.header("cookie", cookie);
+        }
+        let response = request.send().await.unwrap();
+        self.keep_cookie(&response);
+        response
+    }
+
+    pub(crate) async fn page(&mut self, path: &str) -> String {
+        let response = self.get(path).await;
+        assert_eq!(response.status(), 200, "GET {path}");
+        response.text().await.unwrap()
+    }
+
+    pub(crate) async fn post_with(
+        &mut self,
+        path: &str,
+        form: &[(&str, &str)],
+        headers: &[(&str, &str)],
+    ) -> reqwest::Response {
+        let mut request = self.client.post(format!("{}{path}", self.base)).form(form);
+        if let Some(cookie) = &self.cookie {
+            request = request.header("cookie", cookie);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.unwrap();
+        self.keep_cookie(&response);
+        response
+    }
+
+    /// Posts as the console's own pages do: same origin.
+    pub(crate) async fn post(&mut self, path: &str, form: &[(&str, &str)]) -> reqwest::Response {
+        let origin = self.base.clone();
+        self.post_with(path, form, &[("origin", &origin)]).await
+    }
+
+    /// The form token of the page at `path`.
+    pub(crate) async fn token(&mut self, path: &str) -> String {
+        let page = self.page(path).await;
+        token_in(&page).expect("a page with a form token")
+    }
+
+    pub(crate) async fn sign_in(&mut self, name: &str, password: &str) -> reqwest::Response {
+        let csrf = self.token("/login").await;
+        self.post(
+            "/login",
+            &[
+                ("csrf", &csrf),
+                ("name", name),
+                ("password", password),
+                ("next", "/"),
+            ],
+        )
+        .await
+    }
+}
+
+pub(crate) fn token_in(page: &str) -> Option<String> {
+    let at = page.find("name=\"csrf\" value=\"")? + "name=\"csrf\" value=\"".len();
+    Some(page[at..].split('"').next()?.to_owned())
+}
+
+pub(crate) fn location(response: &reqwest::Response) -> String {
+    response
+        .headers()
+        .get("location")
+        .map(|l| l.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+impl TestApp {
+    /// A browser signed in as a new operator of `role` (every tenant).
+    pub(crate) async fn signed_in(&self, role: fenceline::operators::Role) -> Browser {
+        let name = format!("test-{role}");
+        let password = "test password, long enough";
+        self.ledger
+            .add_operator(
+                &name,
+                role,
+                None,
+                &fenceline::operators::hash_password(password).unwrap(),
+            )
+            .await
+            .expect("add an operator");
+        let mut browser = Browser::new(&self.base);
+        let response = browser.sign_in(&name, password).await;
+        assert_eq!(location(&response), "/", "signed in");
+        browser
+    }
+}
+
+/// A browser signed in to the `serve` process at `base` on `database_url`, as a new viewer.
+pub(crate) async fn viewer_at(database_url: &str, base: &str) -> Browser {
+    let ledger = Ledger::connect(database_url, &options())
+        .await
+        .expect("connect the ledger");
+    let password = "test password, long enough";
+    let name = format!("viewer-{}", uuid::Uuid::now_v7().simple());
+    ledger
+        .add_operator(
+            &name,
+            fenceline::operators::Role::Viewer,
+            None,
+            &fenceline::operators::hash_password(password).unwrap(),
+        )
+        .await
+        .expect("add an operator");
+    ledger.close().await;
+    let mut browser = Browser::new(base);
+    let response = browser.sign_in(&name, password).await;
+    assert_eq!(location(&response), "/", "signed in");
+    browser
+}

@@ -870,6 +870,7 @@ async fn jobs_and_timelines_page_by_keyset(db: Db) {
     loop {
         let page = ledger
             .list_jobs(&JobFilter {
+                tenants: None,
                 tenant: Some("acme".into()),
                 state: None,
                 before: before.clone(),
@@ -891,6 +892,7 @@ async fn jobs_and_timelines_page_by_keyset(db: Db) {
 
     let running = ledger
         .list_jobs(&JobFilter {
+            tenants: None,
             tenant: Some("acme".into()),
             state: Some(JobState::Running),
             before: None,

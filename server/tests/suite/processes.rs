@@ -554,16 +554,99 @@ async fn boolean_settings_from_the_environment_accept_one_and_yes() {
     }
 }
 
-async fn overview(base: &str) -> String {
-    let response = reqwest::get(format!("{base}/")).await.unwrap();
-    response.text().await.unwrap()
+async fn overview(browser: &mut crate::helpers::Browser) -> String {
+    browser.page("/").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_serve_prints_where_to_sign_in_with_a_one_time_admin_password() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let db = crate::helpers::fresh_db(Db::Sqlite).await;
+    let port = crate::helpers::free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fenceline"))
+        .args(["serve", "--database-url", &db.url])
+        .args(["--bind", &format!("127.0.0.1:{port}")])
+        .env("FENCELINE_LOG", "error")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut printed = String::new();
+    let password = loop {
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("serve prints its addresses")
+            .unwrap()
+            .expect("more output");
+        printed.push_str(&line);
+        printed.push('\n');
+        if let Some(rest) =
+            line.split_once(&format!("Sign in at {base}/login as admin, password: "))
+        {
+            break rest.1.trim().to_owned();
+        }
+    };
+    assert!(printed.contains(&format!("Console: {base}/")), "{printed}");
+    assert_eq!(password.len(), 20);
+    let mut browser = crate::helpers::Browser::new(&base);
+    let response = browser.sign_in("admin", &password).await;
+    assert_eq!(crate::helpers::location(&response), "/");
+    assert!(overview(&mut browser).await.contains("<h1>Overview</h1>"));
+    drop(child);
+
+    // The next start finds an operator: no new password.
+    let port = crate::helpers::free_port();
+    let again = Command::new(env!("CARGO_BIN_EXE_fenceline"))
+        .args(["serve", "--database-url", &db.url])
+        .args(["--bind", &format!("127.0.0.1:{port}")])
+        .env("FENCELINE_LOG", "error")
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(again.stdout.unwrap()).lines();
+    loop {
+        let line = lines.next_line().await.unwrap().expect("a sign-in line");
+        if line.contains("Sign in at") {
+            assert!(!line.contains("password"), "{line}");
+            break;
+        }
+    }
+
+    // A production deployment with no operator refuses to start.
+    let fresh = crate::helpers::fresh_db(Db::Sqlite).await;
+    let refused = Command::new(env!("CARGO_BIN_EXE_fenceline"))
+        .args([
+            "--environment",
+            "production",
+            "serve",
+            "--database-url",
+            &fresh.url,
+        ])
+        .args([
+            "--bind",
+            "127.0.0.1:0",
+            "--public-url",
+            "https://fl.example.com",
+        ])
+        .env("FENCELINE_LOG", "error")
+        .output()
+        .await
+        .unwrap();
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("fenceline operator add"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&refused.stdout).contains("password"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_overview_says_how_long_records_are_kept() {
     let demo = crate::helpers::fresh_db(Db::Sqlite).await;
     let (_demo, base) = crate::helpers::spawn_serve(&demo.url, &[]).await;
-    let page = overview(&base).await;
+    let mut browser = crate::helpers::viewer_at(&demo.url, &base).await;
+    let page = overview(&mut browser).await;
     assert!(
         page.contains("retention is off"),
         "the embedded demo keeps everything"
@@ -572,9 +655,10 @@ async fn the_overview_says_how_long_records_are_kept() {
     let pruned = crate::helpers::fresh_db(Db::Sqlite).await;
     let (_pruned, base) =
         crate::helpers::spawn_serve(&pruned.url, &["--retention-days", "30"]).await;
+    let mut browser = crate::helpers::viewer_at(&pruned.url, &base).await;
     let until = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let page = overview(&base).await;
+        let page = overview(&mut browser).await;
         if page.contains("kept for 30 days") {
             assert!(page.contains("The last retention run"), "{page}");
             break;

@@ -35,6 +35,32 @@ async fn planted_secrets_stay_out_of_logs_events_pages_and_exports() {
     let bin = env!("CARGO_BIN_EXE_fenceline");
     let token = crate::helpers::cli_token(&db.url, "acme").await;
     assert!(token.starts_with("fl_"));
+    // An operator whose password and session cookie are planted too.
+    let password = "PLANTED-PASSWORD-5c1e operator secret";
+    let mut add = Command::new(bin)
+        .args([
+            "operator",
+            "add",
+            "ana",
+            "--role",
+            "operator",
+            "--password-stdin",
+        ])
+        .args(["--database-url", &db.url])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("fenceline operator add");
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = add.stdin.take().unwrap();
+        stdin
+            .write_all(format!("{password}\n").as_bytes())
+            .await
+            .unwrap();
+    }
+    assert!(add.wait().await.unwrap().success());
+    let metrics_token = "PLANTED-METRICS-TOKEN-0b7d";
     let port = crate::helpers::free_port();
     let log = std::env::temp_dir().join(format!("fenceline-secrets-{port}.log"));
     let log_file = std::fs::File::create(&log).unwrap();
@@ -48,6 +74,7 @@ async fn planted_secrets_stay_out_of_logs_events_pages_and_exports() {
         ])
         .args(["--timings", "compressed", "--stub-latency-ms", "1500"])
         .env("FENCELINE_LOG", "trace")
+        .env("FENCELINE_METRICS_TOKEN", metrics_token)
         .stdout(log_file.try_clone().unwrap())
         .stderr(log_file)
         .kill_on_drop(true)
@@ -101,6 +128,12 @@ async fn planted_secrets_stay_out_of_logs_events_pages_and_exports() {
     let answer = result["result"]["summary"].as_str().unwrap().to_owned();
     assert!(answer.starts_with("stub answer"), "{answer}");
 
+    let mut browser = crate::helpers::Browser::new(&base);
+    let signed = browser.sign_in("ana", password).await;
+    assert_eq!(crate::helpers::location(&signed), "/");
+    let cookie = browser.cookie.clone().unwrap();
+    let session_id = cookie.split_once('=').unwrap().1.to_owned();
+    assert!(session_id.len() >= 16, "{cookie}");
     let mut seen = Vec::new();
     for path in [
         "/".to_owned(),
@@ -110,18 +143,22 @@ async fn planted_secrets_stay_out_of_logs_events_pages_and_exports() {
         format!("/jobs/{job_id}/export.json"),
         "/unknown".to_owned(),
         "/dlq".to_owned(),
-        "/metrics".to_owned(),
+        "/audit".to_owned(),
     ] {
-        let body = client
-            .get(format!("{base}{path}"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        seen.push((path, body));
+        let response = browser.get(&path).await;
+        assert_eq!(response.status(), 200, "{path}");
+        seen.push((path, response.text().await.unwrap()));
     }
+    let unauthorized = client.get(format!("{base}/metrics")).send().await.unwrap();
+    assert_eq!(unauthorized.status(), 401, "metrics need their token");
+    let metrics = client
+        .get(format!("{base}/metrics"))
+        .bearer_auth(metrics_token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(metrics.status(), 200);
+    seen.push(("/metrics".to_owned(), metrics.text().await.unwrap()));
     let metrics = &seen.iter().find(|(p, _)| p == "/metrics").unwrap().1;
     assert!(
         metrics.contains("fenceline_jobs{state=\"succeeded\"} 1"),
@@ -169,5 +206,17 @@ async fn planted_secrets_stay_out_of_logs_events_pages_and_exports() {
             "a receipt handle leaked into {place}"
         );
         assert!(!text.contains(&answer), "the answer leaked into {place}");
+        assert!(
+            !text.contains("PLANTED-PASSWORD"),
+            "the operator's password leaked into {place}"
+        );
+        assert!(
+            !text.contains(&session_id),
+            "the session cookie leaked into {place}"
+        );
+        assert!(
+            !text.contains(metrics_token),
+            "the metrics token leaked into {place}"
+        );
     }
 }

@@ -1017,12 +1017,8 @@ mod hardening {
             .await
             .unwrap();
         }
-        let get = |path: String| {
-            let client = app.client.clone();
-            let url = format!("{}{path}", app.base);
-            async move { client.get(url).send().await.unwrap().text().await.unwrap() }
-        };
-        let first = get("/unknown".into()).await;
+        let mut browser = app.signed_in(fenceline::operators::Role::Viewer).await;
+        let first = browser.page("/unknown").await;
         assert!(first.contains("101 jobs wait"), "{first}");
         assert!(first.contains(&ids[0]) && first.contains(&ids[99]));
         assert!(!first.contains(&ids[100]), "a page holds 100");
@@ -1034,7 +1030,7 @@ mod hardening {
             .and_then(|rest| rest.split('"').next())
             .expect("a link to the next page")
             .replace("&amp;", "&");
-        let second = get(format!("/unknown?after={next}")).await;
+        let second = browser.page(&format!("/unknown?after={next}")).await;
         assert!(second.contains(&ids[100]), "the 101st job is on page two");
         assert!(!second.contains(&ids[0]));
     }

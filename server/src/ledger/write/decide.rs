@@ -118,6 +118,21 @@ impl Ledger {
         .bind(evidence)
         .execute(&mut *fenced.tx)
         .await?;
+        crate::ledger::audit::insert_audit(
+            &mut fenced.tx,
+            &crate::ledger::audit::NewAudit {
+                at: now,
+                actor: &actor.to_string(),
+                action: decision.as_str(),
+                job_id,
+                seen_epoch,
+                new_epoch,
+                state_before: JobState::Unknown.as_str(),
+                state_after: to.as_str(),
+                reason,
+            },
+        )
+        .await?;
         if to == JobState::RetryAuthorized {
             super::outbox::insert_outbox(&mut fenced.tx, job_id, new_epoch, decision.as_str(), now)
                 .await?;

@@ -1,0 +1,125 @@
+//! `/audit`: every action taken on jobs — by operators, replay policies or the system — with
+//! who, when, the epoch they saw, the state before and after, and why. Filters by operator,
+//! action, job and time, in the URL.
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::use_query_map;
+
+use super::console;
+use crate::components::{or_dash, ErrorBox, StateBadge};
+use crate::console::AuditQuery;
+
+fn filled(value: Option<String>) -> Option<String> {
+    value.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())
+}
+
+#[component]
+pub fn AuditPage() -> impl IntoView {
+    let query = use_query_map().with_untracked(|q| AuditQuery {
+        operator: filled(q.get("operator")),
+        action: filled(q.get("action")),
+        job: filled(q.get("job")),
+        within: filled(q.get("within")),
+        before: q.get("before").and_then(|b| b.parse().ok()),
+    });
+    let console = console();
+    let shown = query.clone();
+    view! {
+        <Title text="Audit log · Fenceline"/>
+        <h1>"Audit log"</h1>
+        <p class="lead">"Every decision and action on a job: who, when, at which epoch, and why."</p>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {Suspend::new(async move {
+                let page = match console.audit(query.clone()).await {
+                    Err(message) => return view! { <ErrorBox message/> }.into_any(),
+                    Ok(page) => page,
+                };
+                let selected = shown.action.clone().unwrap_or_default();
+                let within = shown.within.clone().unwrap_or_default();
+                let next_link = page.next.map(|before| {
+                    let mut pairs = vec![("before".to_owned(), before.to_string())];
+                    for (k, v) in [("operator", &shown.operator), ("action", &shown.action), ("job", &shown.job), ("within", &shown.within)] {
+                        if let Some(v) = v {
+                            pairs.push((k.to_owned(), v.clone()));
+                        }
+                    }
+                    let query: Vec<String> = pairs.into_iter().map(|(k, v)| format!("{k}={}", encode(&v))).collect();
+                    format!("/audit?{}", query.join("&"))
+                });
+                view! {
+                    <form method="get" action="/audit" class="filters">
+                        <label>"Operator"<input name="operator" value=shown.operator.clone().unwrap_or_default() size="14"/></label>
+                        <label>"Action"
+                            <select name="action">
+                                <option value="" selected=selected.is_empty()>"any"</option>
+                                {page.actions.iter().map(|a| view! {
+                                    <option value=a.clone() selected=*a == selected>{a.replace('_', " ")}</option>
+                                }).collect_view()}
+                            </select>
+                        </label>
+                        <label>"Job"<input name="job" value=shown.job.clone().unwrap_or_default() size="28"/></label>
+                        <label>"Within"
+                            <select name="within">
+                                {[("", "any time"), ("hour", "the last hour"), ("day", "the last day"), ("week", "the last week")].into_iter().map(|(v, l)| view! {
+                                    <option value=v selected=within == v>{l}</option>
+                                }).collect_view()}
+                            </select>
+                        </label>
+                        <button type="submit">"Filter"</button>
+                    </form>
+                    {if page.rows.is_empty() {
+                        view! { <p class="empty">"No entry matches."</p> }.into_any()
+                    } else {
+                        view! {
+                            <div class="table-scroll"><table>
+                                <thead><tr>
+                                    <th scope="col">"At"</th><th scope="col">"By"</th><th scope="col">"Action"</th>
+                                    <th scope="col">"Job"</th><th scope="col">"Tenant"</th>
+                                    <th scope="col">"Saw epoch"</th><th scope="col">"New epoch"</th>
+                                    <th scope="col">"Before"</th><th scope="col">"After"</th><th scope="col">"Reason"</th>
+                                </tr></thead>
+                                <tbody>
+                                    {page.rows.into_iter().map(|r| view! {
+                                        <tr>
+                                            <td>{r.at}</td>
+                                            <td>{r.actor}</td>
+                                            <td>{r.action.replace('_', " ")}</td>
+                                            <td>{match r.job_id {
+                                                Some(id) => view! { <a class="mono" href=format!("/jobs/{id}")>{id.clone()}</a> }.into_any(),
+                                                None => view! { <span>"—"</span> }.into_any(),
+                                            }}</td>
+                                            <td>{or_dash(r.tenant)}</td>
+                                            <td class="num">{r.seen_epoch.map(|e| e.to_string()).unwrap_or_default()}</td>
+                                            <td class="num">{r.new_epoch.map(|e| e.to_string()).unwrap_or_default()}</td>
+                                            <td>{r.state_before.map(|s| view! { <StateBadge state=s/> })}</td>
+                                            <td>{r.state_after.map(|s| view! { <StateBadge state=s/> })}</td>
+                                            <td>{r.reason}</td>
+                                        </tr>
+                                    }).collect_view()}
+                                </tbody>
+                            </table></div>
+                        }.into_any()
+                    }}
+                    <nav class="pager" aria-label="Pages">
+                        {shown.before.is_some().then(|| view! { <a href="/audit">"← Newest"</a> })}
+                        {next_link.map(|href| view! { <a rel="next" href=href>"Older →"</a> })}
+                    </nav>
+                }.into_any()
+            })}
+        </Suspense>
+    }
+}
+
+/// Percent-encodes a query value.
+fn encode(value: &str) -> String {
+    value
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

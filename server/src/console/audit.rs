@@ -1,0 +1,64 @@
+//! `/audit`: the audit log, newest first, limited to the operator's tenants.
+
+use fenceline_app::console::{AuditPage, AuditQuery, AuditRow};
+
+use crate::ledger::{AuditFilter, LedgerError};
+use crate::time::short_time;
+
+use super::LedgerConsole;
+
+const PAGE: u32 = 100;
+
+/// The actions the audit log records, for the filter.
+const ACTIONS: [&str; 4] = [
+    "resolve_succeeded",
+    "resolve_failed",
+    "authorize_retry",
+    "replay_policy",
+];
+
+impl LedgerConsole {
+    pub(super) async fn build_audit(&self, query: AuditQuery) -> Result<AuditPage, LedgerError> {
+        let window = match query.within.as_deref() {
+            Some("hour") => Some(3_600_000_000),
+            Some("day") => Some(86_400_000_000),
+            Some("week") => Some(7 * 86_400_000_000),
+            _ => None,
+        };
+        let since = match window {
+            Some(w) => Some(self.ledger.now_us().await? - w),
+            None => None,
+        };
+        let filter = AuditFilter {
+            actor: query.operator.map(|name| format!("operator:{name}")),
+            action: query.action,
+            job_id: query.job,
+            tenants: self.tenants.clone(),
+            since,
+            before_id: query.before,
+            limit: PAGE + 1,
+        };
+        let entries = self.ledger.audit_entries(&filter).await?;
+        let next = (entries.len() > PAGE as usize).then(|| entries[PAGE as usize - 1].id);
+        Ok(AuditPage {
+            rows: entries
+                .into_iter()
+                .take(PAGE as usize)
+                .map(|e| AuditRow {
+                    at: short_time(e.at),
+                    actor: e.actor,
+                    action: e.action,
+                    job_id: e.job_id,
+                    tenant: e.tenant,
+                    seen_epoch: e.seen_epoch,
+                    new_epoch: e.new_epoch,
+                    state_before: e.state_before,
+                    state_after: e.state_after,
+                    reason: e.reason,
+                })
+                .collect(),
+            next,
+            actions: ACTIONS.iter().map(|a| (*a).to_owned()).collect(),
+        })
+    }
+}

@@ -1,0 +1,174 @@
+//! Operators' actions from the console: each a plain HTML form that posts here with the
+//! session's form token and the epoch the operator saw, then goes back to the page with the
+//! outcome as a flash message (POST → redirect → GET). Every action is a guarded ledger
+//! transition: a stale view changes nothing.
+
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::{Extension, Form};
+use serde::Deserialize;
+use tower_sessions::Session;
+
+use super::gate::{check_form_token, flash, forbidden, plain, SignedIn};
+use super::AppState;
+use crate::job::{Actor, JobState};
+use crate::ledger::{Decision, LedgerError, Refusal};
+use crate::operators::Role;
+
+#[derive(Deserialize)]
+pub(super) struct DecisionForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    decision: String,
+    /// The owner epoch the operator's page showed.
+    #[serde(default)]
+    epoch: String,
+    #[serde(default)]
+    reason: String,
+    /// Resolving as succeeded: the provider's reference for the call…
+    #[serde(default)]
+    evidence: String,
+    /// …and/or the result itself, pasted.
+    #[serde(default)]
+    result: String,
+}
+
+/// What the operator is told when the job moved on under them.
+fn stale_message(state: JobState, epoch: i64) -> String {
+    format!(
+        "This job changed since you loaded it: it is now {} at epoch {epoch}. Nothing was \
+         changed; review it and decide again.",
+        state.as_str().replace('_', " ")
+    )
+}
+
+/// `POST /jobs/{job_id}/decisions`: resolve an `unknown` job as succeeded (with evidence) or
+/// failed, or authorize a fenced retry.
+pub(super) async fn decide(
+    State(state): State<AppState>,
+    Extension(SignedIn(operator)): Extension<SignedIn>,
+    session: Session,
+    Path(job_id): Path<String>,
+    Form(form): Form<DecisionForm>,
+) -> Response {
+    if let Err(refused) = check_form_token(&session, &form.csrf).await {
+        return refused;
+    }
+    if !operator.role.allows(Role::Operator) {
+        return forbidden("your role (viewer) can read jobs but not act on them");
+    }
+    let page = format!("/jobs/{job_id}");
+    let job = match state.ledger.job(&job_id).await {
+        Ok(Some(job)) if operator.covers(&job.tenant) => job,
+        Ok(_) => return plain(axum::http::StatusCode::NOT_FOUND, "no such job"),
+        Err(_) => {
+            return plain(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "the ledger database is unavailable; nothing was changed",
+            )
+        }
+    };
+    let Ok(seen_epoch) = form.epoch.trim().parse::<i64>() else {
+        flash(
+            &session,
+            false,
+            "The form did not say which epoch you saw; reload the page.",
+        )
+        .await;
+        return Redirect::to(&page).into_response();
+    };
+    let evidence = form.evidence.trim();
+    let pasted = form.result.trim();
+    let decision = match form.decision.as_str() {
+        "resolve_succeeded" => {
+            if evidence.is_empty() && pasted.is_empty() {
+                flash(
+                    &session,
+                    false,
+                    "Resolving as succeeded needs evidence: the provider's reference for the \
+                     call, or its result pasted.",
+                )
+                .await;
+                return Redirect::to(&page).into_response();
+            }
+            Decision::ResolveSucceeded {
+                result: if pasted.is_empty() {
+                    serde_json::json!({ "provider_reference": evidence }).to_string()
+                } else {
+                    pasted.to_owned()
+                },
+                evidence: if evidence.is_empty() {
+                    "result pasted by the operator".to_owned()
+                } else {
+                    evidence.to_owned()
+                },
+            }
+        }
+        "resolve_failed" => Decision::ResolveFailed {
+            error_code: "operator_resolved_failed".into(),
+        },
+        "authorize_retry" => Decision::AuthorizeRetry,
+        _ => {
+            return plain(
+                axum::http::StatusCode::BAD_REQUEST,
+                "decision must be resolve_succeeded, resolve_failed or authorize_retry",
+            )
+        }
+    };
+    let actor = Actor::Operator(operator.name.clone());
+    let outcome = state
+        .ledger
+        .decide(&job.job_id, seen_epoch, &decision, &actor, &form.reason)
+        .await;
+    match outcome {
+        Ok(to) => {
+            let text = match to {
+                JobState::RetryAuthorized => format!(
+                    "Retry authorized: the job moved to epoch {} and was sent back to the queue; \
+                     an attempt still running at epoch {seen_epoch} can no longer commit.",
+                    seen_epoch + 1
+                ),
+                other => format!(
+                    "Decision recorded: the job is now {}.",
+                    other.as_str().replace('_', " ")
+                ),
+            };
+            tracing::info!(operator = %operator.name, job_id = %job.job_id, decision = decision.as_str(), "decision recorded");
+            flash(&session, true, text).await;
+        }
+        Err(LedgerError::Refused { refusal, .. }) => {
+            let now = state.ledger.job(&job.job_id).await.ok().flatten();
+            let text = match (&refusal, now) {
+                (Refusal::BudgetExhausted, _) => {
+                    "A retry cannot be authorized: the job's attempt budget is spent. Resolve it \
+                     as succeeded or failed instead."
+                        .to_owned()
+                }
+                (Refusal::DeadlinePassed, _) => {
+                    "A retry cannot be authorized: the job's deadline has passed.".to_owned()
+                }
+                (_, Some(now)) => stale_message(now.state, now.owner_epoch),
+                (_, None) => "The job no longer exists.".to_owned(),
+            };
+            flash(&session, false, text).await;
+        }
+        Err(LedgerError::Invalid(message)) => {
+            let mut message = message;
+            if let Some(first) = message.get(..1) {
+                message = first.to_uppercase() + &message[1..];
+            }
+            flash(&session, false, format!("{message}. Nothing was changed.")).await;
+        }
+        Err(error) => {
+            tracing::error!(%error, "a decision failed");
+            flash(
+                &session,
+                false,
+                "The decision could not be recorded (the ledger did not answer); nothing was changed.",
+            )
+            .await;
+        }
+    }
+    Redirect::to(&page).into_response()
+}

@@ -1,0 +1,156 @@
+//! Signing in and out of the console. `/login` (the page) is the app's; the form posts here.
+//! A good password starts a fresh session (a new id: a cookie from before sign-in is useless
+//! after it); failures are counted per account and per address, and the sixth in a minute is
+//! refused before the password is even checked.
+
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+
+use axum::extract::{ConnectInfo, State};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::{Extension, Form};
+use serde::Deserialize;
+use tower_sessions::Session;
+
+use super::gate::{check_form_token, flash, now, plain};
+use super::sessions::{keys, new_token};
+use super::AppState;
+use crate::ledger::FailureScope;
+use crate::operators::{hash_password, verify_password};
+
+/// Failed sign-ins allowed per account in [`WINDOW_US`]; the next is refused.
+const PER_ACCOUNT: i64 = 5;
+/// Failed sign-ins allowed per address in [`WINDOW_US`] (an office shares one address).
+const PER_ADDRESS: i64 = 20;
+const WINDOW_US: i64 = 60_000_000;
+
+#[derive(Deserialize)]
+pub(super) struct LoginForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    password: String,
+    #[serde(default)]
+    next: String,
+}
+
+/// `next` if it is a path on this site, else the overview.
+fn local_path(next: &str) -> String {
+    fenceline_app::pages::login::local_path(Some(next.to_owned()))
+}
+
+fn back_to_login(next: &str) -> Response {
+    let query = serde_urlencoded::to_string([("next", local_path(next))]).unwrap_or_default();
+    Redirect::to(&format!("/login?{query}")).into_response()
+}
+
+/// A hash to check unknown names against, so that they take as long as known ones.
+fn decoy_hash() -> &'static str {
+    static DECOY: OnceLock<String> = OnceLock::new();
+    DECOY.get_or_init(|| hash_password("decoy password, never valid").unwrap_or_default())
+}
+
+pub(super) async fn login(
+    State(state): State<AppState>,
+    connect: Option<Extension<ConnectInfo<SocketAddr>>>,
+    session: Session,
+    Form(form): Form<LoginForm>,
+) -> Response {
+    if let Err(refused) = check_form_token(&session, &form.csrf).await {
+        return refused;
+    }
+    let ledger = &state.ledger;
+    let name = form.name.trim().to_owned();
+    let address = connect.map_or_else(|| "unknown".to_owned(), |c| c.0 .0.ip().to_string());
+    let counts = tokio::try_join!(
+        ledger.recent_sign_in_failures(FailureScope::Account, &name, WINDOW_US),
+        ledger.recent_sign_in_failures(FailureScope::Address, &address, WINDOW_US),
+    );
+    let Ok((by_account, by_address)) = counts else {
+        return plain(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "the ledger database is unavailable; try again once it answers",
+        );
+    };
+    if by_account >= PER_ACCOUNT || by_address >= PER_ADDRESS {
+        tracing::warn!(%address, "sign-in throttled");
+        flash(
+            &session,
+            false,
+            "Too many failed sign-ins in the last minute. Wait a minute, then try again.",
+        )
+        .await;
+        return back_to_login(&form.next);
+    }
+    let credentials = match ledger.credentials(&name).await {
+        Ok(c) => c.filter(|c| !c.operator.is_disabled()),
+        Err(_) => {
+            return plain(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "the ledger database is unavailable; try again once it answers",
+            )
+        }
+    };
+    let hash = credentials
+        .as_ref()
+        .map_or_else(|| decoy_hash().to_owned(), |c| c.password_hash.clone());
+    let password = form.password;
+    let good = tokio::task::spawn_blocking(move || verify_password(&password, &hash))
+        .await
+        .unwrap_or(false);
+    let Some(credentials) = credentials.filter(|_| good) else {
+        let _ = ledger
+            .record_sign_in_failure(FailureScope::Account, &name)
+            .await;
+        let _ = ledger
+            .record_sign_in_failure(FailureScope::Address, &address)
+            .await;
+        tracing::info!(%address, "a sign-in failed");
+        flash(&session, false, "Wrong name or password.").await;
+        return back_to_login(&form.next);
+    };
+    // A fresh id: whatever id the visitor had before signing in is deleted.
+    if session.cycle_id().await.is_err() {
+        return plain(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "sessions are unavailable; try again",
+        );
+    }
+    let at = now();
+    let stored = async {
+        session
+            .insert(keys::OPERATOR, &credentials.operator.name)
+            .await?;
+        session.insert(keys::SINCE, at).await?;
+        session.insert(keys::SEEN, at).await?;
+        session
+            .insert(keys::PASSWORD_SET, credentials.password_set_at)
+            .await?;
+        session.insert(keys::CSRF, new_token()).await
+    };
+    if stored.await.is_err() {
+        return plain(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "sessions are unavailable; try again",
+        );
+    }
+    tracing::info!(operator = %credentials.operator.name, "signed in");
+    Redirect::to(&local_path(&form.next)).into_response()
+}
+
+#[derive(Deserialize)]
+pub(super) struct LogoutForm {
+    #[serde(default)]
+    csrf: String,
+}
+
+pub(super) async fn logout(session: Session, Form(form): Form<LogoutForm>) -> Response {
+    if let Err(refused) = check_form_token(&session, &form.csrf).await {
+        return refused;
+    }
+    let _ = session.flush().await;
+    flash(&session, true, "Signed out.").await;
+    Redirect::to("/login").into_response()
+}

@@ -1,0 +1,145 @@
+//! The audit log: who did what to which job, at which epoch, why, and the state before and
+//! after. Written in the same transaction as the transition it records; read by the console's
+//! `/audit` page and each job's page. Entries outlive the jobs that retention prunes.
+
+use sqlx::{Any, AnyConnection, FromRow};
+
+use super::{Ledger, LedgerError};
+
+/// One audit entry, as written.
+#[derive(Debug, Clone)]
+pub(crate) struct NewAudit<'a> {
+    pub(crate) at: i64,
+    pub(crate) actor: &'a str,
+    pub(crate) action: &'a str,
+    pub(crate) job_id: &'a str,
+    pub(crate) seen_epoch: i64,
+    pub(crate) new_epoch: i64,
+    pub(crate) state_before: &'a str,
+    pub(crate) state_after: &'a str,
+    pub(crate) reason: &'a str,
+}
+
+/// Writes `entry` in the transaction of the transition it records; the tenant is the job's.
+pub(crate) async fn insert_audit(
+    conn: &mut AnyConnection,
+    entry: &NewAudit<'_>,
+) -> Result<(), LedgerError> {
+    sqlx::query::<Any>(
+        "INSERT INTO audit_log (at, actor, action, job_id, tenant, seen_epoch, new_epoch, \
+         state_before, state_after, reason) \
+         SELECT $1, $2, $3, $4, tenant, $5, $6, $7, $8, $9 FROM jobs WHERE job_id = $4",
+    )
+    .bind(entry.at)
+    .bind(entry.actor)
+    .bind(entry.action)
+    .bind(entry.job_id)
+    .bind(entry.seen_epoch)
+    .bind(entry.new_epoch)
+    .bind(entry.state_before)
+    .bind(entry.state_after)
+    .bind(entry.reason)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// An audit entry as read.
+#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+pub struct AuditEntry {
+    pub id: i64,
+    /// Microseconds, database clock.
+    pub at: i64,
+    pub actor: String,
+    pub action: String,
+    pub job_id: Option<String>,
+    pub tenant: Option<String>,
+    pub seen_epoch: Option<i64>,
+    pub new_epoch: Option<i64>,
+    pub state_before: Option<String>,
+    pub state_after: Option<String>,
+    pub reason: String,
+}
+
+/// Which audit entries to read, newest first.
+#[derive(Debug, Clone, Default)]
+pub struct AuditFilter {
+    /// `operator:ana`, `policy`, … (exact).
+    pub actor: Option<String>,
+    pub action: Option<String>,
+    pub job_id: Option<String>,
+    /// Only entries of these tenants (`None`: every tenant).
+    pub tenants: Option<Vec<String>>,
+    /// Entries at or after this instant (microseconds).
+    pub since: Option<i64>,
+    /// Entries older than this id (the next page).
+    pub before_id: Option<i64>,
+    pub limit: u32,
+}
+
+impl Ledger {
+    /// Audit entries newest first, filtered.
+    pub async fn audit_entries(
+        &self,
+        filter: &AuditFilter,
+    ) -> Result<Vec<AuditEntry>, LedgerError> {
+        let mut conditions = Vec::new();
+        let mut texts: Vec<String> = Vec::new();
+        let mut numbers: Vec<i64> = Vec::new();
+        // Text parameters first ($1…), then numbers: the numbering follows the push order.
+        let mut n = 0;
+        let mut param = || {
+            n += 1;
+            format!("${n}")
+        };
+        for (column, value) in [
+            ("actor", &filter.actor),
+            ("action", &filter.action),
+            ("job_id", &filter.job_id),
+        ] {
+            if let Some(value) = value {
+                texts.push(value.clone());
+                conditions.push(format!("{column} = {}", param()));
+            }
+        }
+        if let Some(tenants) = &filter.tenants {
+            if tenants.is_empty() {
+                return Ok(Vec::new());
+            }
+            let marks: Vec<String> = tenants
+                .iter()
+                .map(|t| {
+                    texts.push(t.clone());
+                    param()
+                })
+                .collect();
+            conditions.push(format!("tenant IN ({})", marks.join(", ")));
+        }
+        if let Some(since) = filter.since {
+            numbers.push(since);
+            conditions.push(format!("at >= {}", param()));
+        }
+        if let Some(before) = filter.before_id {
+            numbers.push(before);
+            conditions.push(format!("id < {}", param()));
+        }
+        let sql = format!(
+            "SELECT id, at, actor, action, job_id, tenant, seen_epoch, new_epoch, state_before, \
+             state_after, reason FROM audit_log {} ORDER BY id DESC LIMIT {}",
+            if conditions.is_empty() {
+                String::new()
+            } else {
+                format!("WHERE {}", conditions.join(" AND "))
+            },
+            filter.limit.clamp(1, 500)
+        );
+        let mut query = sqlx::query_as::<Any, AuditEntry>(&sql);
+        for t in texts {
+            query = query.bind(t);
+        }
+        for v in numbers {
+            query = query.bind(v);
+        }
+        Ok(query.fetch_all(&self.reader).await?)
+    }
+}

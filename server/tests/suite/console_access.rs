@@ -1,0 +1,610 @@
+//! Who may reach the console and act from it: sign-in, sessions, form tokens, other sites and
+//! hosts, roles and tenant scopes, and the decisions an operator takes on an `unknown` job.
+
+use std::time::Duration;
+
+use fenceline::job::{Actor, JobState};
+use fenceline::ledger::{Ledger, Refusal};
+use fenceline::operators::{hash_password, Role};
+use fenceline::settings::Environment;
+use serde_json::json;
+
+use crate::helpers::{
+    as_owner, create, location, new_job, spawn_app, token_in, Browser, Db, TestApp,
+};
+use crate::on_both_backends;
+
+on_both_backends!(
+    a_signed_out_visitor_is_sent_to_sign_in_and_back_to_the_same_address,
+    signing_in_starts_a_new_session_and_signing_out_ends_it,
+    the_sixth_wrong_password_in_a_minute_is_throttled,
+    forms_without_the_sessions_token_or_from_another_site_are_refused,
+    a_viewer_sees_no_action_and_cannot_act,
+    an_operator_limited_to_a_tenant_neither_sees_nor_acts_on_another,
+    an_operator_authorizes_a_fenced_retry_and_the_earlier_attempt_cannot_commit,
+    two_operators_deciding_at_once_one_applies_the_other_is_told,
+    an_unknown_job_is_resolved_as_succeeded_with_evidence_or_as_failed,
+);
+
+const PASSWORD: &str = "correct horse battery staple";
+
+async fn add_operator(ledger: &Ledger, name: &str, role: Role, tenants: Option<&[String]>) {
+    ledger
+        .add_operator(name, role, tenants, &hash_password(PASSWORD).unwrap())
+        .await
+        .unwrap();
+}
+
+async fn signed_in(app: &TestApp, name: &str, role: Role, tenants: Option<&[String]>) -> Browser {
+    add_operator(&app.ledger, name, role, tenants).await;
+    let mut browser = Browser::new(&app.base);
+    let response = browser.sign_in(name, PASSWORD).await;
+    assert_eq!(response.status(), 303);
+    assert_eq!(location(&response), "/");
+    browser
+}
+
+/// A job of `tenant` whose provider call may have happened: `unknown`, at the returned epoch.
+async fn unknown_job(ledger: &Ledger, tenant: &str, key: &str) -> (String, i64, i64) {
+    let job_id = create(ledger, new_job(tenant, key, json!("input"))).await;
+    let a = ledger
+        .claim(&job_id, "w1", Duration::from_millis(100))
+        .await
+        .unwrap();
+    ledger
+        .start_attempt(&as_owner(&job_id, a.epoch, "w1"), "stub")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let recovered = ledger
+        .recovery_claim(&job_id, &Actor::System, "lease_expired", true)
+        .await
+        .unwrap();
+    assert_eq!(recovered.state, JobState::Unknown);
+    (job_id, a.epoch, recovered.epoch)
+}
+
+async fn a_signed_out_visitor_is_sent_to_sign_in_and_back_to_the_same_address(db: Db) {
+    let app = spawn_app(db).await;
+    let job_id = create(&app.ledger, new_job("acme", "k", json!(1))).await;
+    let mut browser = Browser::new(&app.base);
+    for path in [
+        "/".to_owned(),
+        "/jobs?state=ready".to_owned(),
+        format!("/jobs/{job_id}?after=2"),
+        format!("/jobs/{job_id}/export.json"),
+        format!("/jobs/{job_id}/export.md"),
+        "/unknown".to_owned(),
+        "/dlq".to_owned(),
+        "/audit".to_owned(),
+    ] {
+        let response = browser.get(&path).await;
+        assert_eq!(response.status(), 303, "{path}");
+        let expected = format!(
+            "/login?{}",
+            serde_urlencoded::to_string([("next", path.as_str())]).unwrap()
+        );
+        assert_eq!(location(&response), expected, "{path}");
+        let body = response.text().await.unwrap();
+        assert!(!body.contains(&job_id), "{path} leaks nothing signed out");
+    }
+    let refused = browser
+        .post(
+            &format!("/jobs/{job_id}/decisions"),
+            &[("decision", "resolve_failed")],
+        )
+        .await;
+    assert_eq!(refused.status(), 403);
+
+    add_operator(&app.ledger, "ana", Role::Viewer, None).await;
+    let next = format!("/jobs/{job_id}?after=2");
+    let login = browser
+        .page(&format!(
+            "/login?{}",
+            serde_urlencoded::to_string([("next", next.as_str())]).unwrap()
+        ))
+        .await;
+    assert!(login.contains(&format!(
+        "name=\"next\" value=\"{}\"",
+        next.replace('&', "&amp;")
+    )));
+    let csrf = token_in(&login).unwrap();
+    let response = browser
+        .post(
+            "/login",
+            &[
+                ("csrf", &csrf),
+                ("name", "ana"),
+                ("password", PASSWORD),
+                ("next", &next),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), 303);
+    assert_eq!(
+        location(&response),
+        next,
+        "back to the link that was opened"
+    );
+    let page = browser.page(&next).await;
+    assert!(page.contains(&job_id));
+    assert!(page.contains("ana"), "the frame names who is signed in");
+    // Not a path of this site: the overview.
+    let mut other = Browser::new(&app.base);
+    let csrf = other.token("/login").await;
+    let response = other
+        .post(
+            "/login",
+            &[
+                ("csrf", &csrf),
+                ("name", "ana"),
+                ("password", PASSWORD),
+                ("next", "//evil.example/x"),
+            ],
+        )
+        .await;
+    assert_eq!(location(&response), "/");
+}
+
+async fn signing_in_starts_a_new_session_and_signing_out_ends_it(db: Db) {
+    let app = spawn_app(db).await;
+    add_operator(&app.ledger, "ana", Role::Operator, None).await;
+    let mut browser = Browser::new(&app.base);
+    let csrf = browser.token("/login").await;
+    let before = browser
+        .cookie
+        .clone()
+        .expect("a session for the sign-in form");
+    let response = browser
+        .post(
+            "/login",
+            &[
+                ("csrf", &csrf),
+                ("name", "ana"),
+                ("password", PASSWORD),
+                ("next", "/jobs"),
+            ],
+        )
+        .await;
+    assert_eq!(location(&response), "/jobs");
+    let after = browser.cookie.clone().unwrap();
+    assert_ne!(before, after, "the session id changes at sign-in");
+    let cookie = response
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(cookie.contains("HttpOnly"), "{cookie}");
+    assert!(cookie.contains("SameSite=Strict"), "{cookie}");
+    assert!(
+        !cookie.contains("Secure"),
+        "plain http on loopback: {cookie}"
+    );
+    assert_eq!(browser.get("/jobs").await.status(), 200);
+
+    // The cookie from before sign-in opens nothing.
+    let mut stale = Browser::new(&app.base);
+    stale.cookie = Some(before);
+    assert_eq!(stale.get("/jobs").await.status(), 303);
+
+    // Signing out ends the session: its cookie opens nothing either.
+    let csrf = browser.token("/jobs").await;
+    let response = browser.post("/logout", &[("csrf", &csrf)]).await;
+    assert_eq!(location(&response), "/login");
+    let mut old = Browser::new(&app.base);
+    old.cookie = Some(after);
+    assert_eq!(old.get("/jobs").await.status(), 303);
+    assert!(browser.page("/login").await.contains("Signed out."));
+
+    // A disabled operator's session ends at their next request.
+    let mut ana = Browser::new(&app.base);
+    ana.sign_in("ana", PASSWORD).await;
+    assert_eq!(ana.get("/jobs").await.status(), 200);
+    app.ledger.set_operator_disabled("ana", true).await.unwrap();
+    assert_eq!(ana.get("/jobs").await.status(), 303);
+}
+
+async fn the_sixth_wrong_password_in_a_minute_is_throttled(db: Db) {
+    let app = spawn_app(db).await;
+    add_operator(&app.ledger, "ana", Role::Operator, None).await;
+    let mut browser = Browser::new(&app.base);
+    for _ in 0..5 {
+        let response = browser.sign_in("ana", "wrong password, wrong").await;
+        assert!(location(&response).starts_with("/login"));
+        assert!(browser
+            .page("/login")
+            .await
+            .contains("Wrong name or password."));
+    }
+    // Now even the right password waits: the account is throttled.
+    let response = browser.sign_in("ana", PASSWORD).await;
+    assert!(location(&response).starts_with("/login"));
+    let page = browser.page("/login").await;
+    assert!(page.contains("Too many failed sign-ins"), "{page}");
+    assert_eq!(browser.get("/jobs").await.status(), 303, "not signed in");
+}
+
+async fn forms_without_the_sessions_token_or_from_another_site_are_refused(db: Db) {
+    let app = spawn_app(db).await;
+    let (job_id, _, epoch) = unknown_job(&app.ledger, "acme", "csrf").await;
+    let mut ana = signed_in(&app, "ana", Role::Operator, None).await;
+    let csrf = ana.token(&format!("/jobs/{job_id}")).await;
+    let path = format!("/jobs/{job_id}/decisions");
+    let epoch = epoch.to_string();
+    let form = |token: &'static str| -> Vec<(&'static str, String)> {
+        vec![
+            ("csrf", token.to_owned()),
+            ("decision", "resolve_failed".into()),
+            ("epoch", epoch.clone()),
+            ("reason", "test".into()),
+        ]
+    };
+    let as_pairs = |v: &Vec<(&'static str, String)>| -> Vec<(&'static str, String)> { v.clone() };
+    for (what, token) in [("no token", ""), ("a wrong token", "0123456789abcdef")] {
+        let f = as_pairs(&form(token));
+        let pairs: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert_eq!(ana.post(&path, &pairs).await.status(), 403, "{what}");
+    }
+    let mut good = form("");
+    good[0].1 = csrf.clone();
+    let pairs: Vec<(&str, &str)> = good.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let other_site = ana
+        .post_with(&path, &pairs, &[("origin", "https://evil.example")])
+        .await;
+    assert_eq!(other_site.status(), 403, "another origin");
+    let cross = ana
+        .post_with(&path, &pairs, &[("sec-fetch-site", "cross-site")])
+        .await;
+    assert_eq!(cross.status(), 403, "a cross-site fetch");
+    assert_eq!(
+        app.ledger.job(&job_id).await.unwrap().unwrap().state,
+        JobState::Unknown,
+        "nothing changed"
+    );
+    // Another host name for this address (DNS rebinding) reaches nothing.
+    let rebound = reqwest::Client::new()
+        .get(format!("{}/login", app.base))
+        .header("host", "rebound.attacker.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rebound.status(), 421);
+    // With the token, from the console itself: applied.
+    let response = ana.post(&path, &pairs).await;
+    assert_eq!(response.status(), 303);
+    assert_eq!(
+        app.ledger.job(&job_id).await.unwrap().unwrap().state,
+        JobState::FailedTerminal
+    );
+}
+
+async fn a_viewer_sees_no_action_and_cannot_act(db: Db) {
+    let app = spawn_app(db).await;
+    let (job_id, _, epoch) = unknown_job(&app.ledger, "acme", "viewer").await;
+    let mut vera = signed_in(&app, "vera", Role::Viewer, None).await;
+    let page = vera.page(&format!("/jobs/{job_id}")).await;
+    assert!(page.contains(&job_id));
+    assert!(
+        !page.contains("/decisions"),
+        "a viewer gets no decision form"
+    );
+    let csrf = token_in(&page).unwrap();
+    let response = vera
+        .post(
+            &format!("/jobs/{job_id}/decisions"),
+            &[
+                ("csrf", &csrf),
+                ("decision", "authorize_retry"),
+                ("epoch", &epoch.to_string()),
+                ("reason", "hand-made"),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), 403);
+    assert_eq!(
+        app.ledger.job(&job_id).await.unwrap().unwrap().state,
+        JobState::Unknown
+    );
+    let mut olga = signed_in(&app, "olga", Role::Operator, None).await;
+    let page = olga.page(&format!("/jobs/{job_id}")).await;
+    assert!(page.contains(&format!("/jobs/{job_id}/decisions")));
+}
+
+async fn an_operator_limited_to_a_tenant_neither_sees_nor_acts_on_another(db: Db) {
+    let app = spawn_app(db).await;
+    let (theirs, _, epoch) = unknown_job(&app.ledger, "globex", "theirs").await;
+    let (mine, _, _) = unknown_job(&app.ledger, "acme", "mine").await;
+    let acme = ["acme".to_owned()];
+    let mut ana = signed_in(&app, "ana", Role::Operator, Some(&acme)).await;
+    for path in ["/jobs", "/unknown", "/", "/jobs?tenant=globex", "/audit"] {
+        let page = ana.page(path).await;
+        assert!(!page.contains(&theirs), "{path} shows another tenant's job");
+    }
+    assert!(ana.page("/jobs").await.contains(&mine));
+    assert!(ana.page("/unknown").await.contains(&mine));
+    let found = ana.page(&format!("/jobs?q={theirs}")).await;
+    assert!(!found.contains(&format!("/jobs/{theirs}\"")));
+    let page = ana.page(&format!("/jobs/{theirs}")).await;
+    assert!(page.contains("No such job"));
+    for export in ["export.json", "export.md"] {
+        let response = ana.get(&format!("/jobs/{theirs}/{export}")).await;
+        assert_eq!(response.status(), 404, "{export}");
+    }
+    let csrf = ana.token("/jobs").await;
+    let response = ana
+        .post(
+            &format!("/jobs/{theirs}/decisions"),
+            &[
+                ("csrf", &csrf),
+                ("decision", "resolve_failed"),
+                ("epoch", &epoch.to_string()),
+                ("reason", "not mine"),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), 404);
+    assert_eq!(
+        app.ledger.job(&theirs).await.unwrap().unwrap().state,
+        JobState::Unknown
+    );
+}
+
+async fn decide(
+    browser: &mut Browser,
+    job_id: &str,
+    epoch: i64,
+    fields: &[(&str, &str)],
+) -> String {
+    let page = format!("/jobs/{job_id}");
+    let csrf = browser.token(&page).await;
+    let epoch = epoch.to_string();
+    let mut form = vec![("csrf", csrf.as_str()), ("epoch", epoch.as_str())];
+    form.extend_from_slice(fields);
+    let response = browser.post(&format!("{page}/decisions"), &form).await;
+    assert_eq!(response.status(), 303);
+    assert_eq!(location(&response), page);
+    browser.page(&page).await
+}
+
+async fn an_operator_authorizes_a_fenced_retry_and_the_earlier_attempt_cannot_commit(db: Db) {
+    let app = spawn_app(db).await;
+    let ledger = &app.ledger;
+    let (job_id, first_epoch, epoch) = unknown_job(ledger, "acme", "retry").await;
+    let mut olga = signed_in(&app, "olga", Role::Operator, None).await;
+    let page = decide(
+        &mut olga,
+        &job_id,
+        epoch,
+        &[
+            ("decision", "authorize_retry"),
+            ("reason", "provider shows no trace of the call"),
+        ],
+    )
+    .await;
+    assert!(
+        page.contains("Retry authorized"),
+        "the flash says what happened"
+    );
+    let job = ledger.job(&job_id).await.unwrap().unwrap();
+    assert_eq!(job.state, JobState::RetryAuthorized);
+    assert_eq!(job.owner_epoch, epoch + 1);
+
+    // The first attempt's worker wakes up and tries to commit: fenced.
+    let late = ledger
+        .accept_result(&as_owner(&job_id, first_epoch, "w1"), 1, "late answer")
+        .await;
+    assert!(matches!(
+        late,
+        Err(fenceline::ledger::LedgerError::Refused {
+            refusal: Refusal::StaleEpoch { .. },
+            ..
+        })
+    ));
+    // The retry runs and its result is accepted; the budget counts both attempts.
+    let claimed = ledger
+        .claim(&job_id, "w2", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let owner = as_owner(&job_id, claimed.epoch, "w2");
+    let attempt = ledger.start_attempt(&owner, "stub").await.unwrap();
+    ledger
+        .accept_result(&owner, attempt.attempt_no, "{\"summary\":\"retried\"}")
+        .await
+        .unwrap();
+    let job = ledger.job(&job_id).await.unwrap().unwrap();
+    assert_eq!(job.state, JobState::Succeeded);
+    assert_eq!(job.attempt_count, 2, "the attempt budget is cumulative");
+
+    // The timeline and the audit log both say who decided, at which epoch and why.
+    let page = olga.page(&format!("/jobs/{job_id}")).await;
+    assert!(page.contains("operator:olga"));
+    assert!(page.contains("provider shows no trace of the call"));
+    let audit = olga.page("/audit?operator=olga").await;
+    assert!(audit.contains(&job_id), "{audit}");
+    assert!(audit.contains("authorize retry"));
+    assert!(audit.contains("provider shows no trace of the call"));
+    let entries = ledger
+        .audit_entries(&fenceline::ledger::AuditFilter {
+            job_id: Some(job_id.clone()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(entries.len(), 1);
+    let e = &entries[0];
+    assert_eq!(
+        (
+            e.actor.as_str(),
+            e.action.as_str(),
+            e.seen_epoch,
+            e.new_epoch
+        ),
+        (
+            "operator:olga",
+            "authorize_retry",
+            Some(epoch),
+            Some(epoch + 1)
+        )
+    );
+    assert_eq!(e.state_before.as_deref(), Some("unknown"));
+    assert_eq!(e.state_after.as_deref(), Some("retry_authorized"));
+    assert_eq!(e.tenant.as_deref(), Some("acme"));
+    assert!(ledger
+        .events(&job_id, 0, 100)
+        .await
+        .unwrap()
+        .iter()
+        .any(|ev| ev.kind == "decision_recorded" && ev.actor == "operator:olga"));
+}
+
+async fn two_operators_deciding_at_once_one_applies_the_other_is_told(db: Db) {
+    let app = spawn_app(db).await;
+    let (job_id, _, epoch) = unknown_job(&app.ledger, "acme", "race").await;
+    let mut olga = signed_in(&app, "olga", Role::Operator, None).await;
+    let mut omar = signed_in(&app, "omar", Role::Operator, None).await;
+    let page = format!("/jobs/{job_id}");
+    let (a, b) = (olga.token(&page).await, omar.token(&page).await);
+    let epoch_text = epoch.to_string();
+    let path = format!("{page}/decisions");
+    let form_a = [
+        ("csrf", a.as_str()),
+        ("epoch", epoch_text.as_str()),
+        ("decision", "authorize_retry"),
+        ("reason", "olga retries"),
+    ];
+    let form_b = [
+        ("csrf", b.as_str()),
+        ("epoch", epoch_text.as_str()),
+        ("decision", "resolve_failed"),
+        ("reason", "omar gives up"),
+    ];
+    let (ra, rb) = tokio::join!(olga.post(&path, &form_a), omar.post(&path, &form_b));
+    assert_eq!((ra.status().as_u16(), rb.status().as_u16()), (303, 303));
+    let decisions = app.ledger.decisions(&job_id).await.unwrap();
+    assert_eq!(decisions.len(), 1, "exactly one decision applies");
+    let (pa, pb) = (olga.page(&page).await, omar.page(&page).await);
+    let told = |p: &str| p.contains("This job changed since you loaded it");
+    assert!(
+        told(&pa) != told(&pb),
+        "exactly one is told the job changed"
+    );
+    let job = app.ledger.job(&job_id).await.unwrap().unwrap();
+    assert!(matches!(
+        job.state,
+        JobState::RetryAuthorized | JobState::FailedTerminal
+    ));
+}
+
+async fn an_unknown_job_is_resolved_as_succeeded_with_evidence_or_as_failed(db: Db) {
+    let app = spawn_app(db).await;
+    let (done, _, epoch) = unknown_job(&app.ledger, "acme", "done").await;
+    let (gone, _, gone_epoch) = unknown_job(&app.ledger, "acme", "gone").await;
+    let mut olga = signed_in(&app, "olga", Role::Operator, None).await;
+    // Evidence is required to resolve as succeeded; a reason always.
+    let page = decide(
+        &mut olga,
+        &done,
+        epoch,
+        &[
+            ("decision", "resolve_succeeded"),
+            ("reason", "seen in the provider"),
+        ],
+    )
+    .await;
+    assert!(page.contains("needs evidence"), "{page}");
+    let page = decide(
+        &mut olga,
+        &done,
+        epoch,
+        &[("decision", "resolve_failed"), ("reason", " ")],
+    )
+    .await;
+    assert!(page.contains("Nothing was changed"), "{page}");
+    assert_eq!(
+        app.ledger.job(&done).await.unwrap().unwrap().state,
+        JobState::Unknown
+    );
+    let page = decide(
+        &mut olga,
+        &done,
+        epoch,
+        &[
+            ("decision", "resolve_succeeded"),
+            ("evidence", "chatcmpl-123"),
+            ("result", "{\"summary\":\"from the provider's log\"}"),
+            ("reason", "the provider's log has the answer"),
+        ],
+    )
+    .await;
+    assert!(page.contains("Decision recorded"), "{page}");
+    let job = app.ledger.job(&done).await.unwrap().unwrap();
+    assert_eq!(job.state, JobState::Succeeded);
+    let body = app
+        .ledger
+        .result_body(job.result_ref.as_deref().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(body, "{\"summary\":\"from the provider's log\"}");
+
+    decide(
+        &mut olga,
+        &gone,
+        gone_epoch,
+        &[
+            ("decision", "resolve_failed"),
+            ("reason", "the customer withdrew it"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        app.ledger.job(&gone).await.unwrap().unwrap().state,
+        JobState::FailedTerminal
+    );
+    // A stale page changes nothing.
+    let page = decide(
+        &mut olga,
+        &gone,
+        gone_epoch,
+        &[("decision", "authorize_retry"), ("reason", "again")],
+    )
+    .await;
+    assert!(
+        page.contains("This job changed since you loaded it"),
+        "{page}"
+    );
+}
+
+#[tokio::test]
+async fn the_first_run_makes_an_administrator_only_outside_production() {
+    let (ledger, _db) = crate::helpers::fresh_ledger(Db::Sqlite).await;
+    let refused = fenceline::startup::first_operator(&ledger, Environment::Production).await;
+    assert!(refused.is_err(), "production never makes an operator");
+    assert_eq!(ledger.active_operator_count().await.unwrap(), 0);
+    let password = fenceline::startup::first_operator(&ledger, Environment::Development)
+        .await
+        .unwrap()
+        .expect("a one-time password");
+    let credentials = ledger.credentials("admin").await.unwrap().unwrap();
+    assert_eq!(credentials.operator.role, Role::Admin);
+    assert!(fenceline::operators::verify_password(
+        &password,
+        &credentials.password_hash
+    ));
+    assert_eq!(
+        fenceline::startup::first_operator(&ledger, Environment::Development)
+            .await
+            .unwrap(),
+        None,
+        "only once"
+    );
+    assert!(
+        fenceline::startup::first_operator(&ledger, Environment::Production)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
