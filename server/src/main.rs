@@ -103,6 +103,31 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Submit(args) => submit(args).await,
+        Command::Decide(args) => {
+            let ledger = Ledger::connect(url, options).await?;
+            ledger.migrate().await?;
+            decide_command(&ledger, args).await
+        }
+        Command::Cancel {
+            job_id,
+            epoch,
+            reason,
+            operator,
+        } => {
+            let ledger = Ledger::connect(url, options).await?;
+            ledger.migrate().await?;
+            let actor = acting_operator(&ledger, operator).await?;
+            let job = ledger
+                .job(job_id)
+                .await?
+                .with_context(|| format!("no job {job_id}"))?;
+            ledger
+                .cancel(job_id, *epoch, job.state, &actor, reason)
+                .await
+                .map_err(refused_plainly)?;
+            println!("cancelled {job_id}: failed_terminal at epoch {}", epoch + 1);
+            Ok(())
+        }
         Command::DlqReplay { max, operator, .. } => {
             let ledger = Ledger::connect(url, options).await?;
             ledger.migrate().await?;
@@ -390,5 +415,76 @@ async fn operator_command(ledger: &Ledger, command: &OperatorCommand) -> anyhow:
             println!("set a new password for {name}; their earlier sessions have ended");
         }
     }
+    Ok(())
+}
+
+/// The operator a CLI action is taken as: one that exists, is enabled and may act.
+async fn acting_operator(ledger: &Ledger, name: &str) -> anyhow::Result<fenceline::job::Actor> {
+    let operator = ledger
+        .operator(name)
+        .await?
+        .filter(|o| !o.is_disabled())
+        .with_context(|| format!("no enabled operator named {name}"))?;
+    anyhow::ensure!(
+        operator.role.allows(fenceline::operators::Role::Operator),
+        "{name} is a {}: only operators and admins act on jobs",
+        operator.role
+    );
+    Ok(fenceline::job::Actor::Operator(operator.name))
+}
+
+/// A refused transition said as the console says it.
+fn refused_plainly(error: fenceline::ledger::LedgerError) -> anyhow::Error {
+    match error {
+        fenceline::ledger::LedgerError::Refused { refusal, .. } => anyhow::anyhow!(
+            "refused, nothing changed: {refusal} (the job changed since you looked, or the \
+             decision does not apply)"
+        ),
+        other => other.into(),
+    }
+}
+
+/// `fenceline decide`.
+async fn decide_command(
+    ledger: &Ledger,
+    args: &fenceline::settings::DecideArgs,
+) -> anyhow::Result<()> {
+    use fenceline::ledger::Decision;
+    let actor = acting_operator(ledger, &args.operator).await?;
+    let decision = match args.decision.as_str() {
+        "retry" => Decision::AuthorizeRetry,
+        "failed" => Decision::ResolveFailed {
+            error_code: "operator_resolved_failed".into(),
+        },
+        _ => {
+            let pasted = match &args.result_file {
+                Some(path) => Some(
+                    std::fs::read_to_string(path)
+                        .with_context(|| format!("reading {}", path.display()))?,
+                ),
+                None => None,
+            };
+            let evidence = args.evidence.clone().unwrap_or_default();
+            anyhow::ensure!(
+                pasted.is_some() || !evidence.trim().is_empty(),
+                "resolving as succeeded needs --evidence (the provider's reference) or --result-file"
+            );
+            Decision::ResolveSucceeded {
+                result: pasted.unwrap_or_else(|| {
+                    serde_json::json!({ "provider_reference": evidence }).to_string()
+                }),
+                evidence: if evidence.trim().is_empty() {
+                    "result given by the operator".into()
+                } else {
+                    evidence
+                },
+            }
+        }
+    };
+    let to = ledger
+        .decide(&args.job_id, args.epoch, &decision, &actor, &args.reason)
+        .await
+        .map_err(refused_plainly)?;
+    println!("{}: {}", args.job_id, to.as_str());
     Ok(())
 }

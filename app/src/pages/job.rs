@@ -45,6 +45,7 @@ pub fn JobPage() -> impl IntoView {
                 // An `unknown` job waits for a decision: no refresh under an operator's typing.
                 let live = !detail.terminal && detail.state != "unknown";
                 let deciding = detail.state == "unknown" && visitor.can_act();
+                let cancelling = !detail.terminal && visitor.can_act();
                 let d = detail;
                 view! {
                     {live.then(|| view! { <Meta http_equiv="refresh" content="2"/> })}
@@ -61,7 +62,7 @@ pub fn JobPage() -> impl IntoView {
                             <dt>"Deadline"</dt><dd>{format!("{} ({})", d.deadline, d.deadline_left)}</dd>
                             <dt>"Attempts"</dt><dd>{d.attempts_used}</dd>
                             <dt>"Result"</dt><dd>{match d.result_ref {
-                                Some(r) => view! { <a href=format!("/api/v1/jobs/{}/result", d.job_id)>{r}</a> }.into_any(),
+                                Some(r) => view! { <a href=format!("/jobs/{}/result", d.job_id) title="Opens the accepted result; the read is audited">{r}</a> }.into_any(),
                                 None => view! { <span>"—"</span> }.into_any(),
                             }}</dd>
                             <dt>"Last error"</dt><dd>{or_dash(d.error_code)}</dd>
@@ -75,6 +76,22 @@ pub fn JobPage() -> impl IntoView {
                             <a href=format!("/jobs/{}/export.md", d.job_id)>"Markdown"</a>" · "
                             <a href=format!("/jobs/{}/export.json", d.job_id)>"JSON"</a>
                         </p>
+                        {cancelling.then(|| view! {
+                            <details class="cancel">
+                                <summary>"Cancel this job…"</summary>
+                                <form method="post" action=format!("/jobs/{}/cancel", d.job_id) class="stack">
+                                    <p class="muted">{format!(
+                                        "The job fails for good (error “cancelled”) and moves past epoch {}, so an attempt still running can never commit. Its message is deleted when next received.",
+                                        d.epoch
+                                    )}</p>
+                                    <input type="hidden" name="csrf" value=visitor.csrf.clone()/>
+                                    <input type="hidden" name="epoch" value=d.epoch.to_string()/>
+                                    <input type="hidden" name="state" value=d.state.clone()/>
+                                    <label>"Reason"<textarea name="reason" required=true maxlength="2000" rows="2"></textarea></label>
+                                    <button type="submit" class="danger">"Cancel the job"</button>
+                                </form>
+                            </details>
+                        })}
                     </header>
                     {deciding.then(|| view! {
                         <DecisionForms job_id=d.job_id.clone() epoch=d.epoch csrf=visitor.csrf.clone()/>

@@ -10,7 +10,9 @@ use super::LedgerConsole;
 const PAGE: u32 = 100;
 
 /// The actions the audit log records, for the filter.
-const ACTIONS: [&str; 4] = [
+const ACTIONS: [&str; 6] = [
+    "cancel",
+    "result_viewed",
     "resolve_succeeded",
     "resolve_failed",
     "authorize_retry",

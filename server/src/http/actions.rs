@@ -34,6 +34,111 @@ pub(super) struct DecisionForm {
     result: String,
 }
 
+#[derive(Deserialize)]
+pub(super) struct CancelForm {
+    #[serde(default)]
+    csrf: String,
+    /// The owner epoch and state the operator's page showed.
+    #[serde(default)]
+    epoch: String,
+    #[serde(default)]
+    state: String,
+    #[serde(default)]
+    reason: String,
+}
+
+/// `POST /jobs/{job_id}/cancel`: a job that is not terminal fails for good, fenced.
+pub(super) async fn cancel(
+    State(state): State<AppState>,
+    Extension(SignedIn(operator)): Extension<SignedIn>,
+    session: Session,
+    Path(job_id): Path<String>,
+    Form(form): Form<CancelForm>,
+) -> Response {
+    if let Err(refused) = check_form_token(&session, &form.csrf).await {
+        return refused;
+    }
+    if !operator.role.allows(Role::Operator) {
+        return forbidden("your role (viewer) can read jobs but not act on them");
+    }
+    let page = format!("/jobs/{job_id}");
+    match state.ledger.job(&job_id).await {
+        Ok(Some(job)) if operator.covers(&job.tenant) => {}
+        Ok(_) => return plain(axum::http::StatusCode::NOT_FOUND, "no such job"),
+        Err(_) => {
+            return plain(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "the ledger database is unavailable; nothing was changed",
+            )
+        }
+    }
+    let (Ok(seen_epoch), Ok(seen_state)) = (
+        form.epoch.trim().parse::<i64>(),
+        form.state.trim().parse::<JobState>(),
+    ) else {
+        flash(
+            &session,
+            false,
+            "The form did not say what you saw; reload the page.",
+        )
+        .await;
+        return Redirect::to(&page).into_response();
+    };
+    let actor = Actor::Operator(operator.name.clone());
+    match state
+        .ledger
+        .cancel(&job_id, seen_epoch, seen_state, &actor, &form.reason)
+        .await
+    {
+        Ok(()) => {
+            tracing::info!(operator = %operator.name, %job_id, "job cancelled");
+            flash(
+                &session,
+                true,
+                format!(
+                    "Job cancelled: it failed for good at epoch {}; an attempt still running \
+                     can no longer commit.",
+                    seen_epoch + 1
+                ),
+            )
+            .await;
+        }
+        Err(LedgerError::Refused { .. }) => {
+            let text = match state.ledger.job(&job_id).await.ok().flatten() {
+                Some(now) => stale_message(now.state, now.owner_epoch),
+                None => "The job no longer exists.".to_owned(),
+            };
+            flash(&session, false, text).await;
+        }
+        Err(LedgerError::Invalid(message)) => {
+            flash(
+                &session,
+                false,
+                format!("{}. Nothing was changed.", capitalized(&message)),
+            )
+            .await;
+        }
+        Err(error) => {
+            tracing::error!(%error, "a cancellation failed");
+            flash(
+                &session,
+                false,
+                "The job could not be cancelled (the ledger did not answer); nothing was changed.",
+            )
+            .await;
+        }
+    }
+    Redirect::to(&page).into_response()
+}
+
+fn capitalized(message: &str) -> String {
+    let mut chars = message.chars();
+    chars
+        .next()
+        .map(|first| first.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
+}
+
 /// What the operator is told when the job moved on under them.
 fn stale_message(state: JobState, epoch: i64) -> String {
     format!(
@@ -154,11 +259,12 @@ pub(super) async fn decide(
             flash(&session, false, text).await;
         }
         Err(LedgerError::Invalid(message)) => {
-            let mut message = message;
-            if let Some(first) = message.get(..1) {
-                message = first.to_uppercase() + &message[1..];
-            }
-            flash(&session, false, format!("{message}. Nothing was changed.")).await;
+            flash(
+                &session,
+                false,
+                format!("{}. Nothing was changed.", capitalized(&message)),
+            )
+            .await;
         }
         Err(error) => {
             tracing::error!(%error, "a decision failed");

@@ -212,3 +212,56 @@ pub(super) async fn markdown_export(
     )
         .into_response())
 }
+
+/// `/jobs/{job_id}/result`: the accepted result, for a signed-in operator whose tenants include
+/// the job. Every read is written to the audit log; nothing of it is logged.
+pub(super) async fn result_view(
+    State(state): State<AppState>,
+    Extension(SignedIn(operator)): Extension<SignedIn>,
+    Path(job_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = job_id
+        .parse::<JobId>()
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let job = state
+        .ledger
+        .job(id.as_str())
+        .await?
+        .filter(|job| operator.covers(&job.tenant))
+        .ok_or_else(|| ApiError::NotFound(format!("no job {id}")))?;
+    let Some(result_ref) = job
+        .result_ref
+        .as_deref()
+        .filter(|_| job.state == crate::job::JobState::Succeeded)
+    else {
+        return Err(ApiError::NotFound(format!(
+            "job {} has no accepted result; it is {}",
+            job.job_id, job.state
+        )));
+    };
+    let body = state
+        .ledger
+        .result_body(result_ref)
+        .await?
+        .ok_or(ApiError::Internal)?;
+    state
+        .ledger
+        .audit_result_viewed(
+            &job.job_id,
+            job.owner_epoch,
+            &format!("operator:{}", operator.name),
+        )
+        .await?;
+    let shown = match serde_json::from_str::<Value>(&body) {
+        Ok(value) => serde_json::to_string_pretty(&value).unwrap_or(body),
+        Err(_) => body,
+    };
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        shown,
+    )
+        .into_response())
+}

@@ -233,7 +233,8 @@ pub(super) async fn console_gate(
         None => String::new(),
     };
     // A page shows the last action's outcome once; exports and the like leave it for the page.
-    let flash = if safe && !request.uri().path().contains('.') {
+    let path = request.uri().path();
+    let flash = if safe && !path.contains('.') && !path.ends_with("/result") {
         session.remove::<Flash>(keys::FLASH).await.ok().flatten()
     } else {
         None

@@ -72,8 +72,10 @@ pub fn router(state: AppState) -> Router {
         .route("/login", post(signin::login))
         .route("/logout", post(signin::logout))
         .route("/jobs/{job_id}/decisions", post(actions::decide))
+        .route("/jobs/{job_id}/cancel", post(actions::cancel))
         .route("/jobs/{job_id}/export.json", get(export::json_export))
         .route("/jobs/{job_id}/export.md", get(export::markdown_export))
+        .route("/jobs/{job_id}/result", get(export::result_view))
         .with_state(state.clone())
         .merge(pages)
         .layer(middleware::from_fn_with_state(

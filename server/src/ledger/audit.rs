@@ -143,3 +143,31 @@ impl Ledger {
         Ok(query.fetch_all(&self.reader).await?)
     }
 }
+
+impl Ledger {
+    /// Records that `actor` read `job_id`'s accepted result (the console's result view).
+    pub async fn audit_result_viewed(
+        &self,
+        job_id: &str,
+        epoch: i64,
+        actor: &str,
+    ) -> Result<(), LedgerError> {
+        let at = self.now_us().await?;
+        let mut conn = self.writer.acquire().await?;
+        insert_audit(
+            &mut conn,
+            &NewAudit {
+                at,
+                actor,
+                action: "result_viewed",
+                job_id,
+                seen_epoch: epoch,
+                new_epoch: epoch,
+                state_before: "succeeded",
+                state_after: "succeeded",
+                reason: "read the accepted result in the console",
+            },
+        )
+        .await
+    }
+}

@@ -232,6 +232,14 @@ catalogue! {
 
         // decide
 
+        /// An operator cancels a live job at the epoch and state they saw: a new epoch fences
+        /// out any owner (its attempt can never commit), and the job fails for good.
+        cancel: concat!("UPDATE jobs SET state = 'failed_terminal', owner_epoch = owner_epoch + 1, \
+             owner_id = $4, error_code = 'cancelled', pending_attempt = NULL, retry_at = NULL, \
+             terminal_at = {now}, updated_at = {now}, next_event_seq = next_event_seq + 2 \
+             WHERE job_id = $1 AND owner_epoch = $2 AND state = $3 \
+             AND state IN ('ready', 'running', 'unknown', 'retry_authorized') \
+             RETURNING ", reserved!(2)),
         /// A decision over an `unknown` job at the epoch the decider saw. `$4` = 1 (a retry)
         /// advances the epoch and needs budget and time; `$8` = 1 also needs the job's
         /// pre-approved replay policy.

@@ -87,6 +87,24 @@ pub enum Command {
         #[arg(long, default_value = "cli")]
         operator: String,
     },
+    /// Decide an `unknown` job from a terminal, as a named operator (fenced by the epoch seen;
+    /// audited): `retry` authorizes a fenced retry, `succeeded` resolves it with evidence,
+    /// `failed` ends it.
+    Decide(DecideArgs),
+    /// Cancel a job that is not terminal, as a named operator (fenced by the epoch seen;
+    /// audited): it fails for good and an attempt still running can never commit.
+    Cancel {
+        job_id: String,
+        /// The owner epoch you saw (the console and `GET /api/v1/jobs/{id}` show it).
+        #[arg(long)]
+        epoch: i64,
+        /// Why, for the audit log and the timeline.
+        #[arg(long)]
+        reason: String,
+        /// Who cancels: an operator (role `operator` or `admin`) of this deployment.
+        #[arg(long)]
+        operator: String,
+    },
     /// Apply database migrations and exit.
     Migrate,
     /// Manage API tokens.
@@ -425,4 +443,28 @@ pub struct BenchArgs {
     /// Jobs to run through the ledger (the baseline runs three statements per job).
     #[arg(long, default_value_t = 3000)]
     pub jobs: usize,
+}
+
+/// `fenceline decide`'s arguments.
+#[derive(Debug, Clone, Args)]
+pub struct DecideArgs {
+    pub job_id: String,
+    /// `retry`, `succeeded` or `failed`.
+    #[arg(value_parser = ["retry", "succeeded", "failed"])]
+    pub decision: String,
+    /// The owner epoch you saw (the console and `GET /api/v1/jobs/{id}` show it).
+    #[arg(long)]
+    pub epoch: i64,
+    /// Why, for the audit log and the timeline.
+    #[arg(long)]
+    pub reason: String,
+    /// Who decides: an operator (role `operator` or `admin`) of this deployment.
+    #[arg(long)]
+    pub operator: String,
+    /// `succeeded`: the provider's reference for the call.
+    #[arg(long)]
+    pub evidence: Option<String>,
+    /// `succeeded`: a file holding the result (becomes the accepted result).
+    #[arg(long)]
+    pub result_file: Option<std::path::PathBuf>,
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use clap::{Args, FromArgMatches, Parser, ValueEnum};
 
 pub use cli::{
-    BenchCommand, Cli, Command, OperatorCommand, ProviderArg as ProviderKind,
+    BenchCommand, Cli, Command, DecideArgs, OperatorCommand, ProviderArg as ProviderKind,
     QueueArg as QueueKind, QueueCommand, RuntimeArgs, ServeArgs, SubmitArgs, TimingsArg,
     TokenCommand,
 };

@@ -24,6 +24,7 @@ on_both_backends!(
     an_operator_authorizes_a_fenced_retry_and_the_earlier_attempt_cannot_commit,
     two_operators_deciding_at_once_one_applies_the_other_is_told,
     an_unknown_job_is_resolved_as_succeeded_with_evidence_or_as_failed,
+    a_running_job_is_cancelled_fenced_and_its_attempt_cannot_commit,
 );
 
 const PASSWORD: &str = "correct horse battery staple";
@@ -549,6 +550,29 @@ async fn an_unknown_job_is_resolved_as_succeeded_with_evidence_or_as_failed(db: 
         .unwrap()
         .unwrap();
     assert_eq!(body, "{\"summary\":\"from the provider's log\"}");
+    // The job page links to the result; reading it is audited.
+    let page = olga.page(&format!("/jobs/{done}")).await;
+    assert!(page.contains(&format!("href=\"/jobs/{done}/result\"")));
+    let result = olga.page(&format!("/jobs/{done}/result")).await;
+    assert!(result.contains("from the provider's log"), "{result}");
+    let viewed = app
+        .ledger
+        .audit_entries(&fenceline::ledger::AuditFilter {
+            action: Some("result_viewed".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(viewed.len(), 1);
+    assert_eq!(viewed[0].actor, "operator:olga");
+    assert_eq!(viewed[0].job_id.as_deref(), Some(done.as_str()));
+    let acme_only = ["globex".to_owned()];
+    let mut other = signed_in(&app, "gina", Role::Viewer, Some(&acme_only)).await;
+    assert_eq!(
+        other.get(&format!("/jobs/{done}/result")).await.status(),
+        404
+    );
 
     decide(
         &mut olga,
@@ -607,4 +631,110 @@ async fn the_first_run_makes_an_administrator_only_outside_production() {
             .unwrap()
             .is_none()
     );
+}
+
+async fn a_running_job_is_cancelled_fenced_and_its_attempt_cannot_commit(db: Db) {
+    let app = spawn_app(db).await;
+    let ledger = &app.ledger;
+    let job_id = create(ledger, new_job("acme", "cancel", json!("input"))).await;
+    let claimed = ledger
+        .claim(&job_id, "w1", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let owner = as_owner(&job_id, claimed.epoch, "w1");
+    let attempt = ledger.start_attempt(&owner, "stub").await.unwrap();
+    let mut olga = signed_in(&app, "olga", Role::Operator, None).await;
+    let page = format!("/jobs/{job_id}");
+    let html = olga.page(&page).await;
+    assert!(
+        html.contains(&format!("/jobs/{job_id}/cancel")),
+        "a live job offers cancel"
+    );
+    let csrf = token_in(&html).unwrap();
+    let epoch = claimed.epoch.to_string();
+    let cancel = |reason: &'static str, state: &'static str| {
+        vec![
+            ("csrf", csrf.clone()),
+            ("epoch", epoch.clone()),
+            ("state", state.to_owned()),
+            ("reason", reason.to_owned()),
+        ]
+    };
+    // A page that showed the job in another state is stale: nothing changes.
+    let stale = cancel("wrong view", "ready");
+    let pairs: Vec<(&str, &str)> = stale.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    assert_eq!(
+        olga.post(&format!("{page}/cancel"), &pairs).await.status(),
+        303
+    );
+    assert!(olga
+        .page(&page)
+        .await
+        .contains("This job changed since you loaded it"));
+    assert_eq!(
+        ledger.job(&job_id).await.unwrap().unwrap().state,
+        JobState::Running
+    );
+    let good = cancel("the customer withdrew the document", "running");
+    let pairs: Vec<(&str, &str)> = good.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    assert_eq!(
+        olga.post(&format!("{page}/cancel"), &pairs).await.status(),
+        303
+    );
+    let html = olga.page(&page).await;
+    assert!(html.contains("Job cancelled"), "{html}");
+    assert!(
+        !html.contains(&format!("/jobs/{job_id}/cancel")),
+        "a terminal job offers none"
+    );
+    let job = ledger.job(&job_id).await.unwrap().unwrap();
+    assert_eq!(job.state, JobState::FailedTerminal);
+    assert_eq!(job.error_code.as_deref(), Some("cancelled"));
+    assert_eq!(job.owner_epoch, claimed.epoch + 1);
+    let attempts = ledger.attempts(&job_id).await.unwrap();
+    assert_eq!(
+        attempts[0].outcome.as_str(),
+        "lost",
+        "the call in flight is lost"
+    );
+    // The worker's call returns: its commit is fenced out.
+    let late = ledger
+        .accept_result(&owner, attempt.attempt_no, "late answer")
+        .await;
+    assert!(matches!(
+        late,
+        Err(fenceline::ledger::LedgerError::Refused {
+            refusal: Refusal::StaleEpoch { .. },
+            ..
+        })
+    ));
+    let attempts = ledger.attempts(&job_id).await.unwrap();
+    assert_eq!(
+        attempts[0].outcome.as_str(),
+        "stale_discarded",
+        "its late answer is discarded"
+    );
+    let entries = ledger
+        .audit_entries(&fenceline::ledger::AuditFilter {
+            action: Some("cancel".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(entries[0].state_before.as_deref(), Some("running"));
+    assert_eq!(entries[0].state_after.as_deref(), Some("failed_terminal"));
+    assert_eq!(entries[0].actor, "operator:olga");
+    // Once terminal, a second cancel changes nothing.
+    assert!(ledger
+        .cancel(
+            &job_id,
+            job.owner_epoch,
+            JobState::FailedTerminal,
+            &Actor::System,
+            "again"
+        )
+        .await
+        .is_err());
 }

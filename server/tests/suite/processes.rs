@@ -670,3 +670,107 @@ async fn the_overview_says_how_long_records_are_kept() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_call_decides_and_cancels_from_a_terminal_fenced_and_audited() {
+    use fenceline::operators::{hash_password, Role};
+    let db = crate::helpers::fresh_db(Db::Sqlite).await;
+    let ledger = Ledger::connect(&db.url, &crate::helpers::options())
+        .await
+        .unwrap();
+    ledger.migrate().await.unwrap();
+    let hash = hash_password("a long enough password").unwrap();
+    ledger
+        .add_operator("olga", Role::Operator, None, &hash)
+        .await
+        .unwrap();
+    ledger
+        .add_operator("vera", Role::Viewer, None, &hash)
+        .await
+        .unwrap();
+    let job_id = create(&ledger, new_job("acme", "cli-decide", serde_json::json!(1))).await;
+    let a = ledger
+        .claim(&job_id, "w1", Duration::from_millis(100))
+        .await
+        .unwrap();
+    ledger
+        .start_attempt(&crate::helpers::as_owner(&job_id, a.epoch, "w1"), "stub")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let unknown = ledger
+        .recovery_claim(
+            &job_id,
+            &fenceline::job::Actor::System,
+            "lease_expired",
+            false,
+        )
+        .await
+        .unwrap();
+    let run = |args: Vec<String>| {
+        let url = db.url.clone();
+        async move {
+            Command::new(env!("CARGO_BIN_EXE_fenceline"))
+                .args(&args)
+                .args(["--database-url", &url])
+                .env("FENCELINE_LOG", "error")
+                .output()
+                .await
+                .unwrap()
+        }
+    };
+    let decide = |who: &str, epoch: i64| {
+        vec![
+            "decide".to_owned(),
+            job_id.clone(),
+            "retry".into(),
+            "--epoch".into(),
+            epoch.to_string(),
+            "--reason".into(),
+            "no trace at the provider".into(),
+            "--operator".into(),
+            who.into(),
+        ]
+    };
+    let viewer = run(decide("vera", unknown.epoch)).await;
+    assert!(!viewer.status.success());
+    assert!(String::from_utf8_lossy(&viewer.stderr).contains("only operators and admins"));
+    let stale = run(decide("olga", unknown.epoch - 1)).await;
+    assert!(!stale.status.success());
+    assert!(String::from_utf8_lossy(&stale.stderr).contains("nothing changed"));
+    assert_eq!(
+        ledger.job(&job_id).await.unwrap().unwrap().state,
+        JobState::Unknown
+    );
+    let applied = run(decide("olga", unknown.epoch)).await;
+    assert!(applied.status.success(), "{applied:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&applied.stdout).trim(),
+        format!("{job_id}: retry_authorized")
+    );
+    let cancel = run(vec![
+        "cancel".into(),
+        job_id.clone(),
+        "--epoch".into(),
+        (unknown.epoch + 1).to_string(),
+        "--reason".into(),
+        "withdrawn".into(),
+        "--operator".into(),
+        "olga".into(),
+    ])
+    .await;
+    assert!(cancel.status.success(), "{cancel:?}");
+    let job = ledger.job(&job_id).await.unwrap().unwrap();
+    assert_eq!(job.state, JobState::FailedTerminal);
+    let audit = ledger
+        .audit_entries(&fenceline::ledger::AuditFilter {
+            job_id: Some(job_id.clone()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let actions: Vec<_> = audit.iter().map(|e| e.action.as_str()).collect();
+    assert_eq!(actions, ["cancel", "authorize_retry"]);
+    assert!(audit.iter().all(|e| e.actor == "operator:olga"));
+}

@@ -10,6 +10,7 @@
 
 mod accept;
 mod attempt;
+mod cancel;
 mod claim;
 mod create;
 mod decide;

@@ -1,0 +1,78 @@
+//! An operator cancels a job that is not terminal: fenced by the epoch and state they saw, it
+//! moves to a new epoch (an attempt still running can never commit) and fails for good, with a
+//! `decision_recorded` on its timeline and an audit entry.
+
+use serde_json::json;
+
+use super::{mark_pending_lost, Intent, Reserved};
+use crate::job::{Actor, EventKind, JobState};
+use crate::ledger::audit::{insert_audit, NewAudit};
+use crate::ledger::model::NewEvent;
+use crate::ledger::{Ledger, LedgerError};
+
+impl Ledger {
+    /// Cancels `job_id`, which the operator saw `seen_state` at `seen_epoch`. Refused (and
+    /// nothing changes) if the job moved on since.
+    pub async fn cancel(
+        &self,
+        job_id: &str,
+        seen_epoch: i64,
+        seen_state: JobState,
+        actor: &Actor,
+        reason: &str,
+    ) -> Result<(), LedgerError> {
+        let reason = reason.trim();
+        if reason.is_empty() || reason.len() > 2000 {
+            return Err(LedgerError::Invalid(
+                "a cancellation needs a reason of 1 to 2000 characters".into(),
+            ));
+        }
+        let statement = sqlx::query_as::<_, Reserved>(&self.sql.cancel)
+            .bind(job_id)
+            .bind(seen_epoch)
+            .bind(seen_state.as_str())
+            .bind(actor.to_string());
+        let mut fenced = self
+            .guarded(job_id, statement, Intent::Decision { epoch: seen_epoch })
+            .await?;
+        let Reserved {
+            epoch: new_epoch,
+            at,
+            ..
+        } = fenced.row;
+        let lost = mark_pending_lost(&mut fenced.tx, job_id, at).await?;
+        let actor_name = actor.to_string();
+        insert_audit(
+            &mut fenced.tx,
+            &NewAudit {
+                at,
+                actor: &actor_name,
+                action: "cancel",
+                job_id,
+                seen_epoch,
+                new_epoch,
+                state_before: seen_state.as_str(),
+                state_after: JobState::FailedTerminal.as_str(),
+                reason,
+            },
+        )
+        .await?;
+        let short_reason: String = reason.chars().take(200).collect();
+        fenced
+            .commit(&[
+                NewEvent::new(EventKind::DecisionRecorded, actor)
+                    .epoch(new_epoch)
+                    .detail(json!({
+                        "decision": "cancel",
+                        "seen_epoch": seen_epoch,
+                        "reason": short_reason,
+                        "lost_attempts": lost,
+                    })),
+                NewEvent::new(EventKind::StateChanged, actor)
+                    .epoch(new_epoch)
+                    .detail(json!({ "to": "failed_terminal", "error_code": "cancelled" })),
+            ])
+            .await?;
+        Ok(())
+    }
+}
