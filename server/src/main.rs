@@ -401,6 +401,11 @@ async fn operator_command(ledger: &Ledger, command: &OperatorCommand) -> anyhow:
         OperatorCommand::Enable { name } => {
             show(&ledger.set_operator_disabled(name, false).await?);
         }
+        OperatorCommand::Token { name, label } => {
+            let token = ledger.add_operator_token(name, label).await?;
+            eprintln!("operator token for {name} (shown once; only its hash is stored):");
+            println!("{token}");
+        }
         OperatorCommand::Reset {
             name,
             password_stdin,

@@ -27,6 +27,14 @@ pub(super) fn routes() -> Router<AppState> {
         .route("/jobs/{job_id}", get(read_job))
         .route("/jobs/{job_id}/events", get(read_events))
         .route("/jobs/{job_id}/result", get(read_result))
+        .route(
+            "/jobs/{job_id}/decisions",
+            axum::routing::post(super::api_actions::decide),
+        )
+        .route(
+            "/jobs/{job_id}/cancel",
+            axum::routing::post(super::api_actions::cancel),
+        )
         .route("/openapi.json", get(openapi::document))
 }
 
@@ -55,7 +63,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
         })?;
         serde_json::from_slice(&bytes)
             .map(JsonBody)
-            .map_err(|e| ApiError::InvalidJson(format!("the body is not a valid job request: {e}")))
+            .map_err(|e| ApiError::InvalidJson(format!("the body is not a valid request: {e}")))
     }
 }
 

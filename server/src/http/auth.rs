@@ -34,3 +34,34 @@ impl FromRequestParts<AppState> for Tenant {
         }
     }
 }
+
+/// The operator an operator token (`flo_…`) acts as: their role and tenants apply. Tenant
+/// tokens cannot act on jobs.
+#[derive(Debug, Clone)]
+pub(super) struct ActingOperator(pub(super) crate::operators::Operator);
+
+impl FromRequestParts<AppState> for ActingOperator {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let token = parts
+            .headers
+            .get(AUTHORIZATION)
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or(ApiError::Unauthorized(
+                "send an operator token as `Authorization: Bearer <token>`",
+            ))?;
+        if let Some(operator) = state.ledger.operator_for_token(token).await? {
+            return Ok(ActingOperator(operator));
+        }
+        if state.ledger.tenant_for_token(token).await?.is_some() {
+            return Err(ApiError::Forbidden(
+                "a tenant's token submits and reads jobs; acting on them needs an operator \
+                 token (fenceline operator token <name>)",
+            ));
+        }
+        Err(ApiError::Unauthorized("the operator token is not valid"))
+    }
+}

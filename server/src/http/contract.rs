@@ -351,3 +351,53 @@ pub struct EventsQuery {
     #[param(minimum = 1, maximum = 1000, default = 100)]
     pub limit: Option<u32>,
 }
+
+/// What an operator decides about an `unknown` job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionKind {
+    /// Another attempt at a new epoch (an earlier attempt can never commit); the attempt budget
+    /// and the deadline stay.
+    AuthorizeRetry,
+    /// The call completed: `evidence` and/or `result` are required.
+    ResolveSucceeded,
+    /// The job fails for good.
+    ResolveFailed,
+}
+
+/// `POST /api/v1/jobs/{job_id}/decisions` (an operator token).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionRequest {
+    pub decision: DecisionKind,
+    /// The owner epoch the decider saw; a job that moved on since refuses with `409`.
+    pub epoch: i64,
+    /// Why, for the audit log and the timeline (1 to 2000 characters).
+    pub reason: String,
+    /// `resolve_succeeded`: the provider's reference for the call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<String>,
+    /// `resolve_succeeded`: the result, which becomes the accepted result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+}
+
+/// `POST /api/v1/jobs/{job_id}/cancel` (an operator token).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelRequest {
+    /// The owner epoch the operator saw; a job that moved on since refuses with `409`.
+    pub epoch: i64,
+    /// The state the operator saw.
+    pub state: JobState,
+    /// Why, for the audit log and the timeline (1 to 2000 characters).
+    pub reason: String,
+}
+
+/// Where a job stands after an operator's action.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ActionOutcome {
+    pub job_id: String,
+    pub state: JobState,
+    pub owner_epoch: i64,
+}

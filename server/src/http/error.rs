@@ -21,6 +21,8 @@ pub enum ApiError {
     #[error("{0}")]
     Unauthorized(&'static str),
     #[error("{0}")]
+    Forbidden(&'static str),
+    #[error("{0}")]
     NotFound(String),
     #[error("this method is not allowed here")]
     MethodNotAllowed,
@@ -44,6 +46,7 @@ impl ApiError {
             }
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized"),
+            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::IdempotencyConflict { .. } => (StatusCode::CONFLICT, "idempotency_conflict"),

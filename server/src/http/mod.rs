@@ -7,6 +7,7 @@
 
 mod actions;
 mod api;
+mod api_actions;
 mod auth;
 pub mod contract;
 mod error;

@@ -6,11 +6,12 @@ use serde_json::Value;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::api;
 use super::contract::{
-    AttemptView, CreateJobRequest, Delivery, ErrorBody, ErrorDetail, EventPage, EventView, JobPage,
-    JobResult, JobView, Links, ModelParameters,
+    ActionOutcome, AttemptView, CancelRequest, CreateJobRequest, DecisionKind, DecisionRequest,
+    Delivery, ErrorBody, ErrorDetail, EventPage, EventView, JobPage, JobResult, JobView, Links,
+    ModelParameters,
 };
+use super::{api, api_actions};
 use crate::job::JobState;
 use crate::ledger::ReplayPolicy;
 
@@ -29,7 +30,9 @@ use crate::ledger::ReplayPolicy;
         api::list_jobs,
         api::read_job,
         api::read_events,
-        api::read_result
+        api::read_result,
+        api_actions::decide,
+        api_actions::cancel
     ),
     components(schemas(
         CreateJobRequest,
@@ -45,7 +48,11 @@ use crate::ledger::ReplayPolicy;
         ErrorDetail,
         Links,
         JobState,
-        ReplayPolicy
+        ReplayPolicy,
+        DecisionRequest,
+        DecisionKind,
+        CancelRequest,
+        ActionOutcome
     )),
     modifiers(&BearerAuth)
 )]

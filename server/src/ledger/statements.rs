@@ -311,6 +311,8 @@ catalogue! {
 
         // tokens
 
+        add_operator_token: "INSERT INTO operator_tokens (token_hash, operator, name, created_at) \
+             VALUES ($1, $2, $3, {now})",
         add_token: "INSERT INTO api_tokens (token_hash, tenant, name, created_at) \
              VALUES ($1, $2, $3, {now})",
         revoke_token: "UPDATE api_tokens SET revoked_at = {now} \

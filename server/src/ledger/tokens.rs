@@ -6,6 +6,8 @@ use sqlx::Row;
 use super::{Ledger, LedgerError};
 
 const TOKEN_PREFIX: &str = "fl_";
+/// Tokens that act as an operator (decisions, cancels) rather than submit as a tenant.
+const OPERATOR_TOKEN_PREFIX: &str = "flo_";
 /// How many leading hex characters of a token's hash name it in lists and revocations.
 const TOKEN_ID_LEN: usize = 12;
 
@@ -110,5 +112,52 @@ impl Ledger {
         .bind(token_hash(token))
         .fetch_optional(&self.reader)
         .await?)
+    }
+}
+
+impl Ledger {
+    /// Creates a token that acts as `operator` (with its role and tenants, while it is
+    /// enabled) and returns it; only its hash is stored.
+    pub async fn add_operator_token(
+        &self,
+        operator: &str,
+        name: &str,
+    ) -> Result<String, LedgerError> {
+        if self.operator(operator).await?.is_none() {
+            return Err(LedgerError::Invalid(format!(
+                "no operator named {operator}"
+            )));
+        }
+        let mut secret = [0u8; 32];
+        getrandom::fill(&mut secret)
+            .map_err(|e| LedgerError::Invalid(format!("no randomness available: {e}")))?;
+        let token = format!("{OPERATOR_TOKEN_PREFIX}{}", hex::encode(secret));
+        sqlx::query(&self.sql.add_operator_token)
+            .bind(token_hash(&token))
+            .bind(operator)
+            .bind(name)
+            .execute(&self.writer)
+            .await?;
+        Ok(token)
+    }
+
+    /// The enabled operator a presented operator token acts as.
+    pub async fn operator_for_token(
+        &self,
+        token: &str,
+    ) -> Result<Option<crate::operators::Operator>, LedgerError> {
+        if !token.starts_with(OPERATOR_TOKEN_PREFIX) || token.len() > 128 {
+            return Ok(None);
+        }
+        let name: Option<String> = sqlx::query_scalar(
+            "SELECT operator FROM operator_tokens WHERE token_hash = $1 AND revoked_at IS NULL",
+        )
+        .bind(token_hash(token))
+        .fetch_optional(&self.reader)
+        .await?;
+        let Some(name) = name else {
+            return Ok(None);
+        };
+        Ok(self.operator(&name).await?.filter(|o| !o.is_disabled()))
     }
 }

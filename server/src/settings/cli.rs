@@ -360,6 +360,15 @@ pub enum OperatorCommand {
     Disable { name: String },
     /// Enable a disabled operator again.
     Enable { name: String },
+    /// Make an API token that acts as this operator (role and tenants) for automation:
+    /// `POST /api/v1/jobs/{id}/decisions` and `/cancel`. Shown once; only its hash is stored.
+    /// It stops working when the operator is disabled.
+    Token {
+        name: String,
+        /// What the token is for, e.g. `reconciler`.
+        #[arg(long, default_value = "automation")]
+        label: String,
+    },
     /// Set a new password (prompt, or `--password-stdin`); sessions begun before it end.
     Reset {
         name: String,

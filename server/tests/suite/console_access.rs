@@ -25,6 +25,7 @@ on_both_backends!(
     two_operators_deciding_at_once_one_applies_the_other_is_told,
     an_unknown_job_is_resolved_as_succeeded_with_evidence_or_as_failed,
     a_running_job_is_cancelled_fenced_and_its_attempt_cannot_commit,
+    automation_acts_over_the_api_with_an_operator_token_under_its_role_and_tenants,
 );
 
 const PASSWORD: &str = "correct horse battery staple";
@@ -737,4 +738,108 @@ async fn a_running_job_is_cancelled_fenced_and_its_attempt_cannot_commit(db: Db)
         )
         .await
         .is_err());
+}
+
+async fn automation_acts_over_the_api_with_an_operator_token_under_its_role_and_tenants(db: Db) {
+    let app = spawn_app(db).await;
+    let ledger = &app.ledger;
+    let (job_id, _, epoch) = unknown_job(ledger, "acme", "api-decide").await;
+    add_operator(ledger, "olga", Role::Operator, None).await;
+    add_operator(ledger, "vera", Role::Viewer, None).await;
+    let globex = ["globex".to_owned()];
+    add_operator(ledger, "gus", Role::Operator, Some(&globex)).await;
+    let olga = ledger
+        .add_operator_token("olga", "reconciler")
+        .await
+        .unwrap();
+    let vera = ledger.add_operator_token("vera", "reader").await.unwrap();
+    let gus = ledger
+        .add_operator_token("gus", "reconciler")
+        .await
+        .unwrap();
+    let tenant = app.token("acme").await;
+    let post = |token: String, path: String, body: serde_json::Value| {
+        let client = app.client.clone();
+        let url = format!("{}/api/v1/jobs/{job_id}/{path}", app.base);
+        async move {
+            let response = client
+                .post(url)
+                .bearer_auth(token)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    let retry = |epoch: i64| json!({ "decision": "authorize_retry", "epoch": epoch, "reason": "no trace at the provider" });
+    let (status, body) = post(tenant, "decisions".into(), retry(epoch)).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (403, Some("forbidden"))
+    );
+    assert_eq!(post(vera, "decisions".into(), retry(epoch)).await.0, 403);
+    assert_eq!(post(gus, "decisions".into(), retry(epoch)).await.0, 404);
+    assert_eq!(
+        post("flo_nope".into(), "decisions".into(), retry(epoch))
+            .await
+            .0,
+        401
+    );
+    let (status, body) = post(
+        olga.clone(),
+        "decisions".into(),
+        json!({ "decision": "authorize_retry", "epoch": epoch, "reason": "" }),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = post(olga.clone(), "decisions".into(), retry(epoch - 1)).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("stale_epoch"))
+    );
+    assert_eq!(
+        ledger.job(&job_id).await.unwrap().unwrap().state,
+        JobState::Unknown
+    );
+    let (status, body) = post(olga.clone(), "decisions".into(), retry(epoch)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["state"], "retry_authorized");
+    assert_eq!(body["owner_epoch"], epoch + 1);
+    let (status, body) = post(
+        olga.clone(),
+        "cancel".into(),
+        json!({ "epoch": epoch + 1, "state": "retry_authorized", "reason": "withdrawn" }),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["state"], "failed_terminal");
+    let actors: Vec<String> = ledger
+        .audit_entries(&fenceline::ledger::AuditFilter {
+            job_id: Some(job_id.clone()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| format!("{} {}", e.actor, e.action))
+        .collect();
+    assert_eq!(
+        actors,
+        ["operator:olga cancel", "operator:olga authorize_retry"]
+    );
+    // A disabled operator's token stops working.
+    ledger.set_operator_disabled("olga", true).await.unwrap();
+    assert_eq!(
+        post(
+            olga,
+            "cancel".into(),
+            json!({ "epoch": 0, "state": "ready", "reason": "x" })
+        )
+        .await
+        .0,
+        401
+    );
 }

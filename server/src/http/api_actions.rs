@@ -1,0 +1,149 @@
+//! API v1 for automation of operators' actions: decisions on `unknown` jobs and cancels, with
+//! an operator token (`flo_…`), under that operator's role and tenants. The same guarded ledger
+//! transitions as the console's forms: fenced by the epoch seen, audited.
+
+use axum::extract::{Path, State};
+use axum::Json;
+
+use super::api::JsonBody;
+use super::auth::ActingOperator;
+use super::contract::{
+    ActionOutcome, CancelRequest, DecisionKind, DecisionRequest, ErrorBody, JobIdPath,
+};
+use super::{ApiError, AppState};
+use crate::job::{Actor, JobId};
+use crate::ledger::{Decision, Job};
+use crate::operators::{Operator, Role};
+
+/// The job, if the acting operator may act on it.
+async fn actionable(state: &AppState, operator: &Operator, raw: &str) -> Result<Job, ApiError> {
+    if !operator.role.allows(Role::Operator) {
+        return Err(ApiError::Forbidden(
+            "this token's operator is a viewer: viewers read, they do not act",
+        ));
+    }
+    let id = raw
+        .parse::<JobId>()
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    state
+        .ledger
+        .job(id.as_str())
+        .await?
+        .filter(|job| operator.covers(&job.tenant))
+        .ok_or_else(|| ApiError::NotFound(format!("no job {id}")))
+}
+
+async fn outcome(state: &AppState, job_id: &str) -> Result<Json<ActionOutcome>, ApiError> {
+    let job = state
+        .ledger
+        .job(job_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no job {job_id}")))?;
+    Ok(Json(ActionOutcome {
+        job_id: job.job_id,
+        state: job.state,
+        owner_epoch: job.owner_epoch,
+    }))
+}
+
+#[utoipa::path(
+    post,
+    path = "/jobs/{job_id}/decisions",
+    operation_id = "decideJob",
+    params(JobIdPath),
+    request_body = DecisionRequest,
+    responses(
+        (status = 200, description = "Recorded; where the job stands now", body = ActionOutcome),
+        (status = 400, description = "Invalid request (a missing reason or evidence)", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Not an operator token, or a viewer's", body = ErrorBody),
+        (status = 404, description = "No such job for this operator", body = ErrorBody),
+        (status = 409, description = "The job changed since the epoch given (stale_epoch), or the decision does not apply; nothing changed", body = ErrorBody),
+        (status = 503, description = "Ledger database unavailable", body = ErrorBody)
+    )
+)]
+pub(super) async fn decide(
+    State(state): State<AppState>,
+    ActingOperator(operator): ActingOperator,
+    Path(job_id): Path<String>,
+    JsonBody(request): JsonBody<DecisionRequest>,
+) -> Result<Json<ActionOutcome>, ApiError> {
+    let job = actionable(&state, &operator, &job_id).await?;
+    let decision = match request.decision {
+        DecisionKind::AuthorizeRetry => Decision::AuthorizeRetry,
+        DecisionKind::ResolveFailed => Decision::ResolveFailed {
+            error_code: "operator_resolved_failed".into(),
+        },
+        DecisionKind::ResolveSucceeded => {
+            let evidence = request.evidence.unwrap_or_default().trim().to_owned();
+            let result = request.result.unwrap_or_default().trim().to_owned();
+            if evidence.is_empty() && result.is_empty() {
+                return Err(ApiError::BadRequest(
+                    "resolve_succeeded needs evidence (the provider's reference) or the result"
+                        .into(),
+                ));
+            }
+            Decision::ResolveSucceeded {
+                result: if result.is_empty() {
+                    serde_json::json!({ "provider_reference": evidence }).to_string()
+                } else {
+                    result
+                },
+                evidence: if evidence.is_empty() {
+                    "result given by the operator".into()
+                } else {
+                    evidence
+                },
+            }
+        }
+    };
+    let actor = Actor::Operator(operator.name.clone());
+    state
+        .ledger
+        .decide(
+            &job.job_id,
+            request.epoch,
+            &decision,
+            &actor,
+            &request.reason,
+        )
+        .await?;
+    outcome(&state, &job.job_id).await
+}
+
+#[utoipa::path(
+    post,
+    path = "/jobs/{job_id}/cancel",
+    operation_id = "cancelJob",
+    params(JobIdPath),
+    request_body = CancelRequest,
+    responses(
+        (status = 200, description = "Cancelled: failed for good at a new epoch", body = ActionOutcome),
+        (status = 400, description = "Invalid request (a missing reason)", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Not an operator token, or a viewer's", body = ErrorBody),
+        (status = 404, description = "No such job for this operator", body = ErrorBody),
+        (status = 409, description = "The job changed since the epoch and state given, or is terminal; nothing changed", body = ErrorBody),
+        (status = 503, description = "Ledger database unavailable", body = ErrorBody)
+    )
+)]
+pub(super) async fn cancel(
+    State(state): State<AppState>,
+    ActingOperator(operator): ActingOperator,
+    Path(job_id): Path<String>,
+    JsonBody(request): JsonBody<CancelRequest>,
+) -> Result<Json<ActionOutcome>, ApiError> {
+    let job = actionable(&state, &operator, &job_id).await?;
+    let actor = Actor::Operator(operator.name.clone());
+    state
+        .ledger
+        .cancel(
+            &job.job_id,
+            request.epoch,
+            request.state,
+            &actor,
+            &request.reason,
+        )
+        .await?;
+    outcome(&state, &job.job_id).await
+}
