@@ -65,6 +65,7 @@ impl Application {
             model_policy: std::sync::Arc::new(settings.http.model_policy.clone()),
             metrics: metrics.clone(),
             access: std::sync::Arc::new(settings.access()),
+            queue_settings: settings.queue.clone(),
         });
         Ok(Application {
             listener,
@@ -262,8 +263,20 @@ pub mod runtime {
         if faults.is_some() && settings.environment == Environment::Production {
             return Err(RuntimeError::FaultsInProduction);
         }
-        let q = &settings.queue;
-        let plain = match q.kind {
+        let queue = FaultyQueue::new(plain_queue(ledger, &settings.queue).await?);
+        if let Some(plan) = faults {
+            tracing::warn!("fault injection is armed on this worker's queue");
+            queue.arm(plan);
+        }
+        Ok(queue)
+    }
+
+    /// The configured queue, with no fault injection: for operators' actions.
+    pub async fn plain_queue(
+        ledger: &Ledger,
+        q: &crate::settings::QueueSettings,
+    ) -> Result<AnyQueue, RuntimeError> {
+        Ok(match q.kind {
             QueueKind::Embedded => AnyQueue::Embedded(EmbeddedQueue::new(
                 ledger.clone(),
                 &q.name,
@@ -273,13 +286,7 @@ pub mod runtime {
                 let client = SqsQueue::client_from_env().await;
                 AnyQueue::Sqs(SqsQueue::open(client, &q.name, Duration::from_secs(10)).await?)
             }
-        };
-        let queue = FaultyQueue::new(plain);
-        if let Some(plan) = faults {
-            tracing::warn!("fault injection is armed on this worker's queue");
-            queue.arm(plan);
-        }
-        Ok(queue)
+        })
     }
 
     pub fn provider(settings: &ProviderSettings) -> Result<AnyProvider, RuntimeError> {

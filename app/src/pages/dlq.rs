@@ -9,6 +9,13 @@ use crate::components::{or_dash, ErrorBox, StateBadge};
 #[component]
 pub fn DeadLettersPage() -> impl IntoView {
     let console = console();
+    let visitor = super::visitor();
+    let can_replay = visitor.can_act()
+        && visitor
+            .operator
+            .as_ref()
+            .is_some_and(|o| o.tenants.is_none());
+    let csrf = visitor.csrf.clone();
     view! {
         <Title text="Dead letters · Fenceline"/>
         <h1>"Dead letters"</h1>
@@ -24,6 +31,22 @@ pub fn DeadLettersPage() -> impl IntoView {
                     Ok(dl) => view! {
                         <p class="muted">{format!("Dead-letter queue: {}", dl.queue)}</p>
                         {dl.notice.map(|n| view! { <p class="notice">{n}</p> })}
+                        {(can_replay && (!dl.rows.is_empty() || dl.queue.starts_with("sqs"))).then(|| view! {
+                            <details class="replay">
+                                <summary>"Replay the dead letters after inspection…"</summary>
+                                <form method="post" action="/dlq/replay" class="stack">
+                                    <p class="muted">
+                                        "Each letter is checked against the ledger first, as the Note column shows: a job already "
+                                        "terminal has its letter dropped; an unknown job's letter is kept until a decision; a "
+                                        "workable job is sent again with the same id, deadline and attempt budget. Every fate "
+                                        "lands on the job's timeline and in the audit log."
+                                    </p>
+                                    <input type="hidden" name="csrf" value=csrf.clone()/>
+                                    <label>"Reason"<textarea name="reason" required=true maxlength="2000" rows="2"></textarea></label>
+                                    <button type="submit">"Replay after inspection"</button>
+                                </form>
+                            </details>
+                        })}
                         {if dl.rows.is_empty() {
                             view! { <p class="empty">"The dead-letter queue is empty."</p> }.into_any()
                         } else {

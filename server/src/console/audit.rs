@@ -10,8 +10,11 @@ use super::LedgerConsole;
 const PAGE: u32 = 100;
 
 /// The actions the audit log records, for the filter.
-const ACTIONS: [&str; 6] = [
+const ACTIONS: [&str; 9] = [
     "cancel",
+    "dlq_redispatched",
+    "dlq_dropped_terminal",
+    "dlq_kept_awaiting_decision",
     "result_viewed",
     "resolve_succeeded",
     "resolve_failed",

@@ -278,3 +278,102 @@ pub(super) async fn decide(
     }
     Redirect::to(&page).into_response()
 }
+
+#[derive(Deserialize)]
+pub(super) struct ReplayForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    reason: String,
+}
+
+/// How many dead letters one replay from the console inspects.
+const REPLAY_MAX: usize = 500;
+
+/// `POST /dlq/replay`: every dead letter inspected against the ledger — terminal jobs' letters
+/// dropped, `unknown` kept until a decision, workable jobs re-dispatched (same id, deadline and
+/// budget) — each fate on its job's timeline and in the audit log.
+pub(super) async fn replay_dead_letters(
+    State(state): State<AppState>,
+    Extension(SignedIn(operator)): Extension<SignedIn>,
+    session: Session,
+    Form(form): Form<ReplayForm>,
+) -> Response {
+    if let Err(refused) = check_form_token(&session, &form.csrf).await {
+        return refused;
+    }
+    if !operator.role.allows(Role::Operator) {
+        return forbidden("your role (viewer) can read jobs but not act on them");
+    }
+    if operator.tenants.is_some() {
+        return forbidden(
+            "replaying the dead-letter queue touches every tenant's letters: it needs an \
+             operator without a tenant limit",
+        );
+    }
+    let reason = form.reason.trim();
+    if reason.is_empty() || reason.len() > 2000 {
+        flash(
+            &session,
+            false,
+            "A replay needs a reason (1 to 2000 characters). Nothing was changed.",
+        )
+        .await;
+        return Redirect::to("/dlq").into_response();
+    }
+    let actor = Actor::Operator(operator.name.clone());
+    let replayed = async {
+        let queue = crate::startup::runtime::plain_queue(&state.ledger, &state.queue_settings)
+            .await
+            .map_err(|e| e.to_string())?;
+        crate::worker::dlq::replay_inspected(&state.ledger, &queue, &actor, REPLAY_MAX)
+            .await
+            .map_err(|e| e.to_string())
+    }
+    .await;
+    match replayed {
+        Ok(replay) => {
+            for (job_id, before, action) in &replay.jobs {
+                // A re-dispatch sends the job again through the outbox; its state stays.
+                let after = before.as_str();
+                let _ = state
+                    .ledger
+                    .audit_dlq_replay(
+                        job_id,
+                        &actor.to_string(),
+                        action,
+                        before.as_str(),
+                        after,
+                        reason,
+                    )
+                    .await;
+            }
+            tracing::info!(operator = %operator.name, redispatched = replay.redispatched, "dead letters replayed");
+            flash(
+                &session,
+                true,
+                format!(
+                    "Dead letters replayed after inspection: {} re-dispatched, {} dropped (their \
+                     job was already terminal), {} kept until a decision, {} not job messages \
+                     (kept).",
+                    replay.redispatched,
+                    replay.dropped_terminal,
+                    replay.awaiting_decision,
+                    replay.not_job_messages
+                ),
+            )
+            .await;
+        }
+        Err(error) => {
+            tracing::error!(%error, "a dead-letter replay failed");
+            flash(
+                &session,
+                false,
+                "The replay could not finish (the queue or the ledger did not answer); what was \
+                 done is on each job's timeline.",
+            )
+            .await;
+        }
+    }
+    Redirect::to("/dlq").into_response()
+}

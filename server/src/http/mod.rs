@@ -45,6 +45,8 @@ pub struct AppState {
     pub metrics: crate::metrics::Metrics,
     /// Who may reach the console and `/metrics`, and how long sessions last.
     pub access: std::sync::Arc<gate::Access>,
+    /// The queue, opened when an operator replays its dead letters.
+    pub queue_settings: crate::settings::QueueSettings,
 }
 
 const STYLESHEET: &str = include_str!("../../../style/fenceline.css");
@@ -74,6 +76,7 @@ pub fn router(state: AppState) -> Router {
         .route("/logout", post(signin::logout))
         .route("/jobs/{job_id}/decisions", post(actions::decide))
         .route("/jobs/{job_id}/cancel", post(actions::cancel))
+        .route("/dlq/replay", post(actions::replay_dead_letters))
         .route("/jobs/{job_id}/export.json", get(export::json_export))
         .route("/jobs/{job_id}/export.md", get(export::markdown_export))
         .route("/jobs/{job_id}/result", get(export::result_view))

@@ -171,3 +171,40 @@ impl Ledger {
         .await
     }
 }
+
+impl Ledger {
+    /// Records what an operator's dead-letter replay did to one job.
+    pub async fn audit_dlq_replay(
+        &self,
+        job_id: &str,
+        actor: &str,
+        action: &str,
+        before: &str,
+        after: &str,
+        reason: &str,
+    ) -> Result<(), LedgerError> {
+        let at = self.now_us().await?;
+        let epoch: i64 = sqlx::query_scalar("SELECT owner_epoch FROM jobs WHERE job_id = $1")
+            .bind(job_id)
+            .fetch_optional(&self.reader)
+            .await?
+            .unwrap_or_default();
+        let action = format!("dlq_{action}");
+        let mut conn = self.writer.acquire().await?;
+        insert_audit(
+            &mut conn,
+            &NewAudit {
+                at,
+                actor,
+                action: &action,
+                job_id,
+                seen_epoch: epoch,
+                new_epoch: epoch,
+                state_before: before,
+                state_after: after,
+                reason,
+            },
+        )
+        .await
+    }
+}

@@ -20,6 +20,8 @@ pub struct Replay {
     pub dropped_terminal: usize,
     pub awaiting_decision: usize,
     pub not_job_messages: usize,
+    /// Each inspected job's id, its state when inspected, and what was done.
+    pub jobs: Vec<(String, JobState, &'static str)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +92,7 @@ pub async fn replay_inspected<Q: Queue>(
                 "state": job.state.as_str(),
             }));
             ledger.record_event(&job.job_id, &event).await?;
+            replay.jobs.push((job.job_id.clone(), job.state, action));
         }
     }
     Ok(replay)

@@ -26,6 +26,7 @@ on_both_backends!(
     an_unknown_job_is_resolved_as_succeeded_with_evidence_or_as_failed,
     a_running_job_is_cancelled_fenced_and_its_attempt_cannot_commit,
     automation_acts_over_the_api_with_an_operator_token_under_its_role_and_tenants,
+    an_operator_replays_dead_letters_after_inspection_from_the_console,
 );
 
 const PASSWORD: &str = "correct horse battery staple";
@@ -842,4 +843,83 @@ async fn automation_acts_over_the_api_with_an_operator_token_under_its_role_and_
         .0,
         401
     );
+}
+
+async fn an_operator_replays_dead_letters_after_inspection_from_the_console(db: Db) {
+    use fenceline::queue::embedded::EmbeddedQueue;
+    use fenceline::queue::Queue;
+    use fenceline::worker::message::JobMessage;
+    let app = spawn_app(db).await;
+    let ledger = &app.ledger;
+    let workable = create(ledger, new_job("acme", "dlq-workable", json!(1))).await;
+    let (uncertain, _, _) = unknown_job(ledger, "acme", "dlq-unknown").await;
+    // The console's queue: the embedded default, `jobs`, 5 receives before the dead letters.
+    let queue = EmbeddedQueue::new(ledger.clone(), "jobs", 5);
+    for id in [&workable, &uncertain] {
+        queue
+            .send(&JobMessage::body(id, "acme"), Duration::ZERO)
+            .await
+            .unwrap();
+    }
+    for _ in 0..8 {
+        let _ = queue
+            .receive(10, Duration::ZERO, Duration::from_millis(50))
+            .await
+            .unwrap();
+    }
+    let acme = ["acme".to_owned()];
+    let mut scoped = signed_in(&app, "sam", Role::Operator, Some(&acme)).await;
+    let page = scoped.page("/dlq").await;
+    assert!(
+        !page.contains("action=\"/dlq/replay\""),
+        "a tenant-limited operator gets no replay"
+    );
+    let csrf = token_in(&page).unwrap();
+    let refused = scoped
+        .post("/dlq/replay", &[("csrf", &csrf), ("reason", "mine only")])
+        .await;
+    assert_eq!(refused.status(), 403);
+    let mut vera = signed_in(&app, "vera", Role::Viewer, None).await;
+    let csrf = vera.token("/dlq").await;
+    let refused = vera
+        .post("/dlq/replay", &[("csrf", &csrf), ("reason", "look")])
+        .await;
+    assert_eq!(refused.status(), 403);
+
+    let mut olga = signed_in(&app, "olga", Role::Operator, None).await;
+    let page = olga.page("/dlq").await;
+    assert!(
+        page.contains(&workable) && page.contains(&uncertain),
+        "{page}"
+    );
+    assert!(page.contains("action=\"/dlq/replay\""));
+    let csrf = token_in(&page).unwrap();
+    let outbox_before = ledger.outbox_pending().await.unwrap();
+    let response = olga
+        .post(
+            "/dlq/replay",
+            &[("csrf", &csrf), ("reason", "the provider outage is over")],
+        )
+        .await;
+    assert_eq!(location(&response), "/dlq");
+    let page = olga.page("/dlq").await;
+    assert!(page.contains("1 re-dispatched"), "{page}");
+    assert!(page.contains("1 kept until a decision"), "{page}");
+    assert_eq!(ledger.outbox_pending().await.unwrap(), outbox_before + 1);
+    let audit: Vec<(String, Option<String>)> = ledger
+        .audit_entries(&fenceline::ledger::AuditFilter {
+            actor: Some("operator:olga".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.action, e.job_id))
+        .collect();
+    assert!(
+        audit.contains(&("dlq_redispatched".into(), Some(workable.clone()))),
+        "{audit:?}"
+    );
+    assert!(audit.contains(&("dlq_kept_awaiting_decision".into(), Some(uncertain.clone()))));
 }
