@@ -176,6 +176,8 @@ pub struct JobDetail {
     pub swimlane: crate::svg::Svg,
     /// The drill that produced this job, if any.
     pub drill: Option<String>,
+    /// Runs of this job as new jobs (`("to", id)`) and the job this one re-runs (`("from", id)`).
+    pub reruns: Vec<(String, String)>,
 }
 
 /// Which part of a timeline to show. Runs of the same event kind are folded unless `open`

@@ -76,6 +76,25 @@ pub fn JobPage() -> impl IntoView {
                             <a href=format!("/jobs/{}/export.md", d.job_id)>"Markdown"</a>" · "
                             <a href=format!("/jobs/{}/export.json", d.job_id)>"JSON"</a>
                         </p>
+                        {(!d.reruns.is_empty()).then(|| view! {
+                            <p class="reruns">
+                                {d.reruns.iter().map(|(dir, id)| view! {
+                                    <span>{if dir == "to" { "Run again as " } else { "A re-run of " }}
+                                        <a class="mono" href=format!("/jobs/{id}")>{id.clone()}</a>". "</span>
+                                }).collect_view()}
+                            </p>
+                        })}
+                        {(d.terminal && visitor.can_act()).then(|| view! {
+                            <details class="rerun">
+                                <summary>"Run again as a new job…"</summary>
+                                <form method="post" action=format!("/jobs/{}/rerun", d.job_id) class="stack">
+                                    <p class="muted">"This job stays as it is (terminal states are final). A new job gets the same input, model, attempt budget and deadline length, a new id and a key derived from this one's; both timelines link to each other. It calls the model again."</p>
+                                    <input type="hidden" name="csrf" value=visitor.csrf.clone()/>
+                                    <label>"Reason"<textarea name="reason" required=true maxlength="2000" rows="2"></textarea></label>
+                                    <button type="submit">"Run again"</button>
+                                </form>
+                            </details>
+                        })}
                         {cancelling.then(|| view! {
                             <details class="cancel">
                                 <summary>"Cancel this job…"</summary>

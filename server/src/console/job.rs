@@ -118,6 +118,7 @@ impl LedgerConsole {
                 .collect(),
             swimlane: svg,
             drill,
+            reruns: self.ledger.rerun_links(&job.job_id).await?,
         }))
     }
 

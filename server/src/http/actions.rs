@@ -377,3 +377,81 @@ pub(super) async fn replay_dead_letters(
     }
     Redirect::to("/dlq").into_response()
 }
+
+#[derive(Deserialize)]
+pub(super) struct RerunForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    reason: String,
+}
+
+/// `POST /jobs/{job_id}/rerun`: a terminal job runs again as a new job; the new job's page
+/// follows.
+pub(super) async fn rerun(
+    State(state): State<AppState>,
+    Extension(SignedIn(operator)): Extension<SignedIn>,
+    session: Session,
+    Path(job_id): Path<String>,
+    Form(form): Form<RerunForm>,
+) -> Response {
+    if let Err(refused) = check_form_token(&session, &form.csrf).await {
+        return refused;
+    }
+    if !operator.role.allows(Role::Operator) {
+        return forbidden("your role (viewer) can read jobs but not act on them");
+    }
+    let page = format!("/jobs/{job_id}");
+    match state.ledger.job(&job_id).await {
+        Ok(Some(job)) if operator.covers(&job.tenant) => {}
+        Ok(_) => return plain(axum::http::StatusCode::NOT_FOUND, "no such job"),
+        Err(_) => {
+            return plain(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                "the ledger database is unavailable; nothing was changed",
+            )
+        }
+    }
+    let actor = Actor::Operator(operator.name.clone());
+    match state.ledger.run_again(&job_id, &actor, &form.reason).await {
+        Ok(created) => {
+            let new = created.job();
+            tracing::info!(operator = %operator.name, %job_id, new_job_id = %new.job_id, "job run again");
+            flash(
+                &session,
+                true,
+                format!("Running {job_id} again as this new job."),
+            )
+            .await;
+            Redirect::to(&format!("/jobs/{}", new.job_id)).into_response()
+        }
+        Err(LedgerError::Refused { refusal, .. }) => {
+            flash(
+                &session,
+                false,
+                format!("Only a terminal job can run again ({refusal}); nothing was changed."),
+            )
+            .await;
+            Redirect::to(&page).into_response()
+        }
+        Err(LedgerError::Invalid(message)) => {
+            flash(
+                &session,
+                false,
+                format!("{}. Nothing was changed.", capitalized(&message)),
+            )
+            .await;
+            Redirect::to(&page).into_response()
+        }
+        Err(error) => {
+            tracing::error!(%error, "running a job again failed");
+            flash(
+                &session,
+                false,
+                "The job could not run again (the ledger did not answer).",
+            )
+            .await;
+            Redirect::to(&page).into_response()
+        }
+    }
+}

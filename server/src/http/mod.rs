@@ -77,6 +77,7 @@ pub fn router(state: AppState) -> Router {
         .route("/jobs/{job_id}/decisions", post(actions::decide))
         .route("/jobs/{job_id}/cancel", post(actions::cancel))
         .route("/dlq/replay", post(actions::replay_dead_letters))
+        .route("/jobs/{job_id}/rerun", post(actions::rerun))
         .route("/jobs/{job_id}/export.json", get(export::json_export))
         .route("/jobs/{job_id}/export.md", get(export::markdown_export))
         .route("/jobs/{job_id}/result", get(export::result_view))

@@ -50,6 +50,8 @@ event_kinds! {
     DeadlineExpired => "deadline_expired",
     BudgetExhausted => "budget_exhausted",
     RetrievalUnsupported => "retrieval_unsupported",
+    // A terminal job run again as a new job: `{"to": …}` on the old, `{"from": …}` on the new.
+    Rerun => "rerun",
 }
 
 /// The text is not a known event kind.

@@ -208,3 +208,11 @@ impl Ledger {
         .await
     }
 }
+
+impl Ledger {
+    /// Writes one audit entry on its own (for actions that are not a single transition).
+    pub(crate) async fn record_audit(&self, entry: &NewAudit<'_>) -> Result<(), LedgerError> {
+        let mut conn = self.writer.acquire().await?;
+        insert_audit(&mut conn, entry).await
+    }
+}

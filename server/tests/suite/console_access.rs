@@ -27,6 +27,7 @@ on_both_backends!(
     a_running_job_is_cancelled_fenced_and_its_attempt_cannot_commit,
     automation_acts_over_the_api_with_an_operator_token_under_its_role_and_tenants,
     an_operator_replays_dead_letters_after_inspection_from_the_console,
+    a_terminal_job_runs_again_as_a_new_linked_job_and_stays_terminal,
 );
 
 const PASSWORD: &str = "correct horse battery staple";
@@ -922,4 +923,115 @@ async fn an_operator_replays_dead_letters_after_inspection_from_the_console(db: 
         "{audit:?}"
     );
     assert!(audit.contains(&("dlq_kept_awaiting_decision".into(), Some(uncertain.clone()))));
+}
+
+async fn a_terminal_job_runs_again_as_a_new_linked_job_and_stays_terminal(db: Db) {
+    let app = spawn_app(db).await;
+    let ledger = &app.ledger;
+    let old = create(
+        ledger,
+        new_job("acme", "rerun-me", json!({ "document": "d" })),
+    )
+    .await;
+    let mut olga = signed_in(&app, "olga", Role::Operator, None).await;
+    // Not terminal yet: no such action, and a hand-made one changes nothing.
+    let page = olga.page(&format!("/jobs/{old}")).await;
+    assert!(!page.contains(&format!("/jobs/{old}/rerun")));
+    let csrf = token_in(&page).unwrap();
+    let response = olga
+        .post(
+            &format!("/jobs/{old}/rerun"),
+            &[("csrf", &csrf), ("reason", "too early")],
+        )
+        .await;
+    assert_eq!(location(&response), format!("/jobs/{old}"));
+    assert!(olga
+        .page(&format!("/jobs/{old}"))
+        .await
+        .contains("Only a terminal job can run again"));
+
+    let claimed = ledger
+        .claim(&old, "w", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let owner = as_owner(&old, claimed.epoch, "w");
+    let attempt = ledger.start_attempt(&owner, "stub").await.unwrap();
+    ledger
+        .accept_result(&owner, attempt.attempt_no, "{}")
+        .await
+        .unwrap();
+    let page = olga.page(&format!("/jobs/{old}")).await;
+    assert!(page.contains(&format!("/jobs/{old}/rerun")));
+    let csrf = token_in(&page).unwrap();
+    let response = olga
+        .post(
+            &format!("/jobs/{old}/rerun"),
+            &[("csrf", &csrf), ("reason", "the prompt template was fixed")],
+        )
+        .await;
+    let new_page = location(&response);
+    let new = new_page.strip_prefix("/jobs/").unwrap().to_owned();
+    assert_ne!(new, old);
+    let page = olga.page(&new_page).await;
+    assert!(page.contains("again as this new job"), "{page}");
+    assert!(
+        page.contains(&format!("href=\"/jobs/{old}\"")),
+        "the new job links back"
+    );
+    assert!(olga
+        .page(&format!("/jobs/{old}"))
+        .await
+        .contains(&format!("href=\"/jobs/{new}\"")));
+
+    let (old_job, new_job) = (
+        ledger.job(&old).await.unwrap().unwrap(),
+        ledger.job(&new).await.unwrap().unwrap(),
+    );
+    assert_eq!(
+        old_job.state,
+        JobState::Succeeded,
+        "the old job stays terminal"
+    );
+    assert_eq!(new_job.state, JobState::Ready);
+    assert_eq!(new_job.tenant, "acme");
+    assert_eq!(new_job.idempotency_key, "rerun-me~rerun-1");
+    assert_eq!(new_job.max_attempts, old_job.max_attempts);
+    let span = |j: &fenceline::ledger::Job| (j.deadline_at - j.created_at) / 1000;
+    assert!(
+        (span(&new_job) - span(&old_job)).abs() <= 1,
+        "the same deadline length"
+    );
+    assert_eq!(
+        ledger.job_input(&new).await.unwrap(),
+        ledger.job_input(&old).await.unwrap()
+    );
+    // Running it again once more makes another job with the next key.
+    let again = ledger
+        .run_again(&old, &Actor::Operator("olga".into()), "once more")
+        .await
+        .unwrap();
+    assert_eq!(again.job().idempotency_key, "rerun-me~rerun-2");
+    let audit = ledger
+        .audit_entries(&fenceline::ledger::AuditFilter {
+            action: Some("run_again".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(audit.len(), 2);
+    assert!(audit
+        .iter()
+        .all(|e| e.job_id.as_deref() == Some(old.as_str())));
+    let mut vera = signed_in(&app, "vera", Role::Viewer, None).await;
+    let page = vera.page(&format!("/jobs/{old}")).await;
+    assert!(!page.contains(&format!("/jobs/{old}/rerun")));
+    let csrf = token_in(&page).unwrap();
+    let refused = vera
+        .post(
+            &format!("/jobs/{old}/rerun"),
+            &[("csrf", &csrf), ("reason", "no")],
+        )
+        .await;
+    assert_eq!(refused.status(), 403);
 }

@@ -18,6 +18,7 @@ mod expire;
 mod failure;
 mod outbox;
 mod recovery;
+mod rerun;
 mod timeline;
 
 pub use outbox::OutboxItem;

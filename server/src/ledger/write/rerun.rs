@@ -1,0 +1,137 @@
+//! Running a terminal job again as a new job: the old job stays terminal (terminal states are
+//! final), the new one gets its own id and an idempotency key derived from the old, the same
+//! input, model, contract, attempt budget and deadline length, and both timelines link to each
+//! other. Audited on the old job.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::job::{Actor, EventKind};
+use crate::ledger::audit::NewAudit;
+use crate::ledger::model::{Created, NewEvent, NewJob};
+use crate::ledger::{Ledger, LedgerError, Refusal};
+
+impl Ledger {
+    /// The jobs `job_id` was run again as (`to`) or is a re-run of (`from`), oldest first.
+    pub async fn rerun_links(&self, job_id: &str) -> Result<Vec<(String, String)>, LedgerError> {
+        let details: Vec<String> = sqlx::query_scalar(
+            "SELECT detail FROM events WHERE job_id = $1 AND kind = 'rerun' ORDER BY seq",
+        )
+        .bind(job_id)
+        .fetch_all(&self.reader)
+        .await?;
+        Ok(details
+            .iter()
+            .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+            .filter_map(|detail| {
+                ["to", "from"].into_iter().find_map(|dir| {
+                    detail[dir]
+                        .as_str()
+                        .map(|id| (dir.to_owned(), id.to_owned()))
+                })
+            })
+            .collect())
+    }
+
+    /// The deadline the job was submitted with (its creation event keeps it), else the span
+    /// from its creation to its deadline.
+    async fn deadline_asked(&self, job: &crate::ledger::Job) -> Result<Duration, LedgerError> {
+        let detail: Option<String> = sqlx::query_scalar(
+            "SELECT detail FROM events WHERE job_id = $1 AND kind = 'job_created' ORDER BY seq LIMIT 1",
+        )
+        .bind(&job.job_id)
+        .fetch_optional(&self.reader)
+        .await?;
+        let asked = detail
+            .and_then(|d| serde_json::from_str::<serde_json::Value>(&d).ok())
+            .and_then(|d| d["deadline_ms"].as_u64());
+        Ok(match asked {
+            Some(ms) => Duration::from_millis(ms),
+            None => {
+                Duration::from_micros(u64::try_from(job.deadline_at - job.created_at).unwrap_or(0))
+            }
+        })
+    }
+
+    /// Runs the terminal job `job_id` again as a new job (see the module). Running it again
+    /// twice at once makes one new job: the derived key is idempotent.
+    pub async fn run_again(
+        &self,
+        job_id: &str,
+        actor: &Actor,
+        reason: &str,
+    ) -> Result<Created, LedgerError> {
+        let reason = reason.trim();
+        if reason.is_empty() || reason.len() > 2000 {
+            return Err(LedgerError::Invalid(
+                "running a job again needs a reason of 1 to 2000 characters".into(),
+            ));
+        }
+        let refused = |refusal| LedgerError::Refused {
+            job_id: job_id.to_owned(),
+            refusal,
+        };
+        let old = self
+            .job(job_id)
+            .await?
+            .ok_or_else(|| refused(Refusal::NotFound))?;
+        if !old.state.is_terminal() {
+            return Err(refused(Refusal::WrongState(old.state)));
+        }
+        let (input, model) = self
+            .job_input(job_id)
+            .await?
+            .ok_or_else(|| LedgerError::Corrupt(format!("job {job_id} has no stored input")))?;
+        let earlier = self
+            .rerun_links(job_id)
+            .await?
+            .into_iter()
+            .filter(|(dir, _)| dir == "to")
+            .count();
+        let new = NewJob {
+            tenant: old.tenant.clone(),
+            idempotency_key: format!("{}~rerun-{}", old.idempotency_key, earlier + 1),
+            request_digest: old.request_digest.clone(),
+            contract_version: old.contract_version.clone(),
+            input,
+            model,
+            deadline: self.deadline_asked(&old).await?,
+            max_attempts: u32::try_from(old.max_attempts).unwrap_or(1),
+            replay_policy: old.replay_policy,
+        };
+        let created = self.create_job(new, actor).await?;
+        if let Created::New(job) = &created {
+            self.record_events(&[
+                (
+                    job_id.to_owned(),
+                    NewEvent::new(EventKind::Rerun, actor)
+                        .epoch(old.owner_epoch)
+                        .detail(json!({
+                            "to": job.job_id,
+                            "reason": reason.chars().take(200).collect::<String>(),
+                        })),
+                ),
+                (
+                    job.job_id.clone(),
+                    NewEvent::new(EventKind::Rerun, actor).detail(json!({ "from": job_id })),
+                ),
+            ])
+            .await?;
+            let at = self.now_us().await?;
+            self.record_audit(&NewAudit {
+                at,
+                actor: &actor.to_string(),
+                action: "run_again",
+                job_id,
+                seen_epoch: old.owner_epoch,
+                new_epoch: old.owner_epoch,
+                state_before: old.state.as_str(),
+                state_after: old.state.as_str(),
+                reason,
+            })
+            .await?;
+        }
+        Ok(created)
+    }
+}
