@@ -10,8 +10,12 @@ use crate::components::{or_dash, ErrorBox};
 
 #[component]
 pub fn UnknownPage() -> impl IntoView {
-    let after = use_query_map().with_untracked(|m| m.get("after"));
+    let (after, select_all) = use_query_map()
+        .with_untracked(|m| (m.get("after"), m.get("select").as_deref() == Some("all")));
     let console = console();
+    let visitor = super::visitor();
+    let acting = visitor.can_act();
+    let csrf = visitor.csrf.clone();
     view! {
         <Title text="Unknown · Fenceline"/>
         <h1>"Needs a decision"</h1>
@@ -22,7 +26,7 @@ pub fn UnknownPage() -> impl IntoView {
         </p>
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {Suspend::new(async move {
-                match console.unknown(after).await {
+                match console.unknown(after.clone()).await {
                     Err(message) => view! { <ErrorBox message/> }.into_any(),
                     Ok(page) if page.rows.is_empty() && page.first => view! {
                         <p class="empty">"No job is waiting for a decision."</p>
@@ -35,8 +39,17 @@ pub fn UnknownPage() -> impl IntoView {
                                 "the jobs marked “not possible” can only be settled by a decision."
                             </p>
                         })}
+                        <form method="post" action="/unknown/decisions" id="bulk">
+                        {acting.then(|| view! {
+                            <input type="hidden" name="csrf" value=csrf.clone()/>
+                            <p class="muted">
+                                "Tick jobs to decide them together (at most 100; each is fenced at the epoch shown, and one that moved on is left as it is). "
+                                <a href=format!("/unknown?select=all{}", after.as_ref().map(|a| format!("&after={a}")).unwrap_or_default())>"Select all on this page"</a>
+                            </p>
+                        })}
                         <div class="table-scroll"><table>
                             <thead><tr>
+                                {acting.then(|| view! { <th scope="col">"Pick"</th> })}
                                 <th scope="col">"Job"</th>
                                 <th scope="col">"Tenant"</th>
                                 <th scope="col">"Epoch"</th>
@@ -51,6 +64,11 @@ pub fn UnknownPage() -> impl IntoView {
                             <tbody>
                                 {page.rows.into_iter().map(|r| view! {
                                     <tr>
+                                        {acting.then(|| view! {
+                                            <td><input type="checkbox" name="job" checked=select_all
+                                                value=format!("{}:{}", r.job_id, r.epoch)
+                                                aria-label=format!("Pick {}", r.job_id)/></td>
+                                        })}
                                         <td><a class="mono" href=format!("/jobs/{}", r.job_id)>{r.job_id.clone()}</a></td>
                                         <td>{r.tenant}</td>
                                         <td class="num">{r.epoch}</td>
@@ -65,6 +83,20 @@ pub fn UnknownPage() -> impl IntoView {
                                 }).collect_view()}
                             </tbody>
                         </table></div>
+                        {acting.then(|| view! {
+                            <fieldset class="bulk">
+                                <legend>"Decide the picked jobs"</legend>
+                                <label>"Decision"
+                                    <select name="decision">
+                                        <option value="authorize_retry">"authorize a fenced retry"</option>
+                                        <option value="resolve_failed">"resolve as failed"</option>
+                                    </select>
+                                </label>
+                                <label>"Reason"<input name="reason" required=true maxlength="2000" size="40"/></label>
+                                <button type="submit">"Decide picked jobs"</button>
+                            </fieldset>
+                        })}
+                        </form>
                         <nav class="pager" aria-label="Pages">
                             {(!page.first).then(|| view! { <a href="/unknown">"← Oldest"</a> })}
                             {page.next.map(|next| view! {

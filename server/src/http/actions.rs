@@ -455,3 +455,121 @@ pub(super) async fn rerun(
         }
     }
 }
+
+/// Most jobs one bulk decision covers.
+const BULK_MAX: usize = 100;
+
+/// `POST /unknown/decisions`: one decision (a fenced retry or failed) over the picked jobs,
+/// each at the epoch its row showed and each fenced on its own: a job that moved on is left as
+/// it is and counted, never failing its neighbours.
+pub(super) async fn decide_many(
+    State(state): State<AppState>,
+    Extension(SignedIn(operator)): Extension<SignedIn>,
+    session: Session,
+    body: String,
+) -> Response {
+    let back = Redirect::to("/unknown").into_response();
+    let Ok(pairs) = serde_urlencoded::from_str::<Vec<(String, String)>>(&body) else {
+        return plain(
+            axum::http::StatusCode::BAD_REQUEST,
+            "the form could not be read",
+        );
+    };
+    let field = |name: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    if let Err(refused) = check_form_token(&session, &field("csrf")).await {
+        return refused;
+    }
+    if !operator.role.allows(Role::Operator) {
+        return forbidden("your role (viewer) can read jobs but not act on them");
+    }
+    let decision = match field("decision").as_str() {
+        "authorize_retry" => Decision::AuthorizeRetry,
+        "resolve_failed" => Decision::ResolveFailed {
+            error_code: "operator_resolved_failed".into(),
+        },
+        _ => {
+            return plain(
+                axum::http::StatusCode::BAD_REQUEST,
+                "decision must be authorize_retry or resolve_failed",
+            )
+        }
+    };
+    let picked: Vec<(String, i64)> = pairs
+        .iter()
+        .filter(|(k, _)| k == "job")
+        .filter_map(|(_, v)| {
+            let (id, epoch) = v.rsplit_once(':')?;
+            Some((id.to_owned(), epoch.parse().ok()?))
+        })
+        .collect();
+    if picked.is_empty() {
+        flash(&session, false, "No job was picked; nothing was changed.").await;
+        return back;
+    }
+    if picked.len() > BULK_MAX {
+        flash(
+            &session,
+            false,
+            format!(
+                "At most {BULK_MAX} jobs at once; {} were picked. Nothing was changed.",
+                picked.len()
+            ),
+        )
+        .await;
+        return back;
+    }
+    let reason = field("reason");
+    if reason.trim().is_empty() || reason.len() > 2000 {
+        flash(
+            &session,
+            false,
+            "A decision needs a reason (1 to 2000 characters). Nothing was changed.",
+        )
+        .await;
+        return back;
+    }
+    let actor = Actor::Operator(operator.name.clone());
+    let (mut applied, mut moved_on, mut refused) = (0usize, 0usize, 0usize);
+    for (job_id, epoch) in &picked {
+        let covered =
+            matches!(state.ledger.job(job_id).await, Ok(Some(job)) if operator.covers(&job.tenant));
+        if !covered {
+            refused += 1;
+            continue;
+        }
+        match state
+            .ledger
+            .decide(job_id, *epoch, &decision, &actor, &reason)
+            .await
+        {
+            Ok(_) => applied += 1,
+            Err(LedgerError::Refused {
+                refusal:
+                    Refusal::StaleEpoch { .. } | Refusal::WrongState(_) | Refusal::AlreadyTerminal(_),
+                ..
+            }) => moved_on += 1,
+            Err(_) => refused += 1,
+        }
+    }
+    tracing::info!(operator = %operator.name, applied, moved_on, refused, decision = decision.as_str(), "bulk decision");
+    let what = match decision {
+        Decision::AuthorizeRetry => "retry authorized",
+        _ => "resolved as failed",
+    };
+    flash(
+        &session,
+        applied > 0 && moved_on + refused == 0,
+        format!(
+            "{applied} {what}; {moved_on} had changed since the page was loaded and were left as \
+             they are; {refused} could not be decided (no budget or time left, or not yours)."
+        ),
+    )
+    .await;
+    back
+}

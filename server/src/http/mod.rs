@@ -78,6 +78,7 @@ pub fn router(state: AppState) -> Router {
         .route("/jobs/{job_id}/cancel", post(actions::cancel))
         .route("/dlq/replay", post(actions::replay_dead_letters))
         .route("/jobs/{job_id}/rerun", post(actions::rerun))
+        .route("/unknown/decisions", post(actions::decide_many))
         .route("/jobs/{job_id}/export.json", get(export::json_export))
         .route("/jobs/{job_id}/export.md", get(export::markdown_export))
         .route("/jobs/{job_id}/result", get(export::result_view))

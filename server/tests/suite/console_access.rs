@@ -28,6 +28,7 @@ on_both_backends!(
     automation_acts_over_the_api_with_an_operator_token_under_its_role_and_tenants,
     an_operator_replays_dead_letters_after_inspection_from_the_console,
     a_terminal_job_runs_again_as_a_new_linked_job_and_stays_terminal,
+    a_bulk_decision_fences_each_job_on_its_own,
 );
 
 const PASSWORD: &str = "correct horse battery staple";
@@ -1031,6 +1032,81 @@ async fn a_terminal_job_runs_again_as_a_new_linked_job_and_stays_terminal(db: Db
         .post(
             &format!("/jobs/{old}/rerun"),
             &[("csrf", &csrf), ("reason", "no")],
+        )
+        .await;
+    assert_eq!(refused.status(), 403);
+}
+
+async fn a_bulk_decision_fences_each_job_on_its_own(db: Db) {
+    let app = spawn_app(db).await;
+    let ledger = &app.ledger;
+    let mut jobs = Vec::new();
+    for i in 0..3 {
+        jobs.push(unknown_job(ledger, "acme", &format!("bulk-{i}")).await);
+    }
+    let mut olga = signed_in(&app, "olga", Role::Operator, None).await;
+    let page = olga.page("/unknown").await;
+    assert_eq!(
+        page.matches("type=\"checkbox\"").count(),
+        3,
+        "a pick box per job"
+    );
+    assert!(!page.contains("checked"), "nothing is picked unless asked");
+    let all = olga.page("/unknown?select=all").await;
+    assert_eq!(all.matches("checked").count(), 3);
+    let csrf = token_in(&page).unwrap();
+    // Someone else decides the second job before olga submits.
+    ledger
+        .decide(
+            &jobs[1].0,
+            jobs[1].2,
+            &fenceline::ledger::Decision::ResolveFailed {
+                error_code: "x".into(),
+            },
+            &Actor::Operator("omar".into()),
+            "first",
+        )
+        .await
+        .unwrap();
+    let picks: Vec<String> = jobs.iter().map(|(id, _, e)| format!("{id}:{e}")).collect();
+    let mut form = vec![
+        ("csrf", csrf.as_str()),
+        ("decision", "authorize_retry"),
+        ("reason", "provider outage over"),
+    ];
+    for p in &picks {
+        form.push(("job", p.as_str()));
+    }
+    let response = olga.post("/unknown/decisions", &form).await;
+    assert_eq!(location(&response), "/unknown");
+    let page = olga.page("/unknown").await;
+    assert!(page.contains("2 retry authorized; 1 had changed"), "{page}");
+    for (i, (id, _, epoch)) in jobs.iter().enumerate() {
+        let job = ledger.job(id).await.unwrap().unwrap();
+        if i == 1 {
+            assert_eq!(
+                job.state,
+                JobState::FailedTerminal,
+                "left as the other decided"
+            );
+        } else {
+            assert_eq!(job.state, JobState::RetryAuthorized);
+            assert_eq!(job.owner_epoch, epoch + 1);
+        }
+    }
+    let mut vera = signed_in(&app, "vera", Role::Viewer, None).await;
+    let page = vera.page("/unknown").await;
+    assert!(!page.contains("type=\"checkbox\""));
+    let csrf = token_in(&page).unwrap();
+    let refused = vera
+        .post(
+            "/unknown/decisions",
+            &[
+                ("csrf", &csrf),
+                ("decision", "resolve_failed"),
+                ("reason", "x"),
+                ("job", &picks[0]),
+            ],
         )
         .await;
     assert_eq!(refused.status(), 403);
