@@ -234,7 +234,7 @@ async fn submit(args: &fenceline::settings::SubmitArgs) -> anyhow::Result<()> {
         model,
         deadline_seconds: args.deadline_seconds,
         max_attempts: args.max_attempts,
-        replay_policy: Default::default(),
+        replay_policy: None,
     };
     let api = args.api.trim_end_matches('/');
     let client = reqwest::Client::new();

@@ -66,6 +66,7 @@ impl Application {
             metrics: metrics.clone(),
             access: std::sync::Arc::new(settings.access()),
             queue_settings: settings.queue.clone(),
+            tenant_replay: std::sync::Arc::new(settings.http.tenant_replay.clone()),
         });
         Ok(Application {
             listener,

@@ -16,6 +16,7 @@ pub fn DeadLettersPage() -> impl IntoView {
             .as_ref()
             .is_some_and(|o| o.tenants.is_none());
     let csrf = visitor.csrf.clone();
+    let acting = visitor.can_act();
     view! {
         <Title text="Dead letters · Fenceline"/>
         <h1>"Dead letters"</h1>
@@ -59,11 +60,12 @@ pub fn DeadLettersPage() -> impl IntoView {
                                         <th scope="col">"Ledger state"</th>
                                         <th scope="col">"Dead since"</th>
                                         <th scope="col">"What replay would do"</th>
+                                        {acting.then(|| view! { <th scope="col">"Drop"</th> })}
                                     </tr></thead>
                                     <tbody>
                                         {dl.rows.into_iter().map(|r| view! {
                                             <tr>
-                                                <td class="mono">{r.message_id}</td>
+                                                <td class="mono">{r.message_id.clone()}</td>
                                                 <td>{match r.job_id {
                                                     Some(id) => view! { <a class="mono" href=format!("/jobs/{id}")>{id.clone()}</a> }.into_any(),
                                                     None => view! { <span>"not a job message"</span> }.into_any(),
@@ -75,6 +77,15 @@ pub fn DeadLettersPage() -> impl IntoView {
                                                 }}</td>
                                                 <td>{r.dead_since}</td>
                                                 <td>{r.note}</td>
+                                                {acting.then(|| view! {
+                                                    <td>
+                                                        <form method="post" action=format!("/dlq/{}/drop", r.message_id) class="drop">
+                                                            <input type="hidden" name="csrf" value=csrf.clone()/>
+                                                            <input name="reason" required=true maxlength="2000" size="14" placeholder="reason" aria-label="Why drop this letter"/>
+                                                            <button type="submit" class="danger">"Drop"</button>
+                                                        </form>
+                                                    </td>
+                                                })}
                                             </tr>
                                         }).collect_view()}
                                     </tbody>

@@ -10,8 +10,9 @@ use super::LedgerConsole;
 const PAGE: u32 = 100;
 
 /// The actions the audit log records, for the filter.
-const ACTIONS: [&str; 10] = [
+const ACTIONS: [&str; 11] = [
     "cancel",
+    "dlq_dropped",
     "run_again",
     "dlq_redispatched",
     "dlq_dropped_terminal",

@@ -573,3 +573,122 @@ pub(super) async fn decide_many(
     .await;
     back
 }
+
+#[derive(Deserialize)]
+pub(super) struct DropForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    reason: String,
+}
+
+/// `POST /dlq/{message_id}/drop`: one dead letter of the embedded queue removed after
+/// inspection, on its job's timeline and in the audit log. The job itself is untouched.
+pub(super) async fn drop_dead_letter(
+    State(state): State<AppState>,
+    Extension(SignedIn(operator)): Extension<SignedIn>,
+    session: Session,
+    Path(message_id): Path<String>,
+    Form(form): Form<DropForm>,
+) -> Response {
+    if let Err(refused) = check_form_token(&session, &form.csrf).await {
+        return refused;
+    }
+    if !operator.role.allows(Role::Operator) {
+        return forbidden("your role (viewer) can read jobs but not act on them");
+    }
+    let back = Redirect::to("/dlq").into_response();
+    let Some(dlq) = state.queue.embedded_dead_letters.clone() else {
+        return plain(
+            axum::http::StatusCode::NOT_FOUND,
+            "SQS dead letters are dropped with `fenceline dlq-replay` or the SQS console",
+        );
+    };
+    let reason = form.reason.trim();
+    if reason.is_empty() || reason.len() > 2000 {
+        flash(
+            &session,
+            false,
+            "Dropping a letter needs a reason. Nothing was changed.",
+        )
+        .await;
+        return back;
+    }
+    let unavailable = || {
+        plain(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "the ledger database is unavailable; nothing was changed",
+        )
+    };
+    let Ok(body) = state.ledger.dead_letter_body(&dlq, &message_id).await else {
+        return unavailable();
+    };
+    let Some(body) = body else {
+        flash(
+            &session,
+            false,
+            "That dead letter is no longer there (replayed or dropped since).",
+        )
+        .await;
+        return back;
+    };
+    let job = match crate::worker::message::parse(&body) {
+        Ok(m) => match state.ledger.job(&m.job_id).await {
+            Ok(job) => job,
+            Err(_) => return unavailable(),
+        },
+        Err(_) => None,
+    };
+    // A letter of no known job is everyone's: only an operator without a tenant limit drops it.
+    let allowed = match &job {
+        Some(job) => operator.covers(&job.tenant),
+        None => operator.tenants.is_none(),
+    };
+    if !allowed {
+        return plain(axum::http::StatusCode::NOT_FOUND, "no such dead letter");
+    }
+    match state.ledger.drop_dead_letter(&dlq, &message_id).await {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            flash(
+                &session,
+                false,
+                "That dead letter is no longer there (replayed or dropped since).",
+            )
+            .await;
+            return back;
+        }
+        Err(_) => return unavailable(),
+    }
+    let actor = Actor::Operator(operator.name.clone());
+    if let Some(job) = &job {
+        let event = crate::ledger::NewEvent::new(crate::job::EventKind::Replayed, &actor).detail(
+            serde_json::json!({
+                "from": "dead_letter_queue",
+                "action": "dropped_by_operator",
+                "message_id": message_id,
+                "state": job.state.as_str(),
+            }),
+        );
+        let _ = state.ledger.record_event(&job.job_id, &event).await;
+        let _ = state
+            .ledger
+            .audit_dlq_replay(
+                &job.job_id,
+                &actor.to_string(),
+                "dropped",
+                job.state.as_str(),
+                job.state.as_str(),
+                reason,
+            )
+            .await;
+    }
+    tracing::info!(operator = %operator.name, %message_id, "dead letter dropped");
+    flash(
+        &session,
+        true,
+        format!("Dead letter {message_id} dropped; its job is unchanged."),
+    )
+    .await;
+    back
+}

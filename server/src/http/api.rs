@@ -146,7 +146,13 @@ pub(super) async fn create_job(
         model: request.model,
         deadline: Duration::from_secs(request.deadline_seconds.unwrap_or(3600)),
         max_attempts: request.max_attempts.unwrap_or(3),
-        replay_policy: request.replay_policy,
+        replay_policy: request.replay_policy.unwrap_or_else(|| {
+            state
+                .tenant_replay
+                .get(&tenant)
+                .copied()
+                .unwrap_or_default()
+        }),
     };
     let created = state.ledger.create_job(new, &Actor::Api(tenant)).await?;
     let status = match created {

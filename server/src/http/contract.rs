@@ -38,8 +38,10 @@ pub struct CreateJobRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 20, default = 3)]
     pub max_attempts: Option<u32>,
-    #[serde(default)]
-    pub replay_policy: ReplayPolicy,
+    /// What an uncertain attempt may do; default: the tenant's policy (`--tenant-replay-policy`),
+    /// else `manual`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replay_policy: Option<ReplayPolicy>,
 }
 
 fn default_model() -> Value {

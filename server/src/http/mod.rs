@@ -45,6 +45,9 @@ pub struct AppState {
     pub metrics: crate::metrics::Metrics,
     /// Who may reach the console and `/metrics`, and how long sessions last.
     pub access: std::sync::Arc<gate::Access>,
+    /// Tenants whose jobs pre-approve a replay of an uncertain attempt unless they say otherwise.
+    pub tenant_replay:
+        std::sync::Arc<std::collections::HashMap<String, crate::ledger::ReplayPolicy>>,
     /// The queue, opened when an operator replays its dead letters.
     pub queue_settings: crate::settings::QueueSettings,
 }
@@ -77,6 +80,7 @@ pub fn router(state: AppState) -> Router {
         .route("/jobs/{job_id}/decisions", post(actions::decide))
         .route("/jobs/{job_id}/cancel", post(actions::cancel))
         .route("/dlq/replay", post(actions::replay_dead_letters))
+        .route("/dlq/{message_id}/drop", post(actions::drop_dead_letter))
         .route("/jobs/{job_id}/rerun", post(actions::rerun))
         .route("/unknown/decisions", post(actions::decide_many))
         .route("/jobs/{job_id}/export.json", get(export::json_export))

@@ -472,3 +472,36 @@ pub fn detail_text(detail: &Value) -> String {
         other => other.to_string(),
     }
 }
+
+impl Ledger {
+    /// Removes one dead letter from the embedded dead-letter queue `dlq`; its body if it was
+    /// there.
+    pub async fn drop_dead_letter(
+        &self,
+        dlq: &str,
+        message_id: &str,
+    ) -> Result<Option<String>, LedgerError> {
+        Ok(sqlx::query_scalar(
+            "DELETE FROM queue_messages WHERE queue = $1 AND message_id = $2 RETURNING body",
+        )
+        .bind(dlq)
+        .bind(message_id)
+        .fetch_optional(&self.writer)
+        .await?)
+    }
+
+    /// One dead letter's body, if it is in the embedded dead-letter queue `dlq`.
+    pub async fn dead_letter_body(
+        &self,
+        dlq: &str,
+        message_id: &str,
+    ) -> Result<Option<String>, LedgerError> {
+        Ok(sqlx::query_scalar(
+            "SELECT body FROM queue_messages WHERE queue = $1 AND message_id = $2",
+        )
+        .bind(dlq)
+        .bind(message_id)
+        .fetch_optional(&self.reader)
+        .await?)
+    }
+}

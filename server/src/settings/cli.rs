@@ -142,6 +142,16 @@ pub struct ServeArgs {
     /// separate tenants with `;`). A listed tenant may name only its own models.
     #[arg(long, env = "FENCELINE_TENANT_MODELS", value_delimiter = ';')]
     pub tenant_models: Vec<String>,
+    /// Per-tenant replay policy for jobs that name none, `tenant=replay_on_unknown` (the
+    /// tenant accepts possible duplicate inference cost: an uncertain attempt is retried, and
+    /// the retry is recorded as a decision by `policy`) or `tenant=manual` (repeat the flag; in
+    /// the environment separate entries with `;`).
+    #[arg(
+        long = "tenant-replay-policy",
+        env = "FENCELINE_TENANT_REPLAY_POLICIES",
+        value_delimiter = ';'
+    )]
+    pub tenant_replay_policies: Vec<String>,
     /// Largest `max_tokens` / `max_completion_tokens` a job may ask for.
     #[arg(long, env = "FENCELINE_MAX_OUTPUT_TOKENS", default_value_t = 16_384)]
     pub max_output_tokens: u64,

@@ -81,6 +81,8 @@ pub struct HttpSettings {
     pub public_url: Option<String>,
     /// The bearer token `/metrics` asks for; without one `/metrics` is not served.
     pub metrics_token: Option<Secret>,
+    /// Per-tenant replay policy for jobs that name none (`--tenant-replay-policy`).
+    pub tenant_replay: std::collections::HashMap<String, crate::ledger::ReplayPolicy>,
     pub max_body_bytes: usize,
     pub model_policy: ModelPolicy,
     /// Run the worker, dispatcher and reaper in the serving process too.
@@ -188,6 +190,7 @@ impl Settings {
             http: HttpSettings {
                 bind: serve.bind,
                 public_url: public_url(serve.public_url.as_deref())?,
+                tenant_replay: tenant_replay(&serve.tenant_replay_policies)?,
                 metrics_token: serve
                     .metrics_token
                     .clone()
@@ -326,6 +329,32 @@ fn public_url(raw: Option<&str>) -> Result<Option<String>, SettingsError> {
     Ok(Some(raw.trim_end_matches('/').to_owned()))
 }
 
+/// `tenant=manual|replay_on_unknown` entries.
+fn tenant_replay(
+    entries: &[String],
+) -> Result<std::collections::HashMap<String, crate::ledger::ReplayPolicy>, SettingsError> {
+    let mut out = std::collections::HashMap::new();
+    for entry in entries.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
+        let parsed = entry.split_once('=').and_then(|(tenant, policy)| {
+            let policy = match policy.trim() {
+                "manual" => crate::ledger::ReplayPolicy::Manual,
+                "replay_on_unknown" => crate::ledger::ReplayPolicy::ReplayOnUnknown,
+                _ => return None,
+            };
+            let tenant = tenant.trim();
+            crate::ledger::valid_tenant(tenant).then(|| (tenant.to_owned(), policy))
+        });
+        let (tenant, policy) = parsed.ok_or_else(|| {
+            SettingsError::Invalid(format!(
+                "--tenant-replay-policy `{entry}` is not `tenant=manual` or \
+                 `tenant=replay_on_unknown`"
+            ))
+        })?;
+        out.insert(tenant, policy);
+    }
+    Ok(out)
+}
+
 /// The model policy `serve` enforces at submission.
 fn model_policy(serve: &ServeArgs, runtime: &RuntimeArgs) -> Result<ModelPolicy, SettingsError> {
     let models: Vec<String> = serve
@@ -396,6 +425,23 @@ mod tests {
             Err(SettingsError::FaultsInProduction)
         ));
         assert!(Cli::try_parse_from(["fenceline", "--environment", "prod", "worker"]).is_err());
+    }
+
+    #[test]
+    fn tenant_replay_policies_are_tenant_equals_a_policy() {
+        let parsed =
+            tenant_replay(&["acme=replay_on_unknown".into(), " beta = manual ".into()]).unwrap();
+        assert_eq!(
+            parsed.get("acme"),
+            Some(&crate::ledger::ReplayPolicy::ReplayOnUnknown)
+        );
+        assert_eq!(
+            parsed.get("beta"),
+            Some(&crate::ledger::ReplayPolicy::Manual)
+        );
+        for bad in ["acme", "acme=always", "=manual", "a b=manual"] {
+            assert!(tenant_replay(&[bad.into()]).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@ on_both_backends!(
     an_oversized_body_is_refused_with_413,
     a_job_its_attempts_timeline_and_result_are_readable,
     every_documented_path_answers_without_a_server_error,
+    a_tenants_replay_policy_applies_to_jobs_that_name_none,
 );
 
 fn job_request(key: &str, input: Value) -> Value {
@@ -476,4 +477,34 @@ async fn model_parameters_outside_the_deployments_policy_are_refused_with_400() 
     assert_eq!(fine.status(), 201);
     let vip_large = post(&vip, "vip", json!({"model": "large"})).await.unwrap();
     assert_eq!(vip_large.status(), 201, "a tenant's own list applies to it");
+}
+
+async fn a_tenants_replay_policy_applies_to_jobs_that_name_none(db: Db) {
+    let app = crate::helpers::spawn_app_configured(db, |s| {
+        s.http.tenant_replay.insert(
+            "acme".into(),
+            fenceline::ledger::ReplayPolicy::ReplayOnUnknown,
+        );
+    })
+    .await;
+    let (acme, globex) = (app.token("acme").await, app.token("globex").await);
+    let policy = |token: String, body: Value| {
+        let app = &app;
+        async move {
+            let job: Value = app.post_job(&token, &body).await.json().await.unwrap();
+            job["replay_policy"].as_str().unwrap().to_owned()
+        }
+    };
+    assert_eq!(
+        policy(acme.clone(), job_request("a", json!(1))).await,
+        "replay_on_unknown"
+    );
+    let mut manual = job_request("b", json!(2));
+    manual["replay_policy"] = json!("manual");
+    assert_eq!(
+        policy(acme, manual).await,
+        "manual",
+        "a job's own choice wins"
+    );
+    assert_eq!(policy(globex, job_request("c", json!(3))).await, "manual");
 }

@@ -29,6 +29,7 @@ on_both_backends!(
     an_operator_replays_dead_letters_after_inspection_from_the_console,
     a_terminal_job_runs_again_as_a_new_linked_job_and_stays_terminal,
     a_bulk_decision_fences_each_job_on_its_own,
+    an_operator_drops_one_dead_letter_of_their_tenants_with_a_reason,
 );
 
 const PASSWORD: &str = "correct horse battery staple";
@@ -1110,4 +1111,79 @@ async fn a_bulk_decision_fences_each_job_on_its_own(db: Db) {
         )
         .await;
     assert_eq!(refused.status(), 403);
+}
+
+async fn an_operator_drops_one_dead_letter_of_their_tenants_with_a_reason(db: Db) {
+    use fenceline::queue::embedded::EmbeddedQueue;
+    use fenceline::queue::Queue;
+    use fenceline::worker::message::JobMessage;
+    let app = spawn_app(db).await;
+    let ledger = &app.ledger;
+    let job_id = create(ledger, new_job("globex", "dlq-drop", json!(1))).await;
+    let queue = EmbeddedQueue::new(ledger.clone(), "jobs", 5);
+    queue
+        .send(&JobMessage::body(&job_id, "globex"), Duration::ZERO)
+        .await
+        .unwrap();
+    for _ in 0..8 {
+        let _ = queue
+            .receive(10, Duration::ZERO, Duration::from_millis(50))
+            .await
+            .unwrap();
+    }
+    let letters = ledger.embedded_dead_letters("jobs-dlq", 10).await.unwrap();
+    assert_eq!(letters.len(), 1);
+    let message_id = letters[0].0.clone();
+    let path = format!("/dlq/{message_id}/drop");
+
+    let acme = ["acme".to_owned()];
+    let mut sam = signed_in(&app, "sam", Role::Operator, Some(&acme)).await;
+    assert!(
+        !sam.page("/dlq").await.contains(&job_id),
+        "another tenant's letter is not shown"
+    );
+    let csrf = sam.token("/dlq").await;
+    let refused = sam
+        .post(&path, &[("csrf", &csrf), ("reason", "not mine")])
+        .await;
+    assert_eq!(refused.status(), 404);
+
+    let mut olga = signed_in(&app, "olga", Role::Operator, None).await;
+    let page = olga.page("/dlq").await;
+    assert!(page.contains(&format!("action=\"{path}\"")));
+    let csrf = token_in(&page).unwrap();
+    let response = olga
+        .post(
+            &path,
+            &[("csrf", &csrf), ("reason", "duplicate of a finished run")],
+        )
+        .await;
+    assert_eq!(location(&response), "/dlq");
+    let page = olga.page("/dlq").await;
+    assert!(page.contains("dropped; its job is unchanged"), "{page}");
+    assert!(page.contains("The dead-letter queue is empty."));
+    assert!(ledger
+        .embedded_dead_letters("jobs-dlq", 10)
+        .await
+        .unwrap()
+        .is_empty());
+    let events = ledger.events(&job_id, 0, 100).await.unwrap();
+    assert!(events
+        .iter()
+        .any(|e| e.kind == "replayed" && e.detail["action"] == "dropped_by_operator"));
+    let audit = ledger
+        .audit_entries(&fenceline::ledger::AuditFilter {
+            action: Some("dlq_dropped".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(audit.len(), 1);
+    assert_eq!(audit[0].reason, "duplicate of a finished run");
+    let again = olga
+        .post(&path, &[("csrf", &csrf), ("reason", "again")])
+        .await;
+    assert_eq!(location(&again), "/dlq");
+    assert!(olga.page("/dlq").await.contains("no longer there"));
 }

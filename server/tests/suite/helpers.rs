@@ -181,11 +181,16 @@ pub(crate) async fn spawn_app(db: Db) -> TestApp {
 }
 
 pub(crate) async fn spawn_app_with_body_limit(db: Db, max_body_bytes: usize) -> TestApp {
+    spawn_app_configured(db, |s| s.http.max_body_bytes = max_body_bytes).await
+}
+
+/// The application with settings changed by `configure`.
+pub(crate) async fn spawn_app_configured(db: Db, configure: impl FnOnce(&mut Settings)) -> TestApp {
     let test_db = fresh_db(db).await;
     let mut settings = Settings::for_database(&test_db.url).expect("settings");
     settings.ledger.options = options();
     settings.http.bind = "127.0.0.1:0".parse().unwrap();
-    settings.http.max_body_bytes = max_body_bytes;
+    configure(&mut settings);
     let app = Application::build(&settings)
         .await
         .expect("build the application");
