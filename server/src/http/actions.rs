@@ -12,8 +12,9 @@ use tower_sessions::Session;
 use super::gate::{check_form_token, flash, forbidden, plain, SignedIn};
 use super::AppState;
 use crate::job::{Actor, JobState};
+use crate::ledger::Job;
 use crate::ledger::{Decision, LedgerError, Refusal};
-use crate::operators::Role;
+use crate::operators::{Operator, Role};
 
 #[derive(Deserialize)]
 pub(super) struct DecisionForm {
@@ -55,22 +56,12 @@ pub(super) async fn cancel(
     Path(job_id): Path<String>,
     Form(form): Form<CancelForm>,
 ) -> Response {
-    if let Err(refused) = check_form_token(&session, &form.csrf).await {
+    if let Err(refused) = may_act(&session, &operator, &form.csrf).await {
         return refused;
     }
-    if !operator.role.allows(Role::Operator) {
-        return forbidden("your role (viewer) can read jobs but not act on them");
-    }
     let page = format!("/jobs/{job_id}");
-    match state.ledger.job(&job_id).await {
-        Ok(Some(job)) if operator.covers(&job.tenant) => {}
-        Ok(_) => return plain(axum::http::StatusCode::NOT_FOUND, "no such job"),
-        Err(_) => {
-            return plain(
-                axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                "the ledger database is unavailable; nothing was changed",
-            )
-        }
+    if let Err(refused) = covered_job(&state, &operator, &job_id).await {
+        return refused;
     }
     let (Ok(seen_epoch), Ok(seen_state)) = (
         form.epoch.trim().parse::<i64>(),
@@ -110,25 +101,36 @@ pub(super) async fn cancel(
             };
             flash(&session, false, text).await;
         }
-        Err(LedgerError::Invalid(message)) => {
-            flash(
+        Err(error) => {
+            flash_unchanged(
                 &session,
+                error,
+                "a cancellation failed",
+                "The job could not be cancelled (the ledger did not answer); nothing was changed.",
+            )
+            .await
+        }
+    }
+    Redirect::to(&page).into_response()
+}
+
+/// Says why an action changed nothing, for the failures every action shares: bad input
+/// (said as the ledger says it) or a ledger that did not answer (logged, and said plainly).
+async fn flash_unchanged(session: &Session, error: LedgerError, log: &str, text: &str) {
+    match error {
+        LedgerError::Invalid(message) => {
+            flash(
+                session,
                 false,
                 format!("{}. Nothing was changed.", capitalized(&message)),
             )
             .await;
         }
-        Err(error) => {
-            tracing::error!(%error, "a cancellation failed");
-            flash(
-                &session,
-                false,
-                "The job could not be cancelled (the ledger did not answer); nothing was changed.",
-            )
-            .await;
+        error => {
+            tracing::error!(%error, "{log}");
+            flash(session, false, text).await;
         }
     }
-    Redirect::to(&page).into_response()
 }
 
 fn capitalized(message: &str) -> String {
@@ -137,6 +139,35 @@ fn capitalized(message: &str) -> String {
         .next()
         .map(|first| first.to_uppercase().chain(chars).collect())
         .unwrap_or_default()
+}
+
+/// The checks every action starts with: the form came from this session, and the operator's
+/// role may act. The refusal to send otherwise.
+async fn may_act(session: &Session, operator: &Operator, csrf: &str) -> Result<(), Response> {
+    check_form_token(session, csrf).await?;
+    if operator.role.allows(Role::Operator) {
+        Ok(())
+    } else {
+        Err(forbidden(
+            "your role (viewer) can read jobs but not act on them",
+        ))
+    }
+}
+
+/// The job, if it exists for this operator (their tenants); else the refusal to send.
+async fn covered_job(state: &AppState, operator: &Operator, job_id: &str) -> Result<Job, Response> {
+    match state.ledger.job(job_id).await {
+        Ok(Some(job)) if operator.covers(&job.tenant) => Ok(job),
+        Ok(_) => Err(plain(axum::http::StatusCode::NOT_FOUND, "no such job")),
+        Err(_) => Err(unavailable()),
+    }
+}
+
+fn unavailable() -> Response {
+    plain(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        "the ledger database is unavailable; nothing was changed",
+    )
 }
 
 /// What the operator is told when the job moved on under them.
@@ -157,22 +188,13 @@ pub(super) async fn decide(
     Path(job_id): Path<String>,
     Form(form): Form<DecisionForm>,
 ) -> Response {
-    if let Err(refused) = check_form_token(&session, &form.csrf).await {
+    if let Err(refused) = may_act(&session, &operator, &form.csrf).await {
         return refused;
     }
-    if !operator.role.allows(Role::Operator) {
-        return forbidden("your role (viewer) can read jobs but not act on them");
-    }
     let page = format!("/jobs/{job_id}");
-    let job = match state.ledger.job(&job_id).await {
-        Ok(Some(job)) if operator.covers(&job.tenant) => job,
-        Ok(_) => return plain(axum::http::StatusCode::NOT_FOUND, "no such job"),
-        Err(_) => {
-            return plain(
-                axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                "the ledger database is unavailable; nothing was changed",
-            )
-        }
+    let job = match covered_job(&state, &operator, &job_id).await {
+        Ok(job) => job,
+        Err(refused) => return refused,
     };
     let Ok(seen_epoch) = form.epoch.trim().parse::<i64>() else {
         flash(
@@ -258,23 +280,13 @@ pub(super) async fn decide(
             };
             flash(&session, false, text).await;
         }
-        Err(LedgerError::Invalid(message)) => {
-            flash(
-                &session,
-                false,
-                format!("{}. Nothing was changed.", capitalized(&message)),
-            )
-            .await;
-        }
-        Err(error) => {
-            tracing::error!(%error, "a decision failed");
-            flash(
-                &session,
-                false,
-                "The decision could not be recorded (the ledger did not answer); nothing was changed.",
-            )
-            .await;
-        }
+        Err(error) => flash_unchanged(
+            &session,
+            error,
+            "a decision failed",
+            "The decision could not be recorded (the ledger did not answer); nothing was changed.",
+        )
+        .await,
     }
     Redirect::to(&page).into_response()
 }
@@ -299,11 +311,8 @@ pub(super) async fn replay_dead_letters(
     session: Session,
     Form(form): Form<ReplayForm>,
 ) -> Response {
-    if let Err(refused) = check_form_token(&session, &form.csrf).await {
+    if let Err(refused) = may_act(&session, &operator, &form.csrf).await {
         return refused;
-    }
-    if !operator.role.allows(Role::Operator) {
-        return forbidden("your role (viewer) can read jobs but not act on them");
     }
     if operator.tenants.is_some() {
         return forbidden(
@@ -395,22 +404,12 @@ pub(super) async fn rerun(
     Path(job_id): Path<String>,
     Form(form): Form<RerunForm>,
 ) -> Response {
-    if let Err(refused) = check_form_token(&session, &form.csrf).await {
+    if let Err(refused) = may_act(&session, &operator, &form.csrf).await {
         return refused;
     }
-    if !operator.role.allows(Role::Operator) {
-        return forbidden("your role (viewer) can read jobs but not act on them");
-    }
     let page = format!("/jobs/{job_id}");
-    match state.ledger.job(&job_id).await {
-        Ok(Some(job)) if operator.covers(&job.tenant) => {}
-        Ok(_) => return plain(axum::http::StatusCode::NOT_FOUND, "no such job"),
-        Err(_) => {
-            return plain(
-                axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                "the ledger database is unavailable; nothing was changed",
-            )
-        }
+    if let Err(refused) = covered_job(&state, &operator, &job_id).await {
+        return refused;
     }
     let actor = Actor::Operator(operator.name.clone());
     match state.ledger.run_again(&job_id, &actor, &form.reason).await {
@@ -482,11 +481,8 @@ pub(super) async fn decide_many(
             .map(|(_, v)| v.clone())
             .unwrap_or_default()
     };
-    if let Err(refused) = check_form_token(&session, &field("csrf")).await {
+    if let Err(refused) = may_act(&session, &operator, &field("csrf")).await {
         return refused;
-    }
-    if !operator.role.allows(Role::Operator) {
-        return forbidden("your role (viewer) can read jobs but not act on them");
     }
     let decision = match field("decision").as_str() {
         "authorize_retry" => Decision::AuthorizeRetry,
@@ -591,11 +587,8 @@ pub(super) async fn drop_dead_letter(
     Path(message_id): Path<String>,
     Form(form): Form<DropForm>,
 ) -> Response {
-    if let Err(refused) = check_form_token(&session, &form.csrf).await {
+    if let Err(refused) = may_act(&session, &operator, &form.csrf).await {
         return refused;
-    }
-    if !operator.role.allows(Role::Operator) {
-        return forbidden("your role (viewer) can read jobs but not act on them");
     }
     let back = Redirect::to("/dlq").into_response();
     let Some(dlq) = state.queue.embedded_dead_letters.clone() else {
@@ -614,12 +607,6 @@ pub(super) async fn drop_dead_letter(
         .await;
         return back;
     }
-    let unavailable = || {
-        plain(
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            "the ledger database is unavailable; nothing was changed",
-        )
-    };
     let Ok(body) = state.ledger.dead_letter_body(&dlq, &message_id).await else {
         return unavailable();
     };
