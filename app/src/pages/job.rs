@@ -24,6 +24,8 @@ pub fn JobPage() -> impl IntoView {
         around: number(q.get("around")),
         open: number(q.get("open")),
     });
+    // `?act=cancel`: the cancel form, on a page that holds still while the reason is typed.
+    let cancel_form = use_query_map().with_untracked(|q| q.get("act").as_deref() == Some("cancel"));
     let console = console();
     let visitor = super::visitor();
     view! {
@@ -43,7 +45,7 @@ pub fn JobPage() -> impl IntoView {
                     Ok(t) => t,
                 };
                 // An `unknown` job waits for a decision: no refresh under an operator's typing.
-                let live = !detail.terminal && detail.state != "unknown";
+                let live = !detail.terminal && detail.state != "unknown" && !cancel_form;
                 let deciding = detail.state == "unknown" && visitor.can_act();
                 let cancelling = !detail.terminal && visitor.can_act();
                 let d = detail;
@@ -95,9 +97,12 @@ pub fn JobPage() -> impl IntoView {
                                 </form>
                             </details>
                         })}
-                        {cancelling.then(|| view! {
-                            <details class="cancel">
-                                <summary>"Cancel this job…"</summary>
+                        {(cancelling && !cancel_form).then(|| view! {
+                            <p class="cancel"><a href=format!("/jobs/{}?act=cancel#cancel", d.job_id)>"Cancel this job…"</a></p>
+                        })}
+                        {(cancelling && cancel_form).then(|| view! {
+                            <details class="cancel" id="cancel" open=true>
+                                <summary>"Cancel this job"</summary>
                                 <form method="post" action=format!("/jobs/{}/cancel", d.job_id) class="stack">
                                     <p class="muted">{format!(
                                         "The job fails for good (error “cancelled”) and moves past epoch {}, so an attempt still running can never commit. Its message is deleted when next received.",

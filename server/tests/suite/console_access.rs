@@ -651,9 +651,16 @@ async fn a_running_job_is_cancelled_fenced_and_its_attempt_cannot_commit(db: Db)
     let mut olga = signed_in(&app, "olga", Role::Operator, None).await;
     let page = format!("/jobs/{job_id}");
     let html = olga.page(&page).await;
+    assert!(html.contains("?act=cancel"), "a live job offers cancel");
     assert!(
-        html.contains(&format!("/jobs/{job_id}/cancel")),
-        "a live job offers cancel"
+        html.contains("http-equiv=\"refresh\""),
+        "a live job's page refreshes"
+    );
+    let html = olga.page(&format!("{page}?act=cancel")).await;
+    assert!(html.contains(&format!("action=\"/jobs/{job_id}/cancel\"")));
+    assert!(
+        !html.contains("http-equiv=\"refresh\""),
+        "the page holds still while the reason is typed"
     );
     let csrf = token_in(&html).unwrap();
     let epoch = claimed.epoch.to_string();
@@ -688,10 +695,7 @@ async fn a_running_job_is_cancelled_fenced_and_its_attempt_cannot_commit(db: Db)
     );
     let html = olga.page(&page).await;
     assert!(html.contains("Job cancelled"), "{html}");
-    assert!(
-        !html.contains(&format!("/jobs/{job_id}/cancel")),
-        "a terminal job offers none"
-    );
+    assert!(!html.contains("?act=cancel"), "a terminal job offers none");
     let job = ledger.job(&job_id).await.unwrap().unwrap();
     assert_eq!(job.state, JobState::FailedTerminal);
     assert_eq!(job.error_code.as_deref(), Some("cancelled"));
