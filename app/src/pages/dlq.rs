@@ -60,7 +60,7 @@ pub fn DeadLettersPage() -> impl IntoView {
                                         <th scope="col">"Ledger state"</th>
                                         <th scope="col">"Dead since"</th>
                                         <th scope="col">"What replay would do"</th>
-                                        {acting.then(|| view! { <th scope="col">"Drop"</th> })}
+                                        {acting.then(|| view! { <th scope="col">"Act"</th> })}
                                     </tr></thead>
                                     <tbody>
                                         {dl.rows.into_iter().map(|r| view! {
@@ -79,10 +79,11 @@ pub fn DeadLettersPage() -> impl IntoView {
                                                 <td>{r.note}</td>
                                                 {acting.then(|| view! {
                                                     <td>
-                                                        <form method="post" action=format!("/dlq/{}/drop", r.message_id) class="drop">
+                                                        <form method="post" action=format!("/dlq/{}/replay", r.message_id) class="drop">
                                                             <input type="hidden" name="csrf" value=csrf.clone()/>
-                                                            <input name="reason" required=true maxlength="2000" size="14" placeholder="reason" aria-label="Why drop this letter"/>
-                                                            <button type="submit" class="danger">"Drop"</button>
+                                                            <input name="reason" required=true maxlength="2000" size="14" placeholder="reason" aria-label="Why"/>
+                                                            <button type="submit">"Replay"</button>
+                                                            <button type="submit" class="danger" formaction=format!("/dlq/{}/drop", r.message_id)>"Drop"</button>
                                                         </form>
                                                     </td>
                                                 })}

@@ -587,6 +587,30 @@ pub(super) async fn drop_dead_letter(
     Path(message_id): Path<String>,
     Form(form): Form<DropForm>,
 ) -> Response {
+    one_letter(state, operator, session, message_id, form, false).await
+}
+
+/// `POST /dlq/{message_id}/replay`: one dead letter replayed after inspecting its job — a
+/// terminal job's letter dropped, an `unknown` job's kept until a decision, a workable job
+/// re-dispatched (same id, deadline and budget) and its letter dropped.
+pub(super) async fn replay_dead_letter(
+    State(state): State<AppState>,
+    Extension(SignedIn(operator)): Extension<SignedIn>,
+    session: Session,
+    Path(message_id): Path<String>,
+    Form(form): Form<DropForm>,
+) -> Response {
+    one_letter(state, operator, session, message_id, form, true).await
+}
+
+async fn one_letter(
+    state: AppState,
+    operator: Operator,
+    session: Session,
+    message_id: String,
+    form: DropForm,
+    replay: bool,
+) -> Response {
     if let Err(refused) = may_act(&session, &operator, &form.csrf).await {
         return refused;
     }
@@ -634,6 +658,45 @@ pub(super) async fn drop_dead_letter(
     if !allowed {
         return plain(axum::http::StatusCode::NOT_FOUND, "no such dead letter");
     }
+    // What replay does is decided by the job, as inspected now.
+    let action = match (&job, replay) {
+        (_, false) => "dropped_by_operator",
+        (None, true) => {
+            flash(
+                &session,
+                false,
+                "Not a job message: nothing to replay. Drop it, or keep it.",
+            )
+            .await;
+            return back;
+        }
+        (Some(job), true) if job.state.is_terminal() => "dropped_terminal",
+        (Some(job), true) if job.state == JobState::Unknown => {
+            flash(
+                &session,
+                false,
+                format!(
+                    "Kept: job {} is unknown and needs a decision first; replaying it could \
+                     call the model twice.",
+                    job.job_id
+                ),
+            )
+            .await;
+            return back;
+        }
+        (Some(_), true) => "redispatched",
+    };
+    if action == "redispatched" {
+        let job_id = job.as_ref().map(|j| j.job_id.clone()).unwrap_or_default();
+        if state
+            .ledger
+            .redispatch(&job_id, "dlq_replay")
+            .await
+            .is_err()
+        {
+            return unavailable();
+        }
+    }
     match state.ledger.drop_dead_letter(&dlq, &message_id).await {
         Ok(Some(_)) => {}
         Ok(None) => {
@@ -652,7 +715,7 @@ pub(super) async fn drop_dead_letter(
         let event = crate::ledger::NewEvent::new(crate::job::EventKind::Replayed, &actor).detail(
             serde_json::json!({
                 "from": "dead_letter_queue",
-                "action": "dropped_by_operator",
+                "action": action,
                 "message_id": message_id,
                 "state": job.state.as_str(),
             }),
@@ -663,19 +726,24 @@ pub(super) async fn drop_dead_letter(
             .audit_dlq_replay(
                 &job.job_id,
                 &actor.to_string(),
-                "dropped",
+                if replay { action } else { "dropped" },
                 job.state.as_str(),
                 job.state.as_str(),
                 reason,
             )
             .await;
     }
-    tracing::info!(operator = %operator.name, %message_id, "dead letter dropped");
-    flash(
-        &session,
-        true,
-        format!("Dead letter {message_id} dropped; its job is unchanged."),
-    )
-    .await;
+    tracing::info!(operator = %operator.name, %message_id, action, "dead letter handled");
+    let text = match action {
+        "redispatched" => format!(
+            "Dead letter {message_id} replayed: its job was sent again with the same id, \
+             deadline and attempt budget."
+        ),
+        "dropped_terminal" => format!(
+            "Dead letter {message_id} dropped: its job was already terminal, nothing to replay."
+        ),
+        _ => format!("Dead letter {message_id} dropped; its job is unchanged."),
+    };
+    flash(&session, true, text).await;
     back
 }

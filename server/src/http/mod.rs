@@ -81,6 +81,10 @@ pub fn router(state: AppState) -> Router {
         .route("/jobs/{job_id}/cancel", post(actions::cancel))
         .route("/dlq/replay", post(actions::replay_dead_letters))
         .route("/dlq/{message_id}/drop", post(actions::drop_dead_letter))
+        .route(
+            "/dlq/{message_id}/replay",
+            post(actions::replay_dead_letter),
+        )
         .route("/jobs/{job_id}/rerun", post(actions::rerun))
         .route("/unknown/decisions", post(actions::decide_many))
         .route("/jobs/{job_id}/export.json", get(export::json_export))

@@ -29,7 +29,7 @@ on_both_backends!(
     an_operator_replays_dead_letters_after_inspection_from_the_console,
     a_terminal_job_runs_again_as_a_new_linked_job_and_stays_terminal,
     a_bulk_decision_fences_each_job_on_its_own,
-    an_operator_drops_one_dead_letter_of_their_tenants_with_a_reason,
+    one_dead_letter_is_replayed_after_inspection_or_dropped_by_an_operator_of_its_tenant,
 );
 
 const PASSWORD: &str = "correct horse battery staple";
@@ -1117,7 +1117,9 @@ async fn a_bulk_decision_fences_each_job_on_its_own(db: Db) {
     assert_eq!(refused.status(), 403);
 }
 
-async fn an_operator_drops_one_dead_letter_of_their_tenants_with_a_reason(db: Db) {
+async fn one_dead_letter_is_replayed_after_inspection_or_dropped_by_an_operator_of_its_tenant(
+    db: Db,
+) {
     use fenceline::queue::embedded::EmbeddedQueue;
     use fenceline::queue::Queue;
     use fenceline::worker::message::JobMessage;
@@ -1154,7 +1156,7 @@ async fn an_operator_drops_one_dead_letter_of_their_tenants_with_a_reason(db: Db
 
     let mut olga = signed_in(&app, "olga", Role::Operator, None).await;
     let page = olga.page("/dlq").await;
-    assert!(page.contains(&format!("action=\"{path}\"")));
+    assert!(page.contains(&format!("formaction=\"{path}\"")));
     let csrf = token_in(&page).unwrap();
     let response = olga
         .post(
@@ -1190,4 +1192,58 @@ async fn an_operator_drops_one_dead_letter_of_their_tenants_with_a_reason(db: Db
         .await;
     assert_eq!(location(&again), "/dlq");
     assert!(olga.page("/dlq").await.contains("no longer there"));
+
+    // One letter replayed after inspection: a workable job goes again, an unknown one waits.
+    let (uncertain, _, _) = unknown_job(ledger, "globex", "dlq-uncertain").await;
+    for id in [&job_id, &uncertain] {
+        queue
+            .send(&JobMessage::body(id, "globex"), Duration::ZERO)
+            .await
+            .unwrap();
+    }
+    for _ in 0..8 {
+        let _ = queue
+            .receive(10, Duration::ZERO, Duration::from_millis(50))
+            .await
+            .unwrap();
+    }
+    let letters = ledger.embedded_dead_letters("jobs-dlq", 10).await.unwrap();
+    assert_eq!(letters.len(), 2);
+    let letter_of = |id: &str| {
+        letters
+            .iter()
+            .find(|l| l.1.contains(id))
+            .map(|l| l.0.clone())
+            .unwrap()
+    };
+    let outbox_before = ledger.outbox_pending().await.unwrap();
+    let replay = format!("/dlq/{}/replay", letter_of(&uncertain));
+    olga.post(&replay, &[("csrf", &csrf), ("reason", "try")])
+        .await;
+    assert!(olga.page("/dlq").await.contains("needs a decision first"));
+    assert_eq!(
+        ledger
+            .embedded_dead_letters("jobs-dlq", 10)
+            .await
+            .unwrap()
+            .len(),
+        2,
+        "kept"
+    );
+    let replay = format!("/dlq/{}/replay", letter_of(&job_id));
+    olga.post(&replay, &[("csrf", &csrf), ("reason", "outage over")])
+        .await;
+    assert!(olga
+        .page("/dlq")
+        .await
+        .contains("sent again with the same id"));
+    assert_eq!(ledger.outbox_pending().await.unwrap(), outbox_before + 1);
+    assert_eq!(
+        ledger
+            .embedded_dead_letters("jobs-dlq", 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 }
