@@ -237,9 +237,17 @@ pub async fn run<P: Provider + Clone>(
         interval,
         shutdown.clone(),
     ));
+    let mut pruned_at = tokio::time::Instant::now();
     loop {
         if let Err(error) = reap_once(&ledger, quiet).await {
             tracing::warn!(%error, "reaper round failed");
+        }
+        // Expired console sessions and old sign-in failures go every few minutes.
+        if pruned_at.elapsed() >= SESSION_PRUNE_EVERY {
+            pruned_at = tokio::time::Instant::now();
+            if let Err(error) = ledger.prune_sessions().await {
+                tracing::warn!(%error, "pruning expired sessions failed");
+            }
         }
         tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -248,6 +256,9 @@ pub async fn run<P: Provider + Clone>(
     }
     let _ = retrieval.await;
 }
+
+/// How often the reaper deletes expired console sessions and old sign-in failures.
+const SESSION_PRUNE_EVERY: Duration = Duration::from_secs(300);
 
 /// How long one provider lookup may take before it counts as inconclusive.
 const RETRIEVAL_BOUND: Duration = Duration::from_secs(10);
