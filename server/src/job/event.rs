@@ -131,8 +131,9 @@ mod tests {
     fn event_kind_names_are_the_stable_ones_from_the_domain() {
         let names: Vec<_> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
         // domain.md's 28, then Fenceline's own extensions (appended, never renamed).
-        assert_eq!(names.len(), 29);
+        assert_eq!(names.len(), 30);
         assert_eq!(names[28], "retrieval_unsupported");
+        assert_eq!(names[29], "rerun");
         for name in [
             "job_created",
             "duplicate_suppressed",
