@@ -339,3 +339,17 @@ pub struct AuditPage {
     /// The actions there are, for the filter.
     pub actions: Vec<String>,
 }
+
+/// Sets the HTTP status of the page being rendered (the server provides it): a page that finds
+/// nothing answers 404, not 200.
+#[derive(Clone)]
+pub struct HttpStatus(pub Arc<dyn Fn(u16) + Send + Sync>);
+
+impl HttpStatus {
+    /// Sets the status from within a page, if the server provided the setter.
+    pub fn set(code: u16) {
+        if let Some(status) = leptos::prelude::use_context::<HttpStatus>() {
+            (status.0)(code);
+        }
+    }
+}

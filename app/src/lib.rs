@@ -92,6 +92,7 @@ pub fn App() -> impl IntoView {
 
 #[component]
 fn NotFound() -> impl IntoView {
+    console::HttpStatus::set(404);
     view! {
         <Title text="Not found · Fenceline"/>
         <h1>"Not found"</h1>

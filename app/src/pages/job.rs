@@ -34,10 +34,13 @@ pub fn JobPage() -> impl IntoView {
             {Suspend::new(async move {
                 let detail = match console.job(job_id.clone()).await {
                     Err(message) => return view! { <ErrorBox message/> }.into_any(),
-                    Ok(None) => return view! {
+                    Ok(None) => return {
+                        crate::console::HttpStatus::set(404);
+                        view! {
                         <h1>"No such job"</h1>
                         <p>{format!("There is no job {job_id} in this ledger (or it was pruned after the retention period).")}</p>
-                    }.into_any(),
+                        <p><a href="/jobs">"Back to the jobs list"</a></p>
+                    }.into_any()},
                     Ok(Some(detail)) => detail,
                 };
                 let timeline = match console.timeline(job_id.clone(), query.clone()).await {

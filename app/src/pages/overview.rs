@@ -11,12 +11,17 @@ use crate::console::Window;
 
 #[component]
 pub fn OverviewPage() -> impl IntoView {
-    let window =
-        use_query_map().with_untracked(|q| Window::parse(&q.get("window").unwrap_or_default()));
+    let asked = use_query_map().with_untracked(|q| q.get("window"));
+    let window = Window::parse(&asked.clone().unwrap_or_default());
+    // A window the overview does not know is said, not silently replaced.
+    let unknown_window = asked.filter(|a| !a.is_empty() && a.as_str() != window.as_str());
     let console = console();
     view! {
         <Title text="Overview · Fenceline"/>
         <h1>"Overview"</h1>
+        {unknown_window.map(|w| view! {
+            <p class="notice">{format!("“{w}” is not a chart window (hour, day or week); showing the last hour.")}</p>
+        })}
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {Suspend::new(async move {
                 match console.overview(window).await {

@@ -143,6 +143,15 @@ fn page_context(ledger: &Ledger, queue: &crate::console::QueueInfo) {
     };
     let (visitor, tenants) = parts.as_ref().map(extension).unwrap_or_default();
     provide_context(visitor.unwrap_or_default());
+    if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
+        provide_context(fenceline_app::console::HttpStatus(std::sync::Arc::new(
+            move |code| {
+                if let Ok(status) = StatusCode::from_u16(code) {
+                    response.set_status(status);
+                }
+            },
+        )));
+    }
     let port: fenceline_app::console::SharedConsole = std::sync::Arc::new(
         crate::console::LedgerConsole::new(ledger.clone(), queue.clone())
             // Signed out (only `/login` renders then): no tenant at all.
@@ -171,13 +180,28 @@ async fn console_js() -> impl IntoResponse {
     )
 }
 
+/// An address nothing answers: JSON under `/api/`, else a page in the console's style that
+/// leads back (it reveals nothing, so it needs no sign-in).
 async fn not_found(uri: axum::http::Uri) -> Response {
     if uri.path().starts_with("/api/") {
         ApiError::NotFound(format!("no endpoint at {}", uri.path())).into_response()
     } else {
-        (StatusCode::NOT_FOUND, "not found").into_response()
+        (
+            StatusCode::NOT_FOUND,
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            NOT_FOUND_PAGE,
+        )
+            .into_response()
     }
 }
+
+const NOT_FOUND_PAGE: &str = "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"/>\
+<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/>\
+<meta name=\"color-scheme\" content=\"light dark\"/><title>Not found · Fenceline</title>\
+<link rel=\"stylesheet\" href=\"/style/fenceline.css\"/></head><body>\
+<header class=\"topbar\"><a href=\"/\" class=\"brand\">Fenceline</a></header>\
+<main id=\"main\"><h1>Not found</h1><p>There is no page at this address. \
+<a href=\"/\">Back to the overview</a></p></main></body></html>";
 
 async fn method_not_allowed() -> Response {
     ApiError::MethodNotAllowed.into_response()

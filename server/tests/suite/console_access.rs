@@ -1247,3 +1247,31 @@ async fn one_dead_letter_is_replayed_after_inspection_or_dropped_by_an_operator_
         1
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn addresses_that_find_nothing_answer_404_and_unknown_filters_are_said() {
+    let app = spawn_app(Db::Sqlite).await;
+    let mut vera = signed_in(&app, "vera", Role::Viewer, None).await;
+    let missing = format!("/jobs/job_{}", uuid::Uuid::now_v7());
+    for path in [missing.as_str(), "/jobs/garbage"] {
+        let response = vera.get(path).await;
+        assert_eq!(response.status(), 404, "{path}");
+        let page = response.text().await.unwrap();
+        assert!(page.contains("No such job"), "{path}: {page}");
+        assert!(
+            page.contains("Sign out"),
+            "{path} is in the console's frame"
+        );
+    }
+    let nope = vera.get("/nope").await;
+    assert_eq!(nope.status(), 404);
+    assert_eq!(nope.headers()["content-type"], "text/html; charset=utf-8");
+    let page = nope.text().await.unwrap();
+    assert!(page.contains("/style/fenceline.css") && page.contains("Back to the overview"));
+    let page = vera.page("/?window=year").await;
+    assert!(page.contains("“year” is not a chart window"), "{page}");
+    assert!(!vera
+        .page("/?window=day")
+        .await
+        .contains("is not a chart window"));
+}
