@@ -332,8 +332,13 @@ async fn an_operator_limited_to_a_tenant_neither_sees_nor_acts_on_another(db: Db
     assert!(ana.page("/unknown").await.contains(&mine));
     let found = ana.page(&format!("/jobs?q={theirs}")).await;
     assert!(!found.contains(&format!("/jobs/{theirs}\"")));
-    let page = ana.page(&format!("/jobs/{theirs}")).await;
-    assert!(page.contains("No such job"));
+    let response = ana.get(&format!("/jobs/{theirs}")).await;
+    assert_eq!(
+        response.status(),
+        404,
+        "another tenant's job does not exist for them"
+    );
+    assert!(response.text().await.unwrap().contains("No such job"));
     for export in ["export.json", "export.md"] {
         let response = ana.get(&format!("/jobs/{theirs}/{export}")).await;
         assert_eq!(response.status(), 404, "{export}");
