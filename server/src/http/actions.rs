@@ -342,17 +342,15 @@ pub(super) async fn replay_dead_letters(
     .await;
     match replayed {
         Ok(replay) => {
-            for (job_id, before, action) in &replay.jobs {
-                // A re-dispatch sends the job again through the outbox; its state stays.
-                let after = before.as_str();
+            for job in &replay.jobs {
                 let _ = state
                     .ledger
-                    .audit_dlq_replay(
-                        job_id,
+                    .audit_dlq(
+                        &job.job_id,
+                        job.epoch,
+                        job.state.as_str(),
                         &actor.to_string(),
-                        action,
-                        before.as_str(),
-                        after,
+                        job.action,
                         reason,
                     )
                     .await;
@@ -723,12 +721,12 @@ async fn one_letter(
         let _ = state.ledger.record_event(&job.job_id, &event).await;
         let _ = state
             .ledger
-            .audit_dlq_replay(
+            .audit_dlq(
                 &job.job_id,
+                job.owner_epoch,
+                job.state.as_str(),
                 &actor.to_string(),
                 if replay { action } else { "dropped" },
-                job.state.as_str(),
-                job.state.as_str(),
                 reason,
             )
             .await;

@@ -152,59 +152,43 @@ impl Ledger {
         epoch: i64,
         actor: &str,
     ) -> Result<(), LedgerError> {
-        let at = self.now_us().await?;
-        let mut conn = self.writer.acquire().await?;
-        insert_audit(
-            &mut conn,
-            &NewAudit {
-                at,
-                actor,
-                action: "result_viewed",
-                job_id,
-                seen_epoch: epoch,
-                new_epoch: epoch,
-                state_before: "succeeded",
-                state_after: "succeeded",
-                reason: "read the accepted result in the console",
-            },
-        )
+        self.record_audit(&NewAudit {
+            at: self.now_us().await?,
+            actor,
+            action: "result_viewed",
+            job_id,
+            seen_epoch: epoch,
+            new_epoch: epoch,
+            state_before: "succeeded",
+            state_after: "succeeded",
+            reason: "read the accepted result in the console",
+        })
         .await
     }
-}
 
-impl Ledger {
-    /// Records what an operator's dead-letter replay did to one job.
-    pub async fn audit_dlq_replay(
+    /// Records what an operator did to one dead letter of a job (`action`: `redispatched`,
+    /// `dropped_terminal`, …), at the epoch and state the job was inspected in; a letter's fate
+    /// never changes its job's state.
+    pub async fn audit_dlq(
         &self,
         job_id: &str,
+        epoch: i64,
+        state: &str,
         actor: &str,
         action: &str,
-        before: &str,
-        after: &str,
         reason: &str,
     ) -> Result<(), LedgerError> {
-        let at = self.now_us().await?;
-        let epoch: i64 = sqlx::query_scalar("SELECT owner_epoch FROM jobs WHERE job_id = $1")
-            .bind(job_id)
-            .fetch_optional(&self.reader)
-            .await?
-            .unwrap_or_default();
-        let action = format!("dlq_{action}");
-        let mut conn = self.writer.acquire().await?;
-        insert_audit(
-            &mut conn,
-            &NewAudit {
-                at,
-                actor,
-                action: &action,
-                job_id,
-                seen_epoch: epoch,
-                new_epoch: epoch,
-                state_before: before,
-                state_after: after,
-                reason,
-            },
-        )
+        self.record_audit(&NewAudit {
+            at: self.now_us().await?,
+            actor,
+            action: &format!("dlq_{action}"),
+            job_id,
+            seen_epoch: epoch,
+            new_epoch: epoch,
+            state_before: state,
+            state_after: state,
+            reason,
+        })
         .await
     }
 }

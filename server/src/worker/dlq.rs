@@ -20,8 +20,17 @@ pub struct Replay {
     pub dropped_terminal: usize,
     pub awaiting_decision: usize,
     pub not_job_messages: usize,
-    /// Each inspected job's id, its state when inspected, and what was done.
-    pub jobs: Vec<(String, JobState, &'static str)>,
+    /// Each inspected job, and what was done with its letter.
+    pub jobs: Vec<Inspected>,
+}
+
+/// One inspected dead letter's job: as it stood when inspected, and the letter's fate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inspected {
+    pub job_id: String,
+    pub state: JobState,
+    pub epoch: i64,
+    pub action: &'static str,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -92,7 +101,12 @@ pub async fn replay_inspected<Q: Queue>(
                 "state": job.state.as_str(),
             }));
             ledger.record_event(&job.job_id, &event).await?;
-            replay.jobs.push((job.job_id.clone(), job.state, action));
+            replay.jobs.push(Inspected {
+                job_id: job.job_id.clone(),
+                state: job.state,
+                epoch: job.owner_epoch,
+                action,
+            });
         }
     }
     Ok(replay)
