@@ -25,6 +25,7 @@
 
 pub mod bench;
 pub mod console;
+pub mod drill;
 pub mod http;
 pub mod job;
 pub mod ledger;

@@ -238,38 +238,22 @@ pub mod runtime {
     use crate::provider::stub::StubProvider;
     use crate::provider::AnyProvider;
     use crate::queue::embedded::EmbeddedQueue;
-    use crate::queue::faults::FaultyQueue;
     use crate::queue::sqs::SqsQueue;
     use crate::queue::{AnyQueue, Queue, QueueError};
-    use crate::settings::{Environment, ProviderKind, ProviderSettings, QueueKind, Settings};
+    use crate::settings::{ProviderKind, ProviderSettings, QueueKind, Settings};
     use crate::worker::{dispatcher, reaper, retention, Worker, WorkerConfig};
 
     #[derive(Debug, thiserror::Error)]
     pub enum RuntimeError {
-        #[error("fault injection is refused in a production deployment")]
-        FaultsInProduction,
         #[error("cannot open the queue")]
         Queue(#[from] QueueError),
         #[error("cannot build the provider: {0}")]
         Provider(String),
     }
 
-    /// The configured queue, wrapped for fault injection (inert unless faults are configured;
-    /// refused in production).
-    pub async fn queue(
-        ledger: &Ledger,
-        settings: &Settings,
-    ) -> Result<FaultyQueue<AnyQueue>, RuntimeError> {
-        let faults = settings.worker.faults;
-        if faults.is_some() && settings.environment == Environment::Production {
-            return Err(RuntimeError::FaultsInProduction);
-        }
-        let queue = FaultyQueue::new(plain_queue(ledger, &settings.queue).await?);
-        if let Some(plan) = faults {
-            tracing::warn!("fault injection is armed on this worker's queue");
-            queue.arm(plan);
-        }
-        Ok(queue)
+    /// The configured queue.
+    pub async fn queue(ledger: &Ledger, settings: &Settings) -> Result<AnyQueue, RuntimeError> {
+        plain_queue(ledger, &settings.queue).await
     }
 
     /// The configured queue, with no fault injection: for operators' actions.
@@ -337,7 +321,7 @@ pub mod runtime {
     pub fn spawn(
         supervisor: &mut Supervisor,
         ledger: &Ledger,
-        queue: FaultyQueue<AnyQueue>,
+        queue: AnyQueue,
         provider: AnyProvider,
         settings: &Settings,
         metrics: &Metrics,

@@ -93,5 +93,6 @@ pub(super) fn generated_job(
         deadline,
         max_attempts,
         replay_policy: ReplayPolicy::Manual,
+        drill_run: None,
     }
 }

@@ -153,6 +153,7 @@ pub(super) async fn create_job(
                 .copied()
                 .unwrap_or_default()
         }),
+        drill_run: None,
     };
     let created = state.ledger.create_job(new, &Actor::Api(tenant)).await?;
     let status = match created {

@@ -33,6 +33,7 @@ mod audit;
 mod connect;
 mod console_reads;
 mod dialect;
+mod drills;
 mod error;
 mod generated;
 mod model;
@@ -52,6 +53,7 @@ pub use audit::{AuditEntry, AuditFilter};
 pub use connect::{LedgerOptions, SqliteSync};
 pub use console_reads::{detail_text, Bucket, Run, RunKind, RENEWAL_KINDS, TRANSPORT_KINDS};
 pub use dialect::Backend;
+pub use drills::{DrillRunRow, OutboxSend};
 pub use error::{LedgerError, Refusal};
 pub use model::{
     handle_hash, Accepted, Attempt, AttemptOutcome, AttemptStarted, Claimed, Created, Decision,

@@ -81,6 +81,8 @@ pub struct NewJob {
     pub deadline: Duration,
     pub max_attempts: u32,
     pub replay_policy: ReplayPolicy,
+    /// The drill run this job belongs to: its outbox rows go only to that run's dispatcher.
+    pub drill_run: Option<String>,
 }
 
 /// The outcome of an idempotent create.
@@ -130,6 +132,9 @@ pub struct Job {
     pub terminal_at: Option<i64>,
     /// The attempt in flight under the current owner, if any.
     pub pending_attempt: Option<i64>,
+    /// The drill run that made this job, if a drill did.
+    #[sqlx(default)]
+    pub drill_run: Option<String>,
 }
 
 fn serialize_state<S: serde::Serializer>(state: &JobState, s: S) -> Result<S::Ok, S::Error> {

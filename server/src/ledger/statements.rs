@@ -145,8 +145,8 @@ catalogue! {
         /// A new job, unless the tenant already used the key.
         create_job: "INSERT INTO jobs (job_id, tenant, idempotency_key, request_digest, input_ref, \
              contract_version, state, deadline_at, max_attempts, replay_policy, created_at, \
-             updated_at, next_event_seq) \
-             VALUES ($1, $2, $3, $4, $5, $6, 'ready', {now} + $7, $8, $9, {now}, {now}, 2) \
+             updated_at, next_event_seq, drill_run) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'ready', {now} + $7, $8, $9, {now}, {now}, 2, $10) \
              ON CONFLICT (tenant, idempotency_key) DO NOTHING \
              RETURNING 1 AS seq, created_at AS at, owner_epoch AS epoch, deadline_at",
         /// Idempotency hits on a job's timeline in the last minute.
@@ -271,9 +271,12 @@ catalogue! {
 
         // outbox
 
-        /// Due outbox rows nobody holds.
+        /// Due outbox rows nobody holds, of one lane: `$2` is a drill run, or `''` for
+        /// every job no drill made.
         outbox_due: "SELECT id FROM outbox WHERE dispatched_at IS NULL AND available_at <= {now} \
              AND (locked_until IS NULL OR locked_until <= {now}) \
+             AND EXISTS (SELECT 1 FROM jobs j WHERE j.job_id = outbox.job_id \
+                 AND COALESCE(j.drill_run, '') = $2) \
              ORDER BY available_at, id LIMIT $1{skip_locked}",
         /// An outbox row that could not be sent, for another try later.
         outbox_failed: "UPDATE outbox SET locked_until = NULL, available_at = {now} + $2, \

@@ -1,7 +1,9 @@
-//! Fault injection at the transport, for drills and chaos tests: wraps any queue and, when
-//! armed, drops deletes (reported as timed out), times out visibility changes without
-//! applying them, and delivers duplicate copies of received messages. Inert when unarmed;
-//! draws are deterministic per message and call, so a run can be repeated.
+//! Fault injection at the transport: wraps any queue and drops deletes (reported as timed
+//! out, or as SQS reports an outdated handle: success with nothing deleted), times out
+//! visibility changes without applying them, and delivers duplicate copies of received
+//! messages. Drills arm these per job through a [`Faults`] registry; tests may also arm a
+//! rate [`FaultPlan`] over every message. Inert when unarmed; rate draws are deterministic
+//! per message and call, so a run can be repeated.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
@@ -10,6 +12,7 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use super::{BatchResult, Deleted, Delivery, Depth, Queue, QueueError, ReceiptHandle};
+use crate::drill::faults::{FaultPoint, Faults};
 
 /// Fractions in `0.0..=1.0` of the calls that fail.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -31,6 +34,8 @@ pub struct FaultyQueue<Q> {
     /// Bodies already copied once: a copy is never copied again, so even a 100 % duplicate
     /// rate gives each message one extra delivery rather than an endless storm.
     copied: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// Faults armed per job by a drill.
+    faults: Option<Faults>,
 }
 
 fn draw(key: &str, n: u64) -> f64 {
@@ -47,7 +52,26 @@ impl<Q: Queue> FaultyQueue<Q> {
             calls: Arc::default(),
             injected: Arc::new([AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)]),
             copied: Arc::default(),
+            faults: None,
         }
+    }
+
+    /// The queue with a drill's per-job faults.
+    pub fn with_faults(inner: Q, faults: Faults) -> Self {
+        FaultyQueue {
+            faults: Some(faults),
+            ..FaultyQueue::new(inner)
+        }
+    }
+
+    /// Whether a per-job fault fires for the delivery behind this receipt.
+    fn fires_for(&self, receipt: &ReceiptHandle, point: FaultPoint) -> bool {
+        let Some(faults) = &self.faults else {
+            return false;
+        };
+        faults
+            .job_of_receipt(&receipt.fingerprint())
+            .is_some_and(|job| faults.fire(&job, point).is_some())
     }
 
     pub fn arm(&self, plan: FaultPlan) {
@@ -109,6 +133,20 @@ impl<Q: Queue> Queue for FaultyQueue<Q> {
         wait: Duration,
     ) -> Result<Vec<Delivery>, QueueError> {
         let deliveries = self.inner.receive(max, visibility, wait).await?;
+        if let Some(faults) = &self.faults {
+            for d in &deliveries {
+                let Ok(msg) = crate::worker::message::parse(&d.body) else {
+                    continue;
+                };
+                faults.note_receipt(&d.receipt.fingerprint(), &msg.job_id);
+                if faults
+                    .fire(&msg.job_id, FaultPoint::QueueReceiveDuplicate)
+                    .is_some()
+                {
+                    let _ = self.inner.send(&d.body, Duration::ZERO).await;
+                }
+            }
+        }
         let rate = self.plan().duplicate;
         for d in &deliveries {
             if rate <= 0.0 {
@@ -137,7 +175,9 @@ impl<Q: Queue> Queue for FaultyQueue<Q> {
         receipt: &ReceiptHandle,
         timeout: Duration,
     ) -> Result<(), QueueError> {
-        if self.fires(&receipt.fingerprint(), self.plan().visibility_timeout, 1) {
+        if self.fires_for(receipt, FaultPoint::QueueChangeVisibility)
+            || self.fires(&receipt.fingerprint(), self.plan().visibility_timeout, 1)
+        {
             return Err(QueueError::Timeout);
         }
         self.inner.change_visibility(receipt, timeout).await
@@ -150,7 +190,10 @@ impl<Q: Queue> Queue for FaultyQueue<Q> {
         let rate = self.plan().visibility_timeout;
         let dropped: Vec<bool> = entries
             .iter()
-            .map(|(r, _)| self.fires(&r.fingerprint(), rate, 1))
+            .map(|(r, _)| {
+                self.fires_for(r, FaultPoint::QueueChangeVisibility)
+                    || self.fires(&r.fingerprint(), rate, 1)
+            })
             .collect();
         let kept: Vec<_> = entries
             .iter()
@@ -176,8 +219,13 @@ impl<Q: Queue> Queue for FaultyQueue<Q> {
     }
 
     async fn delete_known(&self, receipt: &ReceiptHandle) -> Result<Deleted, QueueError> {
-        if self.fires(&receipt.fingerprint(), self.plan().delete_timeout, 0) {
+        if self.fires_for(receipt, FaultPoint::QueueDelete)
+            || self.fires(&receipt.fingerprint(), self.plan().delete_timeout, 0)
+        {
             return Err(QueueError::Timeout);
+        }
+        if self.fires_for(receipt, FaultPoint::QueueDeleteStaleHandle) {
+            return Ok(Deleted::Reported);
         }
         self.inner.delete_known(receipt).await
     }
@@ -195,6 +243,7 @@ impl<Q: Queue> Queue for FaultyQueue<Q> {
     }
 
     fn dead_letters(&self) -> Option<Self> {
+        // Dead letters are inspected by hand: no fault reaches them.
         self.inner.dead_letters().map(FaultyQueue::new)
     }
 }

@@ -217,6 +217,18 @@ impl SqsQueue {
     }
 }
 
+impl SqsQueue {
+    /// Deletes this queue and its dead-letter queue (a drill's, once its run is over); best
+    /// effort.
+    pub async fn delete_queues(&self) {
+        for url in std::iter::once(&self.url).chain(self.dead_letter_url.as_ref()) {
+            if let Err(error) = self.client.delete_queue().queue_url(url.as_ref()).send().await {
+                tracing::warn!(error = %classify(error), "could not delete a drill queue");
+            }
+        }
+    }
+}
+
 async fn queue_url(client: &Client, name: &str) -> Result<String, QueueError> {
     Ok(client
         .get_queue_url()

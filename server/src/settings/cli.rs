@@ -116,6 +116,35 @@ pub enum Command {
     /// Measure the ledger beside a baseline on the same database.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Redelivery drills: prove, outside production, that redelivery cannot corrupt jobs.
+    #[command(subcommand)]
+    Drill(DrillCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DrillCommand {
+    /// The catalogue: each scenario, the faults it injects and what its verdict proves.
+    List,
+    /// Run one scenario, or `all`, with two real workers on a queue of the run's own; the
+    /// report is stored in the ledger (the console shows it at /drills/<run>). Exits 0 only
+    /// when every check passed.
+    Run(DrillRunArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DrillRunArgs {
+    /// A scenario kind (see `fenceline drill list`), or `all`.
+    pub kind: String,
+    /// The queue to drill: the embedded queue, or an SQS queue made for the run (through the
+    /// standard AWS configuration, e.g. AWS_ENDPOINT_URL_SQS).
+    #[arg(long, value_enum, default_value_t = crate::drill::DrillQueue::Embedded)]
+    pub queue: crate::drill::DrillQueue,
+    /// Compressed timings (seconds; the catalogue in about a minute) or production timings.
+    #[arg(long, value_enum, default_value_t = crate::drill::DrillTimings::Compressed)]
+    pub timings: crate::drill::DrillTimings,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -232,41 +261,8 @@ pub struct RuntimeArgs {
     /// plus the dead-letter replay window, so a late copy still finds its terminal record.
     #[arg(long, env = "FENCELINE_RETENTION_DAYS")]
     pub retention_days: Option<u32>,
-
-    /// Chaos testing: fraction of deletes dropped (reported as timed out).
-    #[arg(
-        long,
-        env = "FENCELINE_CHAOS_DELETE_TIMEOUT",
-        default_value_t = 0.0,
-        hide = true
-    )]
-    pub chaos_delete_timeout: f64,
-    /// Chaos testing: fraction of visibility changes dropped (reported as timed out).
-    #[arg(
-        long,
-        env = "FENCELINE_CHAOS_VISIBILITY_TIMEOUT",
-        default_value_t = 0.0,
-        hide = true
-    )]
-    pub chaos_visibility_timeout: f64,
-    /// Chaos testing: fraction of received messages delivered again as a copy.
-    #[arg(
-        long,
-        env = "FENCELINE_CHAOS_DUPLICATE",
-        default_value_t = 0.0,
-        hide = true
-    )]
-    pub chaos_duplicate: f64,
 }
 
-impl RuntimeArgs {
-    /// Whether any fault injection was asked for.
-    pub fn chaos(&self) -> bool {
-        self.chaos_delete_timeout > 0.0
-            || self.chaos_visibility_timeout > 0.0
-            || self.chaos_duplicate > 0.0
-    }
-}
 
 #[derive(Debug, Clone, Args)]
 pub struct SubmitArgs {

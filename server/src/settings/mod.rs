@@ -13,7 +13,7 @@ use std::time::Duration;
 use clap::{Args, FromArgMatches, Parser, ValueEnum};
 
 pub use cli::{
-    BenchCommand, Cli, Command, DecideArgs, OperatorCommand, ProviderArg as ProviderKind,
+    BenchCommand, Cli, Command, DecideArgs, DrillCommand, DrillRunArgs, OperatorCommand, ProviderArg as ProviderKind,
     QueueArg as QueueKind, QueueCommand, RuntimeArgs, ServeArgs, SubmitArgs, TimingsArg,
     TokenCommand,
 };
@@ -21,7 +21,6 @@ pub use cli::{
 use crate::ledger::{Backend, LedgerOptions, SqliteSync};
 use crate::provider::policy::ModelPolicy;
 use crate::provider::stub::StubConfig;
-use crate::queue::faults::FaultPlan;
 use crate::worker::Timings;
 
 /// Where this deployment runs. Production is explicit: it refuses fault injection and drills,
@@ -119,8 +118,6 @@ pub struct WorkerSettings {
     pub redispatch_after: Duration,
     /// How long terminal records are kept; `None` keeps everything.
     pub retention: Option<Duration>,
-    /// Faults armed on this process's queue (testing only; refused in production).
-    pub faults: Option<FaultPlan>,
 }
 
 /// Settings that cannot run.
@@ -128,8 +125,6 @@ pub struct WorkerSettings {
 pub enum SettingsError {
     #[error("{0}")]
     Invalid(String),
-    #[error("fault injection is refused in a production deployment")]
-    FaultsInProduction,
     #[error("cannot read the configuration file {path}: {message}")]
     File { path: String, message: String },
     #[error(transparent)]
@@ -235,11 +230,6 @@ impl Settings {
                 reaper_interval: Duration::from_millis(runtime.reaper_interval_ms.max(50)),
                 redispatch_after: Duration::from_secs(runtime.redispatch_after_secs),
                 retention: retention(runtime, backend),
-                faults: runtime.chaos().then_some(FaultPlan {
-                    delete_timeout: runtime.chaos_delete_timeout,
-                    visibility_timeout: runtime.chaos_visibility_timeout,
-                    duplicate: runtime.chaos_duplicate,
-                }),
             },
         };
         settings.validate()?;
@@ -255,9 +245,6 @@ impl Settings {
 
     /// The rules no single flag can check.
     pub fn validate(&self) -> Result<(), SettingsError> {
-        if self.environment == Environment::Production && self.worker.faults.is_some() {
-            return Err(SettingsError::FaultsInProduction);
-        }
         if self.environment == Environment::Production && self.http.public_url.is_none() {
             return Err(SettingsError::Invalid(
                 "a production deployment needs --public-url: the console answers only for \
@@ -410,21 +397,10 @@ mod tests {
     }
 
     #[test]
-    fn production_refuses_fault_injection_and_unknown_environments() {
-        let cli = Cli::try_parse_from([
-            "fenceline",
-            "--environment",
-            "production",
-            "worker",
-            "--chaos-duplicate",
-            "0.5",
-        ])
-        .unwrap();
-        assert!(matches!(
-            Settings::from_cli(&cli),
-            Err(SettingsError::FaultsInProduction)
-        ));
+    fn there_are_no_global_fault_flags_and_unknown_environments_are_refused() {
+        assert!(Cli::try_parse_from(["fenceline", "worker", "--chaos-duplicate", "0.5"]).is_err());
         assert!(Cli::try_parse_from(["fenceline", "--environment", "prod", "worker"]).is_err());
+        assert!(Cli::try_parse_from(["fenceline", "--environment", "staging", "worker"]).is_err());
     }
 
     #[test]

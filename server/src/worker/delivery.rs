@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use super::heartbeat::{cap_left, db_span, delivery_ref, now_ms, InFlight, StopReason};
 use super::message::{self, BadMessage, JobMessage};
 use super::Shared;
+use crate::drill::faults::FaultPoint;
 use crate::job::{Actor, EventKind, JobState};
 use crate::ledger::{
     AttemptStarted, DeliveryRef, Failure, Job, LedgerError, NewEvent, Owner, Refusal,
@@ -66,6 +67,11 @@ impl Outcome {
 impl<Q: Queue, P: Provider> Shared<Q, P> {
     fn actor(&self) -> Actor {
         Actor::Worker(self.config.worker_id.clone())
+    }
+
+    /// Whether a drill's fault fires here for this job (never outside a drill).
+    fn fault(&self, job_id: &str, point: FaultPoint) -> Option<Duration> {
+        self.config.faults.as_ref()?.fire(job_id, point)
     }
 
     async fn event(&self, job_id: &str, event: NewEvent) {
@@ -164,6 +170,11 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             Err(bad) => return self.reject(&delivery, bad, None).await,
         };
         let JobMessage { job_id, tenant } = message;
+        if self.fault(&job_id, FaultPoint::WorkerCrashOnReceive).is_some() {
+            // The process died between the receive and the examination: nothing is written,
+            // and the message comes back when its visibility lapses.
+            return Outcome::Stopped("crashed_on_receive".into());
+        }
         let job = match self.ledger.job(&job_id).await {
             Ok(Some(job)) => job,
             Ok(None) => return self.reject(&delivery, BadMessage::UnknownJob, None).await,
@@ -463,6 +474,20 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             input,
             model,
         };
+        if let Some(hold) = self.fault(job_id, FaultPoint::WorkerPause) {
+            if let Some(faults) = &self.config.faults {
+                let until = std::time::Instant::now() + hold;
+                faults.pause(job_id, until);
+                faults.pause_worker(&self.config.worker_id, until);
+            }
+        }
+        let crash = self.fault(job_id, FaultPoint::WorkerCrash);
+        let crashed = async {
+            match crash {
+                Some(after) => tokio::time::sleep(after).await,
+                None => std::future::pending().await,
+            }
+        };
         let call = self.provider.call(request, progress);
         let stopped = async {
             loop {
@@ -477,7 +502,13 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         let result = tokio::select! {
             outcome = call => Ok(outcome),
             reason = stopped => Err(reason),
+            // The process died: the call is abandoned and nothing more is written or sent.
+            () = crashed => return Outcome::Stopped("crashed".into()),
         };
+        // A frozen process resumes where it was, however long it was gone.
+        if let Some(until) = self.config.faults.as_ref().and_then(|f| f.paused_until(job_id)) {
+            tokio::time::sleep_until(until.into()).await;
+        }
         match result {
             Ok(ProviderOutcome::Succeeded { answer, .. }) => {
                 self.commit(owner, attempt.attempt_no, &answer, delivery, dref)

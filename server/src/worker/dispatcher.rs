@@ -7,12 +7,34 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::message::JobMessage;
+use crate::drill::faults::{FaultPoint, Faults};
 use crate::ledger::{Ledger, LedgerError};
 use crate::metrics::Metrics;
 use crate::queue::{Queue, MAX_BATCH};
 
 /// How long a claimed row is held before another dispatcher may send it again.
 const LOCK: Duration = Duration::from_secs(30);
+
+/// Which outbox rows a dispatcher sends, and how.
+#[derive(Debug, Clone)]
+pub struct Lane {
+    /// `""` for every job no drill made; a drill's run id for that run's jobs only.
+    pub drill_run: String,
+    /// How long a claimed row is held before it may be sent again.
+    pub lock: Duration,
+    /// A drill's per-job faults.
+    pub faults: Option<Faults>,
+}
+
+impl Default for Lane {
+    fn default() -> Self {
+        Lane {
+            drill_run: String::new(),
+            lock: LOCK,
+            faults: None,
+        }
+    }
+}
 
 /// Sends one round of due rows, counting them in `metrics`; returns how many were sent.
 pub async fn dispatch_once<Q: Queue>(
@@ -21,7 +43,29 @@ pub async fn dispatch_once<Q: Queue>(
     limit: u32,
     metrics: &Metrics,
 ) -> Result<usize, LedgerError> {
-    let items = ledger.claim_outbox(limit, LOCK).await?;
+    dispatch_lane(ledger, queue, limit, metrics, &Lane::default()).await
+}
+
+/// [`dispatch_once`] for one lane.
+pub async fn dispatch_lane<Q: Queue>(
+    ledger: &Ledger,
+    queue: &Q,
+    limit: u32,
+    metrics: &Metrics,
+    lane: &Lane,
+) -> Result<usize, LedgerError> {
+    let mut items = ledger
+        .claim_outbox(limit, lane.lock, &lane.drill_run)
+        .await?;
+    if let Some(faults) = &lane.faults {
+        // The dispatcher died holding these rows: they stay claimed, unsent, until the lock
+        // lapses and a dispatcher sends them again.
+        items.retain(|item| {
+            faults
+                .fire(&item.job_id, FaultPoint::DispatchCrashBeforeSend)
+                .is_none()
+        });
+    }
     let mut sent_total = 0;
     for chunk in items.chunks(MAX_BATCH) {
         let bodies: Vec<String> = chunk
@@ -58,8 +102,20 @@ pub async fn run<Q: Queue>(
     metrics: Metrics,
     shutdown: CancellationToken,
 ) {
+    run_lane(ledger, queue, idle, metrics, Lane::default(), shutdown).await
+}
+
+/// [`run`] for one lane.
+pub async fn run_lane<Q: Queue>(
+    ledger: Ledger,
+    queue: Q,
+    idle: Duration,
+    metrics: Metrics,
+    lane: Lane,
+    shutdown: CancellationToken,
+) {
     loop {
-        let pause = match dispatch_once(&ledger, &queue, 100, &metrics).await {
+        let pause = match dispatch_lane(&ledger, &queue, 100, &metrics, &lane).await {
             Ok(0) => idle,
             Ok(_) => Duration::ZERO,
             Err(error) => {

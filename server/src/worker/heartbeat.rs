@@ -123,9 +123,12 @@ impl Registry {
     /// running out. Runs on every heartbeat tick, independently of renewals in flight, so a
     /// renewal that hangs (a locked row, a network black hole) cannot keep a call running
     /// past the lease another worker may then recover.
-    pub(crate) fn enforce_bounds(&self, margin: Duration) {
+    pub(crate) fn enforce_bounds(&self, margin: Duration, frozen: impl Fn(&str) -> bool) {
         let now = Instant::now();
-        for entry in self.0.lock().expect("registry lock").values() {
+        for ((job_id, _), entry) in self.0.lock().expect("registry lock").iter() {
+            if frozen(job_id) {
+                continue;
+            }
             if now >= entry.deadline {
                 entry.stop(StopReason::DeadlineReached);
             } else if now + margin >= entry.lease_confirmed_until {
@@ -192,7 +195,9 @@ pub(crate) async fn run<Q: Queue, P: Provider>(
             _ = shutdown.cancelled() => break,
             _ = interval.tick() => {}
         }
-        shared.registry.enforce_bounds(shared.config.timings.margin);
+        shared
+            .registry
+            .enforce_bounds(shared.config.timings.margin, |job| frozen(&shared, job));
         while rounds.try_join_next().is_some() {}
         if rounds.len() >= 8 {
             continue;
@@ -201,6 +206,15 @@ pub(crate) async fn run<Q: Queue, P: Provider>(
         rounds.spawn(async move { renew_due(&shared).await });
     }
     while rounds.join_next().await.is_some() {}
+}
+
+/// Whether a drill froze this job's worker (a paused process renews nothing, checks nothing).
+fn frozen<Q: Queue, P: Provider>(shared: &Shared<Q, P>, job_id: &str) -> bool {
+    shared
+        .config
+        .faults
+        .as_ref()
+        .is_some_and(|f| f.paused_until(job_id).is_some())
 }
 
 /// Collects the jobs whose renewal is due, stopping those past the deadline or without
@@ -212,7 +226,7 @@ fn collect_due<Q: Queue, P: Provider>(shared: &Shared<Q, P>) -> Vec<Due> {
     let mut due = Vec::new();
     let mut entries = shared.registry.0.lock().expect("registry lock");
     for ((job_id, epoch), entry) in entries.iter_mut() {
-        if entry.next_renewal > now {
+        if entry.next_renewal > now || frozen(shared, job_id) {
             continue;
         }
         if now >= entry.deadline {
@@ -257,7 +271,17 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
         .max(t.lease.saturating_sub(t.margin))
         .max(Duration::from_millis(500));
     let visibility = renew_visibility(shared, &due);
-    let leases: Vec<(String, i64)> = due.iter().map(|d| (d.job_id.clone(), d.epoch)).collect();
+    // A drill's `lease.renew` fault keeps a job's renewal from getting through.
+    let leases: Vec<(String, i64)> = due
+        .iter()
+        .filter(|d| {
+            shared.config.faults.as_ref().is_none_or(|f| {
+                f.fire(&d.job_id, crate::drill::faults::FaultPoint::LeaseRenew)
+                    .is_none()
+            })
+        })
+        .map(|d| (d.job_id.clone(), d.epoch))
+        .collect();
     let asked = Instant::now();
     let lease = async {
         match tokio::time::timeout(

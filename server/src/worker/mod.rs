@@ -105,6 +105,8 @@ pub struct WorkerConfig {
     pub drain_timeout: Duration,
     /// Where this worker counts what it does.
     pub metrics: crate::metrics::Metrics,
+    /// A drill's per-job faults; `None` everywhere but a drill's own workers.
+    pub faults: Option<crate::drill::faults::Faults>,
 }
 
 impl WorkerConfig {
@@ -115,6 +117,7 @@ impl WorkerConfig {
             max_in_flight: 64,
             drain_timeout: Duration::from_secs(30),
             metrics: crate::metrics::Metrics::default(),
+            faults: None,
         }
     }
 }
@@ -192,6 +195,19 @@ impl<Q: Queue, P: Provider> Worker<Q, P> {
         let mut failures = 0u32;
         while !shutdown.is_cancelled() {
             while tasks.try_join_next().is_some() {}
+            // A drill froze this worker's process: it receives nothing until it wakes.
+            if let Some(until) = self
+                .shared
+                .config
+                .faults
+                .as_ref()
+                .and_then(|f| f.worker_paused_until(&self.shared.config.worker_id))
+            {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep_until(until.into()) => continue,
+                }
+            }
             let room = self.shared.config.max_in_flight.saturating_sub(tasks.len());
             if room == 0 {
                 tokio::select! {

@@ -134,6 +134,7 @@ pub(crate) fn new_job(tenant: &str, key: &str, input: Value) -> NewJob {
         deadline: Duration::from_secs(600),
         max_attempts: 3,
         replay_policy: ReplayPolicy::Manual,
+        drill_run: None,
     }
 }
 

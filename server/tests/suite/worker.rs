@@ -480,7 +480,7 @@ mod reaper {
         let quiet_id =
             crate::helpers::create(&ledger, new_job("acme", "quiet", serde_json::json!(3))).await;
         let outbox = ledger
-            .claim_outbox(10, Duration::from_secs(60))
+            .claim_outbox(10, Duration::from_secs(60), "")
             .await
             .unwrap();
         let sent: Vec<_> = outbox

@@ -12,10 +12,20 @@ use crate::ledger::{Ledger, LedgerError};
 impl Ledger {
     /// Creates a job with its input and outbox row, idempotently per tenant and key.
     pub async fn create_job(&self, new: NewJob, actor: &Actor) -> Result<Created, LedgerError> {
+        self.create_job_with_id(JobId::generate(), new, actor).await
+    }
+
+    /// [`Ledger::create_job`] with the id chosen beforehand: a drill arms its faults on a job
+    /// before the job exists, so no dispatcher can send it first.
+    pub async fn create_job_with_id(
+        &self,
+        job_id: JobId,
+        new: NewJob,
+        actor: &Actor,
+    ) -> Result<Created, LedgerError> {
         if new.max_attempts == 0 || new.max_attempts > 100 {
             return Err(LedgerError::Invalid("max_attempts must be 1..=100".into()));
         }
-        let job_id = JobId::generate();
         let input_ref = format!("ledger:job_inputs/{job_id}");
         let statement = sqlx::query_as::<_, Reserved>(&self.sql.create_job)
             .bind(job_id.as_str())
@@ -26,7 +36,8 @@ impl Ledger {
             .bind(&new.contract_version)
             .bind(micros(new.deadline))
             .bind(i64::from(new.max_attempts))
-            .bind(new.replay_policy.as_str());
+            .bind(new.replay_policy.as_str())
+            .bind(new.drill_run.as_deref());
         let Some(mut created) = self.try_guarded(job_id.as_str(), statement).await? else {
             return self.idempotent_replay(new, actor).await;
         };

@@ -50,16 +50,20 @@ pub(super) async fn insert_outbox(
 }
 
 impl Ledger {
-    /// Claims up to `limit` due outbox rows for `lock` (another dispatcher skips them until
-    /// then); each claim counts as a send attempt.
+    /// Claims up to `limit` due outbox rows of `lane` for `lock` (another dispatcher skips
+    /// them until then); each claim counts as a send attempt. The lane is a drill run, or `""`
+    /// for every job no drill made: a drill's sends never reach tenants' queue, nor theirs a
+    /// drill's.
     pub async fn claim_outbox(
         &self,
         limit: u32,
         lock: Duration,
+        lane: &str,
     ) -> Result<Vec<OutboxItem>, LedgerError> {
         let mut tx = self.begin_write().await?;
         let ids: Vec<i64> = sqlx::query_scalar(&self.sql.outbox_due)
             .bind(i64::from(limit))
+            .bind(lane)
             .fetch_all(&mut *tx)
             .await?;
         if ids.is_empty() {

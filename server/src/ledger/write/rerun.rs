@@ -99,6 +99,9 @@ impl Ledger {
             deadline: self.deadline_asked(&old).await?,
             max_attempts: u32::try_from(old.max_attempts).unwrap_or(1),
             replay_policy: old.replay_policy,
+            // A drill's run is over by the time its job can run again: the copy is ordinary
+            // work of the drill tenant.
+            drill_run: None,
         };
         let created = self.create_job(new, actor).await?;
         if let Created::New(job) = &created {

@@ -1,0 +1,299 @@
+//! Fault points: named places in the queue wrapper, the heartbeat, the worker step, the
+//! dispatcher and the provider where a drill can make one of its own jobs fail. Armed per job,
+//! never globally: a job nobody armed passes every point untouched, and the worker, queue and
+//! provider of `serve` carry no fault registry at all.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Where a fault can be injected. Names are stable: reports and docs use them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+pub enum FaultPoint {
+    /// `DeleteMessage` times out without deleting.
+    QueueDelete,
+    /// `DeleteMessage` reports success and deletes nothing, as SQS does for an outdated handle.
+    QueueDeleteStaleHandle,
+    /// `ChangeMessageVisibility` times out without changing anything.
+    QueueChangeVisibility,
+    /// A received message is delivered again: a copy, as a standard queue may.
+    QueueReceiveDuplicate,
+    /// The ledger lease renewal does not get through.
+    LeaseRenew,
+    /// The worker process freezes (heartbeat included) from the start of the model call for
+    /// the armed duration; its work resumes where it was.
+    WorkerPause,
+    /// The worker process dies during the model call, after the armed duration: nothing more
+    /// is written or sent by it.
+    WorkerCrash,
+    /// The worker process dies right after a receive, before examining the message.
+    WorkerCrashOnReceive,
+    /// The model call takes the armed duration longer (with progress).
+    ProviderLatency,
+    /// The model call runs but its response is lost: the outcome is uncertain.
+    ProviderLoseResponse,
+    /// The model refuses the call with a confirmed retryable error.
+    ProviderRetryable,
+    /// The model refuses the call with a confirmed fatal error.
+    ProviderFatal,
+    /// The dispatcher dies after claiming the job's outbox row, before sending it.
+    DispatchCrashBeforeSend,
+}
+
+impl FaultPoint {
+    pub const ALL: [FaultPoint; 13] = [
+        FaultPoint::QueueDelete,
+        FaultPoint::QueueDeleteStaleHandle,
+        FaultPoint::QueueChangeVisibility,
+        FaultPoint::QueueReceiveDuplicate,
+        FaultPoint::LeaseRenew,
+        FaultPoint::WorkerPause,
+        FaultPoint::WorkerCrash,
+        FaultPoint::WorkerCrashOnReceive,
+        FaultPoint::ProviderLatency,
+        FaultPoint::ProviderLoseResponse,
+        FaultPoint::ProviderRetryable,
+        FaultPoint::ProviderFatal,
+        FaultPoint::DispatchCrashBeforeSend,
+    ];
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            FaultPoint::QueueDelete => "queue.delete",
+            FaultPoint::QueueDeleteStaleHandle => "queue.delete.stale_handle",
+            FaultPoint::QueueChangeVisibility => "queue.change_visibility",
+            FaultPoint::QueueReceiveDuplicate => "queue.receive.duplicate",
+            FaultPoint::LeaseRenew => "lease.renew",
+            FaultPoint::WorkerPause => "worker.pause",
+            FaultPoint::WorkerCrash => "worker.crash",
+            FaultPoint::WorkerCrashOnReceive => "worker.crash_on_receive",
+            FaultPoint::ProviderLatency => "provider.latency",
+            FaultPoint::ProviderLoseResponse => "provider.lose_response",
+            FaultPoint::ProviderRetryable => "provider.retryable",
+            FaultPoint::ProviderFatal => "provider.fatal",
+            FaultPoint::DispatchCrashBeforeSend => "dispatch.crash_before_send",
+        }
+    }
+}
+
+impl fmt::Display for FaultPoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One armed fault: where, how many times (`None`: every time), and its duration where the
+/// point has one (a pause, a crash delay, extra latency).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Arm {
+    pub point: FaultPoint,
+    pub times: Option<u32>,
+    pub hold: Duration,
+}
+
+impl Arm {
+    pub fn once(point: FaultPoint) -> Self {
+        Arm {
+            point,
+            times: Some(1),
+            hold: Duration::ZERO,
+        }
+    }
+
+    pub fn always(point: FaultPoint) -> Self {
+        Arm {
+            point,
+            times: None,
+            hold: Duration::ZERO,
+        }
+    }
+
+    pub fn times(point: FaultPoint, n: u32) -> Self {
+        Arm {
+            point,
+            times: Some(n),
+            hold: Duration::ZERO,
+        }
+    }
+
+    pub fn hold(mut self, hold: Duration) -> Self {
+        self.hold = hold;
+        self
+    }
+}
+
+/// One injected fault, for the drill's own log (checks never read it: they read the ledger).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Fired {
+    pub job_id: String,
+    pub point: FaultPoint,
+    /// Milliseconds since the registry was made.
+    pub at_ms: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    armed: HashMap<String, Vec<Arm>>,
+    /// Receipt fingerprints of armed jobs' deliveries, so transport calls find their job.
+    receipts: HashMap<String, String>,
+    paused: HashMap<String, Instant>,
+    /// Workers frozen whole (they receive nothing either), by worker id.
+    frozen_workers: HashMap<String, Instant>,
+    fired: Vec<Fired>,
+}
+
+/// The fault registry one drill run shares between its queue wrapper, workers, dispatcher
+/// and provider.
+#[derive(Clone)]
+pub struct Faults {
+    inner: Arc<Mutex<Inner>>,
+    since: Instant,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            inner: Arc::default(),
+            since: Instant::now(),
+        }
+    }
+}
+
+impl fmt::Debug for Faults {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let armed = self.lock().armed.len();
+        write!(f, "Faults({armed} jobs armed)")
+    }
+}
+
+impl Faults {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Arms `arm` on one job.
+    pub fn arm(&self, job_id: &str, arm: Arm) {
+        self.lock()
+            .armed
+            .entry(job_id.to_owned())
+            .or_default()
+            .push(arm);
+    }
+
+    /// Disarms every fault of one job.
+    pub fn disarm(&self, job_id: &str) {
+        let mut inner = self.lock();
+        inner.armed.remove(job_id);
+        inner.paused.remove(job_id);
+        inner.receipts.retain(|_, job| job != job_id);
+    }
+
+    /// Whether `point` fires for `job_id` now; if so, its hold. Counts the firing down.
+    pub fn fire(&self, job_id: &str, point: FaultPoint) -> Option<Duration> {
+        let mut inner = self.lock();
+        let arms = inner.armed.get_mut(job_id)?;
+        let arm = arms
+            .iter_mut()
+            .find(|a| a.point == point && a.times != Some(0))?;
+        if let Some(n) = arm.times.as_mut() {
+            *n -= 1;
+        }
+        let hold = arm.hold;
+        let at_ms = self.since.elapsed().as_millis() as u64;
+        inner.fired.push(Fired {
+            job_id: job_id.to_owned(),
+            point,
+            at_ms,
+        });
+        Some(hold)
+    }
+
+    /// Remembers which job a receipt belongs to (only jobs with something armed).
+    pub fn note_receipt(&self, fingerprint: &str, job_id: &str) {
+        let mut inner = self.lock();
+        if inner.armed.contains_key(job_id) {
+            inner
+                .receipts
+                .insert(fingerprint.to_owned(), job_id.to_owned());
+        }
+    }
+
+    /// The armed job a receipt belongs to.
+    pub fn job_of_receipt(&self, fingerprint: &str) -> Option<String> {
+        self.lock().receipts.get(fingerprint).cloned()
+    }
+
+    /// Freezes a job's worker until `until`.
+    pub fn pause(&self, job_id: &str, until: Instant) {
+        self.lock().paused.insert(job_id.to_owned(), until);
+    }
+
+    /// Freezes a whole worker until `until`: it receives nothing meanwhile.
+    pub fn pause_worker(&self, worker_id: &str, until: Instant) {
+        self.lock()
+            .frozen_workers
+            .insert(worker_id.to_owned(), until);
+    }
+
+    /// When a frozen worker wakes up, if it is frozen now.
+    pub fn worker_paused_until(&self, worker_id: &str) -> Option<Instant> {
+        self.lock()
+            .frozen_workers
+            .get(worker_id)
+            .copied()
+            .filter(|until| *until > Instant::now())
+    }
+
+    /// When a frozen job's worker wakes up, if it is frozen now.
+    pub fn paused_until(&self, job_id: &str) -> Option<Instant> {
+        self.lock()
+            .paused
+            .get(job_id)
+            .copied()
+            .filter(|until| *until > Instant::now())
+    }
+
+    /// Every fault injected so far.
+    pub fn fired(&self) -> Vec<Fired> {
+        self.lock().fired.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fault_fires_only_for_its_job_and_only_as_often_as_armed() {
+        let faults = Faults::default();
+        faults.arm("job_a", Arm::times(FaultPoint::QueueDelete, 2));
+        assert_eq!(faults.fire("job_b", FaultPoint::QueueDelete), None);
+        assert_eq!(faults.fire("job_a", FaultPoint::QueueChangeVisibility), None);
+        assert!(faults.fire("job_a", FaultPoint::QueueDelete).is_some());
+        assert!(faults.fire("job_a", FaultPoint::QueueDelete).is_some());
+        assert_eq!(faults.fire("job_a", FaultPoint::QueueDelete), None);
+        assert_eq!(faults.fired().len(), 2);
+    }
+
+    #[test]
+    fn receipts_are_remembered_only_for_armed_jobs() {
+        let faults = Faults::default();
+        faults.note_receipt("aaaa", "job_a");
+        assert_eq!(faults.job_of_receipt("aaaa"), None);
+        faults.arm("job_a", Arm::always(FaultPoint::QueueDelete));
+        faults.note_receipt("aaaa", "job_a");
+        assert_eq!(faults.job_of_receipt("aaaa").as_deref(), Some("job_a"));
+        faults.disarm("job_a");
+        assert_eq!(faults.job_of_receipt("aaaa"), None);
+    }
+
+    #[test]
+    fn fault_point_names_are_stable_and_distinct() {
+        let names: std::collections::HashSet<_> =
+            FaultPoint::ALL.iter().map(|p| p.name()).collect();
+        assert_eq!(names.len(), FaultPoint::ALL.len());
+        assert!(names.contains("worker.pause"));
+        assert!(names.contains("dispatch.crash_before_send"));
+    }
+}

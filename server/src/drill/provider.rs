@@ -1,0 +1,72 @@
+//! The provider fault points: a wrapper around any provider that, for the jobs a drill armed,
+//! adds latency (reporting progress as a live call does), refuses the call with a confirmed
+//! retryable or fatal error, or runs it and loses the response. Other jobs pass through.
+
+use std::time::Duration;
+
+use super::faults::{FaultPoint, Faults};
+use crate::provider::{Progress, Provider, ProviderOutcome, ProviderRequest, Retrieval};
+
+#[derive(Clone)]
+pub struct FaultyProvider<P> {
+    inner: P,
+    faults: Faults,
+}
+
+impl<P: Provider> FaultyProvider<P> {
+    pub fn new(inner: P, faults: Faults) -> Self {
+        FaultyProvider { inner, faults }
+    }
+
+    pub fn inner(&self) -> &P {
+        &self.inner
+    }
+}
+
+impl<P: Provider> Provider for FaultyProvider<P> {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn call(&self, request: ProviderRequest, progress: Progress) -> ProviderOutcome {
+        let job = request.job_id.clone();
+        let request_id = Some(request.client_request_id.clone());
+        if self.faults.fire(&job, FaultPoint::ProviderFatal).is_some() {
+            return ProviderOutcome::Fatal {
+                code: "drill_invalid_request".into(),
+                request_id,
+            };
+        }
+        if self.faults.fire(&job, FaultPoint::ProviderRetryable).is_some() {
+            return ProviderOutcome::Retryable {
+                code: "drill_rate_limited".into(),
+                request_id,
+            };
+        }
+        if let Some(extra) = self.faults.fire(&job, FaultPoint::ProviderLatency) {
+            let slice = Duration::from_millis(100).min(extra.max(Duration::from_millis(1)));
+            let until = tokio::time::Instant::now() + extra;
+            while tokio::time::Instant::now() < until {
+                tokio::time::sleep(slice.min(until - tokio::time::Instant::now())).await;
+                progress.tick();
+            }
+        }
+        let outcome = self.inner.call(request, progress).await;
+        if self
+            .faults
+            .fire(&job, FaultPoint::ProviderLoseResponse)
+            .is_some()
+        {
+            // The call ran (and would be billed); the answer never arrived.
+            return ProviderOutcome::Uncertain {
+                code: "drill_response_lost".into(),
+                request_id,
+            };
+        }
+        outcome
+    }
+
+    async fn retrieve(&self, client_request_id: &str) -> Retrieval {
+        self.inner.retrieve(client_request_id).await
+    }
+}

@@ -1,0 +1,1194 @@
+//! The scenarios of the catalogue. Each creates its own jobs (tagged with the run), arms its
+//! faults on them before they exist, lets the real workers, dispatcher and reaper run, and
+//! evaluates its checks from the ledger — the job record, its attempts and its events — never
+//! from its own bookkeeping. A check whose evidence cannot be read, or a scenario that never
+//! reaches the point it checks, fails.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use super::faults::{Arm, FaultPoint as F};
+use super::runner::{DrillQueue, Rig, MAX_RECEIVE_COUNT};
+use super::{Capture, Check, DrillKind, Evidence, DRILL_TENANT};
+use crate::job::{Actor, EventKind as K, JobId, JobState};
+use crate::ledger::{Attempt, AttemptOutcome, Decision, Event, Job, NewJob, ReplayPolicy};
+use crate::queue::Queue;
+use crate::worker::message::JobMessage;
+
+/// What a scenario found.
+pub(crate) struct Outcome {
+    pub(crate) checks: Vec<Check>,
+    pub(crate) jobs: Vec<Capture>,
+    pub(crate) notes: Vec<String>,
+    pub(crate) faults_fired: Vec<String>,
+}
+
+/// The scenario stopped early; its failing check is already recorded.
+struct Stop;
+type Step = Result<(), Stop>;
+
+pub(crate) async fn run(kind: DrillKind, rig: &Rig) -> Outcome {
+    let ctx = Ctx {
+        kind,
+        rig,
+        checks: Mutex::default(),
+        jobs: Mutex::default(),
+        notes: Mutex::default(),
+    };
+    let _ = match kind {
+        DrillKind::LiveOwnerSuppressesDuplicate => live_owner_suppresses_duplicate(&ctx).await,
+        DrillKind::PausedWorkerStaleEpoch => paused_worker(&ctx).await.map(|_| ()),
+        DrillKind::UncertainAttemptRequiresDecision => uncertain_attempt(&ctx).await,
+        DrillKind::CommitSurvivesFailedDelete => commit_survives_failed_delete(&ctx).await,
+        DrillKind::StaleReceiptHandleDelete => stale_receipt_handle_delete(&ctx).await,
+        DrillKind::RenewalTimeoutLeaseValid => renewal_timeout_lease_valid(&ctx).await,
+        DrillKind::LeaseRenewalFailure => lease_renewal_failure(&ctx).await,
+        DrillKind::DeadlineExhausted => deadline_exhausted(&ctx).await,
+        DrillKind::DeliveryAfterDelete => delivery_after_delete(&ctx).await,
+        DrillKind::CrashBeforeDispatch => crash_before_dispatch(&ctx).await,
+        DrillKind::DlqReplayInspected => dlq_replay_inspected(&ctx).await,
+        DrillKind::AttemptBudgetExhausted => attempt_budget_exhausted(&ctx).await,
+        DrillKind::WorkerCrashMidCall => worker_crash_mid_call(&ctx).await,
+    };
+    ctx.finish().await
+}
+
+/// A job as the ledger holds it: the record, its attempts and its timeline.
+struct View {
+    job: Job,
+    events: Vec<Event>,
+    attempts: Vec<Attempt>,
+}
+
+impl View {
+    fn all(&self, kind: K) -> Vec<&Event> {
+        self.events.iter().filter(|e| e.kind == kind).collect()
+    }
+
+    fn first(&self, kind: K) -> Option<&Event> {
+        self.events.iter().find(|e| e.kind == kind)
+    }
+
+    fn count(&self, kind: K) -> usize {
+        self.events.iter().filter(|e| e.kind == kind).count()
+    }
+
+    fn has(&self, kind: K) -> bool {
+        self.first(kind).is_some()
+    }
+
+    /// The first event of `kind` after `seq`.
+    fn after(&self, seq: i64, kind: K) -> Option<&Event> {
+        self.events.iter().find(|e| e.seq > seq && e.kind == kind)
+    }
+
+    /// The worker that made the first claim, and the epoch it claimed at.
+    fn first_owner(&self) -> Option<(&str, i64)> {
+        self.first(K::Claimed).map(|e| (e.actor.as_str(), e.epoch))
+    }
+}
+
+fn detail_str<'a>(e: &'a Event, key: &str) -> &'a str {
+    e.detail.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+struct Ctx<'a> {
+    kind: DrillKind,
+    rig: &'a Rig,
+    checks: Mutex<Vec<Check>>,
+    jobs: Mutex<Vec<(String, String)>>,
+    notes: Mutex<Vec<String>>,
+}
+
+impl Ctx<'_> {
+    fn t(&self) -> &crate::worker::Timings {
+        &self.rig.timings
+    }
+
+    /// How long the scenario waits for anything before it fails.
+    fn limit(&self) -> Duration {
+        self.t().visibility * 20
+    }
+
+    /// The default deadline of a drill job: long enough for every scenario's faults.
+    fn deadline(&self) -> Duration {
+        self.t().visibility * 30
+    }
+
+    /// How long the paused-worker scenarios freeze a worker: past visibility and lease.
+    fn pause(&self) -> Duration {
+        let t = self.t();
+        t.visibility + t.lease + t.heartbeat * 3
+    }
+
+    fn note(&self, note: impl Into<String>) {
+        self.notes.lock().expect("notes lock").push(note.into());
+    }
+
+    fn check(&self, name: &str, passed: bool, detail: impl Into<String>, evidence: &[&Event]) {
+        self.checks.lock().expect("checks lock").push(Check {
+            name: name.into(),
+            passed,
+            detail: detail.into(),
+            evidence: evidence
+                .iter()
+                .map(|e| Evidence {
+                    job_id: e.job_id.clone(),
+                    seq: e.seq,
+                    kind: e.kind.as_str().into(),
+                })
+                .collect(),
+        });
+    }
+
+    fn fail(&self, name: &str, detail: impl Into<String>) -> Stop {
+        self.check(name, false, detail, &[]);
+        Stop
+    }
+
+    /// Creates a job of this scenario with `arms` armed on it before it exists.
+    async fn submit(
+        &self,
+        role: &str,
+        deadline: Duration,
+        max_attempts: u32,
+        arms: Vec<Arm>,
+    ) -> Result<String, Stop> {
+        let id = JobId::generate();
+        for arm in arms {
+            self.rig.faults.arm(id.as_str(), arm);
+        }
+        let input = json!({ "drill": self.kind.as_str(), "role": role });
+        let new = NewJob {
+            tenant: DRILL_TENANT.into(),
+            idempotency_key: format!("{}/{}/{role}", self.rig.run_id, self.kind.as_str()),
+            request_digest: hex::encode(Sha256::digest(input.to_string().as_bytes())),
+            contract_version: "drill/1".into(),
+            input,
+            model: json!({}),
+            deadline,
+            max_attempts,
+            replay_policy: ReplayPolicy::Manual,
+            drill_run: Some(self.rig.run_id.clone()),
+        };
+        match self
+            .rig
+            .ledger
+            .create_job_with_id(id.clone(), new, &Actor::Drill)
+            .await
+        {
+            Ok(_) => {
+                let id = id.as_str().to_owned();
+                self.jobs
+                    .lock()
+                    .expect("jobs lock")
+                    .push((role.to_owned(), id.clone()));
+                Ok(id)
+            }
+            Err(error) => Err(self.fail("the drill's job was created", error.to_string())),
+        }
+    }
+
+    async fn view(&self, job_id: &str) -> Result<View, Stop> {
+        let ledger = &self.rig.ledger;
+        let read = async {
+            let job = ledger.job(job_id).await?;
+            let events = ledger.events(job_id, 0, 1000).await?;
+            let attempts = ledger.attempts(job_id).await?;
+            Ok::<_, crate::ledger::LedgerError>((job, events, attempts))
+        };
+        match read.await {
+            Ok((Some(job), events, attempts)) => Ok(View {
+                job,
+                events,
+                attempts,
+            }),
+            Ok((None, ..)) => Err(self.fail("the job could be read back", "the job is gone")),
+            Err(error) => Err(self.fail("the job could be read back", error.to_string())),
+        }
+    }
+
+    /// Waits until `done` holds for the job; fails the scenario if it never does.
+    async fn until(
+        &self,
+        job_id: &str,
+        what: &str,
+        done: impl Fn(&View) -> bool,
+    ) -> Result<View, Stop> {
+        let started = tokio::time::Instant::now();
+        loop {
+            let view = self.view(job_id).await?;
+            if done(&view) {
+                return Ok(view);
+            }
+            if started.elapsed() > self.limit() {
+                let tail: Vec<&str> = view
+                    .events
+                    .iter()
+                    .rev()
+                    .take(8)
+                    .map(|e| e.kind.as_str())
+                    .collect();
+                return Err(self.fail(
+                    &format!("reached: {what}"),
+                    format!(
+                        "not within {:?}: the job is {} at epoch {}; latest events {:?}",
+                        self.limit(),
+                        view.job.state,
+                        view.job.owner_epoch,
+                        tail
+                    ),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Sends a copy of the job's message, as a standard queue may deliver one.
+    async fn send_copy(&self, job_id: &str) -> Step {
+        self.rig
+            .queue
+            .send(&JobMessage::body(job_id, DRILL_TENANT), Duration::ZERO)
+            .await
+            .map(|_| ())
+            .map_err(|e| self.fail("a copy of the message was sent", e.to_string()))
+    }
+
+    async fn finish(self) -> Outcome {
+        let jobs = self.jobs.lock().expect("jobs lock").clone();
+        let now = self.rig.ledger.now_us().await.unwrap_or_default();
+        let mut captures = Vec::new();
+        for (role, job_id) in &jobs {
+            if let Ok(view) = self.view(job_id).await {
+                captures.push(capture(role, &view, now));
+            }
+        }
+        let ids: Vec<&str> = jobs.iter().map(|(_, id)| id.as_str()).collect();
+        let faults_fired = self
+            .rig
+            .faults
+            .fired()
+            .into_iter()
+            .filter(|f| ids.contains(&f.job_id.as_str()))
+            .map(|f| format!("{} on {}", f.point, f.job_id))
+            .collect();
+        for id in &ids {
+            self.rig.faults.disarm(id);
+        }
+        Outcome {
+            checks: self.checks.into_inner().expect("checks lock"),
+            jobs: captures,
+            notes: self.notes.into_inner().expect("notes lock"),
+            faults_fired,
+        }
+    }
+}
+
+/// The seed's capture list for one job.
+fn capture(role: &str, view: &View, now_us: i64) -> Capture {
+    let job = &view.job;
+    let results: Vec<String> = view
+        .events
+        .iter()
+        .filter_map(|e| match e.kind {
+            K::ResultAccepted => Some(format!("accepted at epoch {}", e.epoch)),
+            K::ResultRejected => Some(format!(
+                "rejected ({}) at epoch {}",
+                detail_str(e, "reason"),
+                e.epoch
+            )),
+            _ => None,
+        })
+        .collect();
+    let deletion = view
+        .events
+        .iter()
+        .rev()
+        .find_map(|e| match e.kind {
+            K::MessageDeleted => Some(format!("deleted ({})", detail_str(e, "reason"))),
+            K::DeleteFailed => Some(format!("delete failed ({})", detail_str(e, "error"))),
+            K::MovedToDlq => Some("in the dead-letter queue".into()),
+            _ => None,
+        })
+        .unwrap_or_else(|| "not deleted".into());
+    Capture {
+        role: role.into(),
+        job_id: job.job_id.clone(),
+        state: job.state.as_str().into(),
+        delivery_count: view.count(K::DeliveryReceived),
+        owner_epoch: job.owner_epoch,
+        deadline_left_ms: (job.deadline_at - now_us) / 1000,
+        renewals: format!(
+            "visibility {} renewed, {} failed; lease {} renewed, {} lost",
+            view.count(K::VisibilityRenewed),
+            view.count(K::VisibilityRenewalFailed),
+            view.count(K::LeaseRenewed),
+            view.count(K::LeaseLost),
+        ),
+        attempt_count: job.attempt_count,
+        recovery_reason: job.recovery_reason.clone(),
+        result_transition: if results.is_empty() {
+            "none".into()
+        } else {
+            results.join("; ")
+        },
+        deletion,
+    }
+}
+
+/// Checks shared by scenarios that must end with one accepted result from one attempt.
+fn one_result_from_one_attempt(ctx: &Ctx<'_>, view: &View) {
+    let started = view.all(K::AttemptStarted);
+    ctx.check(
+        "the model was called once",
+        started.len() == 1 && view.attempts.len() == 1,
+        format!(
+            "{} attempt(s) started, {} recorded",
+            started.len(),
+            view.attempts.len()
+        ),
+        &started,
+    );
+    let accepted = view.all(K::ResultAccepted);
+    ctx.check(
+        "exactly one result was accepted",
+        accepted.len() == 1 && view.job.state == JobState::Succeeded,
+        format!(
+            "{} accepted; the job is {}",
+            accepted.len(),
+            view.job.state
+        ),
+        &accepted,
+    );
+}
+
+async fn live_owner_suppresses_duplicate(ctx: &Ctx<'_>) -> Step {
+    let t = ctx.t();
+    let job = ctx
+        .submit(
+            "copied",
+            ctx.deadline(),
+            3,
+            vec![
+                Arm::once(F::ProviderLatency).hold(t.visibility),
+                Arm::once(F::QueueReceiveDuplicate),
+            ],
+        )
+        .await?;
+    let view = ctx
+        .until(&job, "the job succeeded and the copy was examined", |v| {
+            v.job.state == JobState::Succeeded
+                && v.has(K::DuplicateSuppressed)
+                && v.has(K::MessageDeleted)
+        })
+        .await?;
+    let deliveries = view.all(K::DeliveryReceived);
+    let messages: std::collections::HashSet<_> = deliveries
+        .iter()
+        .filter_map(|e| e.delivery.as_ref().map(|d| d.message_id.as_str()))
+        .collect();
+    ctx.check(
+        "a copy of the message reached a receiver while the owner worked",
+        messages.len() >= 2,
+        format!(
+            "{} deliveries of {} distinct messages",
+            deliveries.len(),
+            messages.len()
+        ),
+        &deliveries,
+    );
+    let owner = view.first_owner();
+    let dup = view.first(K::DuplicateSuppressed);
+    let at_owner_epoch = match (owner, dup) {
+        (Some((_, epoch)), Some(d)) => d.detail["owner_epoch"].as_i64() == Some(epoch),
+        _ => false,
+    };
+    ctx.check(
+        "the copy was suppressed under the live owner's epoch, without inference",
+        at_owner_epoch,
+        match dup {
+            Some(d) => format!("duplicate_suppressed by {} ({})", d.actor, d.detail),
+            None => "no duplicate_suppressed".into(),
+        },
+        &dup.into_iter().collect::<Vec<_>>(),
+    );
+    one_result_from_one_attempt(ctx, &view);
+    Ok(())
+}
+
+/// A pauses during its call until visibility and lease expire; the job is recovered; A wakes
+/// up and tries to commit. Returns the job and the recovery's epoch.
+async fn paused_worker(ctx: &Ctx<'_>) -> Result<(String, i64), Stop> {
+    let pause = ctx.pause();
+    let job = ctx
+        .submit(
+            "paused",
+            ctx.deadline(),
+            3,
+            vec![Arm::once(F::WorkerPause).hold(pause)],
+        )
+        .await?;
+    let view = ctx
+        .until(&job, "the paused worker woke up and tried to commit", |v| {
+            v.has(K::ResultRejected)
+        })
+        .await?;
+    let Some((a, a_epoch)) = view.first_owner() else {
+        return Err(ctx.fail("worker A claimed the job", "no claim on the timeline"));
+    };
+    let recovery = view
+        .all(K::RecoveryClaimed)
+        .into_iter()
+        .find(|e| e.epoch > a_epoch);
+    ctx.check(
+        "recovery advanced the epoch past A's",
+        recovery.is_some(),
+        match recovery {
+            Some(r) => format!(
+                "recovery_claimed by {} at epoch {} (A held {a_epoch})",
+                r.actor, r.epoch
+            ),
+            None => format!("no recovery past epoch {a_epoch}"),
+        },
+        &recovery.into_iter().collect::<Vec<_>>(),
+    );
+    let rejected: Vec<&Event> = view
+        .all(K::ResultRejected)
+        .into_iter()
+        .filter(|e| e.actor == a)
+        .collect();
+    let stale = rejected
+        .iter()
+        .any(|e| detail_str(e, "reason") == "stale_epoch" && e.epoch == a_epoch);
+    ctx.check(
+        "A's commit was rejected as stale_epoch",
+        stale && !view.has(K::ResultAccepted),
+        format!(
+            "{} rejection(s) of A: {:?}; {} accepted",
+            rejected.len(),
+            rejected
+                .iter()
+                .map(|e| detail_str(e, "reason"))
+                .collect::<Vec<_>>(),
+            view.count(K::ResultAccepted)
+        ),
+        &rejected,
+    );
+    // A's own delivery: the receive its claim came from. A fresh receive by the same worker
+    // after it woke examines the ledger like any other and may delete; the stale delivery
+    // must not be.
+    let a_handle = view
+        .events
+        .iter()
+        .find(|e| e.kind == K::DeliveryReceived && e.actor == a)
+        .and_then(|e| e.delivery.as_ref())
+        .map(|d| d.handle_hash.clone());
+    let deletes_by_a: Vec<&Event> = view
+        .events
+        .iter()
+        .filter(|e| {
+            e.actor == a
+                && matches!(e.kind, K::MessageDeleted | K::DeleteFailed)
+                && e.delivery.as_ref().map(|d| &d.handle_hash) == a_handle.as_ref()
+        })
+        .collect();
+    ctx.check(
+        "A did not delete the message",
+        a_handle.is_some() && deletes_by_a.is_empty(),
+        format!(
+            "{} delete(s) with A's delivery (handle {})",
+            deletes_by_a.len(),
+            a_handle.as_deref().unwrap_or("unknown")
+        ),
+        if deletes_by_a.is_empty() {
+            &rejected
+        } else {
+            &deletes_by_a
+        },
+    );
+    let state_change = recovery.and_then(|r| view.after(r.seq - 1, K::StateChanged));
+    ctx.check(
+        "the job waits as unknown",
+        view.job.state == JobState::Unknown,
+        format!(
+            "the job is {} (recovery reason {:?})",
+            view.job.state, view.job.recovery_reason
+        ),
+        &state_change.into_iter().collect::<Vec<_>>(),
+    );
+    let epoch = recovery.map(|r| r.epoch).unwrap_or(a_epoch);
+    Ok((job, epoch))
+}
+
+async fn uncertain_attempt(ctx: &Ctx<'_>) -> Step {
+    let (job, recovered_at) = paused_worker(ctx).await?;
+    // Time for anything that would start a second attempt on its own to do so.
+    tokio::time::sleep(ctx.t().visibility).await;
+    let before = ctx.view(&job).await?;
+    let waiting = before.job.state == JobState::Unknown && before.attempts.len() == 1;
+    let reason = "drill: the uncertain attempt was reviewed; a fenced retry is authorized";
+    match ctx
+        .rig
+        .ledger
+        .decide(
+            &job,
+            before.job.owner_epoch,
+            &Decision::AuthorizeRetry,
+            &Actor::Drill,
+            reason,
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(error) => return Err(ctx.fail("a fenced retry was authorized", error.to_string())),
+    }
+    let view = ctx
+        .until(&job, "the authorized retry succeeded", |v| {
+            v.job.state == JobState::Succeeded
+        })
+        .await?;
+    let decision = view.first(K::DecisionRecorded);
+    let second = view.all(K::AttemptStarted).get(1).copied();
+    let ordered = matches!((decision, second), (Some(d), Some(s)) if s.seq > d.seq);
+    ctx.check(
+        "no second attempt before a recorded decision",
+        waiting && ordered,
+        format!(
+            "after {:?} the job was {} with {} attempt(s); the second attempt started {} the decision",
+            ctx.t().visibility,
+            before.job.state,
+            before.attempts.len(),
+            if ordered { "after" } else { "not after" }
+        ),
+        &[decision, second].into_iter().flatten().collect::<Vec<_>>(),
+    );
+    ctx.check(
+        "the retry ran at a higher epoch",
+        second.is_some_and(|s| s.epoch > recovered_at),
+        format!(
+            "second attempt at epoch {:?}; recovery was at {recovered_at}",
+            second.map(|s| s.epoch)
+        ),
+        &second.into_iter().collect::<Vec<_>>(),
+    );
+    let accepted = view.all(K::ResultAccepted);
+    ctx.check(
+        "the retry succeeded and the attempt count is cumulative (2)",
+        view.job.attempt_count == 2 && accepted.len() == 1,
+        format!(
+            "attempt count {}, {} accepted result(s)",
+            view.job.attempt_count,
+            accepted.len()
+        ),
+        &accepted,
+    );
+    Ok(())
+}
+
+async fn commit_survives_failed_delete(ctx: &Ctx<'_>) -> Step {
+    let job = ctx
+        .submit("delete-fails", ctx.deadline(), 3, vec![Arm::once(F::QueueDelete)])
+        .await?;
+    let view = ctx
+        .until(&job, "the redelivery was acknowledged and deleted", |v| {
+            v.first(K::DeliveryAckedTerminal)
+                .is_some_and(|ack| v.after(ack.seq, K::MessageDeleted).is_some())
+        })
+        .await?;
+    let accepted = view.first(K::ResultAccepted);
+    let failed = accepted.and_then(|a| view.after(a.seq, K::DeleteFailed));
+    ctx.check(
+        "the delete after the commit failed",
+        failed.is_some(),
+        match failed {
+            Some(f) => format!("delete_failed: {}", f.detail),
+            None => "no failed delete after the commit".into(),
+        },
+        &[accepted, failed].into_iter().flatten().collect::<Vec<_>>(),
+    );
+    let ack = failed.and_then(|f| view.after(f.seq, K::DeliveryAckedTerminal));
+    ctx.check(
+        "the redelivery was acknowledged without inference",
+        ack.is_some() && view.attempts.len() == 1,
+        format!(
+            "acknowledged: {}; {} attempt(s)",
+            ack.is_some(),
+            view.attempts.len()
+        ),
+        &ack.into_iter().collect::<Vec<_>>(),
+    );
+    one_result_from_one_attempt(ctx, &view);
+    let gone = ack.and_then(|a| view.after(a.seq, K::MessageDeleted));
+    ctx.check(
+        "the message is eventually gone",
+        gone.is_some(),
+        "deleted after the acknowledgement",
+        &gone.into_iter().collect::<Vec<_>>(),
+    );
+    Ok(())
+}
+
+async fn stale_receipt_handle_delete(ctx: &Ctx<'_>) -> Step {
+    if ctx.rig.queue_kind == DrillQueue::Sqs {
+        ctx.note(
+            "SQS reports success for a delete with an outdated handle, which moto does not \
+             reproduce: fenceline's client wrapper reports the success and sends nothing.",
+        );
+    }
+    let job = ctx
+        .submit(
+            "stale-handle",
+            ctx.deadline(),
+            3,
+            vec![Arm::once(F::QueueDeleteStaleHandle)],
+        )
+        .await?;
+    let view = ctx
+        .until(&job, "the remaining message came back and was acknowledged", |v| {
+            v.has(K::DeliveryAckedTerminal) && v.count(K::MessageDeleted) >= 2
+        })
+        .await?;
+    let accepted = view.first(K::ResultAccepted);
+    let first_delete = accepted.and_then(|a| view.after(a.seq, K::MessageDeleted));
+    let first_message = view
+        .first(K::DeliveryReceived)
+        .and_then(|e| e.delivery.as_ref())
+        .map(|d| d.message_id.clone());
+    let back = first_delete.and_then(|d| {
+        view.events.iter().find(|e| {
+            e.seq > d.seq
+                && e.kind == K::DeliveryReceived
+                && e.delivery.as_ref().map(|x| &x.message_id) == first_message.as_ref()
+        })
+    });
+    ctx.check(
+        "the delete reported success but the message remained",
+        first_delete.is_some() && back.is_some(),
+        match back.and_then(|b| b.delivery.as_ref()) {
+            Some(d) => format!("the same message came back (receive {})", d.receive_count),
+            None => "the message did not come back after the reported delete".into(),
+        },
+        &[first_delete, back].into_iter().flatten().collect::<Vec<_>>(),
+    );
+    let ack = back.and_then(|b| view.after(b.seq, K::DeliveryAckedTerminal));
+    ctx.check(
+        "the next receiver found the terminal job and acknowledged it",
+        ack.is_some(),
+        match ack {
+            Some(a) => format!("acknowledged by {} ({})", a.actor, a.detail),
+            None => "no acknowledgement after the message came back".into(),
+        },
+        &ack.into_iter().collect::<Vec<_>>(),
+    );
+    one_result_from_one_attempt(ctx, &view);
+    Ok(())
+}
+
+async fn renewal_timeout_lease_valid(ctx: &Ctx<'_>) -> Step {
+    let t = ctx.t();
+    // The renewals before visibility runs out time out; the call outlasts it.
+    let lapsed = (t.visibility.as_millis() / t.heartbeat.as_millis().max(1)) as u32;
+    let job = ctx
+        .submit(
+            "renewal-times-out",
+            ctx.deadline(),
+            3,
+            vec![
+                Arm::times(F::QueueChangeVisibility, lapsed.max(1)),
+                // Long enough for the message to come back even while a paused-worker
+                // scenario of the same run has frozen the other worker.
+                Arm::once(F::ProviderLatency).hold(t.visibility + t.heartbeat * 2 + ctx.pause()),
+            ],
+        )
+        .await?;
+    let view = ctx
+        .until(&job, "the job succeeded after the copy came back", |v| {
+            v.job.state == JobState::Succeeded && v.has(K::DuplicateSuppressed)
+        })
+        .await?;
+    let uncertain: Vec<&Event> = view
+        .all(K::VisibilityRenewalFailed)
+        .into_iter()
+        .filter(|e| e.detail["uncertain"] == json!(true))
+        .collect();
+    ctx.check(
+        "the timed-out renewal was recorded as uncertain",
+        !uncertain.is_empty(),
+        format!("{} uncertain visibility renewal(s)", uncertain.len()),
+        &uncertain,
+    );
+    let owner = view.first_owner();
+    let dup = view.first(K::DuplicateSuppressed);
+    let deferred = match (owner, dup) {
+        (Some((_, epoch)), Some(d)) => d.detail["owner_epoch"].as_i64() == Some(epoch),
+        _ => false,
+    };
+    ctx.check(
+        "the reappearing message deferred to A's valid lease",
+        deferred,
+        match dup {
+            Some(d) => format!("duplicate_suppressed by {}: {}", d.actor, d.detail),
+            None => "no duplicate_suppressed".into(),
+        },
+        &dup.into_iter().collect::<Vec<_>>(),
+    );
+    one_result_from_one_attempt(ctx, &view);
+    Ok(())
+}
+
+async fn lease_renewal_failure(ctx: &Ctx<'_>) -> Step {
+    let t = ctx.t();
+    let job = ctx
+        .submit(
+            "lease-not-renewed",
+            ctx.deadline(),
+            3,
+            vec![
+                Arm::always(F::LeaseRenew),
+                Arm::once(F::ProviderLatency).hold(t.lease * 3),
+            ],
+        )
+        .await?;
+    let view = ctx
+        .until(&job, "A stopped and the job was recovered", |v| {
+            v.has(K::LeaseLost) && v.has(K::RecoveryClaimed)
+        })
+        .await?;
+    let Some((a, a_epoch)) = view.first_owner() else {
+        return Err(ctx.fail("worker A claimed the job", "no claim on the timeline"));
+    };
+    let lost: Vec<&Event> = view
+        .all(K::LeaseLost)
+        .into_iter()
+        .filter(|e| e.actor == a && e.epoch == a_epoch)
+        .collect();
+    ctx.check(
+        "A stopped its call and recorded lease_lost",
+        !lost.is_empty(),
+        match lost.first() {
+            Some(l) => format!("lease_lost by {a}: {}", l.detail),
+            None => format!("no lease_lost by {a}"),
+        },
+        &lost,
+    );
+    let commits = view.count(K::ResultAccepted) + view.count(K::ResultRejected);
+    ctx.check(
+        "A committed nothing",
+        commits == 0,
+        format!("{commits} result commit(s)"),
+        &lost,
+    );
+    let recovery = view
+        .all(K::RecoveryClaimed)
+        .into_iter()
+        .find(|e| e.epoch > a_epoch);
+    let attempt_lost = view
+        .attempts
+        .first()
+        .is_some_and(|a| a.outcome == AttemptOutcome::Lost);
+    ctx.check(
+        "recovery followed the state table: the attempt is lost and the job unknown",
+        recovery.is_some() && view.job.state == JobState::Unknown && attempt_lost,
+        format!(
+            "the job is {} at epoch {}; first attempt {:?}",
+            view.job.state,
+            view.job.owner_epoch,
+            view.attempts.first().map(|a| a.outcome)
+        ),
+        &recovery.into_iter().collect::<Vec<_>>(),
+    );
+    Ok(())
+}
+
+async fn deadline_exhausted(ctx: &Ctx<'_>) -> Step {
+    let t = ctx.t();
+    let job = ctx
+        .submit(
+            "outlives-deadline",
+            t.visibility * 2,
+            3,
+            vec![Arm::once(F::ProviderLatency).hold(t.visibility * 10)],
+        )
+        .await?;
+    let expired = ctx
+        .until(&job, "the job expired", |v| v.job.state == JobState::Expired)
+        .await?;
+    ctx.send_copy(&job).await?;
+    let last = expired.events.last().map(|e| e.seq).unwrap_or(0);
+    let view = ctx
+        .until(&job, "the late copy was acknowledged", |v| {
+            v.after(last, K::DeliveryAckedTerminal).is_some()
+        })
+        .await?;
+    let deadline = view.job.deadline_at;
+    let slack = i64::try_from(t.margin.as_micros()).unwrap_or(0) + 500_000;
+    let renewals: Vec<&Event> = view
+        .events
+        .iter()
+        .filter(|e| matches!(e.kind, K::VisibilityRenewed | K::LeaseRenewed))
+        .collect();
+    let past: Vec<&Event> = renewals
+        .iter()
+        .copied()
+        .filter(|e| {
+            let asked_until = e.at + e.detail["timeout_ms"].as_i64().unwrap_or(0) * 1000;
+            e.at > deadline || asked_until > deadline + slack
+        })
+        .collect();
+    ctx.check(
+        "renewals stopped at the deadline",
+        !renewals.is_empty() && past.is_empty(),
+        format!(
+            "{} renewal(s); {} asked past the deadline",
+            renewals.len(),
+            past.len()
+        ),
+        if past.is_empty() {
+            &renewals[renewals.len().saturating_sub(1)..]
+        } else {
+            &past
+        },
+    );
+    let change = view
+        .all(K::StateChanged)
+        .into_iter()
+        .find(|e| detail_str(e, "to") == "expired");
+    ctx.check(
+        "the job expired",
+        view.job.state == JobState::Expired,
+        format!("the job is {}", view.job.state),
+        &change.into_iter().collect::<Vec<_>>(),
+    );
+    let ack = view.after(last, K::DeliveryAckedTerminal);
+    ctx.check(
+        "the late copy was acknowledged without a new attempt or budget",
+        ack.is_some() && view.attempts.len() == 1 && view.job.attempt_count == 1,
+        format!(
+            "{} attempt(s); attempt count {}",
+            view.attempts.len(),
+            view.job.attempt_count
+        ),
+        &ack.into_iter().collect::<Vec<_>>(),
+    );
+    Ok(())
+}
+
+async fn delivery_after_delete(ctx: &Ctx<'_>) -> Step {
+    let job = ctx
+        .submit("copied-after-delete", ctx.deadline(), 3, Vec::new())
+        .await?;
+    let done = ctx
+        .until(&job, "the job succeeded and its message was deleted", |v| {
+            v.job.state == JobState::Succeeded && v.has(K::MessageDeleted)
+        })
+        .await?;
+    let deleted = done.first(K::MessageDeleted).map(|e| e.seq).unwrap_or(0);
+    ctx.send_copy(&job).await?;
+    let view = ctx
+        .until(&job, "the copy was acknowledged", |v| {
+            v.after(deleted, K::DeliveryAckedTerminal).is_some()
+        })
+        .await?;
+    let copy = view.after(deleted, K::DeliveryReceived);
+    let ack = view.after(deleted, K::DeliveryAckedTerminal);
+    ctx.check(
+        "the copy arrived after the delete and was acknowledged without inference",
+        copy.is_some() && ack.is_some(),
+        format!(
+            "received after the delete: {}; acknowledged: {}",
+            copy.is_some(),
+            ack.is_some()
+        ),
+        &[copy, ack].into_iter().flatten().collect::<Vec<_>>(),
+    );
+    one_result_from_one_attempt(ctx, &view);
+    Ok(())
+}
+
+async fn crash_before_dispatch(ctx: &Ctx<'_>) -> Step {
+    let job = ctx
+        .submit(
+            "dispatcher-dies",
+            ctx.deadline(),
+            3,
+            vec![Arm::once(F::DispatchCrashBeforeSend)],
+        )
+        .await?;
+    let view = ctx
+        .until(&job, "the job succeeded", |v| {
+            v.job.state == JobState::Succeeded
+        })
+        .await?;
+    let sends = ctx
+        .rig
+        .ledger
+        .outbox_sends(&job)
+        .await
+        .map_err(|e| ctx.fail("the outbox could be read", e.to_string()))?;
+    let first = sends.first();
+    let created = view.first(K::JobCreated);
+    let dispatched = view.first(K::Dispatched);
+    let lock = i64::try_from(ctx.t().visibility.as_micros()).unwrap_or(0);
+    let repaired = match (first, created, dispatched) {
+        (Some(row), Some(c), Some(d)) => row.send_attempts >= 2 && d.at - c.at >= lock - 100_000,
+        _ => false,
+    };
+    ctx.check(
+        "the lost send was repaired from the outbox",
+        repaired,
+        match first {
+            Some(row) => format!(
+                "the created row was claimed {} time(s); sent {} ms after the job was created",
+                row.send_attempts,
+                match (created, dispatched) {
+                    (Some(c), Some(d)) => (d.at - c.at) / 1000,
+                    _ => -1,
+                }
+            ),
+            None => "no outbox row".into(),
+        },
+        &[created, dispatched].into_iter().flatten().collect::<Vec<_>>(),
+    );
+    one_result_from_one_attempt(ctx, &view);
+    Ok(())
+}
+
+async fn dlq_replay_inspected(ctx: &Ctx<'_>) -> Step {
+    let job = ctx
+        .submit(
+            "dead-lettered",
+            ctx.deadline(),
+            3,
+            vec![Arm::times(F::WorkerCrashOnReceive, MAX_RECEIVE_COUNT)],
+        )
+        .await?;
+    let before = ctx.view(&job).await?;
+    let Some(dlq) = ctx.rig.queue.dead_letters() else {
+        return Err(ctx.fail("the drill's queue has a dead-letter queue", "none"));
+    };
+    if ctx.rig.queue_kind == DrillQueue::Embedded {
+        // The embedded queue's move is put on the timeline by the reaper.
+        ctx.until(&job, "the message was moved to the dead-letter queue", |v| {
+            v.has(K::MovedToDlq)
+        })
+        .await?;
+    } else {
+        let started = tokio::time::Instant::now();
+        while dlq.depth().await.map(|d| d.visible).unwrap_or(0) == 0 {
+            if started.elapsed() > ctx.limit() {
+                return Err(ctx.fail(
+                    "reached: the message landed in the dead-letter queue",
+                    format!("not within {:?}", ctx.limit()),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let replay = crate::worker::dlq::replay_inspected(
+        &ctx.rig.ledger,
+        &ctx.rig.queue,
+        &Actor::Drill,
+        10,
+    )
+    .await
+    .map_err(|e| ctx.fail("the dead letter was replayed", e.to_string()))?;
+    let view = ctx
+        .until(&job, "the replayed job succeeded", |v| {
+            v.job.state == JobState::Succeeded
+        })
+        .await?;
+    let replayed = view.first(K::Replayed);
+    let moved = view.first(K::MovedToDlq);
+    // The embedded queue records the move with the receive count that caused it; SQS moves
+    // letters out of sight, so there the letter's presence in the DLQ after the worker's
+    // receives is the evidence, and the replay records it.
+    let (landed, detail) = match (ctx.rig.queue_kind, moved) {
+        (_, Some(m)) => {
+            let receives = m.detail["receive_count"].as_i64().unwrap_or(0);
+            (
+                receives >= i64::from(MAX_RECEIVE_COUNT)
+                    && replayed.is_some_and(|e| detail_str(e, "from") == "dead_letter_queue"),
+                format!("moved after {receives} receive(s); maxReceiveCount {MAX_RECEIVE_COUNT}"),
+            )
+        }
+        (DrillQueue::Sqs, None) => {
+            ctx.note(
+                "SQS moves a letter to the dead-letter queue without telling anyone: the \
+                 letter's arrival there is read from the DLQ itself, and the replay records it.",
+            );
+            (
+                replayed.is_some_and(|e| detail_str(e, "from") == "dead_letter_queue"),
+                "found in the dead-letter queue and replayed from it".to_owned(),
+            )
+        }
+        (DrillQueue::Embedded, None) => (false, "no moved_to_dlq on the timeline".to_owned()),
+    };
+    ctx.check(
+        "the message landed in the DLQ after maxReceiveCount receives",
+        landed,
+        detail,
+        &[moved, replayed].into_iter().flatten().collect::<Vec<_>>(),
+    );
+    let inspected = replayed.is_some_and(|e| {
+        detail_str(e, "action") == "redispatched" && detail_str(e, "state") == "ready"
+    }) && replay.jobs.iter().any(|j| j.job_id == job);
+    ctx.check(
+        "replay inspected the ledger before sending anything",
+        inspected,
+        match replayed {
+            Some(e) => format!("replayed: {}", e.detail),
+            None => "no replay on the timeline".into(),
+        },
+        &replayed.into_iter().collect::<Vec<_>>(),
+    );
+    let accepted = view.first(K::ResultAccepted);
+    ctx.check(
+        "job id, deadline and attempt budget were kept",
+        view.job.job_id == before.job.job_id
+            && view.job.deadline_at == before.job.deadline_at
+            && view.job.max_attempts == before.job.max_attempts
+            && view.job.attempt_count == 1
+            && accepted.is_some(),
+        format!(
+            "deadline kept: {}; budget {} of {}; attempt count {}",
+            view.job.deadline_at == before.job.deadline_at,
+            view.job.max_attempts,
+            before.job.max_attempts,
+            view.job.attempt_count
+        ),
+        &accepted.into_iter().collect::<Vec<_>>(),
+    );
+    Ok(())
+}
+
+async fn attempt_budget_exhausted(ctx: &Ctx<'_>) -> Step {
+    let budget = 3u32;
+    let job = ctx
+        .submit(
+            "always-retryable",
+            ctx.deadline(),
+            budget,
+            vec![Arm::always(F::ProviderRetryable)],
+        )
+        .await?;
+    ctx.until(&job, "the job failed for good", |v| {
+        v.job.state == JobState::FailedTerminal
+    })
+    .await?;
+    // Time for an extra attempt to show up, if anything would start one.
+    tokio::time::sleep(ctx.t().visibility).await;
+    let view = ctx.view(&job).await?;
+    let started = view.all(K::AttemptStarted);
+    let gaps: Vec<(i64, Duration)> = view
+        .attempts
+        .windows(2)
+        .map(|w| {
+            let gap = w[1].started_at - w[0].finished_at.unwrap_or(w[1].started_at);
+            (gap / 1000, ctx.t().backoff(w[0].attempt_no))
+        })
+        .collect();
+    ctx.check(
+        "attempts were spaced by the backoff",
+        gaps.len() + 1 == budget as usize
+            && gaps
+                .iter()
+                .all(|(gap_ms, backoff)| *gap_ms + 50 >= backoff.as_millis() as i64),
+        format!(
+            "gaps (ms, backoff) {:?}",
+            gaps.iter()
+                .map(|(g, b)| (*g, b.as_millis()))
+                .collect::<Vec<_>>()
+        ),
+        &started,
+    );
+    let change = view
+        .all(K::StateChanged)
+        .into_iter()
+        .find(|e| detail_str(e, "to") == "failed_terminal");
+    ctx.check(
+        "failed_terminal once the budget was spent",
+        view.job.state == JobState::FailedTerminal
+            && view.job.attempt_count == i64::from(budget),
+        format!(
+            "the job is {} after {} of {budget} attempts ({:?})",
+            view.job.state, view.job.attempt_count, view.job.error_code
+        ),
+        &change.or(started.last().copied()).into_iter().collect::<Vec<_>>(),
+    );
+    ctx.check(
+        "no extra attempt",
+        view.attempts.len() == budget as usize && started.len() == budget as usize,
+        format!("{} attempt(s) recorded", view.attempts.len()),
+        &started,
+    );
+    Ok(())
+}
+
+async fn worker_crash_mid_call(ctx: &Ctx<'_>) -> Step {
+    let t = ctx.t();
+    let job = ctx
+        .submit(
+            "worker-dies",
+            ctx.deadline(),
+            3,
+            vec![
+                Arm::once(F::WorkerCrash).hold(t.heartbeat + t.heartbeat / 2),
+                Arm::once(F::ProviderLatency).hold(t.visibility * 3),
+            ],
+        )
+        .await?;
+    let first = ctx
+        .until(&job, "the call started", |v| v.has(K::AttemptStarted))
+        .await?;
+    let view = ctx
+        .until(&job, "the job was recovered", |v| {
+            v.has(K::RecoveryClaimed) && v.job.state == JobState::Unknown
+        })
+        .await?;
+    let Some((_, a_epoch)) = view.first_owner() else {
+        return Err(ctx.fail("worker A claimed the job", "no claim on the timeline"));
+    };
+    let recovery = view
+        .all(K::RecoveryClaimed)
+        .into_iter()
+        .find(|e| e.epoch > a_epoch);
+    ctx.check(
+        "a recovery claim fenced the dead worker out",
+        recovery.is_some(),
+        match recovery {
+            Some(r) => format!("recovery_claimed by {} at epoch {}: {}", r.actor, r.epoch, r.detail),
+            None => "no recovery".into(),
+        },
+        &recovery.into_iter().collect::<Vec<_>>(),
+    );
+    let attempt = view.attempts.first();
+    ctx.check(
+        "the job is unknown and its attempt lost",
+        view.job.state == JobState::Unknown
+            && attempt.is_some_and(|a| a.outcome == AttemptOutcome::Lost)
+            && view.attempts.len() == 1,
+        format!(
+            "the job is {}; attempts {:?}",
+            view.job.state,
+            view.attempts.iter().map(|a| a.outcome).collect::<Vec<_>>()
+        ),
+        &view.all(K::StateChanged),
+    );
+    let input = ctx.rig.ledger.job_input(&job).await.ok().flatten();
+    ctx.check(
+        "nothing was lost",
+        input.is_some()
+            && view.job.deadline_at == first.job.deadline_at
+            && view.job.max_attempts == first.job.max_attempts,
+        format!(
+            "input kept: {}; deadline kept: {}",
+            input.is_some(),
+            view.job.deadline_at == first.job.deadline_at
+        ),
+        &recovery.into_iter().collect::<Vec<_>>(),
+    );
+    Ok(())
+}
