@@ -23,6 +23,10 @@ pub trait Console: Send + Sync + 'static {
     fn dead_letters(&self) -> Pending<'_, DeadLetters>;
     /// The audit log, newest first.
     fn audit(&self, query: AuditQuery) -> Pending<'_, AuditPage>;
+    /// The drill catalogue and the latest runs.
+    fn drills(&self) -> Pending<'_, DrillsPage>;
+    /// One drill run's report, if it exists.
+    fn drill_run(&self, run_id: String) -> Pending<'_, Option<DrillRun>>;
 }
 
 /// The console port as held in the Leptos context.
@@ -352,4 +356,98 @@ impl HttpStatus {
             (status.0)(code);
         }
     }
+}
+
+/// One scenario of the drill catalogue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DrillScenario {
+    pub kind: String,
+    pub setup: String,
+    pub proves: String,
+    /// The fault points it arms.
+    pub faults: Vec<String>,
+}
+
+/// A drill run in the list.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DrillRunSummary {
+    pub run_id: String,
+    pub started: String,
+    /// `running`, `passed`, `failed` or `interrupted`.
+    pub status: String,
+    /// What was asked: "all (13)" or the one kind.
+    pub asked: String,
+    pub queue: String,
+    pub timings: String,
+    pub requested_by: String,
+    pub passed: usize,
+    pub total: usize,
+    /// How long it ran, once finished.
+    pub took: Option<String>,
+}
+
+/// `/drills`: what the drills are, whether they can run here, and the latest runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DrillsPage {
+    pub catalogue: Vec<DrillScenario>,
+    pub runs: Vec<DrillRunSummary>,
+    /// Why drills cannot start here (a production deployment), if they cannot.
+    pub refused: Option<String>,
+    /// The queues a drill can run on here.
+    pub queues: Vec<String>,
+}
+
+/// An event that proves a check, with its permalink.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DrillEvidence {
+    pub href: String,
+    pub label: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DrillCheck {
+    pub name: String,
+    pub passed: bool,
+    pub detail: String,
+    pub evidence: Vec<DrillEvidence>,
+}
+
+/// The seed's capture list for one job of a drill.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DrillCapture {
+    pub role: String,
+    pub job_id: String,
+    pub state: String,
+    pub delivery_count: usize,
+    pub owner_epoch: i64,
+    pub deadline_left: String,
+    pub renewals: String,
+    pub attempt_count: i64,
+    pub recovery_reason: Option<String>,
+    pub result_transition: String,
+    pub deletion: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DrillScenarioRun {
+    pub kind: String,
+    /// `pending`, `running`, `passed` or `failed`.
+    pub status: String,
+    pub took: Option<String>,
+    pub setup: String,
+    pub proves: String,
+    pub checks: Vec<DrillCheck>,
+    pub jobs: Vec<DrillCapture>,
+    pub notes: Vec<String>,
+    pub faults_fired: Vec<String>,
+}
+
+/// `/drills/{run}`: a run's report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DrillRun {
+    pub summary: DrillRunSummary,
+    /// Still running: the page refreshes itself.
+    pub live: bool,
+    pub finished: Option<String>,
+    pub scenarios: Vec<DrillScenarioRun>,
 }

@@ -62,6 +62,7 @@ pub fn App() -> impl IntoView {
                         <A href="/jobs">"Jobs"</A>
                         <A href="/unknown">"Unknown"</A>
                         <A href="/dlq">"Dead letters"</A>
+                        <A href="/drills">"Drills"</A>
                         <A href="/audit">"Audit"</A>
                         <a href="/api/v1/openapi.json">"API"</a>
                     </nav>
@@ -83,6 +84,8 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/unknown") view=pages::unknown::UnknownPage ssr=SsrMode::Async/>
                     <Route path=path!("/dlq") view=pages::dlq::DeadLettersPage ssr=SsrMode::Async/>
                     <Route path=path!("/audit") view=pages::audit::AuditPage ssr=SsrMode::Async/>
+                    <Route path=path!("/drills") view=pages::drills::DrillsPage ssr=SsrMode::Async/>
+                    <Route path=path!("/drills/:run_id") view=pages::drills::DrillRunPage ssr=SsrMode::Async/>
                     <Route path=path!("/login") view=pages::login::LoginPage ssr=SsrMode::Async/>
                 </Routes>
             </main>

@@ -57,7 +57,20 @@ impl Application {
             },
             embedded_dead_letters: (queue.kind == QueueKind::Embedded)
                 .then(|| format!("{}-dlq", queue.name)),
+            drills: crate::console::DrillAccess {
+                environment: settings.environment,
+                sqs: queue.kind == QueueKind::Sqs,
+            },
         };
+        // A run whose process ended mid-run says so.
+        match ledger
+            .mark_interrupted_drills(crate::drill::runner::STALE)
+            .await
+        {
+            Ok(0) => {}
+            Ok(n) => tracing::warn!(runs = n, "drill runs cut short by a restart are marked interrupted"),
+            Err(error) => tracing::warn!(%error, "could not mark interrupted drill runs"),
+        }
         let router = http::router(AppState {
             ledger: ledger.clone(),
             max_body_bytes: settings.http.max_body_bytes,

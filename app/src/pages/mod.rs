@@ -2,6 +2,7 @@
 
 pub mod audit;
 pub mod dlq;
+pub mod drills;
 pub mod job;
 pub mod jobs;
 pub mod login;

@@ -54,12 +54,7 @@ impl LedgerConsole {
             .kind_buckets(&job.job_id, &bucketed, job.created_at, width)
             .await?;
         let svg = swimlane_of(&job, &attempts, &key, &buckets, end, width);
-        let drill = key
-            .iter()
-            .find(|e| e.kind == EventKind::JobCreated)
-            .and_then(|e| e.detail.get("drill_id"))
-            .and_then(|d| d.as_str())
-            .map(str::to_owned);
+        let drill = job.drill_run.clone();
         Ok(Some(JobDetail {
             job_id: job.job_id.clone(),
             tenant: job.tenant.clone(),

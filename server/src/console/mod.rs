@@ -11,6 +11,8 @@
 //! Must not write to the ledger, and must not put SQL here: the ledger's read API serves it.
 
 mod audit;
+pub(crate) mod drills;
+pub(crate) use drills as drill_view;
 pub mod charts;
 mod dead_letters;
 mod format;
@@ -41,6 +43,25 @@ pub struct QueueInfo {
     pub description: String,
     /// The embedded dead-letter queue's name, when the queue is embedded.
     pub embedded_dead_letters: Option<String>,
+    /// Whether drills may start here (never in production), and on which queues.
+    pub drills: DrillAccess,
+}
+
+/// Where drills can run from this deployment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DrillAccess {
+    pub environment: crate::settings::Environment,
+    /// The deployment talks to SQS, so a drill can run on an SQS queue of its own.
+    pub sqs: bool,
+}
+
+impl Default for DrillAccess {
+    fn default() -> Self {
+        DrillAccess {
+            environment: crate::settings::Environment::Development,
+            sqs: false,
+        }
+    }
 }
 
 impl Default for QueueInfo {
@@ -48,6 +69,7 @@ impl Default for QueueInfo {
         QueueInfo {
             description: "embedded:jobs".into(),
             embedded_dead_letters: Some("jobs-dlq".into()),
+            drills: DrillAccess::default(),
         }
     }
 }
@@ -154,5 +176,13 @@ impl Console for LedgerConsole {
 
     fn audit(&self, query: AuditQuery) -> Pending<'_, AuditPage> {
         Box::pin(async move { self.build_audit(query).await.map_err(shown) })
+    }
+
+    fn drills(&self) -> Pending<'_, fenceline_app::console::DrillsPage> {
+        Box::pin(async move { self.build_drills().await.map_err(shown) })
+    }
+
+    fn drill_run(&self, run_id: String) -> Pending<'_, Option<fenceline_app::console::DrillRun>> {
+        Box::pin(async move { self.build_drill_run(run_id).await.map_err(shown) })
     }
 }

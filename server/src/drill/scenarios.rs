@@ -278,6 +278,27 @@ impl Ctx<'_> {
         for id in &ids {
             self.rig.faults.disarm(id);
         }
+        // The jobs are evidence now: one left waiting for a decision would sit in the
+        // operators' reconciliation queue, so it is closed — its timeline keeps everything.
+        for (_, job_id) in &jobs {
+            if let Ok(Some(job)) = self.rig.ledger.job(job_id).await {
+                if job.state == JobState::Unknown {
+                    let _ = self
+                        .rig
+                        .ledger
+                        .decide(
+                            job_id,
+                            job.owner_epoch,
+                            &Decision::ResolveFailed {
+                                error_code: "drill_finished".into(),
+                            },
+                            &Actor::Drill,
+                            &format!("drill run {} is over; this job is its evidence", self.rig.run_id),
+                        )
+                        .await;
+                }
+            }
+        }
         Outcome {
             checks: self.checks.into_inner().expect("checks lock"),
             jobs: captures,
@@ -448,7 +469,7 @@ async fn paused_worker(ctx: &Ctx<'_>) -> Result<(String, i64), Stop> {
         recovery.is_some(),
         match recovery {
             Some(r) => format!(
-                "recovery_claimed by {} at epoch {} (A held {a_epoch})",
+                "recovery_claimed by {} at epoch {} (the first owner, {a}, held {a_epoch})",
                 r.actor, r.epoch
             ),
             None => format!("no recovery past epoch {a_epoch}"),

@@ -9,6 +9,7 @@ mod actions;
 mod api;
 mod api_actions;
 mod auth;
+mod drills;
 pub mod contract;
 mod error;
 mod export;
@@ -87,6 +88,9 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/jobs/{job_id}/rerun", post(actions::rerun))
         .route("/unknown/decisions", post(actions::decide_many))
+        .route("/drills", post(drills::start))
+        .route("/drills/{run_id}/report.json", get(drills::report_json))
+        .route("/drills/{run_id}/report.md", get(drills::report_markdown))
         .route("/jobs/{job_id}/export.json", get(export::json_export))
         .route("/jobs/{job_id}/export.md", get(export::markdown_export))
         .route("/jobs/{job_id}/result", get(export::result_view))

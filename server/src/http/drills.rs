@@ -1,0 +1,249 @@
+//! Drills from the console: `POST /drills` starts a run in the background of this server
+//! (operator role without a tenant limit, form token, audited) and goes to its report;
+//! `/drills/{run}/report.json` and `/drills/{run}/report.md` export a report for incident
+//! reviews, with absolute links to the events that prove each check.
+
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::{Extension, Form, Json};
+use serde::Deserialize;
+use tower_sessions::Session;
+
+use super::gate::{check_form_token, flash, forbidden, SignedIn};
+use super::{ApiError, AppState};
+use crate::console::drill_view;
+use crate::drill::{DrillKind, DrillQueue, DrillRequest, DrillTimings, Report};
+use crate::operators::Role;
+
+#[derive(Deserialize)]
+pub(super) struct DrillForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    queue: String,
+    #[serde(default)]
+    timings: String,
+}
+
+/// `POST /drills`: runs one scenario or all of them, then shows the run's live report.
+pub(super) async fn start(
+    State(state): State<AppState>,
+    Extension(SignedIn(operator)): Extension<SignedIn>,
+    session: Session,
+    Form(form): Form<DrillForm>,
+) -> Response {
+    if let Err(refused) = check_form_token(&session, &form.csrf).await {
+        return refused;
+    }
+    if !operator.role.allows(Role::Operator) {
+        return forbidden("your role (viewer) can read drill reports but not run drills");
+    }
+    if operator.tenants.is_some() {
+        return forbidden(
+            "a drill creates jobs of its own tenant (drill): running one needs an operator \
+             without a tenant limit",
+        );
+    }
+    let back = |text: String| async {
+        flash(&session, false, text).await;
+        Redirect::to("/drills").into_response()
+    };
+    let kinds = match form.kind.trim() {
+        "all" => DrillKind::ALL.to_vec(),
+        other => match DrillKind::parse(other) {
+            Some(kind) => vec![kind],
+            None => return back(format!("There is no drill called {other:?}. Nothing was started.")).await,
+        },
+    };
+    let queue = match form.queue.trim() {
+        "" | "embedded" => DrillQueue::Embedded,
+        "sqs" if state.queue.drills.sqs => DrillQueue::Sqs,
+        other => {
+            return back(format!(
+                "Drills cannot run on a queue called {other:?} here. Nothing was started."
+            ))
+            .await
+        }
+    };
+    let timings = match form.timings.trim() {
+        "" | "compressed" => DrillTimings::Compressed,
+        "production" => DrillTimings::Production,
+        other => {
+            return back(format!(
+                "Timings must be compressed or production, not {other:?}. Nothing was started."
+            ))
+            .await
+        }
+    };
+    let actor = format!("operator:{}", operator.name);
+    let asked = if kinds.len() == DrillKind::ALL.len() {
+        "all".to_owned()
+    } else {
+        kinds[0].as_str().to_owned()
+    };
+    let request = DrillRequest {
+        kinds,
+        queue,
+        timings,
+        requested_by: actor.clone(),
+    };
+    match crate::drill::start(&state.ledger, state.queue.drills.environment, request).await {
+        Ok(run_id) => {
+            if let Err(error) = state
+                .ledger
+                .audit_drill_started(&actor, &run_id, &format!("{asked} on {} ({})", queue.as_str(), timings.as_str()))
+                .await
+            {
+                tracing::warn!(%error, "could not audit a drill start");
+            }
+            tracing::info!(operator = %operator.name, run = %run_id, "drill started");
+            Redirect::to(&format!("/drills/{run_id}")).into_response()
+        }
+        Err(error) => back(format!("The drill did not start: {error}.")).await,
+    }
+}
+
+/// The console's own address as the browser reached it, for absolute links.
+fn base(state: &AppState, headers: &HeaderMap) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    let scheme = if state.access.https { "https" } else { "http" };
+    format!("{scheme}://{host}")
+}
+
+async fn report(state: &AppState, run_id: &str) -> Result<(Report, String), ApiError> {
+    let row = state
+        .ledger
+        .drill_run(run_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no drill run {run_id}")))?;
+    let now = state.ledger.now_us().await?;
+    let status = drill_view::status(&row, now);
+    let report = drill_view::report_of(&row)
+        .ok_or_else(|| ApiError::NotFound(format!("drill run {run_id} has no readable report")))?;
+    Ok((report, status))
+}
+
+/// `GET /drills/{run}/report.json`.
+pub(super) async fn report_json(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(run_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let (report, status) = report(&state, &run_id).await?;
+    let base = base(&state, &headers);
+    let mut body = serde_json::to_value(&report).map_err(|_| ApiError::Internal)?;
+    body["status"] = status.into();
+    body["verdict"] = if report.passed() { "PASS" } else { "FAIL" }.into();
+    body["permalink"] = format!("{base}/drills/{run_id}").into();
+    if let Some(scenarios) = body["scenarios"].as_array_mut() {
+        for scenario in scenarios {
+            for check in scenario["checks"].as_array_mut().into_iter().flatten() {
+                for e in check["evidence"].as_array_mut().into_iter().flatten() {
+                    let link = format!(
+                        "{base}/jobs/{}#e{}",
+                        e["job_id"].as_str().unwrap_or_default(),
+                        e["seq"]
+                    );
+                    e["permalink"] = link.into();
+                }
+            }
+        }
+    }
+    Ok(Json(body).into_response())
+}
+
+/// `GET /drills/{run}/report.md`.
+pub(super) async fn report_markdown(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(run_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let (report, status) = report(&state, &run_id).await?;
+    let base = base(&state, &headers);
+    let body = markdown(&report, &status, &base);
+    Ok((
+        [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
+        body,
+    )
+        .into_response())
+}
+
+/// Markdown cells may not break the table.
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|").replace('\n', " ")
+}
+
+pub(crate) fn markdown(report: &Report, status: &str, base: &str) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let verdict = if report.passed() { "PASS" } else { "FAIL" };
+    let _ = writeln!(out, "# Drill {} — {verdict}\n", report.run_id);
+    let _ = writeln!(
+        out,
+        "- Status: {status}\n- Queue: {}\n- Timings: {}\n- Requested by: {}\n- Report: {base}/drills/{}\n",
+        report.queue, report.timings, report.requested_by, report.run_id
+    );
+    for s in &report.scenarios {
+        let _ = writeln!(
+            out,
+            "## {} — {}\n\n{}\n\n**Proves:** {}\n",
+            s.kind.as_str(),
+            s.status.as_str().to_uppercase(),
+            s.kind.setup(),
+            s.kind.proves()
+        );
+        for note in &s.notes {
+            let _ = writeln!(out, "> {note}\n");
+        }
+        for c in &s.checks {
+            let links: Vec<String> = c
+                .evidence
+                .iter()
+                .map(|e| format!("[#{} {}]({base}{})", e.seq, e.kind, e.path()))
+                .collect();
+            let _ = writeln!(
+                out,
+                "- {} {} — {}{}",
+                if c.passed { "✅" } else { "❌" },
+                c.name,
+                c.detail,
+                if links.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", links.join(", "))
+                }
+            );
+        }
+        if !s.jobs.is_empty() {
+            let _ = writeln!(
+                out,
+                "\n| Job | Role | State | Deliveries | Epoch | Deadline left (ms) | Renewals | Attempts | Recovery | Result | Message |\n|---|---|---|---|---|---|---|---|---|---|---|"
+            );
+            for j in &s.jobs {
+                let _ = writeln!(
+                    out,
+                    "| [{id}]({base}/jobs/{id}) | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    cell(&j.role),
+                    j.state,
+                    j.delivery_count,
+                    j.owner_epoch,
+                    j.deadline_left_ms,
+                    cell(&j.renewals),
+                    j.attempt_count,
+                    j.recovery_reason.as_deref().unwrap_or("—"),
+                    cell(&j.result_transition),
+                    cell(&j.deletion),
+                    id = j.job_id,
+                );
+            }
+        }
+        let _ = writeln!(out);
+    }
+    out
+}
