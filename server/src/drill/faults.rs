@@ -15,7 +15,8 @@ pub enum FaultPoint {
     QueueDelete,
     /// `DeleteMessage` reports success and deletes nothing, as SQS does for an outdated handle.
     QueueDeleteStaleHandle,
-    /// `ChangeMessageVisibility` times out without changing anything.
+    /// `ChangeMessageVisibility` on the first owner's delivery times out without changing
+    /// anything (other receivers' calls go through).
     QueueChangeVisibility,
     /// A received message is delivered again: a copy, as a standard queue may.
     QueueReceiveDuplicate,
@@ -137,6 +138,8 @@ struct Inner {
     armed: HashMap<String, Vec<Arm>>,
     /// Receipt fingerprints of armed jobs' deliveries, so transport calls find their job.
     receipts: HashMap<String, String>,
+    /// Each armed job's first receipt: the delivery its first owner holds.
+    first_receipts: HashMap<String, String>,
     paused: HashMap<String, Instant>,
     /// Workers frozen whole (they receive nothing either), by worker id.
     frozen_workers: HashMap<String, Instant>,
@@ -187,6 +190,7 @@ impl Faults {
         inner.armed.remove(job_id);
         inner.paused.remove(job_id);
         inner.receipts.retain(|_, job| job != job_id);
+        inner.first_receipts.remove(job_id);
     }
 
     /// Whether `point` fires for `job_id` now; if so, its hold. Counts the firing down.
@@ -216,7 +220,21 @@ impl Faults {
             inner
                 .receipts
                 .insert(fingerprint.to_owned(), job_id.to_owned());
+            inner
+                .first_receipts
+                .entry(job_id.to_owned())
+                .or_insert_with(|| fingerprint.to_owned());
         }
+    }
+
+    /// Whether a receipt is its job's first: the delivery the first owner holds.
+    pub fn is_first_receipt(&self, fingerprint: &str) -> bool {
+        let inner = self.lock();
+        inner
+            .receipts
+            .get(fingerprint)
+            .and_then(|job| inner.first_receipts.get(job))
+            .is_some_and(|first| first == fingerprint)
     }
 
     /// The armed job a receipt belongs to.

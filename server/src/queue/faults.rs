@@ -69,8 +69,12 @@ impl<Q: Queue> FaultyQueue<Q> {
         let Some(faults) = &self.faults else {
             return false;
         };
+        let fingerprint = receipt.fingerprint();
+        if point == FaultPoint::QueueChangeVisibility && !faults.is_first_receipt(&fingerprint) {
+            return false;
+        }
         faults
-            .job_of_receipt(&receipt.fingerprint())
+            .job_of_receipt(&fingerprint)
             .is_some_and(|job| faults.fire(&job, point).is_some())
     }
 

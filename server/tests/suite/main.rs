@@ -7,6 +7,7 @@
 
 mod api;
 mod console_access;
+mod drills;
 mod helpers;
 mod ledger_contract;
 mod operators;

@@ -1,0 +1,285 @@
+//! Redelivery drills: the whole catalogue against the embedded queue and an SQS protocol peer,
+//! its evidence traced back to real events, its records durable, and its refusals.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use fenceline::drill::runner::{self, DrillQueue, DrillRequest, DrillTimings};
+use fenceline::drill::{DrillKind, Report, ScenarioStatus};
+use fenceline::ledger::{DrillRunRow, Ledger};
+use fenceline::operators::Role;
+use fenceline::settings::Environment;
+
+use crate::helpers::{fresh_ledger, location, skip_postgres, skip_sqs, spawn_app, Db};
+
+fn all(queue: DrillQueue) -> DrillRequest {
+    DrillRequest {
+        kinds: DrillKind::ALL.to_vec(),
+        queue,
+        timings: DrillTimings::Compressed,
+        requested_by: "test".into(),
+    }
+}
+
+/// Every check passed, and every piece of evidence is an event of the kind it claims, on a
+/// job the drill made.
+async fn assert_passed_with_real_evidence(ledger: &Ledger, report: &Report) {
+    for s in &report.scenarios {
+        let failed: Vec<_> = s.checks.iter().filter(|c| !c.passed).collect();
+        assert!(
+            s.status == ScenarioStatus::Passed && failed.is_empty() && !s.checks.is_empty(),
+            "{} did not pass: {failed:#?}",
+            s.kind.as_str()
+        );
+        let jobs: HashSet<&str> = s.jobs.iter().map(|j| j.job_id.as_str()).collect();
+        assert!(!jobs.is_empty(), "{} captured no job", s.kind.as_str());
+        for check in &s.checks {
+            assert!(
+                !check.evidence.is_empty(),
+                "{}: {:?} links no event",
+                s.kind.as_str(),
+                check.name
+            );
+            for e in &check.evidence {
+                assert!(jobs.contains(e.job_id.as_str()), "evidence on a job of the drill");
+                let events = ledger.events(&e.job_id, e.seq - 1, 1).await.unwrap();
+                assert_eq!(
+                    events.first().map(|x| (x.seq, x.kind.as_str())),
+                    Some((e.seq, e.kind.as_str())),
+                    "{}: {:?} links an event that is not there",
+                    s.kind.as_str(),
+                    check.name
+                );
+            }
+        }
+        for job in &s.jobs {
+            let stored = ledger.job(&job.job_id).await.unwrap().unwrap();
+            assert_eq!(stored.tenant, "drill");
+            assert_eq!(stored.drill_run.as_deref(), Some(report.run_id.as_str()));
+            assert!(
+                stored.state.is_terminal(),
+                "a drill leaves nothing waiting in the operators' queues: {} is {}",
+                job.job_id,
+                stored.state
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_whole_catalogue_passes_on_the_embedded_queue_and_is_stored() {
+    let (ledger, _db) = fresh_ledger(Db::Sqlite).await;
+    let started = std::time::Instant::now();
+    let report = runner::run(&ledger, Environment::Development, all(DrillQueue::Embedded), |_| {})
+        .await
+        .unwrap();
+    assert!(report.passed(), "{report:#?}");
+    assert_eq!(report.scenarios.len(), DrillKind::ALL.len());
+    assert_passed_with_real_evidence(&ledger, &report).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(90),
+        "took {:?}",
+        started.elapsed()
+    );
+    let row = ledger.drill_run(&report.run_id).await.unwrap().unwrap();
+    assert_eq!(row.status, "passed");
+    assert!(row.finished_at.is_some());
+    let stored: Report = serde_json::from_str(&row.report).unwrap();
+    assert_eq!(stored, report, "the stored report is the one returned");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_whole_catalogue_passes_against_an_sqs_protocol_peer() {
+    if skip_sqs() || skip_postgres() {
+        return;
+    }
+    let (ledger, _db) = fresh_ledger(Db::Postgres).await;
+    let report = runner::run(&ledger, Environment::Development, all(DrillQueue::Sqs), |_| {})
+        .await
+        .unwrap();
+    assert!(report.passed(), "{report:#?}");
+    assert_passed_with_real_evidence(&ledger, &report).await;
+    let stale = report
+        .scenarios
+        .iter()
+        .find(|s| s.kind == DrillKind::StaleReceiptHandleDelete)
+        .unwrap();
+    assert!(
+        stale.notes.iter().any(|n| n.contains("moto")),
+        "the report says where SQS could not be asked to misbehave: {:?}",
+        stale.notes
+    );
+}
+
+#[tokio::test]
+async fn drills_are_refused_in_production_and_an_empty_run_is_refused() {
+    let (ledger, _db) = fresh_ledger(Db::Sqlite).await;
+    let refused = runner::run(&ledger, Environment::Production, all(DrillQueue::Embedded), |_| {})
+        .await;
+    assert!(matches!(refused, Err(runner::DrillError::Production)));
+    let mut empty = all(DrillQueue::Embedded);
+    empty.kinds.clear();
+    assert!(matches!(
+        runner::run(&ledger, Environment::Development, empty, |_| {}).await,
+        Err(runner::DrillError::Empty)
+    ));
+    assert!(ledger.drill_runs(10).await.unwrap().is_empty(), "nothing was recorded");
+}
+
+#[tokio::test]
+async fn a_run_whose_process_stopped_is_marked_interrupted() {
+    let (ledger, _db) = fresh_ledger(Db::Sqlite).await;
+    ledger
+        .insert_drill_run(&DrillRunRow {
+            run_id: "drl_cut_short".into(),
+            kinds: "[\"delivery-after-delete\"]".into(),
+            queue: "embedded".into(),
+            timings: "compressed".into(),
+            requested_by: "test".into(),
+            status: "running".into(),
+            started_at: 0,
+            alive_at: 0,
+            finished_at: None,
+            report: "{}".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        ledger.mark_interrupted_drills(Duration::from_secs(60)).await.unwrap(),
+        0,
+        "a run still saving its progress is alive"
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        ledger.mark_interrupted_drills(Duration::from_millis(1)).await.unwrap(),
+        1
+    );
+    let row = ledger.drill_run("drl_cut_short").await.unwrap().unwrap();
+    assert_eq!(row.status, "interrupted");
+    assert!(row.finished_at.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operator_runs_a_drill_from_the_console_and_a_viewer_cannot() {
+    let app = spawn_app(Db::Sqlite).await;
+    let mut viewer = app.signed_in(Role::Viewer).await;
+    let page = viewer.page("/drills").await;
+    assert!(page.contains("live-owner-suppresses-duplicate"), "the catalogue is shown");
+    assert!(!page.contains("Run drill"), "a viewer gets no form");
+    let csrf = crate::helpers::token_in(&page).unwrap();
+    let refused = viewer
+        .post("/drills", &[("csrf", &csrf), ("kind", "all")])
+        .await;
+    assert_eq!(refused.status(), 403);
+    assert!(app.ledger.drill_runs(10).await.unwrap().is_empty());
+
+    let mut operator = app.signed_in(Role::Operator).await;
+    let csrf = operator.token("/drills").await;
+    let bad = operator
+        .post("/drills", &[("csrf", &csrf), ("kind", "no-such-drill")])
+        .await;
+    assert_eq!(bad.status(), 303);
+    assert_eq!(location(&bad), "/drills");
+    assert!(operator.page("/drills").await.contains("There is no drill called"));
+    let forged = operator
+        .post("/drills", &[("csrf", "forged"), ("kind", "all")])
+        .await;
+    assert_eq!(forged.status(), 403);
+
+    let started = operator
+        .post(
+            "/drills",
+            &[
+                ("csrf", &csrf),
+                ("kind", "delivery-after-delete"),
+                ("queue", "embedded"),
+                ("timings", "compressed"),
+            ],
+        )
+        .await;
+    assert_eq!(started.status(), 303);
+    let report_path = location(&started);
+    let run_id = report_path.strip_prefix("/drills/").unwrap().to_owned();
+    let live = operator.page(&report_path).await;
+    assert!(live.contains("delivery-after-delete"));
+    let until = tokio::time::Instant::now() + Duration::from_secs(30);
+    let page = loop {
+        let page = operator.page(&report_path).await;
+        if !page.contains("refreshes itself while the drill runs") {
+            break page;
+        }
+        assert!(tokio::time::Instant::now() < until, "the drill never finished");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(page.contains("PASS"), "{page}");
+    assert!(page.contains("1 of 1 scenarios passed"));
+    let evidence = page
+        .split("href=\"/jobs/")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("an evidence link");
+    assert!(evidence.contains("#e"), "links point at events: {evidence}");
+
+    let markdown = operator.get(&format!("/drills/{run_id}/report.md")).await;
+    assert_eq!(markdown.status(), 200);
+    let markdown = markdown.text().await.unwrap();
+    assert!(markdown.contains(&format!("# Drill {run_id} — PASS")), "{markdown}");
+    assert!(markdown.contains(&format!("{}/jobs/job_", app.base)), "absolute links");
+    let json: serde_json::Value = operator
+        .get(&format!("/drills/{run_id}/report.json"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(json["verdict"], "PASS");
+    assert!(json["scenarios"][0]["checks"][0]["evidence"][0]["permalink"]
+        .as_str()
+        .unwrap()
+        .starts_with(&app.base));
+    assert_eq!(operator.get("/drills/drl_nope").await.status(), 404);
+    assert_eq!(operator.get("/drills/drl_nope/report.md").await.status(), 404);
+
+    let audit = app
+        .ledger
+        .audit_entries(&fenceline::ledger::AuditFilter {
+            action: Some("drill_started".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(audit.len(), 1);
+    assert_eq!(audit[0].actor, "operator:test-operator");
+    assert!(audit[0].reason.contains(&run_id));
+}
+
+#[tokio::test]
+async fn a_drill_jobs_sends_stay_in_its_own_lane() {
+    let (ledger, _db) = fresh_ledger(Db::Sqlite).await;
+    let tenant_job = crate::helpers::create(
+        &ledger,
+        crate::helpers::new_job("acme", "tenant-work", serde_json::json!(1)),
+    )
+    .await;
+    let mut drill_job = crate::helpers::new_job("drill", "drill-work", serde_json::json!(2));
+    drill_job.drill_run = Some("drl_lane".into());
+    let drill_job = crate::helpers::create(&ledger, drill_job).await;
+    let lock = Duration::from_secs(60);
+    let tenants: Vec<String> = ledger
+        .claim_outbox(10, lock, "")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.job_id)
+        .collect();
+    assert_eq!(tenants, vec![tenant_job], "the tenants' dispatcher never sends a drill's job");
+    let drills: Vec<String> = ledger
+        .claim_outbox(10, lock, "drl_lane")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.job_id)
+        .collect();
+    assert_eq!(drills, vec![drill_job]);
+    assert!(ledger.claim_outbox(10, lock, "drl_other").await.unwrap().is_empty());
+}
