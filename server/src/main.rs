@@ -192,7 +192,10 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// `fenceline drill run`: runs scenarios to their verdict, showing each as it finishes.
-async fn drill(settings: &Settings, args: &fenceline::settings::DrillRunArgs) -> anyhow::Result<()> {
+async fn drill(
+    settings: &Settings,
+    args: &fenceline::settings::DrillRunArgs,
+) -> anyhow::Result<()> {
     use fenceline::drill::{DrillKind, DrillRequest, ScenarioStatus};
     let kinds = if args.kind.trim() == "all" {
         DrillKind::ALL.to_vec()
@@ -221,7 +224,11 @@ async fn drill(settings: &Settings, args: &fenceline::settings::DrillRunArgs) ->
         requested_by: "cli".into(),
     };
     let report = fenceline::drill::runner::run(&ledger, settings.environment, request, |s| {
-        let verdict = if s.status == ScenarioStatus::Passed { "PASS" } else { "FAIL" };
+        let verdict = if s.status == ScenarioStatus::Passed {
+            "PASS"
+        } else {
+            "FAIL"
+        };
         let took = s.took_ms.unwrap_or(0) as f64 / 1000.0;
         eprintln!("{verdict}  {}  ({took:.1} s)", s.kind.as_str());
         for check in s.checks.iter().filter(|c| !c.passed) {

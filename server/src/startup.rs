@@ -68,7 +68,10 @@ impl Application {
             .await
         {
             Ok(0) => {}
-            Ok(n) => tracing::warn!(runs = n, "drill runs cut short by a restart are marked interrupted"),
+            Ok(n) => tracing::warn!(
+                runs = n,
+                "drill runs cut short by a restart are marked interrupted"
+            ),
             Err(error) => tracing::warn!(%error, "could not mark interrupted drill runs"),
         }
         let router = http::router(AppState {

@@ -140,10 +140,14 @@ struct Inner {
     receipts: HashMap<String, String>,
     /// Each armed job's first receipt: the delivery its first owner holds.
     first_receipts: HashMap<String, String>,
-    paused: HashMap<String, Instant>,
+    /// Frozen work, by job and worker: only the worker that froze holds still.
+    paused: HashMap<(String, String), Instant>,
     /// Workers frozen whole (they receive nothing either), by worker id.
     frozen_workers: HashMap<String, Instant>,
     fired: Vec<Fired>,
+    /// Safeguards switched off for this run (test builds only).
+    #[cfg(feature = "sabotage")]
+    disabled: std::collections::HashSet<super::sabotage::Safeguard>,
 }
 
 /// The fault registry one drill run shares between its queue wrapper, workers, dispatcher
@@ -188,7 +192,7 @@ impl Faults {
     pub fn disarm(&self, job_id: &str) {
         let mut inner = self.lock();
         inner.armed.remove(job_id);
-        inner.paused.remove(job_id);
+        inner.paused.retain(|(job, _), _| job != job_id);
         inner.receipts.retain(|_, job| job != job_id);
         inner.first_receipts.remove(job_id);
     }
@@ -242,9 +246,11 @@ impl Faults {
         self.lock().receipts.get(fingerprint).cloned()
     }
 
-    /// Freezes a job's worker until `until`.
-    pub fn pause(&self, job_id: &str, until: Instant) {
-        self.lock().paused.insert(job_id.to_owned(), until);
+    /// Freezes one worker's work on a job until `until`.
+    pub fn pause(&self, job_id: &str, worker_id: &str, until: Instant) {
+        self.lock()
+            .paused
+            .insert((job_id.to_owned(), worker_id.to_owned()), until);
     }
 
     /// Freezes a whole worker until `until`: it receives nothing meanwhile.
@@ -263,13 +269,33 @@ impl Faults {
             .filter(|until| *until > Instant::now())
     }
 
-    /// When a frozen job's worker wakes up, if it is frozen now.
-    pub fn paused_until(&self, job_id: &str) -> Option<Instant> {
+    /// When a worker frozen on a job wakes up, if it is frozen now.
+    pub fn paused_until(&self, job_id: &str, worker_id: &str) -> Option<Instant> {
         self.lock()
             .paused
-            .get(job_id)
+            .get(&(job_id.to_owned(), worker_id.to_owned()))
             .copied()
             .filter(|until| *until > Instant::now())
+    }
+
+    /// Whether a safeguard is switched off for this run. Always `false` outside test builds.
+    #[inline]
+    pub fn disabled(&self, safeguard: super::sabotage::Safeguard) -> bool {
+        #[cfg(feature = "sabotage")]
+        {
+            self.lock().disabled.contains(&safeguard)
+        }
+        #[cfg(not(feature = "sabotage"))]
+        {
+            let _ = safeguard;
+            false
+        }
+    }
+
+    /// Switches a safeguard off for this run's workers (test builds only).
+    #[cfg(feature = "sabotage")]
+    pub fn disable(&self, safeguard: super::sabotage::Safeguard) {
+        self.lock().disabled.insert(safeguard);
     }
 
     /// Every fault injected so far.
@@ -287,7 +313,10 @@ mod tests {
         let faults = Faults::default();
         faults.arm("job_a", Arm::times(FaultPoint::QueueDelete, 2));
         assert_eq!(faults.fire("job_b", FaultPoint::QueueDelete), None);
-        assert_eq!(faults.fire("job_a", FaultPoint::QueueChangeVisibility), None);
+        assert_eq!(
+            faults.fire("job_a", FaultPoint::QueueChangeVisibility),
+            None
+        );
         assert!(faults.fire("job_a", FaultPoint::QueueDelete).is_some());
         assert!(faults.fire("job_a", FaultPoint::QueueDelete).is_some());
         assert_eq!(faults.fire("job_a", FaultPoint::QueueDelete), None);

@@ -10,6 +10,7 @@
 pub mod faults;
 pub mod provider;
 pub mod runner;
+pub mod sabotage;
 mod scenarios;
 
 use serde::{Deserialize, Serialize};
@@ -88,8 +89,8 @@ impl DrillKind {
                  the job is recovered; A wakes up and tries to commit."
             }
             DrillKind::UncertainAttemptRequiresDecision => {
-                "Continues the paused-worker drill: the job is unknown; after a while a fenced \
-                 retry is authorized."
+                "Continues the paused-worker drill: the job is unknown and its message is \
+                 delivered again; then a fenced retry is authorized."
             }
             DrillKind::CommitSurvivesFailedDelete => {
                 "The result commits; DeleteMessage then times out and the message comes back."
@@ -188,9 +189,7 @@ impl DrillKind {
             }
             DrillKind::CommitSurvivesFailedDelete => &[F::QueueDelete],
             DrillKind::StaleReceiptHandleDelete => &[F::QueueDeleteStaleHandle],
-            DrillKind::RenewalTimeoutLeaseValid => {
-                &[F::QueueChangeVisibility, F::ProviderLatency]
-            }
+            DrillKind::RenewalTimeoutLeaseValid => &[F::QueueChangeVisibility, F::ProviderLatency],
             DrillKind::LeaseRenewalFailure => &[F::LeaseRenew, F::ProviderLatency],
             DrillKind::DeadlineExhausted => &[F::ProviderLatency],
             DrillKind::DeliveryAfterDelete => &[],

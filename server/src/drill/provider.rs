@@ -37,7 +37,11 @@ impl<P: Provider> Provider for FaultyProvider<P> {
                 request_id,
             };
         }
-        if self.faults.fire(&job, FaultPoint::ProviderRetryable).is_some() {
+        if self
+            .faults
+            .fire(&job, FaultPoint::ProviderRetryable)
+            .is_some()
+        {
             return ProviderOutcome::Retryable {
                 code: "drill_rate_limited".into(),
                 request_id,

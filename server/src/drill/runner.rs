@@ -102,7 +102,12 @@ pub(crate) struct Rig {
 }
 
 impl Rig {
-    async fn build(ledger: &Ledger, run_id: &str, request: &DrillRequest) -> Result<Rig, DrillError> {
+    async fn build(
+        ledger: &Ledger,
+        run_id: &str,
+        request: &DrillRequest,
+        faults: Faults,
+    ) -> Result<Rig, DrillError> {
         let short = &run_id[run_id.len().saturating_sub(8)..];
         let name = format!("drill-{short}");
         let timings = request.timings.timings();
@@ -118,7 +123,6 @@ impl Rig {
                 )
             }
         };
-        let faults = Faults::default();
         let queue = FaultyQueue::with_faults(inner, faults.clone());
         let provider = FaultyProvider::new(
             StubProvider::new(StubConfig {
@@ -142,7 +146,11 @@ impl Rig {
         }
         let lane = dispatcher::Lane {
             drill_run: run_id.to_owned(),
-            lock: timings.visibility,
+            lock: if faults.disabled(super::sabotage::Safeguard::ResendLostDispatch) {
+                Duration::from_secs(24 * 3600)
+            } else {
+                timings.visibility
+            },
             faults: Some(faults.clone()),
         };
         tasks.spawn(dispatcher::run_lane(
@@ -219,7 +227,8 @@ pub async fn start(
     let ledger = ledger.clone();
     let id = run_id.clone();
     tokio::spawn(async move {
-        if let Err(error) = execute(&ledger, &id, request, report, |_| {}).await {
+        if let Err(error) = execute(&ledger, &id, request, report, Faults::default(), |_| {}).await
+        {
             tracing::warn!(run = %id, %error, "a drill run failed to run");
         }
     });
@@ -234,7 +243,31 @@ pub async fn run(
     progress: impl Fn(&ScenarioReport) + Send + Sync + 'static,
 ) -> Result<Report, DrillError> {
     let (run_id, report) = begin(ledger, environment, &request).await?;
-    execute(ledger, &run_id, request, report, progress).await
+    execute(
+        ledger,
+        &run_id,
+        request,
+        report,
+        Faults::default(),
+        progress,
+    )
+    .await
+}
+
+/// [`run`] with safeguards switched off, to show that the drills proving them fail. Test
+/// builds only.
+#[cfg(feature = "sabotage")]
+pub async fn run_sabotaged(
+    ledger: &Ledger,
+    request: DrillRequest,
+    disabled: &[super::sabotage::Safeguard],
+) -> Result<Report, DrillError> {
+    let (run_id, report) = begin(ledger, Environment::Development, &request).await?;
+    let faults = Faults::default();
+    for safeguard in disabled {
+        faults.disable(*safeguard);
+    }
+    execute(ledger, &run_id, request, report, faults, |_| {}).await
 }
 
 async fn begin(
@@ -300,10 +333,11 @@ async fn execute(
     run_id: &str,
     request: DrillRequest,
     report: Report,
+    faults: Faults,
     progress: impl Fn(&ScenarioReport) + Send + Sync + 'static,
 ) -> Result<Report, DrillError> {
     let report = Arc::new(Mutex::new(report));
-    let rig = match Rig::build(ledger, run_id, &request).await {
+    let rig = match Rig::build(ledger, run_id, &request, faults).await {
         Ok(rig) => Arc::new(rig),
         Err(error) => {
             {
@@ -339,7 +373,8 @@ async fn execute(
     };
     let mut scenarios = tokio::task::JoinSet::new();
     for (index, kind) in request.kinds.iter().copied().enumerate() {
-        let (rig, report, progress) = (Arc::clone(&rig), Arc::clone(&report), Arc::clone(&progress));
+        let (rig, report, progress) =
+            (Arc::clone(&rig), Arc::clone(&report), Arc::clone(&progress));
         scenarios.spawn(async move {
             report.lock().expect("report lock").scenarios[index].status = ScenarioStatus::Running;
             let started = std::time::Instant::now();

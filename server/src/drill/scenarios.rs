@@ -91,6 +91,20 @@ impl View {
     }
 }
 
+/// Whether a second delivery of the job was examined: suppressed, or (by a broken worker)
+/// worked or deleted.
+fn second_delivery_examined(v: &View) -> bool {
+    v.all(K::DeliveryReceived).get(1).is_some_and(|second| {
+        v.events.iter().any(|e| {
+            e.seq > second.seq
+                && matches!(
+                    e.kind,
+                    K::DuplicateSuppressed | K::ResultAccepted | K::MessageDeleted
+                )
+        })
+    })
+}
+
 fn detail_str<'a>(e: &'a Event, key: &str) -> &'a str {
     e.detail.get(key).and_then(Value::as_str).unwrap_or("")
 }
@@ -218,13 +232,24 @@ impl Ctx<'_> {
         what: &str,
         done: impl Fn(&View) -> bool,
     ) -> Result<View, Stop> {
+        self.until_within(job_id, what, self.limit(), done).await
+    }
+
+    /// [`Ctx::until`] with its own limit.
+    async fn until_within(
+        &self,
+        job_id: &str,
+        what: &str,
+        limit: Duration,
+        done: impl Fn(&View) -> bool,
+    ) -> Result<View, Stop> {
         let started = tokio::time::Instant::now();
         loop {
             let view = self.view(job_id).await?;
             if done(&view) {
                 return Ok(view);
             }
-            if started.elapsed() > self.limit() {
+            if started.elapsed() > limit {
                 let tail: Vec<&str> = view
                     .events
                     .iter()
@@ -236,10 +261,7 @@ impl Ctx<'_> {
                     &format!("reached: {what}"),
                     format!(
                         "not within {:?}: the job is {} at epoch {}; latest events {:?}",
-                        self.limit(),
-                        view.job.state,
-                        view.job.owner_epoch,
-                        tail
+                        limit, view.job.state, view.job.owner_epoch, tail
                     ),
                 ));
             }
@@ -293,7 +315,10 @@ impl Ctx<'_> {
                                 error_code: "drill_finished".into(),
                             },
                             &Actor::Drill,
-                            &format!("drill run {} is over; this job is its evidence", self.rig.run_id),
+                            &format!(
+                                "drill run {} is over; this job is its evidence",
+                                self.rig.run_id
+                            ),
                         )
                         .await;
                 }
@@ -377,11 +402,7 @@ fn one_result_from_one_attempt(ctx: &Ctx<'_>, view: &View) {
     ctx.check(
         "exactly one result was accepted",
         accepted.len() == 1 && view.job.state == JobState::Succeeded,
-        format!(
-            "{} accepted; the job is {}",
-            accepted.len(),
-            view.job.state
-        ),
+        format!("{} accepted; the job is {}", accepted.len(), view.job.state),
         &accepted,
     );
 }
@@ -402,8 +423,8 @@ async fn live_owner_suppresses_duplicate(ctx: &Ctx<'_>) -> Step {
     let view = ctx
         .until(&job, "the job succeeded and the copy was examined", |v| {
             v.job.state == JobState::Succeeded
-                && v.has(K::DuplicateSuppressed)
                 && v.has(K::MessageDeleted)
+                && second_delivery_examined(v)
         })
         .await?;
     let deliveries = view.all(K::DeliveryReceived);
@@ -454,7 +475,7 @@ async fn paused_worker(ctx: &Ctx<'_>) -> Result<(String, i64), Stop> {
         .await?;
     let view = ctx
         .until(&job, "the paused worker woke up and tried to commit", |v| {
-            v.has(K::ResultRejected)
+            v.has(K::ResultRejected) || (v.has(K::RecoveryClaimed) && v.has(K::ResultAccepted))
         })
         .await?;
     let Some((a, a_epoch)) = view.first_owner() else {
@@ -546,12 +567,35 @@ async fn paused_worker(ctx: &Ctx<'_>) -> Result<(String, i64), Stop> {
 
 async fn uncertain_attempt(ctx: &Ctx<'_>) -> Step {
     let (job, recovered_at) = paused_worker(ctx).await?;
+    // The message is delivered again while the job is unknown: that alone must not start a
+    // second attempt.
+    let last = ctx.view(&job).await?.events.last().map_or(0, |e| e.seq);
+    ctx.send_copy(&job).await?;
+    ctx.until(&job, "the copy reached a worker", |v| {
+        v.after(last, K::DeliveryReceived).is_some()
+    })
+    .await?;
     // Time for anything that would start a second attempt on its own to do so.
     tokio::time::sleep(ctx.t().visibility).await;
     let before = ctx.view(&job).await?;
+    let copy = before.after(last, K::DeliveryReceived);
     let waiting = before.job.state == JobState::Unknown && before.attempts.len() == 1;
+    ctx.check(
+        "no second attempt before a recorded decision",
+        waiting,
+        format!(
+            "{:?} after a copy of the message arrived the job was {} with {} attempt(s)",
+            ctx.t().visibility,
+            before.job.state,
+            before.attempts.len(),
+        ),
+        &copy.into_iter().collect::<Vec<_>>(),
+    );
+    if !waiting {
+        return Err(Stop);
+    }
     let reason = "drill: the uncertain attempt was reviewed; a fenced retry is authorized";
-    match ctx
+    if let Err(error) = ctx
         .rig
         .ledger
         .decide(
@@ -563,8 +607,7 @@ async fn uncertain_attempt(ctx: &Ctx<'_>) -> Step {
         )
         .await
     {
-        Ok(_) => {}
-        Err(error) => return Err(ctx.fail("a fenced retry was authorized", error.to_string())),
+        return Err(ctx.fail("a fenced retry was authorized", error.to_string()));
     }
     let view = ctx
         .until(&job, "the authorized retry succeeded", |v| {
@@ -575,13 +618,10 @@ async fn uncertain_attempt(ctx: &Ctx<'_>) -> Step {
     let second = view.all(K::AttemptStarted).get(1).copied();
     let ordered = matches!((decision, second), (Some(d), Some(s)) if s.seq > d.seq);
     ctx.check(
-        "no second attempt before a recorded decision",
-        waiting && ordered,
+        "the second attempt started after the decision",
+        ordered,
         format!(
-            "after {:?} the job was {} with {} attempt(s); the second attempt started {} the decision",
-            ctx.t().visibility,
-            before.job.state,
-            before.attempts.len(),
+            "the second attempt started {} the decision",
             if ordered { "after" } else { "not after" }
         ),
         &[decision, second].into_iter().flatten().collect::<Vec<_>>(),
@@ -611,12 +651,19 @@ async fn uncertain_attempt(ctx: &Ctx<'_>) -> Step {
 
 async fn commit_survives_failed_delete(ctx: &Ctx<'_>) -> Step {
     let job = ctx
-        .submit("delete-fails", ctx.deadline(), 3, vec![Arm::once(F::QueueDelete)])
+        .submit(
+            "delete-fails",
+            ctx.deadline(),
+            3,
+            vec![Arm::once(F::QueueDelete)],
+        )
         .await?;
     let view = ctx
-        .until(&job, "the redelivery was acknowledged and deleted", |v| {
-            v.first(K::DeliveryAckedTerminal)
-                .is_some_and(|ack| v.after(ack.seq, K::MessageDeleted).is_some())
+        .until(&job, "the message came back and was dealt with", |v| {
+            v.first(K::DeleteFailed).is_some_and(|f| {
+                v.after(f.seq, K::DeliveryReceived)
+                    .is_some_and(|back| v.after(back.seq, K::MessageDeleted).is_some())
+            })
         })
         .await?;
     let accepted = view.first(K::ResultAccepted);
@@ -668,9 +715,11 @@ async fn stale_receipt_handle_delete(ctx: &Ctx<'_>) -> Step {
         )
         .await?;
     let view = ctx
-        .until(&job, "the remaining message came back and was acknowledged", |v| {
-            v.has(K::DeliveryAckedTerminal) && v.count(K::MessageDeleted) >= 2
-        })
+        .until(
+            &job,
+            "the remaining message came back and was dealt with",
+            |v| v.count(K::MessageDeleted) >= 2,
+        )
         .await?;
     let accepted = view.first(K::ResultAccepted);
     let first_delete = accepted.and_then(|a| view.after(a.seq, K::MessageDeleted));
@@ -692,7 +741,10 @@ async fn stale_receipt_handle_delete(ctx: &Ctx<'_>) -> Step {
             Some(d) => format!("the same message came back (receive {})", d.receive_count),
             None => "the message did not come back after the reported delete".into(),
         },
-        &[first_delete, back].into_iter().flatten().collect::<Vec<_>>(),
+        &[first_delete, back]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>(),
     );
     let ack = back.and_then(|b| view.after(b.seq, K::DeliveryAckedTerminal));
     ctx.check(
@@ -726,8 +778,8 @@ async fn renewal_timeout_lease_valid(ctx: &Ctx<'_>) -> Step {
         )
         .await?;
     let view = ctx
-        .until(&job, "the job succeeded after the copy came back", |v| {
-            v.job.state == JobState::Succeeded && v.has(K::DuplicateSuppressed)
+        .until(&job, "the job succeeded after the message came back", |v| {
+            v.job.state == JobState::Succeeded && second_delivery_examined(v)
         })
         .await?;
     let uncertain: Vec<&Event> = view
@@ -774,9 +826,14 @@ async fn lease_renewal_failure(ctx: &Ctx<'_>) -> Step {
         )
         .await?;
     let view = ctx
-        .until(&job, "A stopped and the job was recovered", |v| {
-            v.has(K::LeaseLost) && v.has(K::RecoveryClaimed)
-        })
+        .until(
+            &job,
+            "the job was recovered and A stopped or tried to commit",
+            |v| {
+                v.has(K::RecoveryClaimed)
+                    && (v.has(K::LeaseLost) || v.has(K::ResultRejected) || v.has(K::ResultAccepted))
+            },
+        )
         .await?;
     let Some((a, a_epoch)) = view.first_owner() else {
         return Err(ctx.fail("worker A claimed the job", "no claim on the timeline"));
@@ -835,7 +892,9 @@ async fn deadline_exhausted(ctx: &Ctx<'_>) -> Step {
         )
         .await?;
     let expired = ctx
-        .until(&job, "the job expired", |v| v.job.state == JobState::Expired)
+        .until(&job, "the job expired", |v| {
+            v.job.state == JobState::Expired
+        })
         .await?;
     ctx.send_copy(&job).await?;
     let last = expired.events.last().map(|e| e.seq).unwrap_or(0);
@@ -906,8 +965,9 @@ async fn delivery_after_delete(ctx: &Ctx<'_>) -> Step {
     let deleted = done.first(K::MessageDeleted).map(|e| e.seq).unwrap_or(0);
     ctx.send_copy(&job).await?;
     let view = ctx
-        .until(&job, "the copy was acknowledged", |v| {
+        .until(&job, "the copy was dealt with", |v| {
             v.after(deleted, K::DeliveryAckedTerminal).is_some()
+                || v.after(deleted, K::MessageDeleted).is_some()
         })
         .await?;
     let copy = view.after(deleted, K::DeliveryReceived);
@@ -935,8 +995,9 @@ async fn crash_before_dispatch(ctx: &Ctx<'_>) -> Step {
             vec![Arm::once(F::DispatchCrashBeforeSend)],
         )
         .await?;
+    // The lost send is repaired once the dead dispatcher's hold lapses (the visibility).
     let view = ctx
-        .until(&job, "the job succeeded", |v| {
+        .until_within(&job, "the job succeeded", ctx.t().visibility * 6, |v| {
             v.job.state == JobState::Succeeded
         })
         .await?;
@@ -968,7 +1029,10 @@ async fn crash_before_dispatch(ctx: &Ctx<'_>) -> Step {
             ),
             None => "no outbox row".into(),
         },
-        &[created, dispatched].into_iter().flatten().collect::<Vec<_>>(),
+        &[created, dispatched]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>(),
     );
     one_result_from_one_attempt(ctx, &view);
     Ok(())
@@ -989,9 +1053,11 @@ async fn dlq_replay_inspected(ctx: &Ctx<'_>) -> Step {
     };
     if ctx.rig.queue_kind == DrillQueue::Embedded {
         // The embedded queue's move is put on the timeline by the reaper.
-        ctx.until(&job, "the message was moved to the dead-letter queue", |v| {
-            v.has(K::MovedToDlq)
-        })
+        ctx.until(
+            &job,
+            "the message was moved to the dead-letter queue",
+            |v| v.has(K::MovedToDlq),
+        )
         .await?;
     } else {
         let started = tokio::time::Instant::now();
@@ -1005,14 +1071,26 @@ async fn dlq_replay_inspected(ctx: &Ctx<'_>) -> Step {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    let replay = crate::worker::dlq::replay_inspected(
-        &ctx.rig.ledger,
-        &ctx.rig.queue,
-        &Actor::Drill,
-        10,
-    )
-    .await
-    .map_err(|e| ctx.fail("the dead letter was replayed", e.to_string()))?;
+    let replay = if ctx
+        .rig
+        .faults
+        .disabled(super::sabotage::Safeguard::InspectBeforeReplay)
+    {
+        // What a replay without inspection does: every letter goes back as it is.
+        for letter in dlq
+            .receive(10, Duration::from_secs(30), Duration::ZERO)
+            .await
+            .unwrap_or_default()
+        {
+            let _ = ctx.rig.queue.send(&letter.body, Duration::ZERO).await;
+            let _ = dlq.delete(&letter.receipt).await;
+        }
+        crate::worker::dlq::Replay::default()
+    } else {
+        crate::worker::dlq::replay_inspected(&ctx.rig.ledger, &ctx.rig.queue, &Actor::Drill, 10)
+            .await
+            .map_err(|e| ctx.fail("the dead letter was replayed", e.to_string()))?
+    };
     let view = ctx
         .until(&job, "the replayed job succeeded", |v| {
             v.job.state == JobState::Succeeded
@@ -1129,13 +1207,15 @@ async fn attempt_budget_exhausted(ctx: &Ctx<'_>) -> Step {
     });
     ctx.check(
         "failed_terminal once the budget was spent",
-        view.job.state == JobState::FailedTerminal
-            && view.job.attempt_count == i64::from(budget),
+        view.job.state == JobState::FailedTerminal && view.job.attempt_count == i64::from(budget),
         format!(
             "the job is {} after {} of {budget} attempts ({:?})",
             view.job.state, view.job.attempt_count, view.job.error_code
         ),
-        &change.or(started.last().copied()).into_iter().collect::<Vec<_>>(),
+        &change
+            .or(started.last().copied())
+            .into_iter()
+            .collect::<Vec<_>>(),
     );
     ctx.check(
         "no extra attempt",
@@ -1162,11 +1242,11 @@ async fn worker_crash_mid_call(ctx: &Ctx<'_>) -> Step {
     let first = ctx
         .until(&job, "the call started", |v| v.has(K::AttemptStarted))
         .await?;
-    let view = ctx
-        .until(&job, "the job was recovered", |v| {
-            v.has(K::RecoveryClaimed) && v.job.state == JobState::Unknown
-        })
+    ctx.until(&job, "the job was recovered", |v| v.has(K::RecoveryClaimed))
         .await?;
+    // Time for the message to come back and for anything that would act on its own to act.
+    tokio::time::sleep(ctx.t().visibility + ctx.t().heartbeat).await;
+    let view = ctx.view(&job).await?;
     let Some((_, a_epoch)) = view.first_owner() else {
         return Err(ctx.fail("worker A claimed the job", "no claim on the timeline"));
     };
@@ -1178,7 +1258,10 @@ async fn worker_crash_mid_call(ctx: &Ctx<'_>) -> Step {
         "a recovery claim fenced the dead worker out",
         recovery.is_some(),
         match recovery {
-            Some(r) => format!("recovery_claimed by {} at epoch {}: {}", r.actor, r.epoch, r.detail),
+            Some(r) => format!(
+                "recovery_claimed by {} at epoch {}: {}",
+                r.actor, r.epoch, r.detail
+            ),
             None => "no recovery".into(),
         },
         &recovery.into_iter().collect::<Vec<_>>(),

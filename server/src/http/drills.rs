@@ -55,7 +55,12 @@ pub(super) async fn start(
         "all" => DrillKind::ALL.to_vec(),
         other => match DrillKind::parse(other) {
             Some(kind) => vec![kind],
-            None => return back(format!("There is no drill called {other:?}. Nothing was started.")).await,
+            None => {
+                return back(format!(
+                    "There is no drill called {other:?}. Nothing was started."
+                ))
+                .await
+            }
         },
     };
     let queue = match form.queue.trim() {
@@ -94,7 +99,11 @@ pub(super) async fn start(
         Ok(run_id) => {
             if let Err(error) = state
                 .ledger
-                .audit_drill_started(&actor, &run_id, &format!("{asked} on {} ({})", queue.as_str(), timings.as_str()))
+                .audit_drill_started(
+                    &actor,
+                    &run_id,
+                    &format!("{asked} on {} ({})", queue.as_str(), timings.as_str()),
+                )
                 .await
             {
                 tracing::warn!(%error, "could not audit a drill start");

@@ -164,3 +164,28 @@ impl Ledger {
         Ok(())
     }
 }
+
+#[cfg(feature = "sabotage")]
+impl Ledger {
+    /// What a worker without fencing does: marks the job succeeded whatever its epoch and
+    /// state, with a `result_accepted` on its timeline. Test builds only.
+    pub async fn sabotaged_accept(
+        &self,
+        job_id: &str,
+        epoch: i64,
+        actor: &crate::job::Actor,
+    ) -> Result<(), LedgerError> {
+        sqlx::query(
+            "UPDATE jobs SET state = 'succeeded', pending_attempt = NULL, \
+             terminal_at = COALESCE(terminal_at, updated_at), \
+             result_ref = COALESCE(result_ref, 'unfenced') WHERE job_id = $1",
+        )
+        .bind(job_id)
+        .execute(&self.writer)
+        .await?;
+        let event = super::NewEvent::new(crate::job::EventKind::ResultAccepted, actor)
+            .epoch(epoch)
+            .detail(serde_json::json!({ "unfenced": true }));
+        self.record_event(job_id, &event).await.map(|_| ())
+    }
+}

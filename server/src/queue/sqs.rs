@@ -222,7 +222,13 @@ impl SqsQueue {
     /// effort.
     pub async fn delete_queues(&self) {
         for url in std::iter::once(&self.url).chain(self.dead_letter_url.as_ref()) {
-            if let Err(error) = self.client.delete_queue().queue_url(url.as_ref()).send().await {
+            if let Err(error) = self
+                .client
+                .delete_queue()
+                .queue_url(url.as_ref())
+                .send()
+                .await
+            {
                 tracing::warn!(error = %classify(error), "could not delete a drill queue");
             }
         }

@@ -263,7 +263,6 @@ pub struct RuntimeArgs {
     pub retention_days: Option<u32>,
 }
 
-
 #[derive(Debug, Clone, Args)]
 pub struct SubmitArgs {
     /// The API's base URL.

@@ -11,6 +11,7 @@ use super::heartbeat::{cap_left, db_span, delivery_ref, now_ms, InFlight, StopRe
 use super::message::{self, BadMessage, JobMessage};
 use super::Shared;
 use crate::drill::faults::FaultPoint;
+use crate::drill::sabotage::Safeguard;
 use crate::job::{Actor, EventKind, JobState};
 use crate::ledger::{
     AttemptStarted, DeliveryRef, Failure, Job, LedgerError, NewEvent, Owner, Refusal,
@@ -72,6 +73,50 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
     /// Whether a drill's fault fires here for this job (never outside a drill).
     fn fault(&self, job_id: &str, point: FaultPoint) -> Option<Duration> {
         self.config.faults.as_ref()?.fire(job_id, point)
+    }
+
+    /// Whether a test switched this safeguard off for this worker (never outside test builds).
+    fn sabotaged(&self, safeguard: Safeguard) -> bool {
+        self.config
+            .faults
+            .as_ref()
+            .is_some_and(|f| f.disabled(safeguard))
+    }
+
+    /// What a worker without the safeguards does with any delivery: calls the model and
+    /// writes the answer, whatever the ledger says. Reached only through a switched-off
+    /// safeguard in a test build.
+    async fn work_blindly(&self, job: &Job, delivery: &Delivery, dref: &DeliveryRef) -> Outcome {
+        #[cfg(feature = "sabotage")]
+        {
+            let job_id = job.job_id.as_str();
+            let Ok(Some((input, model))) = self.ledger.job_input(job_id).await else {
+                return Outcome::LedgerUnavailable;
+            };
+            let request = ProviderRequest {
+                job_id: job_id.to_owned(),
+                attempt_no: job.attempt_count + 1,
+                client_request_id: format!("{job_id}:blind"),
+                input,
+                model,
+            };
+            if let ProviderOutcome::Succeeded { .. } =
+                self.provider.call(request, Progress::default()).await
+            {
+                let _ = self
+                    .ledger
+                    .sabotaged_accept(job_id, job.owner_epoch, &self.actor())
+                    .await;
+                self.delete(job_id, delivery, dref, None, "succeeded").await;
+                return Outcome::Succeeded;
+            }
+            Outcome::Stopped("blind_call_failed".into())
+        }
+        #[cfg(not(feature = "sabotage"))]
+        {
+            let _ = (job, delivery, dref);
+            Outcome::Stopped("no_such_safeguard_switch".into())
+        }
     }
 
     async fn event(&self, job_id: &str, event: NewEvent) {
@@ -170,7 +215,10 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             Err(bad) => return self.reject(&delivery, bad, None).await,
         };
         let JobMessage { job_id, tenant } = message;
-        if self.fault(&job_id, FaultPoint::WorkerCrashOnReceive).is_some() {
+        if self
+            .fault(&job_id, FaultPoint::WorkerCrashOnReceive)
+            .is_some()
+        {
             // The process died between the receive and the examination: nothing is written,
             // and the message comes back when its visibility lapses.
             return Outcome::Stopped("crashed_on_receive".into());
@@ -200,6 +248,9 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 .await;
         }
         self.event(&job_id, received).await;
+        if job.state.is_terminal() && self.sabotaged(Safeguard::AckTerminalWithoutInference) {
+            return self.work_blindly(&job, &delivery, &dref).await;
+        }
         if job.state.is_terminal() {
             return self
                 .ack_terminal(&job_id, &delivery, &dref, job.state)
@@ -326,6 +377,9 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 Err(_) => return Outcome::LedgerUnavailable,
             };
             match refusal {
+                Refusal::LiveOwner { .. } if self.sabotaged(Safeguard::SuppressLiveOwnerCopies) => {
+                    return self.work_blindly(&job, &delivery, &dref).await
+                }
                 Refusal::LiveOwner { epoch } => {
                     return self.suppress_duplicate(&job, &delivery, &dref, epoch).await
                 }
@@ -337,6 +391,19 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                         .await
                     {
                         Ok(r) if r.state == JobState::Unknown => {
+                            if self.sabotaged(Safeguard::WaitForDecision) {
+                                let _ = self
+                                    .ledger
+                                    .decide(
+                                        &job_id,
+                                        r.epoch,
+                                        &crate::ledger::Decision::AuthorizeRetry,
+                                        &self.actor(),
+                                        "sabotaged",
+                                    )
+                                    .await;
+                                continue;
+                            }
                             if job.replay_policy == ReplayPolicy::ReplayOnUnknown
                                 && matches!(
                                     self.ledger.apply_replay_policy(&job_id, r.epoch).await,
@@ -371,6 +438,23 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                         return self.ack_terminal(&job_id, &delivery, &dref, state).await;
                     }
                     return self.hand_to_ledger(&job_id, &delivery, &dref, state).await;
+                }
+                Refusal::WrongState(JobState::Unknown)
+                    if self.sabotaged(Safeguard::WaitForDecision) =>
+                {
+                    if let Ok(Some(now)) = self.ledger.job(&job_id).await {
+                        let _ = self
+                            .ledger
+                            .decide(
+                                &job_id,
+                                now.owner_epoch,
+                                &crate::ledger::Decision::AuthorizeRetry,
+                                &self.actor(),
+                                "sabotaged",
+                            )
+                            .await;
+                    }
+                    continue;
                 }
                 Refusal::WrongState(JobState::Unknown) => {
                     return self
@@ -477,7 +561,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         if let Some(hold) = self.fault(job_id, FaultPoint::WorkerPause) {
             if let Some(faults) = &self.config.faults {
                 let until = std::time::Instant::now() + hold;
-                faults.pause(job_id, until);
+                faults.pause(job_id, &self.config.worker_id, until);
                 faults.pause_worker(&self.config.worker_id, until);
             }
         }
@@ -506,7 +590,12 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             () = crashed => return Outcome::Stopped("crashed".into()),
         };
         // A frozen process resumes where it was, however long it was gone.
-        if let Some(until) = self.config.faults.as_ref().and_then(|f| f.paused_until(job_id)) {
+        if let Some(until) = self
+            .config
+            .faults
+            .as_ref()
+            .and_then(|f| f.paused_until(job_id, &self.config.worker_id))
+        {
             tokio::time::sleep_until(until.into()).await;
         }
         match result {
@@ -515,7 +604,11 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                     .await
             }
             Ok(ProviderOutcome::Retryable { code, .. }) => {
-                let backoff = self.config.timings.backoff(attempt.attempt_no);
+                let backoff = if self.sabotaged(Safeguard::BackOffRetries) {
+                    Duration::ZERO
+                } else {
+                    self.config.timings.backoff(attempt.attempt_no)
+                };
                 let failure = Failure::Retryable {
                     error_code: code,
                     backoff,
@@ -592,6 +685,21 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         dref: &DeliveryRef,
     ) -> Outcome {
         let (job_id, epoch) = (owner.job_id(), owner.epoch);
+        #[cfg(feature = "sabotage")]
+        if self.sabotaged(Safeguard::FenceCommits) {
+            let _ = attempt_no;
+            let _ = answer;
+            if self
+                .ledger
+                .sabotaged_accept(job_id, epoch, &self.actor())
+                .await
+                .is_ok()
+            {
+                self.delete(job_id, delivery, dref, Some(epoch), "succeeded")
+                    .await;
+                return Outcome::Succeeded;
+            }
+        }
         // A transient ledger error is retried while the lease may still be valid; a refusal
         // is final and is never followed by an unconditional write.
         for retry in 0..3u32 {

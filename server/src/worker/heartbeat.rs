@@ -12,6 +12,8 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use crate::drill::sabotage::Safeguard;
+
 use super::Shared;
 use crate::job::{Actor, EventKind};
 use crate::ledger::{DeliveryRef, NewEvent};
@@ -123,7 +125,12 @@ impl Registry {
     /// running out. Runs on every heartbeat tick, independently of renewals in flight, so a
     /// renewal that hangs (a locked row, a network black hole) cannot keep a call running
     /// past the lease another worker may then recover.
-    pub(crate) fn enforce_bounds(&self, margin: Duration, frozen: impl Fn(&str) -> bool) {
+    pub(crate) fn enforce_bounds(
+        &self,
+        margin: Duration,
+        frozen: impl Fn(&str) -> bool,
+        stop_unconfirmed: bool,
+    ) {
         let now = Instant::now();
         for ((job_id, _), entry) in self.0.lock().expect("registry lock").iter() {
             if frozen(job_id) {
@@ -131,7 +138,7 @@ impl Registry {
             }
             if now >= entry.deadline {
                 entry.stop(StopReason::DeadlineReached);
-            } else if now + margin >= entry.lease_confirmed_until {
+            } else if stop_unconfirmed && now + margin >= entry.lease_confirmed_until {
                 entry.stop(StopReason::LeaseLost("lease_unconfirmed".into()));
             }
         }
@@ -195,9 +202,11 @@ pub(crate) async fn run<Q: Queue, P: Provider>(
             _ = shutdown.cancelled() => break,
             _ = interval.tick() => {}
         }
-        shared
-            .registry
-            .enforce_bounds(shared.config.timings.margin, |job| frozen(&shared, job));
+        shared.registry.enforce_bounds(
+            shared.config.timings.margin,
+            |job| frozen(&shared, job),
+            !sabotaged(&shared, Safeguard::StopOnUnconfirmedLease),
+        );
         while rounds.try_join_next().is_some() {}
         if rounds.len() >= 8 {
             continue;
@@ -208,13 +217,22 @@ pub(crate) async fn run<Q: Queue, P: Provider>(
     while rounds.join_next().await.is_some() {}
 }
 
+/// Whether a test switched this safeguard off (never outside test builds).
+fn sabotaged<Q: Queue, P: Provider>(shared: &Shared<Q, P>, safeguard: Safeguard) -> bool {
+    shared
+        .config
+        .faults
+        .as_ref()
+        .is_some_and(|f| f.disabled(safeguard))
+}
+
 /// Whether a drill froze this job's worker (a paused process renews nothing, checks nothing).
 fn frozen<Q: Queue, P: Provider>(shared: &Shared<Q, P>, job_id: &str) -> bool {
     shared
         .config
         .faults
         .as_ref()
-        .is_some_and(|f| f.paused_until(job_id).is_some())
+        .is_some_and(|f| f.paused_until(job_id, &shared.config.worker_id).is_some())
 }
 
 /// Collects the jobs whose renewal is due, stopping those past the deadline or without
@@ -240,7 +258,11 @@ fn collect_due<Q: Queue, P: Provider>(shared: &Shared<Q, P>) -> Vec<Due> {
         let scheduled = entry.next_renewal;
         entry.next_renewal = now + t.heartbeat;
         // Never ask past the deadline (plus the margin) or past the 12-hour cap.
-        let to_deadline = entry.deadline.saturating_duration_since(now) + t.margin;
+        let to_deadline = if sabotaged(shared, Safeguard::CapRenewalsAtDeadline) {
+            t.visibility
+        } else {
+            entry.deadline.saturating_duration_since(now) + t.margin
+        };
         let cap_left = cap_left(entry.first_receive_at_ms, wall, t.margin);
         let visibility = t.visibility.min(to_deadline).min(cap_left);
         due.push(Due {

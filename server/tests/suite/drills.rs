@@ -41,7 +41,10 @@ async fn assert_passed_with_real_evidence(ledger: &Ledger, report: &Report) {
                 check.name
             );
             for e in &check.evidence {
-                assert!(jobs.contains(e.job_id.as_str()), "evidence on a job of the drill");
+                assert!(
+                    jobs.contains(e.job_id.as_str()),
+                    "evidence on a job of the drill"
+                );
                 let events = ledger.events(&e.job_id, e.seq - 1, 1).await.unwrap();
                 assert_eq!(
                     events.first().map(|x| (x.seq, x.kind.as_str())),
@@ -70,9 +73,14 @@ async fn assert_passed_with_real_evidence(ledger: &Ledger, report: &Report) {
 async fn the_whole_catalogue_passes_on_the_embedded_queue_and_is_stored() {
     let (ledger, _db) = fresh_ledger(Db::Sqlite).await;
     let started = std::time::Instant::now();
-    let report = runner::run(&ledger, Environment::Development, all(DrillQueue::Embedded), |_| {})
-        .await
-        .unwrap();
+    let report = runner::run(
+        &ledger,
+        Environment::Development,
+        all(DrillQueue::Embedded),
+        |_| {},
+    )
+    .await
+    .unwrap();
     assert!(report.passed(), "{report:#?}");
     assert_eq!(report.scenarios.len(), DrillKind::ALL.len());
     assert_passed_with_real_evidence(&ledger, &report).await;
@@ -94,9 +102,14 @@ async fn the_whole_catalogue_passes_against_an_sqs_protocol_peer() {
         return;
     }
     let (ledger, _db) = fresh_ledger(Db::Postgres).await;
-    let report = runner::run(&ledger, Environment::Development, all(DrillQueue::Sqs), |_| {})
-        .await
-        .unwrap();
+    let report = runner::run(
+        &ledger,
+        Environment::Development,
+        all(DrillQueue::Sqs),
+        |_| {},
+    )
+    .await
+    .unwrap();
     assert!(report.passed(), "{report:#?}");
     assert_passed_with_real_evidence(&ledger, &report).await;
     let stale = report
@@ -114,8 +127,13 @@ async fn the_whole_catalogue_passes_against_an_sqs_protocol_peer() {
 #[tokio::test]
 async fn drills_are_refused_in_production_and_an_empty_run_is_refused() {
     let (ledger, _db) = fresh_ledger(Db::Sqlite).await;
-    let refused = runner::run(&ledger, Environment::Production, all(DrillQueue::Embedded), |_| {})
-        .await;
+    let refused = runner::run(
+        &ledger,
+        Environment::Production,
+        all(DrillQueue::Embedded),
+        |_| {},
+    )
+    .await;
     assert!(matches!(refused, Err(runner::DrillError::Production)));
     let mut empty = all(DrillQueue::Embedded);
     empty.kinds.clear();
@@ -123,7 +141,10 @@ async fn drills_are_refused_in_production_and_an_empty_run_is_refused() {
         runner::run(&ledger, Environment::Development, empty, |_| {}).await,
         Err(runner::DrillError::Empty)
     ));
-    assert!(ledger.drill_runs(10).await.unwrap().is_empty(), "nothing was recorded");
+    assert!(
+        ledger.drill_runs(10).await.unwrap().is_empty(),
+        "nothing was recorded"
+    );
 }
 
 #[tokio::test]
@@ -145,13 +166,19 @@ async fn a_run_whose_process_stopped_is_marked_interrupted() {
         .await
         .unwrap();
     assert_eq!(
-        ledger.mark_interrupted_drills(Duration::from_secs(60)).await.unwrap(),
+        ledger
+            .mark_interrupted_drills(Duration::from_secs(60))
+            .await
+            .unwrap(),
         0,
         "a run still saving its progress is alive"
     );
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(
-        ledger.mark_interrupted_drills(Duration::from_millis(1)).await.unwrap(),
+        ledger
+            .mark_interrupted_drills(Duration::from_millis(1))
+            .await
+            .unwrap(),
         1
     );
     let row = ledger.drill_run("drl_cut_short").await.unwrap().unwrap();
@@ -164,7 +191,10 @@ async fn an_operator_runs_a_drill_from_the_console_and_a_viewer_cannot() {
     let app = spawn_app(Db::Sqlite).await;
     let mut viewer = app.signed_in(Role::Viewer).await;
     let page = viewer.page("/drills").await;
-    assert!(page.contains("live-owner-suppresses-duplicate"), "the catalogue is shown");
+    assert!(
+        page.contains("live-owner-suppresses-duplicate"),
+        "the catalogue is shown"
+    );
     assert!(!page.contains("Run drill"), "a viewer gets no form");
     let csrf = crate::helpers::token_in(&page).unwrap();
     let refused = viewer
@@ -180,7 +210,10 @@ async fn an_operator_runs_a_drill_from_the_console_and_a_viewer_cannot() {
         .await;
     assert_eq!(bad.status(), 303);
     assert_eq!(location(&bad), "/drills");
-    assert!(operator.page("/drills").await.contains("There is no drill called"));
+    assert!(operator
+        .page("/drills")
+        .await
+        .contains("There is no drill called"));
     let forged = operator
         .post("/drills", &[("csrf", "forged"), ("kind", "all")])
         .await;
@@ -208,7 +241,10 @@ async fn an_operator_runs_a_drill_from_the_console_and_a_viewer_cannot() {
         if !page.contains("refreshes itself while the drill runs") {
             break page;
         }
-        assert!(tokio::time::Instant::now() < until, "the drill never finished");
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the drill never finished"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert!(page.contains("PASS"), "{page}");
@@ -223,8 +259,14 @@ async fn an_operator_runs_a_drill_from_the_console_and_a_viewer_cannot() {
     let markdown = operator.get(&format!("/drills/{run_id}/report.md")).await;
     assert_eq!(markdown.status(), 200);
     let markdown = markdown.text().await.unwrap();
-    assert!(markdown.contains(&format!("# Drill {run_id} — PASS")), "{markdown}");
-    assert!(markdown.contains(&format!("{}/jobs/job_", app.base)), "absolute links");
+    assert!(
+        markdown.contains(&format!("# Drill {run_id} — PASS")),
+        "{markdown}"
+    );
+    assert!(
+        markdown.contains(&format!("{}/jobs/job_", app.base)),
+        "absolute links"
+    );
     let json: serde_json::Value = operator
         .get(&format!("/drills/{run_id}/report.json"))
         .await
@@ -232,12 +274,17 @@ async fn an_operator_runs_a_drill_from_the_console_and_a_viewer_cannot() {
         .await
         .unwrap();
     assert_eq!(json["verdict"], "PASS");
-    assert!(json["scenarios"][0]["checks"][0]["evidence"][0]["permalink"]
-        .as_str()
-        .unwrap()
-        .starts_with(&app.base));
+    assert!(
+        json["scenarios"][0]["checks"][0]["evidence"][0]["permalink"]
+            .as_str()
+            .unwrap()
+            .starts_with(&app.base)
+    );
     assert_eq!(operator.get("/drills/drl_nope").await.status(), 404);
-    assert_eq!(operator.get("/drills/drl_nope/report.md").await.status(), 404);
+    assert_eq!(
+        operator.get("/drills/drl_nope/report.md").await.status(),
+        404
+    );
 
     let audit = app
         .ledger
@@ -272,7 +319,11 @@ async fn a_drill_jobs_sends_stay_in_its_own_lane() {
         .into_iter()
         .map(|i| i.job_id)
         .collect();
-    assert_eq!(tenants, vec![tenant_job], "the tenants' dispatcher never sends a drill's job");
+    assert_eq!(
+        tenants,
+        vec![tenant_job],
+        "the tenants' dispatcher never sends a drill's job"
+    );
     let drills: Vec<String> = ledger
         .claim_outbox(10, lock, "drl_lane")
         .await
@@ -281,5 +332,90 @@ async fn a_drill_jobs_sends_stay_in_its_own_lane() {
         .map(|i| i.job_id)
         .collect();
     assert_eq!(drills, vec![drill_job]);
-    assert!(ledger.claim_outbox(10, lock, "drl_other").await.unwrap().is_empty());
+    assert!(ledger
+        .claim_outbox(10, lock, "drl_other")
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+/// For every drill, the safeguard it proves, and the check that must catch its absence (for
+/// the continued paused-worker drill, whichever of its checks meets the broken worker first).
+fn sabotage_of(kind: DrillKind) -> (fenceline::drill::sabotage::Safeguard, &'static str) {
+    use fenceline::drill::sabotage::Safeguard as S;
+    match kind {
+        DrillKind::LiveOwnerSuppressesDuplicate => {
+            (S::SuppressLiveOwnerCopies, "the copy was suppressed")
+        }
+        DrillKind::PausedWorkerStaleEpoch => (S::FenceCommits, "rejected as stale_epoch"),
+        DrillKind::UncertainAttemptRequiresDecision => (
+            S::WaitForDecision,
+            "no second attempt before a recorded decision|the job waits as unknown",
+        ),
+        DrillKind::CommitSurvivesFailedDelete => (
+            S::AckTerminalWithoutInference,
+            "acknowledged without inference",
+        ),
+        DrillKind::StaleReceiptHandleDelete => {
+            (S::AckTerminalWithoutInference, "found the terminal job")
+        }
+        DrillKind::RenewalTimeoutLeaseValid => {
+            (S::SuppressLiveOwnerCopies, "deferred to A's valid lease")
+        }
+        DrillKind::LeaseRenewalFailure => (S::StopOnUnconfirmedLease, "recorded lease_lost"),
+        DrillKind::DeadlineExhausted => (S::CapRenewalsAtDeadline, "renewals stopped"),
+        DrillKind::DeliveryAfterDelete => (
+            S::AckTerminalWithoutInference,
+            "acknowledged without inference",
+        ),
+        DrillKind::CrashBeforeDispatch => (S::ResendLostDispatch, "the job succeeded"),
+        DrillKind::DlqReplayInspected => (S::InspectBeforeReplay, "inspected the ledger"),
+        DrillKind::AttemptBudgetExhausted => (S::BackOffRetries, "spaced by the backoff"),
+        DrillKind::WorkerCrashMidCall => (S::WaitForDecision, "unknown and its attempt lost"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_drill_fails_when_the_safeguard_it_proves_is_switched_off() {
+    let (ledger, _db) = fresh_ledger(Db::Sqlite).await;
+    let mut runs = tokio::task::JoinSet::new();
+    for kind in DrillKind::ALL {
+        let ledger = ledger.clone();
+        runs.spawn(async move {
+            let (safeguard, catcher) = sabotage_of(kind);
+            let request = DrillRequest {
+                kinds: vec![kind],
+                queue: DrillQueue::Embedded,
+                timings: DrillTimings::Compressed,
+                requested_by: "test".into(),
+            };
+            let report = runner::run_sabotaged(&ledger, request, &[safeguard])
+                .await
+                .unwrap();
+            (kind, safeguard, catcher, report)
+        });
+    }
+    let mut wrong = Vec::new();
+    while let Some(joined) = runs.join_next().await {
+        let (kind, safeguard, catcher, report) = joined.unwrap();
+        let scenario = &report.scenarios[0];
+        let failed: Vec<&str> = scenario
+            .checks
+            .iter()
+            .filter(|c| !c.passed)
+            .map(|c| c.name.as_str())
+            .collect();
+        let caught = !report.passed()
+            && scenario.status == ScenarioStatus::Failed
+            && failed
+                .iter()
+                .any(|name| catcher.split('|').any(|c| name.contains(c)));
+        if !caught {
+            wrong.push(format!(
+                "{} with {safeguard:?} off: expected a failed check about {catcher:?}, failed {failed:?}",
+                kind.as_str()
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
 }
