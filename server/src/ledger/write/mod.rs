@@ -415,6 +415,7 @@ mod tests {
             updated_at: 0,
             terminal_at: None,
             pending_attempt: None,
+            drill_run: None,
         }
     }
 
