@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fenceline's benchmarks, each beside its reference in the same invocation:
 #   scripts/bench.sh                 # ledger, pipeline, console (both backends), renewals (PostgreSQL)
-#   scripts/bench.sh ledger|pipeline|console|renewals
+#   scripts/bench.sh ledger|pipeline|console|renewals|drills
 # PostgreSQL runs with durable commits (fsync on, synchronous_commit on) in a throwaway
 # cluster; SQLite runs in WAL with synchronous=FULL in a temporary file.
 set -euo pipefail
@@ -37,4 +37,14 @@ if [ "$which" = all ] || [ "$which" = console ]; then
 fi
 if [ "$which" = all ] || [ "$which" = renewals ]; then
   "$bin" bench renewals --database-url "$(fresh_pg)" --db-max-connections 32
+fi
+if [ "$which" = all ] || [ "$which" = drills ]; then
+  # The whole drill catalogue at compressed timings: wall time per queue (bar: 60 s).
+  start_moto
+  for target in "embedded $(fresh_sqlite)" "embedded $(fresh_pg)" "sqs $(fresh_pg)"; do
+    set -- $target
+    started=$(date +%s.%N)
+    "$bin" drill run all --queue "$1" --database-url "$2" 2>&1 | tail -1
+    echo "drills on $1 (${2%%:*}): $(python3 -c "print(f'{$(date +%s.%N) - $started:.1f}')") s wall"
+  done
 fi

@@ -212,6 +212,44 @@ test('the unknown and dead-letter pages render', async ({ page }, info) => {
   await page.screenshot({ path: info.outputPath('dlq.png'), fullPage: true });
 });
 
+test('an operator runs the whole drill catalogue from the console, watches it, and follows an evidence link to the event', async ({ page }, info) => {
+  test.setTimeout(120_000);
+  await page.goto('/drills');
+  await expect(page.getByRole('heading', { level: 1, name: 'Redelivery drills' })).toBeVisible();
+  await expect(page.locator('table.catalogue')).toContainText('paused-worker-stale-epoch');
+  await page.screenshot({ path: info.outputPath('drills.png'), fullPage: true });
+  await page.getByRole('button', { name: 'Run drill' }).click();
+  await expect(page).toHaveURL(/\/drills\/drl_[0-9a-f]+$/);
+  const runUrl = page.url();
+  // While it runs the page says so and refreshes itself (a meta refresh: no script needed).
+  await expect(page.locator('.job-header .badge').first()).toHaveText(/running|PASS/);
+  await expect(page.locator('.job-header .badge').first()).toHaveText('PASS', { timeout: 90_000 });
+  await expect(page.locator('.job-header')).toContainText('13 of 13 scenarios passed');
+  await page.screenshot({ path: info.outputPath('drill-report.png'), fullPage: true });
+  const evidence = page.locator('#paused-worker-stale-epoch .evidence a').first();
+  const href = await evidence.getAttribute('href');
+  expect(href).toMatch(/^\/jobs\/job_[0-9a-f-]+#e\d+$/);
+  await evidence.click();
+  await page.waitForURL((url) => url.pathname + url.hash === href);
+  const seq = href!.split('#')[1];
+  expect(await page.evaluate(() => document.querySelector(':target')?.closest('tr')?.id ?? document.querySelector(':target')?.id)).toBe(seq);
+  await expect(page.locator('.job-header')).toContainText('tenant drill');
+  await page.screenshot({ path: info.outputPath('drill-evidence.png'), fullPage: true });
+  const markdown = await (await page.request.get(`${runUrl}/report.md`)).text();
+  expect(markdown).toContain('— PASS');
+  expect(markdown).toMatch(/\(http:\/\/127\.0\.0\.1:\d+\/jobs\/job_[0-9a-f-]+#e\d+\)/);
+});
+
+test('a viewer reads drill reports but cannot start one', async ({ page }, info) => {
+  await signOut(page);
+  await signIn(page, 'e2e-viewer');
+  await page.goto('/drills');
+  await expect(page.getByRole('heading', { level: 1, name: 'Redelivery drills' })).toBeVisible();
+  await expect(page.getByRole('button', { name: 'Run drill' })).toHaveCount(0);
+  await expect(page.locator('main')).toContainText('Running a drill needs the operator or admin role');
+  await page.screenshot({ path: info.outputPath('drills-viewer.png'), fullPage: true });
+});
+
 test('readiness reports the embedded ledger', async ({ request }) => {
   const ready = await (await request.get('/readyz')).json();
   expect(ready).toEqual({ ready: true, database: 'sqlite' });

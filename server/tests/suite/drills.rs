@@ -419,3 +419,67 @@ async fn every_drill_fails_when_the_safeguard_it_proves_is_switched_off() {
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
 }
+
+/// `fenceline drill …` as an operator runs it in a terminal.
+async fn cli(args: &[&str], database_url: &str) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_fenceline"))
+        .args(args)
+        .args(["--database-url", database_url])
+        .env("FENCELINE_LOG", "error")
+        .env("FENCELINE_PUBLIC_URL", "https://fl.example.com")
+        .output()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_lists_the_catalogue_runs_a_drill_and_exits_by_its_verdict() {
+    let db = crate::helpers::fresh_db(Db::Sqlite).await;
+    let list = cli(&["drill", "list"], &db.url).await;
+    assert!(list.status.success());
+    let list = String::from_utf8(list.stdout).unwrap();
+    for kind in DrillKind::ALL {
+        assert!(list.contains(kind.as_str()), "{} is listed", kind.as_str());
+    }
+    assert!(list.contains("worker.pause"), "fault points are named");
+
+    let run = cli(
+        &["drill", "run", "delivery-after-delete", "--json"],
+        &db.url,
+    )
+    .await;
+    let progress = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{progress}");
+    assert!(
+        progress.contains("PASS  delivery-after-delete"),
+        "{progress}"
+    );
+    let report: Report = serde_json::from_slice(&run.stdout).expect("the report as JSON");
+    assert!(report.passed());
+    assert_eq!(report.requested_by, "cli");
+
+    let unknown = cli(&["drill", "run", "no-such-drill"], &db.url).await;
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("fenceline drill list"));
+
+    let production = cli(
+        &["--environment", "production", "drill", "run", "all"],
+        &db.url,
+    )
+    .await;
+    assert!(!production.status.success());
+    assert!(
+        String::from_utf8_lossy(&production.stderr)
+            .contains("refused in a deployment marked production"),
+        "{}",
+        String::from_utf8_lossy(&production.stderr)
+    );
+    let ledger = Ledger::connect(&db.url, &crate::helpers::options())
+        .await
+        .unwrap();
+    assert_eq!(
+        ledger.drill_runs(10).await.unwrap().len(),
+        1,
+        "only the run that ran is stored"
+    );
+}
