@@ -26,14 +26,14 @@ fn Verdict(status: String) -> impl IntoView {
 fn RunRow(run: DrillRunSummary) -> impl IntoView {
     view! {
         <tr>
-            <td><a class="mono" href=format!("/drills/{}", run.run_id)>{run.run_id.clone()}</a></td>
-            <td>{run.started}</td>
-            <td><Verdict status=run.status.clone()/></td>
-            <td class="num">{format!("{} / {}", run.passed, run.total)}</td>
-            <td>{run.asked}</td>
-            <td>{format!("{} · {}", run.queue, run.timings)}</td>
-            <td>{run.requested_by}</td>
-            <td>{run.took.unwrap_or_else(|| "—".into())}</td>
+            <td data-label="Run"><a class="mono" href=format!("/drills/{}", run.run_id)>{run.run_id.clone()}</a></td>
+            <td data-label="Started">{run.started}</td>
+            <td data-label="Verdict"><Verdict status=run.status.clone()/></td>
+            <td data-label="Passed" class="num">{format!("{} / {}", run.passed, run.total)}</td>
+            <td data-label="Scenarios">{run.asked}</td>
+            <td data-label="Queue · timings">{format!("{} · {}", run.queue, run.timings)}</td>
+            <td data-label="By">{run.requested_by}</td>
+            <td data-label="Took">{run.took.unwrap_or_else(|| "—".into())}</td>
         </tr>
     }
 }
@@ -100,18 +100,18 @@ pub fn DrillsPage() -> impl IntoView {
                         view! { <p class="empty">"No drill has run yet."</p> }.into_any()
                     } else {
                         view! {
-                            <div class="table-scroll"><table>
+                            <table class="stack-narrow">
                                 <thead><tr>
                                     <th scope="col">"Run"</th><th scope="col">"Started"</th><th scope="col">"Verdict"</th>
                                     <th scope="col">"Passed"</th><th scope="col">"Scenarios"</th><th scope="col">"Queue · timings"</th>
                                     <th scope="col">"By"</th><th scope="col">"Took"</th>
                                 </tr></thead>
                                 <tbody>{page.runs.into_iter().map(|run| view! { <RunRow run/> }).collect_view()}</tbody>
-                            </table></div>
+                            </table>
                         }.into_any()
                     }}
                     <h2>"The catalogue"</h2>
-                    <div class="table-scroll"><table class="catalogue">
+                    <table class="catalogue stack-narrow">
                         <thead><tr>
                             <th scope="col">"Scenario"</th><th scope="col">"Setup and fault"</th>
                             <th scope="col">"The verdict proves"</th><th scope="col">"Fault points"</th>
@@ -119,10 +119,10 @@ pub fn DrillsPage() -> impl IntoView {
                         <tbody>
                             {page.catalogue.into_iter().map(|s| { let anchor = s.kind.clone(); view! {
                                 <tr id=anchor>
-                                    <td class="mono">{s.kind}</td>
-                                    <td>{s.setup}</td>
-                                    <td>{s.proves}</td>
-                                    <td>{if s.faults.is_empty() {
+                                    <td data-label="Scenario" class="mono">{s.kind}</td>
+                                    <td data-label="Setup and fault">{s.setup}</td>
+                                    <td data-label="The verdict proves">{s.proves}</td>
+                                    <td data-label="Fault points">{if s.faults.is_empty() {
                                         view! { <span class="muted">"none: the drill sends a copy"</span> }.into_any()
                                     } else {
                                         s.faults.into_iter().map(|f| view! { <code>{f}</code>" " }).collect_view().into_any()
@@ -130,7 +130,7 @@ pub fn DrillsPage() -> impl IntoView {
                                 </tr>
                             }}).collect_view()}
                         </tbody>
-                    </table></div>
+                    </table>
                 }.into_any()
             })}
         </Suspense>
@@ -165,7 +165,7 @@ fn ScenarioSection(scenario: DrillScenarioRun) -> impl IntoView {
                 </ul>
             })}
             {(!s.jobs.is_empty()).then(|| view! {
-                <div class="table-scroll"><table class="captures">
+                <table class="captures stack-narrow">
                     <thead><tr>
                         <th scope="col">"Job"</th><th scope="col">"State"</th><th scope="col">"Deliveries"</th>
                         <th scope="col">"Epoch"</th><th scope="col">"Deadline left"</th><th scope="col">"Renewals"</th>
@@ -175,21 +175,21 @@ fn ScenarioSection(scenario: DrillScenarioRun) -> impl IntoView {
                     <tbody>
                         {s.jobs.into_iter().map(|j| view! {
                             <tr>
-                                <td><a class="mono" href=format!("/jobs/{}", j.job_id)>{j.job_id.clone()}</a>
+                                <td data-label="Job"><a class="mono" href=format!("/jobs/{}", j.job_id)>{j.job_id.clone()}</a>
                                     <div class="muted">{j.role}</div></td>
-                                <td><StateBadge state=j.state/></td>
-                                <td class="num">{j.delivery_count}</td>
-                                <td class="num">{j.owner_epoch}</td>
-                                <td>{j.deadline_left}</td>
-                                <td>{j.renewals}</td>
-                                <td class="num">{j.attempt_count}</td>
-                                <td>{j.recovery_reason.unwrap_or_else(|| "—".into())}</td>
-                                <td>{j.result_transition}</td>
-                                <td>{j.deletion}</td>
+                                <td data-label="State"><StateBadge state=j.state/></td>
+                                <td data-label="Deliveries" class="num">{j.delivery_count}</td>
+                                <td data-label="Epoch" class="num">{j.owner_epoch}</td>
+                                <td data-label="Deadline left">{j.deadline_left}</td>
+                                <td data-label="Renewals">{j.renewals}</td>
+                                <td data-label="Attempts" class="num">{j.attempt_count}</td>
+                                <td data-label="Recovery">{j.recovery_reason.unwrap_or_else(|| "—".into())}</td>
+                                <td data-label="Result">{j.result_transition}</td>
+                                <td data-label="Message">{j.deletion}</td>
                             </tr>
                         }).collect_view()}
                     </tbody>
-                </table></div>
+                </table>
             })}
             {(!s.faults_fired.is_empty()).then(|| view! {
                 <details><summary>{format!("Faults injected ({})", s.faults_fired.len())}</summary>

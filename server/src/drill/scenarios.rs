@@ -509,12 +509,13 @@ async fn paused_worker(ctx: &Ctx<'_>) -> Result<(String, i64), Stop> {
         "A's commit was rejected as stale_epoch",
         stale && !view.has(K::ResultAccepted),
         format!(
-            "{} rejection(s) of A: {:?}; {} accepted",
+            "{} rejection(s) of A ({}); {} accepted",
             rejected.len(),
             rejected
                 .iter()
                 .map(|e| detail_str(e, "reason"))
-                .collect::<Vec<_>>(),
+                .collect::<Vec<_>>()
+                .join(", "),
             view.count(K::ResultAccepted)
         ),
         &rejected,
@@ -556,8 +557,9 @@ async fn paused_worker(ctx: &Ctx<'_>) -> Result<(String, i64), Stop> {
         "the job waits as unknown",
         view.job.state == JobState::Unknown,
         format!(
-            "the job is {} (recovery reason {:?})",
-            view.job.state, view.job.recovery_reason
+            "the job is {} (recovery reason: {})",
+            view.job.state,
+            view.job.recovery_reason.as_deref().unwrap_or("none")
         ),
         &state_change.into_iter().collect::<Vec<_>>(),
     );
@@ -630,8 +632,8 @@ async fn uncertain_attempt(ctx: &Ctx<'_>) -> Step {
         "the retry ran at a higher epoch",
         second.is_some_and(|s| s.epoch > recovered_at),
         format!(
-            "second attempt at epoch {:?}; recovery was at {recovered_at}",
-            second.map(|s| s.epoch)
+            "second attempt at epoch {}; recovery was at {recovered_at}",
+            second.map_or("—".to_owned(), |s| s.epoch.to_string())
         ),
         &second.into_iter().collect::<Vec<_>>(),
     );
@@ -871,10 +873,12 @@ async fn lease_renewal_failure(ctx: &Ctx<'_>) -> Step {
         "recovery followed the state table: the attempt is lost and the job unknown",
         recovery.is_some() && view.job.state == JobState::Unknown && attempt_lost,
         format!(
-            "the job is {} at epoch {}; first attempt {:?}",
+            "the job is {} at epoch {}; first attempt {}",
             view.job.state,
             view.job.owner_epoch,
-            view.attempts.first().map(|a| a.outcome)
+            view.attempts
+                .first()
+                .map_or("missing", |a| a.outcome.as_str())
         ),
         &recovery.into_iter().collect::<Vec<_>>(),
     );
@@ -1193,10 +1197,12 @@ async fn attempt_budget_exhausted(ctx: &Ctx<'_>) -> Step {
                 .iter()
                 .all(|(gap_ms, backoff)| *gap_ms + 50 >= backoff.as_millis() as i64),
         format!(
-            "gaps (ms, backoff) {:?}",
+            "{} attempts; between them: {}",
+            view.attempts.len(),
             gaps.iter()
-                .map(|(g, b)| (*g, b.as_millis()))
+                .map(|(g, b)| format!("{g} ms (backoff {} ms)", b.as_millis()))
                 .collect::<Vec<_>>()
+                .join(", ")
         ),
         &started,
     );
@@ -1209,8 +1215,10 @@ async fn attempt_budget_exhausted(ctx: &Ctx<'_>) -> Step {
         "failed_terminal once the budget was spent",
         view.job.state == JobState::FailedTerminal && view.job.attempt_count == i64::from(budget),
         format!(
-            "the job is {} after {} of {budget} attempts ({:?})",
-            view.job.state, view.job.attempt_count, view.job.error_code
+            "the job is {} after {} of {budget} attempts (error {})",
+            view.job.state,
+            view.job.attempt_count,
+            view.job.error_code.as_deref().unwrap_or("none")
         ),
         &change
             .or(started.last().copied())
@@ -1273,9 +1281,13 @@ async fn worker_crash_mid_call(ctx: &Ctx<'_>) -> Step {
             && attempt.is_some_and(|a| a.outcome == AttemptOutcome::Lost)
             && view.attempts.len() == 1,
         format!(
-            "the job is {}; attempts {:?}",
+            "the job is {}; attempts: {}",
             view.job.state,
-            view.attempts.iter().map(|a| a.outcome).collect::<Vec<_>>()
+            view.attempts
+                .iter()
+                .map(|a| a.outcome.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
         &view.all(K::StateChanged),
     );
