@@ -395,6 +395,8 @@ pub struct DrillsPage {
     pub refused: Option<String>,
     /// The queues a drill can run on here.
     pub queues: Vec<String>,
+    /// The models a drill can call here: `(value, label)`.
+    pub models: Vec<(String, String)>,
 }
 
 /// An event that proves a check, with its permalink.
@@ -446,6 +448,8 @@ pub struct DrillScenarioRun {
 #[derive(Debug, Clone, PartialEq)]
 pub struct DrillRun {
     pub summary: DrillRunSummary,
+    /// The model its jobs called.
+    pub provider: String,
     /// Still running: the page refreshes itself.
     pub live: bool,
     pub finished: Option<String>,

@@ -217,11 +217,19 @@ async fn drill(
         args.queue.as_str(),
         args.timings.as_str()
     );
+    let provider = match args.model {
+        fenceline::settings::DrillModel::Stub => fenceline::drill::DrillProvider::Stub,
+        fenceline::settings::DrillModel::Configured => {
+            fenceline::drill::DrillProvider::Configured(runtime::provider(&settings.provider)?)
+        }
+    };
+    eprintln!("the drill's jobs call the {} model", provider.describe());
     let request = DrillRequest {
         kinds,
         queue: args.queue,
         timings: args.timings,
         requested_by: "cli".into(),
+        provider,
     };
     let report = fenceline::drill::runner::run(&ledger, settings.environment, request, |s| {
         let verdict = if s.status == ScenarioStatus::Passed {

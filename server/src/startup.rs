@@ -60,6 +60,8 @@ impl Application {
             drills: crate::console::DrillAccess {
                 environment: settings.environment,
                 sqs: queue.kind == QueueKind::Sqs,
+                provider: (settings.provider.kind == crate::settings::ProviderKind::Openai)
+                    .then(|| settings.provider.clone()),
             },
         };
         // A run whose process ended mid-run says so.

@@ -83,6 +83,13 @@ pub fn DrillsPage() -> impl IntoView {
                                     {page.queues.iter().map(|q| view! { <option value=q.clone()>{q.clone()}</option> }).collect_view()}
                                 </select>
                             </label>
+                            {(page.models.len() > 1).then(|| view! {
+                                <label>"Model"
+                                    <select name="model">
+                                        {page.models.iter().map(|(v, l)| view! { <option value=v.clone()>{l.clone()}</option> }).collect_view()}
+                                    </select>
+                                </label>
+                            })}
                             <label>"Timings"
                                 <select name="timings">
                                     <option value="compressed" selected=true>"compressed (about ten seconds)"</option>
@@ -228,7 +235,7 @@ pub fn DrillRunPage() -> impl IntoView {
                     <header class="job-header">
                         <h1>"Drill "<span class="mono">{r.run_id.clone()}</span>" "<Verdict status=r.status.clone()/></h1>
                         <p class="muted">
-                            {format!("{} on the {} queue with {} timings · started {} by {}", r.asked, r.queue, r.timings, r.started, r.requested_by)}
+                            {format!("{} on the {} queue with {} timings and the {} model · started {} by {}", r.asked, r.queue, r.timings, run.provider, r.started, r.requested_by)}
                             {run.finished.map(|f| format!(" · finished {f}"))}
                             {r.took.map(|t| format!(" ({t})"))}
                             {live.then_some(" · this page refreshes itself while the drill runs")}

@@ -136,6 +136,14 @@ impl LedgerConsole {
                     .to_owned()
             }),
             queues,
+            models: std::iter::once(("stub".to_owned(), "stub model".to_owned()))
+                .chain(access.provider.as_ref().map(|p| {
+                    (
+                        "configured".to_owned(),
+                        format!("this deployment's provider ({})", p.model),
+                    )
+                }))
+                .collect(),
         })
     }
 
@@ -150,6 +158,9 @@ impl LedgerConsole {
         let report = report_of(&row);
         let summary = summary(&row, report.as_ref(), now);
         Ok(Some(DrillRun {
+            provider: report
+                .as_ref()
+                .map_or_else(|| "stub".to_owned(), |r| r.provider.clone()),
             live: summary.status == "running",
             finished: row.finished_at.map(short_time),
             scenarios: report

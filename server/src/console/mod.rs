@@ -48,11 +48,13 @@ pub struct QueueInfo {
 }
 
 /// Where drills can run from this deployment.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct DrillAccess {
     pub environment: crate::settings::Environment,
     /// The deployment talks to SQS, so a drill can run on an SQS queue of its own.
     pub sqs: bool,
+    /// The deployment's own model provider, when it is a real one a drill may call.
+    pub provider: Option<crate::settings::ProviderSettings>,
 }
 
 impl Default for DrillAccess {
@@ -60,6 +62,7 @@ impl Default for DrillAccess {
         DrillAccess {
             environment: crate::settings::Environment::Development,
             sqs: false,
+            provider: None,
         }
     }
 }

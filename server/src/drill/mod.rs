@@ -15,7 +15,7 @@ mod scenarios;
 
 use serde::{Deserialize, Serialize};
 
-pub use runner::{start, DrillError, DrillQueue, DrillRequest, DrillTimings};
+pub use runner::{start, DrillError, DrillProvider, DrillQueue, DrillRequest, DrillTimings};
 
 /// The tenant drill jobs belong to.
 pub const DRILL_TENANT: &str = "drill";
@@ -302,8 +302,15 @@ pub struct Report {
     pub run_id: String,
     pub queue: String,
     pub timings: String,
+    /// The model the jobs called: `stub`, or `configured:<provider>`.
+    #[serde(default = "stub_provider")]
+    pub provider: String,
     pub requested_by: String,
     pub scenarios: Vec<ScenarioReport>,
+}
+
+fn stub_provider() -> String {
+    "stub".into()
 }
 
 impl Report {
@@ -352,6 +359,7 @@ mod tests {
             run_id: "r".into(),
             queue: "embedded".into(),
             timings: "compressed".into(),
+            provider: "stub".into(),
             requested_by: "t".into(),
             scenarios: vec![scenario.clone()],
         };

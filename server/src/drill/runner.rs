@@ -13,6 +13,7 @@ use super::scenarios;
 use super::{DrillKind, Report, ScenarioReport, ScenarioStatus};
 use crate::ledger::{DrillRunRow, Ledger, LedgerError};
 use crate::provider::stub::{StubConfig, StubProvider};
+use crate::provider::{AnyProvider, Provider};
 use crate::queue::embedded::EmbeddedQueue;
 use crate::queue::faults::FaultyQueue;
 use crate::queue::sqs::SqsQueue;
@@ -61,6 +62,32 @@ impl DrillTimings {
     }
 }
 
+/// Which model a drill's jobs call.
+#[derive(Clone, Default)]
+pub enum DrillProvider {
+    /// The stub model (50 ms per call): the drill's faults are the only misbehaviour.
+    #[default]
+    Stub,
+    /// A real provider (the deployment's OpenAI-compatible adapter), wrapped by the same
+    /// fault points.
+    Configured(AnyProvider),
+}
+
+impl DrillProvider {
+    pub fn describe(&self) -> String {
+        match self {
+            DrillProvider::Stub => "stub".into(),
+            DrillProvider::Configured(p) => format!("configured:{}", p.name()),
+        }
+    }
+}
+
+impl std::fmt::Debug for DrillProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.describe())
+    }
+}
+
 /// What to run, and who asked.
 #[derive(Debug, Clone)]
 pub struct DrillRequest {
@@ -69,6 +96,7 @@ pub struct DrillRequest {
     pub timings: DrillTimings,
     /// `operator:ana`, `cli`, …
     pub requested_by: String,
+    pub provider: DrillProvider,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -124,13 +152,14 @@ impl Rig {
             }
         };
         let queue = FaultyQueue::with_faults(inner, faults.clone());
-        let provider = FaultyProvider::new(
-            StubProvider::new(StubConfig {
+        let model = match &request.provider {
+            DrillProvider::Stub => AnyProvider::Stub(StubProvider::new(StubConfig {
                 latency: Duration::from_millis(50),
                 ..Default::default()
-            }),
-            faults.clone(),
-        );
+            })),
+            DrillProvider::Configured(p) => p.clone(),
+        };
+        let provider = FaultyProvider::new(model, faults.clone());
         let shutdown = CancellationToken::new();
         let mut tasks = tokio::task::JoinSet::new();
         let workers = [format!("drill-{short}-a"), format!("drill-{short}-b")];
@@ -284,6 +313,7 @@ async fn begin(
         run_id: run_id.clone(),
         queue: request.queue.as_str().into(),
         timings: request.timings.as_str().into(),
+        provider: request.provider.describe(),
         requested_by: request.requested_by.clone(),
         scenarios: request
             .kinds

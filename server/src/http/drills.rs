@@ -13,7 +13,7 @@ use tower_sessions::Session;
 use super::gate::{check_form_token, flash, forbidden, SignedIn};
 use super::{ApiError, AppState};
 use crate::console::drill_view;
-use crate::drill::{DrillKind, DrillQueue, DrillRequest, DrillTimings, Report};
+use crate::drill::{DrillKind, DrillProvider, DrillQueue, DrillRequest, DrillTimings, Report};
 use crate::operators::Role;
 
 #[derive(Deserialize)]
@@ -26,6 +26,8 @@ pub(super) struct DrillForm {
     queue: String,
     #[serde(default)]
     timings: String,
+    #[serde(default)]
+    model: String,
 }
 
 /// `POST /drills`: runs one scenario or all of them, then shows the run's live report.
@@ -83,6 +85,21 @@ pub(super) async fn start(
             .await
         }
     };
+    let provider = match (form.model.trim(), &state.queue.drills.provider) {
+        ("" | "stub", _) => DrillProvider::Stub,
+        ("configured", Some(settings)) => match crate::startup::runtime::provider(settings) {
+            Ok(provider) => DrillProvider::Configured(provider),
+            Err(error) => {
+                return back(format!("The configured provider cannot be used: {error}. Nothing was started.")).await
+            }
+        },
+        (other, _) => {
+            return back(format!(
+                "Drills cannot call a model called {other:?} here. Nothing was started."
+            ))
+            .await
+        }
+    };
     let actor = format!("operator:{}", operator.name);
     let asked = if kinds.len() == DrillKind::ALL.len() {
         "all".to_owned()
@@ -94,6 +111,7 @@ pub(super) async fn start(
         queue,
         timings,
         requested_by: actor.clone(),
+        provider,
     };
     match crate::drill::start(&state.ledger, state.queue.drills.environment, request).await {
         Ok(run_id) => {
@@ -195,8 +213,8 @@ pub(crate) fn markdown(report: &Report, status: &str, base: &str) -> String {
     let _ = writeln!(out, "# Drill {} — {verdict}\n", report.run_id);
     let _ = writeln!(
         out,
-        "- Status: {status}\n- Queue: {}\n- Timings: {}\n- Requested by: {}\n- Report: {base}/drills/{}\n",
-        report.queue, report.timings, report.requested_by, report.run_id
+        "- Status: {status}\n- Queue: {}\n- Timings: {}\n- Model: {}\n- Requested by: {}\n- Report: {base}/drills/{}\n",
+        report.queue, report.timings, report.provider, report.requested_by, report.run_id
     );
     for s in &report.scenarios {
         let _ = writeln!(

@@ -142,9 +142,19 @@ pub struct DrillRunArgs {
     /// Compressed timings (seconds; the catalogue in about a minute) or production timings.
     #[arg(long, value_enum, default_value_t = crate::drill::DrillTimings::Compressed)]
     pub timings: crate::drill::DrillTimings,
+    /// The model the drill's jobs call: the stub, or this deployment's configured provider
+    /// (`FENCELINE_PROVIDER=openai` and its settings), behind the same fault points.
+    #[arg(long, value_enum, default_value_t = DrillModel::Stub)]
+    pub model: DrillModel,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DrillModel {
+    Stub,
+    Configured,
 }
 
 #[derive(Debug, Clone, Args)]

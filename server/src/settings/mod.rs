@@ -13,7 +13,7 @@ use std::time::Duration;
 use clap::{Args, FromArgMatches, Parser, ValueEnum};
 
 pub use cli::{
-    BenchCommand, Cli, Command, DecideArgs, DrillCommand, DrillRunArgs, OperatorCommand,
+    BenchCommand, Cli, Command, DecideArgs, DrillCommand, DrillModel, DrillRunArgs, OperatorCommand,
     ProviderArg as ProviderKind, QueueArg as QueueKind, QueueCommand, RuntimeArgs, ServeArgs,
     SubmitArgs, TimingsArg, TokenCommand,
 };

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use fenceline::drill::runner::{self, DrillQueue, DrillRequest, DrillTimings};
+use fenceline::drill::runner::{self, DrillProvider, DrillQueue, DrillRequest, DrillTimings};
 use fenceline::drill::{DrillKind, Report, ScenarioStatus};
 use fenceline::ledger::{DrillRunRow, Ledger};
 use fenceline::operators::Role;
@@ -18,6 +18,7 @@ fn all(queue: DrillQueue) -> DrillRequest {
         queue,
         timings: DrillTimings::Compressed,
         requested_by: "test".into(),
+        provider: DrillProvider::Stub,
     }
 }
 
@@ -122,6 +123,31 @@ async fn the_whole_catalogue_passes_against_an_sqs_protocol_peer() {
         "the report says where SQS could not be asked to misbehave: {:?}",
         stale.notes
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_whole_catalogue_passes_through_the_openai_compatible_adapter() {
+    let Some((url, key)) = crate::helpers::litellm() else {
+        return;
+    };
+    use fenceline::provider::openai::{ApiKey, OpenAiConfig, OpenAiProvider};
+    let adapter = OpenAiProvider::new(OpenAiConfig {
+        base_url: url,
+        api_key: Some(ApiKey::new(key)),
+        default_model: "fast".into(),
+        timeout: Duration::from_secs(20),
+        retrieval: true,
+    })
+    .unwrap();
+    let (ledger, _db) = fresh_ledger(Db::Sqlite).await;
+    let mut request = all(DrillQueue::Embedded);
+    request.provider = DrillProvider::Configured(fenceline::provider::AnyProvider::OpenAi(adapter));
+    let report = runner::run(&ledger, Environment::Development, request, |_| {})
+        .await
+        .unwrap();
+    assert!(report.passed(), "{report:#?}");
+    assert_eq!(report.provider, "configured:openai");
+    assert_passed_with_real_evidence(&ledger, &report).await;
 }
 
 #[tokio::test]
@@ -388,6 +414,7 @@ async fn every_drill_fails_when_the_safeguard_it_proves_is_switched_off() {
                 queue: DrillQueue::Embedded,
                 timings: DrillTimings::Compressed,
                 requested_by: "test".into(),
+                provider: DrillProvider::Stub,
             };
             let report = runner::run_sabotaged(&ledger, request, &[safeguard])
                 .await
