@@ -90,7 +90,10 @@ pub(super) async fn start(
         ("configured", Some(settings)) => match crate::startup::runtime::provider(settings) {
             Ok(provider) => DrillProvider::Configured(provider),
             Err(error) => {
-                return back(format!("The configured provider cannot be used: {error}. Nothing was started.")).await
+                return back(format!(
+                    "The configured provider cannot be used: {error}. Nothing was started."
+                ))
+                .await
             }
         },
         (other, _) => {

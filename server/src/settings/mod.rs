@@ -13,9 +13,9 @@ use std::time::Duration;
 use clap::{Args, FromArgMatches, Parser, ValueEnum};
 
 pub use cli::{
-    BenchCommand, Cli, Command, DecideArgs, DrillCommand, DrillModel, DrillRunArgs, OperatorCommand,
-    ProviderArg as ProviderKind, QueueArg as QueueKind, QueueCommand, RuntimeArgs, ServeArgs,
-    SubmitArgs, TimingsArg, TokenCommand,
+    BenchCommand, Cli, Command, DecideArgs, DrillCommand, DrillModel, DrillRunArgs,
+    OperatorCommand, ProviderArg as ProviderKind, QueueArg as QueueKind, QueueCommand, RuntimeArgs,
+    ServeArgs, SubmitArgs, TimingsArg, TokenCommand,
 };
 
 use crate::ledger::{Backend, LedgerOptions, SqliteSync};
