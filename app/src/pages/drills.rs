@@ -248,6 +248,7 @@ pub fn DrillRunPage() -> impl IntoView {
                         <p class="exports">
                             <a href=format!("/drills/{}/report.md", r.run_id)>"Markdown report"</a>" · "
                             <a href=format!("/drills/{}/report.json", r.run_id)>"JSON report"</a>" · "
+                            <a href="/jobs?tenant=drill">"Every drill job"</a>" · "
                             <a href="/drills">"All drills"</a>
                         </p>
                     </header>
