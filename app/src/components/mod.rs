@@ -37,3 +37,34 @@ pub fn FlashMessage(flash: Option<crate::console::Flash>) -> impl IntoView {
         view! { <div class=class role=role>{f.text}</div> }
     })
 }
+
+/// Whether the address asks live pages to hold still (`?refresh=off`).
+pub fn refresh_paused() -> bool {
+    leptos_router::hooks::use_query_map()
+        .with_untracked(|q| q.get("refresh").as_deref() == Some("off"))
+}
+
+/// A live page's refresh: a meta refresh (no script needed) unless paused, and a visible
+/// control to pause or resume it. `base` is the page's own address without `refresh`.
+#[component]
+pub fn LiveRefresh(live: bool, seconds: u32, base: String) -> impl IntoView {
+    let paused = refresh_paused();
+    let joiner = if base.contains('?') { '&' } else { '?' };
+    live.then(|| {
+        if paused {
+            view! {
+                <p class="refresh muted">"Auto-refresh is paused. "<a href=base.clone()>"Resume"</a></p>
+            }
+            .into_any()
+        } else {
+            view! {
+                <leptos_meta::Meta http_equiv="refresh" content=seconds.to_string()/>
+                <p class="refresh muted">
+                    {format!("This page refreshes itself every {seconds} s while it is live. ")}
+                    <a href=format!("{base}{joiner}refresh=off")>"Pause"</a>
+                </p>
+            }
+            .into_any()
+        }
+    })
+}

@@ -4,11 +4,11 @@
 //! it, and the capture list of every job. Refreshes itself while the run is going.
 
 use leptos::prelude::*;
-use leptos_meta::{Meta, Title};
+use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 
 use super::console;
-use crate::components::{ErrorBox, StateBadge};
+use crate::components::{ErrorBox, LiveRefresh, StateBadge};
 use crate::console::{DrillRunSummary, DrillScenarioRun};
 
 /// A verdict or scenario status, in words and colour.
@@ -231,15 +231,14 @@ pub fn DrillRunPage() -> impl IntoView {
                 let live = run.live;
                 let done = run.scenarios.iter().filter(|s| s.status == "passed" || s.status == "failed").count();
                 view! {
-                    {live.then(|| view! { <Meta http_equiv="refresh" content="2"/> })}
                     <header class="job-header">
                         <h1>"Drill "<span class="mono">{r.run_id.clone()}</span>" "<Verdict status=r.status.clone()/></h1>
                         <p class="muted">
                             {format!("{} on the {} queue with {} timings and the {} model · started {} by {}", r.asked, r.queue, r.timings, run.provider, r.started, r.requested_by)}
                             {run.finished.map(|f| format!(" · finished {f}"))}
                             {r.took.map(|t| format!(" ({t})"))}
-                            {live.then_some(" · this page refreshes itself while the drill runs")}
                         </p>
+                        <LiveRefresh live seconds=2 base=format!("/drills/{}", r.run_id)/>
                         <p>
                             <strong>{format!("{} of {} scenarios passed", r.passed, r.total)}</strong>
                             {live.then(|| format!(" · {done} of {} finished", r.total))}

@@ -5,11 +5,11 @@
 
 use crate::svg::SvgChart;
 use leptos::prelude::*;
-use leptos_meta::{Meta, Title};
+use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
 use super::console;
-use crate::components::{or_dash, ErrorBox, StateBadge};
+use crate::components::{or_dash, ErrorBox, LiveRefresh, StateBadge};
 use crate::console::{Timeline, TimelineQuery, TimelineRow};
 
 fn number(v: Option<String>) -> Option<i64> {
@@ -28,6 +28,24 @@ pub fn JobPage() -> impl IntoView {
     let cancel_form = use_query_map().with_untracked(|q| q.get("act").as_deref() == Some("cancel"));
     let console = console();
     let visitor = super::visitor();
+    // The page's own address, its view state kept, for the refresh control.
+    let refresh_base = {
+        let mut pairs = Vec::new();
+        for (k, v) in [
+            ("after", query.after),
+            ("around", query.around),
+            ("open", query.open),
+        ] {
+            if let Some(v) = v {
+                pairs.push(format!("{k}={v}"));
+            }
+        }
+        if pairs.is_empty() {
+            format!("/jobs/{job_id}")
+        } else {
+            format!("/jobs/{job_id}?{}", pairs.join("&"))
+        }
+    };
     view! {
         <Title text=format!("{job_id} · Fenceline")/>
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
@@ -53,13 +71,12 @@ pub fn JobPage() -> impl IntoView {
                 let cancelling = !detail.terminal && visitor.can_act();
                 let d = detail;
                 view! {
-                    {live.then(|| view! { <Meta http_equiv="refresh" content="2"/> })}
                     <header class="job-header">
                         <h1><span class="mono">{d.job_id.clone()}</span> " " <StateBadge state=d.state.clone()/></h1>
                         <p class="muted">
                             {format!("tenant {} · key {} · created {}", d.tenant, d.idempotency_key, d.created)}
-                            {live.then_some(" · this page refreshes itself while the job is live")}
                         </p>
+                        <LiveRefresh live seconds=2 base=refresh_base.clone()/>
                         <dl class="facts wide">
                             <dt>"Owner epoch"</dt><dd class="num">{d.epoch}</dd>
                             <dt>"Owner"</dt><dd>{or_dash(d.owner)}</dd>

@@ -2,11 +2,11 @@
 
 use crate::svg::SvgChart;
 use leptos::prelude::*;
-use leptos_meta::{Meta, Title};
+use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use super::console;
-use crate::components::{ErrorBox, StateBadge};
+use crate::components::{ErrorBox, LiveRefresh, StateBadge};
 use crate::console::Window;
 
 #[component]
@@ -29,7 +29,7 @@ pub fn OverviewPage() -> impl IntoView {
                     Ok(o) => {
                         let live = o.in_flight > 0;
                         view! {
-                            {live.then(|| view! { <Meta http_equiv="refresh" content="5"/> })}
+                            <LiveRefresh live seconds=5 base=format!("/?window={}", o.window.as_str())/>
                             <section aria-labelledby="now">
                                 <h2 id="now">"Jobs by state now"</h2>
                                 <ul class="state-tiles">
@@ -45,7 +45,6 @@ pub fn OverviewPage() -> impl IntoView {
                                 <p class="muted">
                                     {format!("Queue: {}. ", o.queue)}
                                     {o.retention}
-                                    {live.then_some(" This page refreshes itself while jobs are in flight.")}
                                 </p>
                             </section>
                             <section aria-labelledby="charts">

@@ -1280,3 +1280,32 @@ async fn addresses_that_find_nothing_answer_404_and_unknown_filters_are_said() {
         .await
         .contains("is not a chart window"));
 }
+
+#[tokio::test]
+async fn a_live_page_refreshes_without_script_and_can_be_paused() {
+    let app = spawn_app(Db::Sqlite).await;
+    let job_id = create(&app.ledger, new_job("acme", "live", json!(1))).await;
+    let mut browser = app.signed_in(Role::Viewer).await;
+    let live = browser.page(&format!("/jobs/{job_id}?around=1")).await;
+    assert!(
+        live.contains("http-equiv=\"refresh\""),
+        "a live job refreshes itself"
+    );
+    assert!(
+        live.contains(&format!("href=\"/jobs/{job_id}?around=1&amp;refresh=off\""))
+            || live.contains(&format!("href=\"/jobs/{job_id}?around=1&refresh=off\"")),
+        "the pause keeps the view: {live}"
+    );
+    let paused = browser
+        .page(&format!("/jobs/{job_id}?around=1&refresh=off"))
+        .await;
+    assert!(
+        !paused.contains("http-equiv=\"refresh\""),
+        "a paused page holds still"
+    );
+    assert!(paused.contains("Auto-refresh is paused"));
+    assert!(
+        paused.contains(&format!("href=\"/jobs/{job_id}?around=1\"")),
+        "resume"
+    );
+}

@@ -261,10 +261,22 @@ async fn an_operator_runs_a_drill_from_the_console_and_a_viewer_cannot() {
     let run_id = report_path.strip_prefix("/drills/").unwrap().to_owned();
     let live = operator.page(&report_path).await;
     assert!(live.contains("delivery-after-delete"));
+    if live.contains("refreshes itself every") {
+        assert!(
+            live.contains("http-equiv=\"refresh\""),
+            "a live report refreshes without script"
+        );
+        let paused = operator.page(&format!("{report_path}?refresh=off")).await;
+        assert!(
+            !paused.contains("http-equiv=\"refresh\""),
+            "a paused page holds still"
+        );
+        assert!(paused.contains("Auto-refresh is paused") || !paused.contains("running"));
+    }
     let until = tokio::time::Instant::now() + Duration::from_secs(30);
     let page = loop {
         let page = operator.page(&report_path).await;
-        if !page.contains("refreshes itself while the drill runs") {
+        if !page.contains("refreshes itself every") {
             break page;
         }
         assert!(
