@@ -385,6 +385,24 @@ fn capture(role: &str, view: &View, now_us: i64) -> Capture {
     }
 }
 
+/// A second delivery met a live owner: it was suppressed under the first owner's epoch.
+fn suppressed_under_owner(ctx: &Ctx<'_>, view: &View, name: &str) {
+    let dup = view.first(K::DuplicateSuppressed);
+    let under_owner = match (view.first_owner(), dup) {
+        (Some((_, epoch)), Some(d)) => d.detail["owner_epoch"].as_i64() == Some(epoch),
+        _ => false,
+    };
+    ctx.check(
+        name,
+        under_owner,
+        match dup {
+            Some(d) => format!("duplicate_suppressed by {} ({})", d.actor, d.detail),
+            None => "no duplicate_suppressed".into(),
+        },
+        &dup.into_iter().collect::<Vec<_>>(),
+    );
+}
+
 /// Checks shared by scenarios that must end with one accepted result from one attempt.
 fn one_result_from_one_attempt(ctx: &Ctx<'_>, view: &View) {
     let started = view.all(K::AttemptStarted);
@@ -442,20 +460,10 @@ async fn live_owner_suppresses_duplicate(ctx: &Ctx<'_>) -> Step {
         ),
         &deliveries,
     );
-    let owner = view.first_owner();
-    let dup = view.first(K::DuplicateSuppressed);
-    let at_owner_epoch = match (owner, dup) {
-        (Some((_, epoch)), Some(d)) => d.detail["owner_epoch"].as_i64() == Some(epoch),
-        _ => false,
-    };
-    ctx.check(
+    suppressed_under_owner(
+        ctx,
+        &view,
         "the copy was suppressed under the live owner's epoch, without inference",
-        at_owner_epoch,
-        match dup {
-            Some(d) => format!("duplicate_suppressed by {} ({})", d.actor, d.detail),
-            None => "no duplicate_suppressed".into(),
-        },
-        &dup.into_iter().collect::<Vec<_>>(),
     );
     one_result_from_one_attempt(ctx, &view);
     Ok(())
@@ -795,20 +803,10 @@ async fn renewal_timeout_lease_valid(ctx: &Ctx<'_>) -> Step {
         format!("{} uncertain visibility renewal(s)", uncertain.len()),
         &uncertain,
     );
-    let owner = view.first_owner();
-    let dup = view.first(K::DuplicateSuppressed);
-    let deferred = match (owner, dup) {
-        (Some((_, epoch)), Some(d)) => d.detail["owner_epoch"].as_i64() == Some(epoch),
-        _ => false,
-    };
-    ctx.check(
+    suppressed_under_owner(
+        ctx,
+        &view,
         "the reappearing message deferred to A's valid lease",
-        deferred,
-        match dup {
-            Some(d) => format!("duplicate_suppressed by {}: {}", d.actor, d.detail),
-            None => "no duplicate_suppressed".into(),
-        },
-        &dup.into_iter().collect::<Vec<_>>(),
     );
     one_result_from_one_attempt(ctx, &view);
     Ok(())
