@@ -124,8 +124,10 @@ pub struct JobsPage {
     pub counts: Vec<(String, String)>,
     /// All jobs matching the tenant filter, as shown.
     pub total: String,
-    /// Set when the query was a lookup that found nothing, or was malformed.
+    /// Set when the query was a lookup that found nothing.
     pub notice: Option<String>,
+    /// A filter the list cannot use: the page answers 400 and names it.
+    pub bad_parameter: Option<crate::components::BadParameter>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

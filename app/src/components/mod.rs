@@ -68,3 +68,37 @@ pub fn LiveRefresh(live: bool, seconds: u32, base: String) -> impl IntoView {
         }
     })
 }
+
+/// A parameter of the address that the page cannot use: named, with why, as a 400 page —
+/// never silently ignored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BadParameter {
+    pub name: String,
+    pub value: String,
+    /// What the parameter must be.
+    pub expected: String,
+}
+
+impl BadParameter {
+    pub fn new(name: &str, value: &str, expected: &str) -> Self {
+        BadParameter {
+            name: name.to_owned(),
+            value: value.to_owned(),
+            expected: expected.to_owned(),
+        }
+    }
+}
+
+/// The 400 page for a bad parameter, with a way back to the page without it.
+#[component]
+pub fn BadParameterPage(bad: BadParameter, back: String) -> impl IntoView {
+    crate::console::HttpStatus::set(400);
+    view! {
+        <h1>"This address has a bad parameter"</h1>
+        <p class="error-box" role="alert">
+            <code>{format!("{}={}", bad.name, bad.value)}</code>
+            {format!(" cannot be used: {} must be {}.", bad.name, bad.expected)}
+        </p>
+        <p><a href=back>"Open the page without it"</a></p>
+    }
+}

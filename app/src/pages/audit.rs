@@ -7,7 +7,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use super::console;
-use crate::components::{or_dash, ErrorBox, StateBadge};
+use crate::components::{or_dash, BadParameter, BadParameterPage, ErrorBox, StateBadge};
 use crate::console::AuditQuery;
 
 fn filled(value: Option<String>) -> Option<String> {
@@ -23,6 +23,25 @@ pub fn AuditPage() -> impl IntoView {
         within: filled(q.get("within")),
         before: q.get("before").and_then(|b| b.parse().ok()),
     });
+    let raw_before = use_query_map().with_untracked(|q| filled(q.get("before")));
+    let bad = match (&raw_before, &query.within) {
+        (Some(b), _) if b.parse::<i64>().is_err() => Some(BadParameter::new(
+            "before",
+            b,
+            "an entry number from the log's next-page link",
+        )),
+        (_, Some(w)) if !["hour", "day", "week"].contains(&w.as_str()) => {
+            Some(BadParameter::new("within", w, "hour, day or week"))
+        }
+        _ => None,
+    };
+    if let Some(bad) = bad {
+        return view! {
+            <Title text="Bad address · Fenceline"/>
+            <BadParameterPage bad back="/audit".to_owned()/>
+        }
+        .into_any();
+    }
     let console = console();
     let shown = query.clone();
     view! {
@@ -109,6 +128,7 @@ pub fn AuditPage() -> impl IntoView {
             })}
         </Suspense>
     }
+    .into_any()
 }
 
 /// Percent-encodes a query value.

@@ -9,7 +9,9 @@ use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
 use super::console;
-use crate::components::{or_dash, ErrorBox, LiveRefresh, StateBadge};
+use crate::components::{
+    or_dash, BadParameter, BadParameterPage, ErrorBox, LiveRefresh, StateBadge,
+};
 use crate::console::{Timeline, TimelineQuery, TimelineRow};
 
 fn number(v: Option<String>) -> Option<i64> {
@@ -23,6 +25,15 @@ pub fn JobPage() -> impl IntoView {
         after: number(q.get("after")),
         around: number(q.get("around")),
         open: number(q.get("open")),
+    });
+    // A position on the timeline that is not an event number is a bad address.
+    let bad = use_query_map().with_untracked(|q| {
+        ["after", "around", "open"].into_iter().find_map(|name| {
+            let value = q.get(name)?;
+            let value = value.trim();
+            (!value.is_empty() && value.parse::<i64>().is_err())
+                .then(|| BadParameter::new(name, value, "an event number (the # column)"))
+        })
     });
     // `?act=cancel`: the cancel form, on a page that holds still while the reason is typed.
     let cancel_form = use_query_map().with_untracked(|q| q.get("act").as_deref() == Some("cancel"));
@@ -46,6 +57,13 @@ pub fn JobPage() -> impl IntoView {
             format!("/jobs/{job_id}?{}", pairs.join("&"))
         }
     };
+    if let Some(bad) = bad {
+        return view! {
+            <Title text="Bad address · Fenceline"/>
+            <BadParameterPage bad back=format!("/jobs/{job_id}")/>
+        }
+        .into_any();
+    }
     view! {
         <Title text=format!("{job_id} · Fenceline")/>
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
@@ -204,6 +222,7 @@ pub fn JobPage() -> impl IntoView {
             })}
         </Suspense>
     }
+    .into_any()
 }
 
 #[component]

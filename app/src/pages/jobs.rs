@@ -6,8 +6,8 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use super::console;
-use crate::components::{or_dash, ErrorBox, StateBadge};
-use crate::console::JobsQuery;
+use crate::components::{or_dash, BadParameterPage, ErrorBox, StateBadge};
+use crate::console::{JobsPage as JobsPageData, JobsQuery};
 
 fn non_empty(v: Option<String>) -> Option<String> {
     v.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty())
@@ -80,6 +80,9 @@ pub fn JobsPage() -> impl IntoView {
             {Suspend::new(async move {
                 match console.jobs(query.clone()).await {
                     Err(message) => view! { <ErrorBox message/> }.into_any(),
+                    Ok(JobsPageData { bad_parameter: Some(bad), .. }) => view! {
+                        <BadParameterPage bad back="/jobs".to_owned()/>
+                    }.into_any(),
                     Ok(page) => {
                         let total = page.total.clone();
                         let all_current = query.state.is_none().then_some("page");

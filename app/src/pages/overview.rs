@@ -6,22 +6,27 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use super::console;
-use crate::components::{ErrorBox, LiveRefresh, StateBadge};
+use crate::components::{BadParameter, BadParameterPage, ErrorBox, LiveRefresh, StateBadge};
 use crate::console::Window;
 
 #[component]
 pub fn OverviewPage() -> impl IntoView {
     let asked = use_query_map().with_untracked(|q| q.get("window"));
     let window = Window::parse(&asked.clone().unwrap_or_default());
-    // A window the overview does not know is said, not silently replaced.
+    // A window the overview does not know is a bad address, not silently replaced.
     let unknown_window = asked.filter(|a| !a.is_empty() && a.as_str() != window.as_str());
+    if let Some(w) = unknown_window {
+        let bad = BadParameter::new("window", &w, "hour, day or week");
+        return view! {
+            <Title text="Bad address · Fenceline"/>
+            <BadParameterPage bad back="/".to_owned()/>
+        }
+        .into_any();
+    }
     let console = console();
     view! {
         <Title text="Overview · Fenceline"/>
         <h1>"Overview"</h1>
-        {unknown_window.map(|w| view! {
-            <p class="notice">{format!("“{w}” is not a chart window (hour, day or week); showing the last hour.")}</p>
-        })}
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {Suspend::new(async move {
                 match console.overview(window).await {
@@ -83,4 +88,5 @@ pub fn OverviewPage() -> impl IntoView {
             })}
         </Suspense>
     }
+    .into_any()
 }

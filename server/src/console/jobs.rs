@@ -1,5 +1,6 @@
 //! `/jobs`: the filtered, keyset-paged jobs list with counts per state.
 
+use fenceline_app::components::BadParameter;
 use fenceline_app::console::{JobsPage, JobsQuery};
 
 use crate::job::{JobId, JobState};
@@ -50,34 +51,53 @@ impl LedgerConsole {
                 counts,
                 total,
                 notice,
+                bad_parameter: None,
             });
         }
-        let mut notice = None;
-        let state = match query.state.as_deref().map(str::parse::<JobState>) {
-            Some(Ok(s)) => Some(s),
-            Some(Err(_)) => {
-                notice = Some("That is not a job state; showing every state.".to_owned());
-                None
-            }
+        let bad = |name: &str, value: &str, expected: &str| {
+            Ok(JobsPage {
+                rows: Vec::new(),
+                next: None,
+                counts: counts.clone(),
+                total: total.clone(),
+                notice: None,
+                bad_parameter: Some(BadParameter::new(name, value, expected)),
+            })
+        };
+        let state = match query.state.as_deref() {
+            Some(text) => match text.parse::<JobState>() {
+                Ok(s) => Some(s),
+                Err(_) => {
+                    return bad(
+                        "state",
+                        text,
+                        "a job state (ready, running, unknown, retry_authorized, succeeded, \
+                         failed_terminal or expired)",
+                    )
+                }
+            },
             None => None,
         };
         let from_id = match query.created_after.as_deref() {
             Some(text) => match parse_instant(text) {
                 Ok(at) => Some(JobId::lower_bound_at(unix_ms(at))),
                 Err(_) => {
-                    notice = Some(format!(
-                        "“{text}” is not a date and time; the filter is ignored."
-                    ));
-                    None
+                    return bad(
+                        "created_after",
+                        text,
+                        "a date and time such as 2026-12-01T09:30 (UTC)",
+                    )
                 }
             },
             None => None,
         };
-        let before = query
-            .before
-            .as_deref()
-            .and_then(|b| b.parse::<JobId>().ok())
-            .map(|id| id.to_string());
+        let before = match query.before.as_deref() {
+            Some(text) => match text.parse::<JobId>() {
+                Ok(id) => Some(id.to_string()),
+                Err(_) => return bad("before", text, "a job id from the list's next-page link"),
+            },
+            None => None,
+        };
         let page = self
             .ledger
             .list_jobs(&JobFilter {
@@ -94,7 +114,8 @@ impl LedgerConsole {
             next: page.next,
             counts,
             total,
-            notice,
+            notice: None,
+            bad_parameter: None,
         })
     }
 }

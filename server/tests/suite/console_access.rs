@@ -1273,12 +1273,38 @@ async fn addresses_that_find_nothing_answer_404_and_unknown_filters_are_said() {
     assert_eq!(nope.headers()["content-type"], "text/html; charset=utf-8");
     let page = nope.text().await.unwrap();
     assert!(page.contains("/style/fenceline.css") && page.contains("Back to the overview"));
-    let page = vera.page("/?window=year").await;
-    assert!(page.contains("“year” is not a chart window"), "{page}");
-    assert!(!vera
-        .page("/?window=day")
-        .await
-        .contains("is not a chart window"));
+    // A parameter a page cannot use is a 400 that names it, never silently ignored.
+    let job_id = create(&app.ledger, new_job("acme", "bad-params", json!(1))).await;
+    for (path, named) in [
+        ("/?window=year".to_owned(), "window=year"),
+        ("/jobs?before=garbage".to_owned(), "before=garbage"),
+        ("/jobs?state=nope".to_owned(), "state=nope"),
+        (
+            "/jobs?created_after=2026-02-31".to_owned(),
+            "created_after=2026-02-31",
+        ),
+        (
+            "/jobs?created_after=2026-12-01T25:00".to_owned(),
+            "created_after=2026-12-01T25:00",
+        ),
+        ("/audit?within=year".to_owned(), "within=year"),
+        ("/audit?before=x".to_owned(), "before=x"),
+        (format!("/jobs/{job_id}?around=x"), "around=x"),
+    ] {
+        let response = vera.get(&path).await;
+        assert_eq!(response.status(), 400, "{path}");
+        let page = response.text().await.unwrap();
+        assert!(page.contains(named), "{path} names {named}: {page}");
+        assert!(page.contains("Open the page without it"), "{path}");
+    }
+    assert!(vera.page("/?window=day").await.contains("Activity"));
+    let listed = vera
+        .page("/jobs?state=ready&created_after=2026-11-01T09:30")
+        .await;
+    assert!(
+        listed.contains(&job_id),
+        "good filters still list: {listed}"
+    );
 }
 
 #[tokio::test]
