@@ -168,7 +168,7 @@ pub fn JobPage() -> impl IntoView {
                     </section>
                     <section aria-labelledby="attempts">
                         <h2 id="attempts">"Attempts"</h2>
-                        <table>
+                        <table class="stack-narrow">
                             <thead><tr>
                                 <th scope="col">"#"</th><th scope="col">"Epoch"</th><th scope="col">"Worker"</th>
                                 <th scope="col">"Provider"</th><th scope="col">"Request id"</th><th scope="col">"Started"</th>
@@ -177,16 +177,16 @@ pub fn JobPage() -> impl IntoView {
                             <tbody>
                                 {d.attempts.into_iter().map(|a| view! {
                                     <tr class:accepted=a.accepted>
-                                        <td class="num">{a.attempt_no}</td>
-                                        <td class="num">{a.epoch}</td>
-                                        <td>{a.worker}</td>
-                                        <td>{a.provider}</td>
-                                        <td class="mono">{or_dash(a.provider_request_id)}</td>
-                                        <td>{a.started}</td>
-                                        <td>{or_dash(a.duration)}</td>
-                                        <td><span class=format!("outcome outcome-{}", a.outcome)>{a.outcome.replace('_', " ")}</span>
+                                        <td data-label="#" class="num">{a.attempt_no}</td>
+                                        <td data-label="Epoch" class="num">{a.epoch}</td>
+                                        <td data-label="Worker">{a.worker}</td>
+                                        <td data-label="Provider">{a.provider}</td>
+                                        <td data-label="Request id" class="mono">{or_dash(a.provider_request_id)}</td>
+                                        <td data-label="Started">{a.started}</td>
+                                        <td data-label="Took">{or_dash(a.duration)}</td>
+                                        <td data-label="Outcome"><span class=format!("outcome outcome-{}", a.outcome)>{a.outcome.replace('_', " ")}</span>
                                             {a.accepted.then_some(" (accepted)")}</td>
-                                        <td>{or_dash(a.error_code)}</td>
+                                        <td data-label="Error">{or_dash(a.error_code)}</td>
                                     </tr>
                                 }).collect_view()}
                             </tbody>
@@ -198,7 +198,7 @@ pub fn JobPage() -> impl IntoView {
                             view! { <p class="empty">"No decision was recorded for this job."</p> }.into_any()
                         } else {
                             view! {
-                                <table>
+                                <table class="stack-narrow">
                                     <thead><tr>
                                         <th scope="col">"At"</th><th scope="col">"By"</th><th scope="col">"Decision"</th>
                                         <th scope="col">"Saw epoch"</th><th scope="col">"New epoch"</th>
@@ -207,9 +207,9 @@ pub fn JobPage() -> impl IntoView {
                                     <tbody>
                                         {d.decisions.into_iter().map(|x| view! {
                                             <tr>
-                                                <td>{x.at}</td><td>{x.actor}</td><td>{x.decision.replace('_', " ")}</td>
-                                                <td class="num">{x.seen_epoch}</td><td class="num">{x.new_epoch}</td>
-                                                <td><StateBadge state=x.to_state/></td><td>{x.reason}</td>
+                                                <td data-label="At">{x.at}</td><td data-label="By">{x.actor}</td><td data-label="Decision">{x.decision.replace('_', " ")}</td>
+                                                <td data-label="Saw epoch" class="num">{x.seen_epoch}</td><td data-label="New epoch" class="num">{x.new_epoch}</td>
+                                                <td data-label="To"><StateBadge state=x.to_state/></td><td data-label="Reason">{x.reason}</td>
                                             </tr>
                                         }).collect_view()}
                                     </tbody>
@@ -248,7 +248,7 @@ fn EventTable(job_id: String, timeline: Timeline) -> impl IntoView {
     };
     view! {
         {pager()}
-        <table class="events">
+        <table class="events stack-narrow">
             <thead><tr>
                 <th scope="col">"#"</th><th scope="col">"Time"</th><th scope="col">"+"</th>
                 <th scope="col">"Kind"</th><th scope="col">"Epoch"</th><th scope="col">"Actor"</th>
@@ -259,16 +259,16 @@ fn EventTable(job_id: String, timeline: Timeline) -> impl IntoView {
                 {timeline.rows.into_iter().map(|row| match row {
                     TimelineRow::Event(e) => view! {
                         <tr id=format!("e{}", e.seq) class=format!("kind-{}", e.kind)>
-                            <td class="num"><a href=format!("#e{}", e.seq) title="Permalink to this event">{e.seq}</a></td>
-                            <td>{e.at}</td>
-                            <td class="num">{e.offset}</td>
-                            <td>{e.kind.replace('_', " ")}</td>
-                            <td class="num">{e.epoch}</td>
-                            <td>{e.actor}</td>
-                            <td class="mono">{or_dash(e.delivery)}</td>
-                            <td class="num">{e.attempt_no.map(|a| a.to_string()).unwrap_or_default()}</td>
-                            <td class="num">{or_dash(e.deadline_left)}</td>
-                            <td class="detail mono">{e.detail}</td>
+                            <td data-label="#" class="num"><a href=format!("#e{}", e.seq) title="Permalink to this event">{e.seq}</a></td>
+                            <td data-label="Time">{e.at}</td>
+                            <td data-label="+" class="num narrow-hide">{e.offset}</td>
+                            <td data-label="Kind">{e.kind.replace('_', " ")}</td>
+                            <td data-label="Epoch" class="num">{e.epoch}</td>
+                            <td data-label="Actor">{e.actor}</td>
+                            <td data-label="Delivery" class="mono">{or_dash(e.delivery)}</td>
+                            <td data-label="Attempt" class="num narrow-hide">{e.attempt_no.map(|a| a.to_string()).unwrap_or_default()}</td>
+                            <td data-label="Deadline left" class="num">{or_dash(e.deadline_left)}</td>
+                            <td data-label="Detail" class="detail mono">{e.detail}</td>
                         </tr>
                     }.into_any(),
                     TimelineRow::Folded { kind, first_seq, last_seq, first_at, last_at } => {

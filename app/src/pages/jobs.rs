@@ -101,7 +101,7 @@ pub fn JobsPage() -> impl IntoView {
                                 }).collect_view()}
                             </nav>
                             {page.notice.map(|n| view! { <p class="notice">{n}</p> })}
-                            <table class="jobs">
+                            <table class="jobs stack-narrow">
                                 <thead><tr>
                                     <th scope="col">"Job"</th>
                                     <th scope="col">"State"</th>
@@ -116,15 +116,15 @@ pub fn JobsPage() -> impl IntoView {
                                 <tbody>
                                     {page.rows.into_iter().map(|r| view! {
                                         <tr>
-                                            <td><a class="mono" href=format!("/jobs/{}", r.job_id)>{r.job_id.clone()}</a></td>
-                                            <td><StateBadge state=r.state/></td>
-                                            <td>{r.tenant}</td>
-                                            <td class="num">{r.epoch}</td>
-                                            <td class="num">{r.attempts}</td>
-                                            <td>{r.created}</td>
-                                            <td>{r.updated}</td>
-                                            <td>{r.deadline}</td>
-                                            <td>{or_dash(r.error_code)}</td>
+                                            <td data-label="Job"><a class="mono" href=format!("/jobs/{}", r.job_id)>{r.job_id.clone()}</a></td>
+                                            <td data-label="State"><StateBadge state=r.state/></td>
+                                            <td data-label="Tenant">{r.tenant}</td>
+                                            <td data-label="Epoch" class="num">{r.epoch}</td>
+                                            <td data-label="Attempts" class="num">{r.attempts}</td>
+                                            <td data-label="Created">{r.created}</td>
+                                            <td data-label="Updated" class="narrow-hide">{r.updated}</td>
+                                            <td data-label="Deadline">{r.deadline}</td>
+                                            <td data-label="Error">{or_dash(r.error_code)}</td>
                                         </tr>
                                     }).collect_view()}
                                 </tbody>
