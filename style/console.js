@@ -1,4 +1,19 @@
 // Progressive enhancement only: every page works without this file.
+// A "Copy" button beside a shareable link copies it (and says so).
+(function () {
+  document.querySelectorAll('button.copy-link').forEach(function (button) {
+    var field = document.querySelector('input[name="' + button.dataset.copy + '"]');
+    if (!field || !navigator.clipboard) return;
+    button.hidden = false;
+    button.addEventListener('click', function () {
+      navigator.clipboard.writeText(field.value).then(function () {
+        button.textContent = 'Copied';
+      }, function () {
+        field.select();
+      });
+    });
+  });
+})();
 // A permalink to an event that is not on the page shown opens the page that holds it.
 (function () {
   // Signing in from a shared link: the browser kept the link's #anchor on /login; carry it.

@@ -285,6 +285,9 @@ pub struct Visitor {
     /// The session's anti-forgery token: a hidden `csrf` field in every form that posts.
     pub csrf: String,
     pub flash: Option<Flash>,
+    /// The console's own address for links that leave it (`https://fl.example.com`): the
+    /// configured public URL, else the address the browser used.
+    pub origin: String,
 }
 
 impl Visitor {

@@ -147,6 +147,9 @@ test('a job timeline tells the story and an event permalink highlights its row',
   await expect(page).toHaveURL(new RegExp(`/jobs/${jobId}#e3$`));
   expect(await page.evaluate(() => document.querySelector(':target')?.id)).toBe('e3');
   await page.screenshot({ path: info.outputPath('job.png'), fullPage: true });
+  // The page offers its own address, absolute, to paste into a review.
+  const shared = await page.locator('input[name="share"]').inputValue();
+  expect(shared).toBe(`${new URL(page.url()).origin}/jobs/${jobId}`);
   // The same link, pasted into another tab, opens the same view.
   const pasted = await page.context().newPage();
   await pasted.goto(`/jobs/${jobId}#e3`);
@@ -198,7 +201,10 @@ test('exports for incident review are frozen, complete and free of secrets', asy
   expect(text).not.toContain(secret);
   const json = await (await request.get(`/jobs/${jobId}/export.json`)).json();
   expect(json.events.length).toBeGreaterThan(5);
-  expect(json.events[0].permalink).toBe(`/jobs/${jobId}#e1`);
+  // Absolute links: they still work once pasted into a document.
+  const origin = new URL(page.url()).origin;
+  expect(json.events[0].permalink).toBe(`${origin}/jobs/${jobId}#e1`);
+  expect(text).toContain(`(${origin}/jobs/${jobId}#e1)`);
   expect(JSON.stringify(json)).not.toContain(secret);
 });
 

@@ -102,3 +102,18 @@ pub fn BadParameterPage(bad: BadParameter, back: String) -> impl IntoView {
         <p><a href=back>"Open the page without it"</a></p>
     }
 }
+
+/// The page's own address, absolute, ready to paste into an incident review: a read-only
+/// field to select (no script needed) and, with JavaScript, a Copy button.
+#[component]
+pub fn ShareLink(href: String) -> impl IntoView {
+    view! {
+        <p class="share">
+            <label>"Link to share "
+                <input name="share" type="url" readonly=true value=href size="60"/>
+            </label>
+            " "
+            <button type="button" class="copy-link" data-copy="share" hidden=true>"Copy"</button>
+        </p>
+    }
+}

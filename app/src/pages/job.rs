@@ -10,7 +10,7 @@ use leptos_router::hooks::{use_params_map, use_query_map};
 
 use super::console;
 use crate::components::{
-    or_dash, BadParameter, BadParameterPage, ErrorBox, LiveRefresh, StateBadge,
+    or_dash, BadParameter, BadParameterPage, ErrorBox, LiveRefresh, ShareLink, StateBadge,
 };
 use crate::console::{Timeline, TimelineQuery, TimelineRow};
 
@@ -94,6 +94,7 @@ pub fn JobPage() -> impl IntoView {
                         <p class="muted">
                             {format!("tenant {} · key {} · created {}", d.tenant, d.idempotency_key, d.created)}
                         </p>
+                        <ShareLink href=format!("{}/jobs/{}", visitor.origin, d.job_id)/>
                         <LiveRefresh live seconds=2 base=refresh_base.clone()/>
                         <dl class="facts wide">
                             <dt>"Owner epoch"</dt><dd class="num">{d.epoch}</dd>

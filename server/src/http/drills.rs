@@ -136,14 +136,9 @@ pub(super) async fn start(
     }
 }
 
-/// The console's own address as the browser reached it, for absolute links.
+/// The console's own address, for absolute links.
 fn base(state: &AppState, headers: &HeaderMap) -> String {
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("localhost");
-    let scheme = if state.access.https { "https" } else { "http" };
-    format!("{scheme}://{host}")
+    state.access.origin(headers)
 }
 
 async fn report(state: &AppState, run_id: &str) -> Result<(Report, String), ApiError> {

@@ -47,13 +47,16 @@ async fn record(state: &AppState, operator: &Operator, raw: &str) -> Result<Reco
 pub(super) async fn json_export(
     State(state): State<AppState>,
     Extension(SignedIn(operator)): Extension<SignedIn>,
+    headers: axum::http::HeaderMap,
     Path(job_id): Path<String>,
 ) -> Result<Response, ApiError> {
     let r = record(&state, &operator, &job_id).await?;
     let j = &r.job;
+    // Links that work once pasted into a document: from the public URL, else the address used.
+    let origin = state.access.origin(&headers);
     let body = json!({
         "exported_at": rfc3339_us(r.exported_at),
-        "permalink": format!("/jobs/{}", j.job_id),
+        "permalink": format!("{origin}/jobs/{}", j.job_id),
         "job": {
             "job_id": j.job_id, "tenant": j.tenant, "idempotency_key": j.idempotency_key,
             "request_digest": j.request_digest, "contract_version": j.contract_version,
@@ -78,7 +81,7 @@ pub(super) async fn json_export(
             "seq": e.seq, "at": rfc3339_us(e.at), "kind": e.kind, "epoch": e.epoch,
             "actor": e.actor, "delivery": e.delivery, "attempt_no": e.attempt_no,
             "deadline_left_ms": e.deadline_left_ms, "detail": e.detail,
-            "permalink": format!("/jobs/{}#e{}", e.job_id, e.seq),
+            "permalink": format!("{origin}/jobs/{}#e{}", e.job_id, e.seq),
         })).collect::<Vec<Value>>(),
     });
     Ok((
@@ -98,12 +101,14 @@ fn cell(s: &str) -> String {
 pub(super) async fn markdown_export(
     State(state): State<AppState>,
     Extension(SignedIn(operator)): Extension<SignedIn>,
+    headers: axum::http::HeaderMap,
     Path(job_id): Path<String>,
 ) -> Result<Response, ApiError> {
     let r = record(&state, &operator, &job_id).await?;
     let j = &r.job;
+    let origin = state.access.origin(&headers);
     let mut md = format!(
-        "# Job {id}\n\nExported {at} (UTC) from the Fenceline ledger. Permalink: `/jobs/{id}`.\n\n\
+        "# Job {id}\n\nExported {at} (UTC) from the Fenceline ledger. Permalink: {origin}/jobs/{id}\n\n\
          | | |\n| --- | --- |\n| state | **{state}** |\n| tenant | {tenant} |\n| idempotency key | `{key}` |\n\
          | owner epoch | {epoch} |\n| attempts | {used} of {max} |\n| deadline | {deadline} |\n\
          | created | {created} |\n| terminal | {terminal} |\n| result | {result} |\n| last error | {error} |\n\
@@ -179,7 +184,7 @@ pub(super) async fn markdown_export(
             continue;
         }
         md.push_str(&format!(
-            "| [{seq}](/jobs/{id}#e{seq}) | {} | +{} | {} | {} | {} | {} | {} |\n",
+            "| [{seq}]({origin}/jobs/{id}#e{seq}) | {} | +{} | {} | {} | {} | {} | {} |\n",
             short_time(e.at),
             human_duration(e.at - j.created_at),
             e.kind,

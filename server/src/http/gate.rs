@@ -20,6 +20,8 @@ use crate::settings::Secret;
 pub struct Access {
     /// The host name operators use (from `--public-url`), lower case, without a port.
     pub public_host: Option<String>,
+    /// The public URL itself (scheme and authority), for links that leave the console.
+    pub public_url: Option<String>,
     /// Without a public URL, whether the server listens on loopback only (then only
     /// `localhost`, `127.0.0.1` and `[::1]` are accepted as hosts).
     pub loopback: bool,
@@ -47,6 +49,20 @@ pub fn hostname(authority: &str) -> String {
 }
 
 impl Access {
+    /// The console's address for absolute links: the public URL, else the scheme and `Host`
+    /// the request came with (already checked by [`same_site`]).
+    pub fn origin(&self, headers: &axum::http::HeaderMap) -> String {
+        if let Some(url) = &self.public_url {
+            return url.clone();
+        }
+        let host = headers
+            .get(axum::http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("localhost");
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{host}")
+    }
+
     /// Whether a request naming `host` may reach the console.
     pub fn host_allowed(&self, host: &str) -> bool {
         let name = hostname(host);
@@ -248,6 +264,7 @@ pub(super) async fn console_gate(
         }),
         csrf,
         flash,
+        origin: state.access.origin(request.headers()),
     };
     request.extensions_mut().insert(visitor);
     if let Some(operator) = operator {
@@ -293,6 +310,20 @@ pub(super) fn plain(status: StatusCode, message: &str) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn links_leave_the_console_from_its_public_url_else_from_the_address_used() {
+        let mut headers = axum::http::HeaderMap::new();
+        headers.insert(axum::http::header::HOST, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(Access::default().origin(&headers), "http://127.0.0.1:8080");
+        let public = Access {
+            public_host: Some("fl.example.com".into()),
+            public_url: Some("https://fl.example.com".into()),
+            https: true,
+            ..Access::default()
+        };
+        assert_eq!(public.origin(&headers), "https://fl.example.com");
+    }
 
     #[test]
     fn only_the_configured_host_reaches_the_console() {

@@ -279,6 +279,7 @@ impl Settings {
                 let authority = rest.split('/').next().unwrap_or_default();
                 crate::http::gate::hostname(authority)
             }),
+            public_url: public.map(str::to_owned),
             loopback: self.http.bind.ip().is_loopback(),
             https: public.is_some_and(|url| url.starts_with("https://")),
             metrics_token: self.http.metrics_token.clone(),

@@ -1335,3 +1335,31 @@ async fn a_live_page_refreshes_without_script_and_can_be_paused() {
         "resume"
     );
 }
+
+#[tokio::test]
+async fn exports_and_the_job_page_give_absolute_links_that_work_once_pasted() {
+    let app = spawn_app(Db::Sqlite).await;
+    let job_id = create(&app.ledger, new_job("acme", "shared", json!(1))).await;
+    let mut browser = app.signed_in(Role::Viewer).await;
+    let json: serde_json::Value = browser
+        .get(&format!("/jobs/{job_id}/export.json"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(json["permalink"], format!("{}/jobs/{job_id}", app.base));
+    assert_eq!(
+        json["events"][0]["permalink"],
+        format!("{}/jobs/{job_id}#e1", app.base)
+    );
+    let markdown = browser.page(&format!("/jobs/{job_id}/export.md")).await;
+    assert!(
+        markdown.contains(&format!("({}/jobs/{job_id}#e1)", app.base)),
+        "{markdown}"
+    );
+    let page = browser.page(&format!("/jobs/{job_id}")).await;
+    assert!(
+        page.contains(&format!("value=\"{}/jobs/{job_id}\"", app.base)),
+        "the page offers its own absolute address"
+    );
+}
