@@ -229,7 +229,14 @@ test('an operator runs the whole drill catalogue from the console, watches it, a
   const runUrl = page.url();
   // While it runs the page says so and refreshes itself (a meta refresh: no script needed).
   await expect(page.locator('.job-header .badge').first()).toHaveText(/running|PASS/);
-  await expect(page.locator('.job-header .badge').first()).toHaveText('PASS', { timeout: 90_000 });
+  await expect(page.locator('.job-header .badge').first()).toHaveText(/PASS|FAIL|interrupted/, { timeout: 90_000 });
+  if ((await page.locator('.job-header .badge').first().textContent()) !== 'PASS') {
+    // Say which check failed, from the report itself.
+    const report = await (await page.request.get(`${runUrl}/report.json`)).json();
+    const failing = report.scenarios.flatMap((s: any) =>
+      s.checks.filter((c: any) => !c.passed).map((c: any) => `${s.kind}: ${c.name} — ${c.detail}`));
+    throw new Error(`the drill did not pass: ${failing.join('; ')}`);
+  }
   await expect(page.locator('.job-header')).toContainText('13 of 13 scenarios passed');
   await page.screenshot({ path: info.outputPath('drill-report.png'), fullPage: true });
   const evidence = page.locator('#paused-worker-stale-epoch .evidence a').first();

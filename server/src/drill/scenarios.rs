@@ -906,18 +906,27 @@ async fn deadline_exhausted(ctx: &Ctx<'_>) -> Step {
         })
         .await?;
     let deadline = view.job.deadline_at;
-    let slack = i64::try_from(t.margin.as_micros()).unwrap_or(0) + 500_000;
+    let margin_ms = i64::try_from(t.margin.as_millis()).unwrap_or(0);
     let renewals: Vec<&Event> = view
         .events
         .iter()
         .filter(|e| matches!(e.kind, K::VisibilityRenewed | K::LeaseRenewed))
         .collect();
+    // A visibility renewal asks for no more than what was left of the deadline when it was
+    // asked (plus the margin); a lease renewal can only happen before the deadline. Both are
+    // read from what the worker recorded, not from when the record landed.
     let past: Vec<&Event> = renewals
         .iter()
         .copied()
-        .filter(|e| {
-            let asked_until = e.at + e.detail["timeout_ms"].as_i64().unwrap_or(0) * 1000;
-            e.at > deadline || asked_until > deadline + slack
+        .filter(|e| match e.kind {
+            K::VisibilityRenewed => match (
+                e.detail["timeout_ms"].as_i64(),
+                e.detail["deadline_left_ms"].as_i64(),
+            ) {
+                (Some(asked), Some(left)) => asked > left + margin_ms + 1,
+                _ => true,
+            },
+            _ => e.at > deadline,
         })
         .collect();
     ctx.check(

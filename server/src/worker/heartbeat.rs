@@ -183,6 +183,8 @@ struct Due {
     receipt: ReceiptHandle,
     delivery: DeliveryRef,
     visibility: Option<Duration>,
+    /// What was left of the deadline when the renewal was asked.
+    deadline_left: Duration,
 }
 
 pub(crate) async fn run<Q: Queue, P: Provider>(
@@ -272,6 +274,7 @@ fn collect_due<Q: Queue, P: Provider>(shared: &Shared<Q, P>) -> Vec<Due> {
             receipt: entry.receipt.clone(),
             delivery: entry.delivery.clone(),
             visibility: (!visibility.is_zero()).then_some(visibility),
+            deadline_left: entry.deadline.saturating_duration_since(now),
         });
     }
     due
@@ -367,7 +370,10 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
             None => NewEvent::new(EventKind::VisibilityRenewalFailed, &actor)
                 .detail(json!({ "reason": "cap_or_deadline", "uncertain": false })),
             Some((timeout, Ok(()))) => NewEvent::new(EventKind::VisibilityRenewed, &actor)
-                .detail(json!({ "timeout_ms": timeout.as_millis() as i64 })),
+                .detail(json!({
+                    "timeout_ms": timeout.as_millis() as i64,
+                    "deadline_left_ms": d.deadline_left.as_millis() as i64,
+                })),
             Some((_, Err(error))) => NewEvent::new(EventKind::VisibilityRenewalFailed, &actor)
                 .detail(json!({ "error": error.code(), "uncertain": error.is_uncertain() })),
         };
