@@ -369,11 +369,12 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
         let event = match outcome {
             None => NewEvent::new(EventKind::VisibilityRenewalFailed, &actor)
                 .detail(json!({ "reason": "cap_or_deadline", "uncertain": false })),
-            Some((timeout, Ok(()))) => NewEvent::new(EventKind::VisibilityRenewed, &actor)
-                .detail(json!({
+            Some((timeout, Ok(()))) => {
+                NewEvent::new(EventKind::VisibilityRenewed, &actor).detail(json!({
                     "timeout_ms": timeout.as_millis() as i64,
                     "deadline_left_ms": d.deadline_left.as_millis() as i64,
-                })),
+                }))
+            }
             Some((_, Err(error))) => NewEvent::new(EventKind::VisibilityRenewalFailed, &actor)
                 .detail(json!({ "error": error.code(), "uncertain": error.is_uncertain() })),
         };
