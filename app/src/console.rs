@@ -106,6 +106,8 @@ pub struct JobsQuery {
 pub struct JobRow {
     pub job_id: String,
     pub tenant: String,
+    /// The key the submitting service chose: what its operators know the job by.
+    pub idempotency_key: String,
     pub state: String,
     pub epoch: i64,
     pub attempts: String,

@@ -104,6 +104,7 @@ pub fn JobsPage() -> impl IntoView {
                             <table class="jobs stack-narrow">
                                 <thead><tr>
                                     <th scope="col">"Job"</th>
+                                    <th scope="col">"Key"</th>
                                     <th scope="col">"State"</th>
                                     <th scope="col">"Tenant"</th>
                                     <th scope="col">"Epoch"</th>
@@ -117,6 +118,7 @@ pub fn JobsPage() -> impl IntoView {
                                     {page.rows.into_iter().map(|r| view! {
                                         <tr>
                                             <td data-label="Job"><a class="mono" href=format!("/jobs/{}", r.job_id)>{r.job_id.clone()}</a></td>
+                                            <td data-label="Key" class="key">{r.idempotency_key}</td>
                                             <td data-label="State"><StateBadge state=r.state/></td>
                                             <td data-label="Tenant">{r.tenant}</td>
                                             <td data-label="Epoch" class="num">{r.epoch}</td>

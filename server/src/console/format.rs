@@ -26,6 +26,7 @@ pub(super) fn job_row(now: i64, j: &Job) -> JobRow {
     JobRow {
         job_id: j.job_id.clone(),
         tenant: j.tenant.clone(),
+        idempotency_key: j.idempotency_key.clone(),
         state: j.state.as_str().into(),
         epoch: j.owner_epoch,
         attempts: format!("{}/{}", j.attempt_count, j.max_attempts),

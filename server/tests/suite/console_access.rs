@@ -1305,6 +1305,10 @@ async fn addresses_that_find_nothing_answer_404_and_unknown_filters_are_said() {
         listed.contains(&job_id),
         "good filters still list: {listed}"
     );
+    assert!(
+        listed.contains(">bad-params</td>"),
+        "the list shows each job's idempotency key"
+    );
 }
 
 #[tokio::test]
