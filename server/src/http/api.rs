@@ -228,25 +228,11 @@ pub(super) async fn read_result(
     Path(job_id): Path<String>,
 ) -> Result<Json<JobResult>, ApiError> {
     let job = tenant_job(&state, &tenant, &job_id).await?;
-    let Some(result_ref) = job
-        .result_ref
-        .as_deref()
-        .filter(|_| job.state == JobState::Succeeded)
-    else {
-        return Err(ApiError::NotFound(format!(
-            "job {} has no accepted result; it is {}",
-            job.job_id, job.state
-        )));
-    };
-    let body = state
-        .ledger
-        .result_body(result_ref)
-        .await?
-        .ok_or(ApiError::Internal)?;
+    let body = super::accepted_result(&state, &job).await?;
     let result: Value = serde_json::from_str(&body).unwrap_or(Value::String(body));
     Ok(Json(JobResult {
         job_id: job.job_id.clone(),
-        result_ref: result_ref.to_owned(),
+        result_ref: job.result_ref.clone().unwrap_or_default(),
         result,
     }))
 }

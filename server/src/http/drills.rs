@@ -10,6 +10,7 @@ use axum::{Extension, Form, Json};
 use serde::Deserialize;
 use tower_sessions::Session;
 
+use super::export::cell;
 use super::gate::{check_form_token, flash, forbidden, SignedIn};
 use super::{ApiError, AppState};
 use crate::console::drill_view;
@@ -136,11 +137,6 @@ pub(super) async fn start(
     }
 }
 
-/// The console's own address, for absolute links.
-fn base(state: &AppState, headers: &HeaderMap) -> String {
-    state.access.origin(headers)
-}
-
 async fn report(state: &AppState, run_id: &str) -> Result<(Report, String), ApiError> {
     let row = state
         .ledger
@@ -161,7 +157,7 @@ pub(super) async fn report_json(
     Path(run_id): Path<String>,
 ) -> Result<Response, ApiError> {
     let (report, status) = report(&state, &run_id).await?;
-    let base = base(&state, &headers);
+    let base = state.access.origin(&headers);
     let mut body = serde_json::to_value(&report).map_err(|_| ApiError::Internal)?;
     body["status"] = status.into();
     body["verdict"] = if report.passed() { "PASS" } else { "FAIL" }.into();
@@ -190,18 +186,13 @@ pub(super) async fn report_markdown(
     Path(run_id): Path<String>,
 ) -> Result<Response, ApiError> {
     let (report, status) = report(&state, &run_id).await?;
-    let base = base(&state, &headers);
+    let base = state.access.origin(&headers);
     let body = markdown(&report, &status, &base);
     Ok((
         [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
         body,
     )
         .into_response())
-}
-
-/// Markdown cells may not break the table.
-fn cell(text: &str) -> String {
-    text.replace('|', "\\|").replace('\n', " ")
 }
 
 pub(crate) fn markdown(report: &Report, status: &str, base: &str) -> String {

@@ -23,18 +23,22 @@ struct Record {
     exported_at: i64,
 }
 
-/// The job's record, if the signed-in operator's tenants include it (else it does not exist
-/// for them).
-async fn record(state: &AppState, operator: &Operator, raw: &str) -> Result<Record, ApiError> {
+/// The job, if the signed-in operator's tenants include it (else it does not exist for them).
+async fn covered_job(state: &AppState, operator: &Operator, raw: &str) -> Result<Job, ApiError> {
     let id = raw
         .parse::<JobId>()
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let job = state
+    state
         .ledger
         .job(id.as_str())
         .await?
         .filter(|job| operator.covers(&job.tenant))
-        .ok_or_else(|| ApiError::NotFound(format!("no job {id}")))?;
+        .ok_or_else(|| ApiError::NotFound(format!("no job {id}")))
+}
+
+/// The job's record, if the signed-in operator's tenants include it.
+async fn record(state: &AppState, operator: &Operator, raw: &str) -> Result<Record, ApiError> {
+    let job = covered_job(state, operator, raw).await?;
     Ok(Record {
         attempts: state.ledger.attempts(&job.job_id).await?,
         decisions: state.ledger.decisions(&job.job_id).await?,
@@ -94,7 +98,8 @@ pub(super) async fn json_export(
         .into_response())
 }
 
-fn cell(s: &str) -> String {
+/// A Markdown table cell: pipes and line breaks may not break the table.
+pub(super) fn cell(s: &str) -> String {
     s.replace('|', "\\|").replace('\n', " ")
 }
 
@@ -225,30 +230,8 @@ pub(super) async fn result_view(
     Extension(SignedIn(operator)): Extension<SignedIn>,
     Path(job_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let id = job_id
-        .parse::<JobId>()
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    let job = state
-        .ledger
-        .job(id.as_str())
-        .await?
-        .filter(|job| operator.covers(&job.tenant))
-        .ok_or_else(|| ApiError::NotFound(format!("no job {id}")))?;
-    let Some(result_ref) = job
-        .result_ref
-        .as_deref()
-        .filter(|_| job.state == crate::job::JobState::Succeeded)
-    else {
-        return Err(ApiError::NotFound(format!(
-            "job {} has no accepted result; it is {}",
-            job.job_id, job.state
-        )));
-    };
-    let body = state
-        .ledger
-        .result_body(result_ref)
-        .await?
-        .ok_or(ApiError::Internal)?;
+    let job = covered_job(&state, &operator, &job_id).await?;
+    let body = super::accepted_result(&state, &job).await?;
     state
         .ledger
         .audit_result_viewed(

@@ -56,6 +56,25 @@ pub struct AppState {
 const STYLESHEET: &str = include_str!("../../../style/fenceline.css");
 const CONSOLE_JS: &str = include_str!("../../../style/console.js");
 
+/// The body of a job's accepted result; 404 while the job has none.
+async fn accepted_result(state: &AppState, job: &crate::ledger::Job) -> Result<String, ApiError> {
+    let Some(result_ref) = job
+        .result_ref
+        .as_deref()
+        .filter(|_| job.state == crate::job::JobState::Succeeded)
+    else {
+        return Err(ApiError::NotFound(format!(
+            "job {} has no accepted result; it is {}",
+            job.job_id, job.state
+        )));
+    };
+    state
+        .ledger
+        .result_body(result_ref)
+        .await?
+        .ok_or(ApiError::Internal)
+}
+
 /// The whole HTTP application.
 pub fn router(state: AppState) -> Router {
     let max_body_bytes = state.max_body_bytes;
