@@ -330,7 +330,7 @@ fn spawn_fenceline(command: &str, database_url: &str, id: &str, extra: &[&str]) 
         .env("FENCELINE_LOG", "warn")
         .stdout(Stdio::null())
         .kill_on_drop(true);
-    if command == "serve" {
+    if command == "serve" && !extra.contains(&"--bind") {
         cmd.args([
             "--bind",
             &format!("127.0.0.1:{}", crate::helpers::free_port()),
@@ -428,16 +428,22 @@ mod sigterm {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn serve_and_a_worker_process_on_one_sqlite_file_finish_every_job() {
     let (ledger, test_db) = fresh_ledger(Db::Sqlite).await;
-    // The default timings, as a user runs them; short calls.
+    // The default timings, as a user runs them; calls long enough that neither process can
+    // drain the queue alone before the other has started.
     let fast = [
         "--timings",
         "production",
         "--stub-latency-ms",
-        "10",
+        "100",
         "--max-in-flight",
-        "16",
+        "8",
     ];
-    let mut serve = spawn_fenceline("serve", &test_db.url, "serve", &fast);
+    let bind = format!("127.0.0.1:{}", crate::helpers::free_port());
+    let serve_args: Vec<&str> = fast.iter().copied().chain(["--bind", &bind]).collect();
+    let mut serve = spawn_fenceline("serve", &test_db.url, "serve", &serve_args);
+    // `serve` answers only once its worker runs; the worker process has nothing slower to
+    // do than open the ledger.
+    crate::helpers::wait_ready(&format!("http://{bind}")).await;
     let mut worker = spawn_fenceline("worker", &test_db.url, "worker", &fast);
     let ids = create_many(&ledger, "shared", 200).await;
     wait_all_succeeded(&ledger, &ids, Duration::from_secs(90)).await;
