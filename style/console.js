@@ -31,3 +31,16 @@
   url.searchParams.set('around', match[1]);
   location.replace(url.toString());
 })();
+// The zone chooser offers this browser's own time zone.
+(function () {
+  var button = document.querySelector('button.zone-local');
+  var field = document.querySelector('.zone-form input[name="tz"]');
+  var zone = window.Intl && Intl.DateTimeFormat().resolvedOptions().timeZone;
+  if (!button || !field || !zone) return;
+  button.hidden = false;
+  button.textContent = 'Use this browser\'s zone (' + zone + ')';
+  button.addEventListener('click', function () {
+    field.value = zone;
+    field.form.submit();
+  });
+})();

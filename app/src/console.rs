@@ -16,7 +16,8 @@ pub type Pending<'a, T> = Pin<Box<dyn Future<Output = ConsoleResult<T>> + Send +
 pub trait Console: Send + Sync + 'static {
     fn overview(&self, window: Window) -> Pending<'_, Overview>;
     fn jobs(&self, query: JobsQuery) -> Pending<'_, JobsPage>;
-    fn job(&self, job_id: String) -> Pending<'_, Option<JobDetail>>;
+    /// One job; its swimlane covers `zoom` (milliseconds after the job's creation) when given.
+    fn job(&self, job_id: String, zoom: Option<Zoom>) -> Pending<'_, Option<JobDetail>>;
     fn timeline(&self, job_id: String, query: TimelineQuery) -> Pending<'_, Timeline>;
     /// The reconciliation queue, oldest first, a page after `after` (from a previous page).
     fn unknown(&self, after: Option<String>) -> Pending<'_, UnknownPage>;
@@ -72,6 +73,8 @@ impl Window {
 pub struct Figure {
     pub label: String,
     pub value: String,
+    /// The CSS class of the series it totals, for its swatch.
+    pub class: Option<String>,
 }
 
 /// A chart with the numbers it draws.
@@ -100,6 +103,16 @@ pub struct JobsQuery {
     pub q: Option<String>,
     pub before: Option<String>,
     pub created_after: Option<String>,
+    pub created_before: Option<String>,
+    /// Idempotency keys starting with this.
+    pub key_prefix: Option<String>,
+    /// Jobs an attempt of which ran on this worker.
+    pub worker: Option<String>,
+    pub error_code: Option<String>,
+    /// Only jobs whose message was delivered more than once.
+    pub redelivered: bool,
+    /// Only jobs that had a stale result rejected.
+    pub stale_rejected: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -130,6 +143,8 @@ pub struct JobsPage {
     pub notice: Option<String>,
     /// A filter the list cannot use: the page answers 400 and names it.
     pub bad_parameter: Option<crate::components::BadParameter>,
+    /// The tenants this operator may pick from.
+    pub tenants: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -145,6 +160,8 @@ pub struct AttemptRow {
     pub outcome: String,
     pub error_code: Option<String>,
     pub accepted: bool,
+    /// The attempt's stretch of the swimlane, to zoom on it.
+    pub zoom: Zoom,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -263,20 +280,38 @@ pub struct UnknownRow {
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeadLetterRow {
     pub message_id: String,
+    /// Why it was dead-lettered.
+    pub reason: String,
+    pub receive_count: i64,
+    /// When it was first sent, and when it was moved to the dead-letter queue.
+    pub first_seen: String,
+    pub last_seen: String,
+}
+
+/// The dead letters of one job (or one message that names no job), with the ledger's view
+/// of that job and what a replay would do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeadLetterGroup {
     pub job_id: Option<String>,
     pub tenant: Option<String>,
     pub state: Option<String>,
-    pub receive_count: i64,
-    pub dead_since: String,
     pub note: String,
+    pub letters: Vec<DeadLetterRow>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeadLetters {
     pub queue: String,
-    pub rows: Vec<DeadLetterRow>,
+    pub groups: Vec<DeadLetterGroup>,
     /// Set when the queue cannot be listed without receiving (SQS).
     pub notice: Option<String>,
+}
+
+/// A stretch of a job's swimlane: milliseconds after the job was created (`?from=&to=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Zoom {
+    pub from_ms: i64,
+    pub to_ms: i64,
 }
 
 /// Who is looking at the page, as the server's sign-in gate found them: the operator (if
@@ -290,6 +325,11 @@ pub struct Visitor {
     /// The console's own address for links that leave it (`https://fl.example.com`): the
     /// configured public URL, else the address the browser used.
     pub origin: String,
+    /// The IANA time zone every time on the page is shown in: `?tz=` when the address names
+    /// one, else the zone this operator chose for the session, else `UTC`.
+    pub zone: String,
+    /// A `?tz=` that names no time zone: the page answers 400 naming it.
+    pub bad_zone: Option<String>,
 }
 
 impl Visitor {

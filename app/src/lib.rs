@@ -49,6 +49,8 @@ pub fn App() -> impl IntoView {
     let visitor = pages::visitor();
     let signed_in = visitor.operator.clone();
     let csrf = visitor.csrf.clone();
+    let zone = visitor.zone.clone();
+    let bad_zone = visitor.bad_zone.clone();
     view! {
         <Stylesheet id="fenceline" href="/style/fenceline.css"/>
         <Title text="Fenceline"/>
@@ -66,6 +68,7 @@ pub fn App() -> impl IntoView {
                         <A href="/audit">"Audit"</A>
                         <a href="/api/v1/openapi.json">"API"</a>
                     </nav>
+                    <components::ZonePicker zone=zone.clone() csrf=csrf.clone()/>
                     <form class="whoami" method="post" action="/logout">
                         <span title=op.tenants.map(|t| format!("tenants: {t}")).unwrap_or_else(|| "every tenant".into())>
                             {op.name}<span class="muted">{format!(" · {}", op.role)}</span>
@@ -77,6 +80,14 @@ pub fn App() -> impl IntoView {
             </header>
             <main id="main">
                 <components::FlashMessage flash=visitor.flash/>
+                {match bad_zone {
+                    Some(tz) => view! {
+                        <Title text="Bad address · Fenceline"/>
+                        <components::BadParameterPage
+                            bad=components::BadParameter::new("tz", &tz, "an IANA time zone name such as UTC, Europe/Paris or America/New_York")
+                            back=components::without_param("tz")/>
+                    }.into_any(),
+                    None => view! {
                 <Routes fallback=|| view! { <NotFound/> }>
                     <Route path=path!("/") view=pages::overview::OverviewPage ssr=SsrMode::Async/>
                     <Route path=path!("/jobs") view=pages::jobs::JobsPage ssr=SsrMode::Async/>
@@ -88,6 +99,8 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/drills/:run_id") view=pages::drills::DrillRunPage ssr=SsrMode::Async/>
                     <Route path=path!("/login") view=pages::login::LoginPage ssr=SsrMode::Async/>
                 </Routes>
+                    }.into_any(),
+                }}
             </main>
         </Router>
     }

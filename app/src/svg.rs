@@ -61,6 +61,18 @@ pub enum Shape {
         text: String,
         title: Option<String>,
     },
+    /// An open line through `points`.
+    Polyline {
+        points: Vec<(f64, f64)>,
+        class: String,
+    },
+    Circle {
+        cx: f64,
+        cy: f64,
+        r: f64,
+        class: String,
+        title: Option<String>,
+    },
     /// Shapes that share a class and a tooltip.
     Group {
         class: String,
@@ -130,6 +142,24 @@ fn shape(s: Shape) -> AnyView {
                 text-anchor=(anchor != Anchor::Start).then(|| anchor.as_str())>
                 {tooltip(title)}{text}
             </text>
+        }
+        .into_any(),
+        Shape::Polyline { points, class } => {
+            let points = points
+                .iter()
+                .map(|(x, y)| format!("{},{}", num(*x), num(*y)))
+                .collect::<Vec<_>>()
+                .join(" ");
+            view! { <polyline class=class fill="none" points=points/> }.into_any()
+        }
+        Shape::Circle {
+            cx,
+            cy,
+            r,
+            class,
+            title,
+        } => view! {
+            <circle class=class cx=num(cx) cy=num(cy) r=num(r)>{tooltip(title)}</circle>
         }
         .into_any(),
         Shape::Group {

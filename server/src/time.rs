@@ -3,7 +3,8 @@
 //! microseconds since the Unix epoch (UTC); this module only turns those into text for people
 //! and programs, and text typed by operators back into instants.
 
-use chrono::{DateTime, NaiveDate, NaiveDateTime, SecondsFormat, Utc};
+use chrono::{DateTime, NaiveDate, NaiveDateTime, SecondsFormat, TimeZone, Utc};
+pub use chrono_tz::Tz;
 
 /// Database-clock microseconds as a `chrono` instant (saturating at chrono's range).
 pub fn instant(us: i64) -> DateTime<Utc> {
@@ -27,6 +28,87 @@ pub fn short_time(us: i64) -> String {
 /// Time of day to the millisecond, for rows of one timeline: `09:15:02.123`.
 pub fn clock(us: i64) -> String {
     instant(us).format("%H:%M:%S%.3f").to_string()
+}
+
+/// A name that is not an IANA time zone.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a time zone: use an IANA name such as UTC, Europe/Paris or America/New_York")]
+pub struct BadZone(pub String);
+
+/// The IANA time zone called `name` (`UTC`, `Europe/Paris`), matched case-insensitively.
+pub fn zone(name: &str) -> Result<Tz, BadZone> {
+    let name = name.trim();
+    name.parse::<Tz>()
+        .ok()
+        .or_else(|| {
+            chrono_tz::TZ_VARIANTS
+                .iter()
+                .copied()
+                .find(|tz| tz.name().eq_ignore_ascii_case(name))
+        })
+        .ok_or_else(|| BadZone(name.to_owned()))
+}
+
+/// Every IANA zone name, for pickers.
+pub fn zone_names() -> impl Iterator<Item = &'static str> {
+    chrono_tz::TZ_VARIANTS.iter().map(|tz| tz.name())
+}
+
+/// An instant in `tz`.
+pub fn in_zone(us: i64, tz: Tz) -> DateTime<Tz> {
+    instant(us).with_timezone(&tz)
+}
+
+/// Date, time to the second and zone, for people: `2026-11-30 10:15:02 CET`.
+pub fn date_time(us: i64, tz: Tz) -> String {
+    in_zone(us, tz).format("%Y-%m-%d %H:%M:%S %Z").to_string()
+}
+
+/// Date and time to the millisecond in `tz`, without the zone (said once per table):
+/// `2026-11-30 10:15:02.123`.
+pub fn date_clock(us: i64, tz: Tz) -> String {
+    in_zone(us, tz).format("%Y-%m-%d %H:%M:%S%.3f").to_string()
+}
+
+/// Time of day to the millisecond in `tz`: `10:15:02.123`.
+pub fn clock_in(us: i64, tz: Tz) -> String {
+    in_zone(us, tz).format("%H:%M:%S%.3f").to_string()
+}
+
+/// The calendar day of an instant in `tz`, to tell when a timeline crosses midnight.
+pub fn day_in(us: i64, tz: Tz) -> NaiveDate {
+    in_zone(us, tz).date_naive()
+}
+
+/// Parses what an operator typed as an instant, reading a time without an offset as a wall
+/// time in `tz` (a browser's `datetime-local` input sends local wall time). A wall time that
+/// a clock change skips is refused; one that happens twice is its earlier instant.
+pub fn parse_instant_in(text: &str, tz: Tz) -> Result<DateTime<Utc>, BadTime> {
+    let t = text.trim();
+    if let Ok(at) = DateTime::parse_from_rfc3339(t) {
+        return Ok(at.with_timezone(&Utc));
+    }
+    if t.ends_with('Z') {
+        return parse_instant(t);
+    }
+    let naive = [
+        "%Y-%m-%dT%H:%M:%S%.f",
+        "%Y-%m-%dT%H:%M",
+        "%Y-%m-%d %H:%M:%S%.f",
+        "%Y-%m-%d %H:%M",
+    ]
+    .iter()
+    .find_map(|f| NaiveDateTime::parse_from_str(t, f).ok())
+    .or_else(|| {
+        NaiveDate::parse_from_str(t, "%Y-%m-%d")
+            .ok()
+            .map(|d| d.and_time(chrono::NaiveTime::MIN))
+    })
+    .ok_or_else(|| BadTime(text.to_owned()))?;
+    tz.from_local_datetime(&naive)
+        .earliest()
+        .map(|at| at.with_timezone(&Utc))
+        .ok_or_else(|| BadTime(text.to_owned()))
 }
 
 /// A span of microseconds, short: `850ms`, `4.2s`, `3m 5s`, `2h 10m`, `3d 4h`.
@@ -123,6 +205,53 @@ mod tests {
         assert!(parse_instant("2026-02-28T25:00").is_err());
         assert!(parse_instant("2025-02-29").is_err());
         assert!(parse_instant("2024-02-29").is_ok());
+    }
+
+    #[test]
+    fn zones_are_iana_names_and_times_name_their_zone() {
+        assert_eq!(zone("Europe/Paris"), Ok(chrono_tz::Europe::Paris));
+        assert_eq!(zone("europe/paris"), Ok(chrono_tz::Europe::Paris));
+        assert_eq!(zone("UTC"), Ok(chrono_tz::UTC));
+        assert!(zone("Mars/Olympus").is_err());
+        assert!(zone("").is_err());
+        let at = 1_700_000_000_123_456;
+        assert_eq!(date_time(at, chrono_tz::UTC), "2023-11-14 22:13:20 UTC");
+        assert_eq!(
+            date_time(at, chrono_tz::Europe::Paris),
+            "2023-11-14 23:13:20 CET"
+        );
+        assert_eq!(
+            date_time(at, chrono_tz::Asia::Tokyo),
+            "2023-11-15 07:13:20 JST"
+        );
+        assert_eq!(clock_in(at, chrono_tz::Asia::Tokyo), "07:13:20.123");
+        assert_eq!(
+            date_clock(at, chrono_tz::America::New_York),
+            "2023-11-14 17:13:20.123"
+        );
+    }
+
+    #[test]
+    fn typed_wall_times_are_read_in_the_chosen_zone() {
+        let paris = chrono_tz::Europe::Paris;
+        let ms = |t: &str| parse_instant_in(t, paris).map(unix_ms);
+        assert_eq!(ms("2023-11-14T23:13:20"), Ok(1_700_000_000_000));
+        assert_eq!(ms("2023-11-14 23:13:20"), Ok(1_700_000_000_000));
+        // An explicit offset or Z wins over the zone.
+        assert_eq!(ms("2023-11-14T22:13:20Z"), Ok(1_700_000_000_000));
+        assert_eq!(ms("2023-11-14T23:13:20+01:00"), Ok(1_700_000_000_000));
+        // Midnight in Paris is 23:00 UTC the day before.
+        assert_eq!(ms("2023-11-15"), Ok(1_700_002_800_000));
+        // 02:30 on the night clocks go forward does not exist in Paris.
+        assert!(ms("2026-03-29T02:30").is_err());
+        // 02:30 on the night clocks go back happens twice: the first one.
+        assert_eq!(
+            parse_instant_in("2026-10-25T02:30", paris).map(|t| t.to_rfc3339()),
+            Ok("2026-10-25T00:30:00+00:00".to_owned())
+        );
+        assert!(ms("2026-02-31").is_err());
+        assert!(ms("2026-02-28T25:00").is_err());
+        assert!(ms("soon").is_err());
     }
 
     #[test]

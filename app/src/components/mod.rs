@@ -103,10 +103,94 @@ pub fn BadParameterPage(bad: BadParameter, back: String) -> impl IntoView {
     }
 }
 
-/// The page's own address, absolute, ready to paste into an incident review: a read-only
-/// field to select (no script needed) and, with JavaScript, a Copy button.
+/// This page's path and query, with `name` set to `value` (or removed when `None`), and
+/// without `refresh`: what a link to the same view needs.
+pub fn this_page_with(name: &str, value: Option<&str>) -> String {
+    let location = leptos_router::hooks::use_location();
+    let path = location.pathname.get_untracked();
+    let search = location.search.get_untracked();
+    let mut pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(search.trim_start_matches('?')).unwrap_or_default();
+    pairs.retain(|(k, _)| k != name && k != "refresh");
+    if let Some(value) = value {
+        pairs.push((name.to_owned(), value.to_owned()));
+    }
+    match serde_urlencoded::to_string(&pairs) {
+        Ok(query) if !query.is_empty() => format!("{path}?{query}"),
+        _ => path,
+    }
+}
+
+/// This page's address without the parameter `name`.
+pub fn without_param(name: &str) -> String {
+    this_page_with(name, None)
+}
+
+/// Zones offered first when choosing one; any IANA name is accepted.
+const COMMON_ZONES: &[&str] = &[
+    "UTC",
+    "America/Los_Angeles",
+    "America/Denver",
+    "America/Chicago",
+    "America/New_York",
+    "America/Sao_Paulo",
+    "Europe/London",
+    "Europe/Dublin",
+    "Europe/Lisbon",
+    "Europe/Paris",
+    "Europe/Berlin",
+    "Europe/Madrid",
+    "Europe/Amsterdam",
+    "Europe/Stockholm",
+    "Europe/Warsaw",
+    "Europe/Helsinki",
+    "Europe/Istanbul",
+    "Africa/Johannesburg",
+    "Asia/Dubai",
+    "Asia/Kolkata",
+    "Asia/Singapore",
+    "Asia/Shanghai",
+    "Asia/Tokyo",
+    "Asia/Seoul",
+    "Australia/Sydney",
+    "Pacific/Auckland",
+];
+
+/// The zone every time on the page is shown in, and a form to choose another for the
+/// session (a text field with suggestions; with JavaScript, a button for the browser's own).
 #[component]
-pub fn ShareLink(href: String) -> impl IntoView {
+pub fn ZonePicker(zone: String, csrf: String) -> impl IntoView {
+    let next = without_param("tz");
+    view! {
+        <details class="zone">
+            <summary>"Times in "<strong>{zone.clone()}</strong></summary>
+            <form method="post" action="/zone" class="zone-form">
+                <input type="hidden" name="csrf" value=csrf/>
+                <input type="hidden" name="next" value=next/>
+                <label>"Time zone (IANA name)"
+                    <input name="tz" list="zones" value=zone required=true size="20" autocomplete="off" spellcheck="false"/>
+                </label>
+                <datalist id="zones">
+                    {COMMON_ZONES.iter().map(|z| view! { <option value=*z></option> }).collect_view()}
+                </datalist>
+                <button type="submit">"Show times in this zone"</button>
+                <button type="button" class="zone-local" hidden=true>"Use this browser's zone"</button>
+            </form>
+        </details>
+    }
+}
+
+/// The page's own address, absolute, ready to paste into an incident review: a read-only
+/// field to select (no script needed) and, with JavaScript, a Copy button. It names the zone
+/// the page is shown in, so it opens the same view elsewhere.
+#[component]
+pub fn ShareLink() -> impl IntoView {
+    let visitor = crate::pages::visitor();
+    let href = format!(
+        "{}{}",
+        visitor.origin,
+        this_page_with("tz", Some(&visitor.zone))
+    );
     view! {
         <p class="share">
             <label>"Link to share "

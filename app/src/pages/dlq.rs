@@ -1,4 +1,5 @@
-//! `/dlq`: dead letters joined to their job's ledger state.
+//! `/dlq`: dead letters grouped by job, each with why it was dead-lettered, its receive count
+//! and when it was first sent and moved, beside its job's ledger state.
 
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -32,7 +33,7 @@ pub fn DeadLettersPage() -> impl IntoView {
                     Ok(dl) => view! {
                         <p class="muted">{format!("Dead-letter queue: {}", dl.queue)}</p>
                         {dl.notice.map(|n| view! { <p class="notice">{n}</p> })}
-                        {(can_replay && (!dl.rows.is_empty() || dl.queue.starts_with("sqs"))).then(|| view! {
+                        {(can_replay && (!dl.groups.is_empty() || dl.queue.starts_with("sqs"))).then(|| view! {
                             <details class="replay">
                                 <summary>"Replay the dead letters after inspection…"</summary>
                                 <form method="post" action="/dlq/replay" class="stack">
@@ -48,48 +49,64 @@ pub fn DeadLettersPage() -> impl IntoView {
                                 </form>
                             </details>
                         })}
-                        {if dl.rows.is_empty() {
+                        {if dl.groups.is_empty() {
                             view! { <p class="empty">"The dead-letter queue is empty."</p> }.into_any()
                         } else {
+                            let letters: usize = dl.groups.iter().map(|g| g.letters.len()).sum();
                             view! {
-                                <table>
+                                <p class="muted">{format!("{letters} letters of {} jobs or messages.", dl.groups.len())}</p>
+                                <table class="dlq stack-narrow">
                                     <thead><tr>
                                         <th scope="col">"Message"</th>
-                                        <th scope="col">"Job"</th>
-                                        <th scope="col">"Tenant"</th>
-                                        <th scope="col">"Ledger state"</th>
-                                        <th scope="col">"Dead since"</th>
-                                        <th scope="col">"What replay would do"</th>
+                                        <th scope="col">"Why it was dead-lettered"</th>
+                                        <th scope="col" class="num">"Receives"</th>
+                                        <th scope="col">"First sent"</th>
+                                        <th scope="col">"Dead-lettered"</th>
                                         {acting.then(|| view! { <th scope="col">"Act"</th> })}
                                     </tr></thead>
-                                    <tbody>
-                                        {dl.rows.into_iter().map(|r| view! {
-                                            <tr>
-                                                <td class="mono">{r.message_id.clone()}</td>
-                                                <td>{match r.job_id {
-                                                    Some(id) => view! { <a class="mono" href=format!("/jobs/{id}")>{id.clone()}</a> }.into_any(),
-                                                    None => view! { <span>"not a job message"</span> }.into_any(),
-                                                }}</td>
-                                                <td>{or_dash(r.tenant)}</td>
-                                                <td>{match r.state {
-                                                    Some(s) => view! { <StateBadge state=s/> }.into_any(),
-                                                    None => view! { <span>"—"</span> }.into_any(),
-                                                }}</td>
-                                                <td>{r.dead_since}</td>
-                                                <td>{r.note}</td>
-                                                {acting.then(|| view! {
-                                                    <td>
-                                                        <form method="post" action=format!("/dlq/{}/replay", r.message_id) class="drop">
-                                                            <input type="hidden" name="csrf" value=csrf.clone()/>
-                                                            <input name="reason" required=true maxlength="2000" size="14" placeholder="reason" aria-label="Why"/>
-                                                            <button type="submit">"Replay"</button>
-                                                            <button type="submit" class="danger" formaction=format!("/dlq/{}/drop", r.message_id)>"Drop"</button>
-                                                        </form>
-                                                    </td>
-                                                })}
-                                            </tr>
-                                        }).collect_view()}
-                                    </tbody>
+                                    {dl.groups.into_iter().map(|g| {
+                                        let csrf = csrf.clone();
+                                        let count = g.letters.len();
+                                        view! {
+                                            <tbody class="letter-group">
+                                                <tr class="group">
+                                                    <th scope="rowgroup" colspan=if acting { "6" } else { "5" }>
+                                                        {match g.job_id {
+                                                            Some(id) => view! { <a class="mono" href=format!("/jobs/{id}")>{id.clone()}</a> }.into_any(),
+                                                            None => view! { <span>"A message that names no job"</span> }.into_any(),
+                                                        }}
+                                                        " "
+                                                        {g.state.map(|s| view! { <StateBadge state=s/> })}
+                                                        <span class="muted">
+                                                            {format!(" · tenant {} · {} · replay: {}",
+                                                                or_dash(g.tenant),
+                                                                if count == 1 { "1 letter".to_owned() } else { format!("{count} letters") },
+                                                                g.note)}
+                                                        </span>
+                                                    </th>
+                                                </tr>
+                                                {g.letters.into_iter().map(|r| view! {
+                                                    <tr>
+                                                        <td data-label="Message" class="mono">{r.message_id.clone()}</td>
+                                                        <td data-label="Why">{r.reason}</td>
+                                                        <td data-label="Receives" class="num">{r.receive_count}</td>
+                                                        <td data-label="First sent">{r.first_seen}</td>
+                                                        <td data-label="Dead-lettered">{r.last_seen}</td>
+                                                        {acting.then(|| view! {
+                                                            <td data-label="Act">
+                                                                <form method="post" action=format!("/dlq/{}/replay", r.message_id) class="drop">
+                                                                    <input type="hidden" name="csrf" value=csrf.clone()/>
+                                                                    <input name="reason" required=true maxlength="2000" size="14" placeholder="reason" aria-label="Why"/>
+                                                                    <button type="submit">"Replay"</button>
+                                                                    <button type="submit" class="danger" formaction=format!("/dlq/{}/drop", r.message_id)>"Drop"</button>
+                                                                </form>
+                                                            </td>
+                                                        })}
+                                                    </tr>
+                                                }).collect_view()}
+                                            </tbody>
+                                        }
+                                    }).collect_view()}
                                 </table>
                             }.into_any()
                         }}

@@ -12,7 +12,7 @@ use super::console;
 use crate::components::{
     or_dash, BadParameter, BadParameterPage, ErrorBox, LiveRefresh, ShareLink, StateBadge,
 };
-use crate::console::{Timeline, TimelineQuery, TimelineRow};
+use crate::console::{Timeline, TimelineQuery, TimelineRow, Zoom};
 
 fn number(v: Option<String>) -> Option<i64> {
     v.and_then(|s| s.trim().parse().ok())
@@ -35,6 +35,18 @@ pub fn JobPage() -> impl IntoView {
                 .then(|| BadParameter::new(name, value, "an event number (the # column)"))
         })
     });
+    // `?from=&to=`: the swimlane zoomed on a stretch (ms after creation).
+    let zoom_text = use_query_map().with_untracked(|q| (q.get("from"), q.get("to")));
+    let zoom = match parse_zoom(zoom_text.0.as_deref(), zoom_text.1.as_deref()) {
+        Ok(zoom) => zoom,
+        Err(bad) => {
+            return view! {
+                <Title text="Bad address · Fenceline"/>
+                <BadParameterPage bad back=format!("/jobs/{job_id}")/>
+            }
+            .into_any()
+        }
+    };
     // `?act=cancel`: the cancel form, on a page that holds still while the reason is typed.
     let cancel_form = use_query_map().with_untracked(|q| q.get("act").as_deref() == Some("cancel"));
     let console = console();
@@ -46,6 +58,8 @@ pub fn JobPage() -> impl IntoView {
             ("after", query.after),
             ("around", query.around),
             ("open", query.open),
+            ("from", zoom.map(|z| z.from_ms)),
+            ("to", zoom.map(|z| z.to_ms)),
         ] {
             if let Some(v) = v {
                 pairs.push(format!("{k}={v}"));
@@ -68,7 +82,7 @@ pub fn JobPage() -> impl IntoView {
         <Title text=format!("{job_id} · Fenceline")/>
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {Suspend::new(async move {
-                let detail = match console.job(job_id.clone()).await {
+                let detail = match console.job(job_id.clone(), zoom).await {
                     Err(message) => return view! { <ErrorBox message/> }.into_any(),
                     Ok(None) => return {
                         crate::console::HttpStatus::set(404);
@@ -94,7 +108,7 @@ pub fn JobPage() -> impl IntoView {
                         <p class="muted">
                             {format!("tenant {} · key {} · created {}", d.tenant, d.idempotency_key, d.created)}
                         </p>
-                        <ShareLink href=format!("{}/jobs/{}", visitor.origin, d.job_id)/>
+                        <ShareLink/>
                         <LiveRefresh live seconds=2 base=refresh_base.clone()/>
                         <dl class="facts wide">
                             <dt>"Owner epoch"</dt><dd class="num">{d.epoch}</dd>
@@ -162,6 +176,7 @@ pub fn JobPage() -> impl IntoView {
                     <section aria-labelledby="swimlanes">
                         <h2 id="swimlanes">"Timeline"</h2>
                         <div class="swimlane"><SvgChart chart=d.swimlane/></div>
+                        <ZoomForm job_id=d.job_id.clone() zoom/>
                     </section>
                     <section aria-labelledby="events">
                         <h2 id="events">{format!("Events ({})", d.event_count)}</h2>
@@ -174,6 +189,7 @@ pub fn JobPage() -> impl IntoView {
                                 <th scope="col">"#"</th><th scope="col">"Epoch"</th><th scope="col">"Worker"</th>
                                 <th scope="col">"Provider"</th><th scope="col">"Request id"</th><th scope="col">"Started"</th>
                                 <th scope="col">"Took"</th><th scope="col">"Outcome"</th><th scope="col">"Error"</th>
+                                <th scope="col">"Timeline"</th>
                             </tr></thead>
                             <tbody>
                                 {d.attempts.into_iter().map(|a| view! {
@@ -188,6 +204,11 @@ pub fn JobPage() -> impl IntoView {
                                         <td data-label="Outcome"><span class=format!("outcome outcome-{}", a.outcome)>{a.outcome.replace('_', " ")}</span>
                                             {a.accepted.then_some(" (accepted)")}</td>
                                         <td data-label="Error">{or_dash(a.error_code)}</td>
+                                        <td data-label="Timeline">
+                                            <a href=format!("/jobs/{}?from={}&to={}#swimlanes", d.job_id, a.zoom.from_ms, a.zoom.to_ms)>
+                                                {format!("Zoom on attempt {}", a.attempt_no)}
+                                            </a>
+                                        </td>
                                     </tr>
                                 }).collect_view()}
                             </tbody>
@@ -251,7 +272,7 @@ fn EventTable(job_id: String, timeline: Timeline) -> impl IntoView {
         {pager()}
         <table class="events stack-narrow">
             <thead><tr>
-                <th scope="col">"#"</th><th scope="col">"Time"</th><th scope="col">"+"</th>
+                <th scope="col">"#"</th><th scope="col">{format!("Time ({})", super::visitor().zone)}</th><th scope="col">"+"</th>
                 <th scope="col">"Kind"</th><th scope="col">"Epoch"</th><th scope="col">"Actor"</th>
                 <th scope="col">"Delivery"</th><th scope="col">"Attempt"</th>
                 <th scope="col">"Deadline left"</th><th scope="col">"Detail"</th>
@@ -341,5 +362,88 @@ fn DecisionForms(job_id: String, epoch: i64, csrf: String) -> impl IntoView {
                 </form>
             </div>
         </section>
+    }
+}
+
+/// Reads `?from=&to=` (milliseconds after the job's creation): both or neither, whole
+/// numbers, `from` before `to`.
+pub fn parse_zoom(from: Option<&str>, to: Option<&str>) -> Result<Option<Zoom>, BadParameter> {
+    let number = |name: &str, text: &str| {
+        text.trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| {
+                BadParameter::new(
+                    name,
+                    text,
+                    "a whole number of milliseconds after the job was created, such as 1500",
+                )
+            })
+    };
+    let (from, to) = (
+        from.filter(|t| !t.trim().is_empty()),
+        to.filter(|t| !t.trim().is_empty()),
+    );
+    match (from, to) {
+        (None, None) => Ok(None),
+        (Some(f), None) => Err(BadParameter::new("from", f, "given with `to`")),
+        (None, Some(t)) => Err(BadParameter::new("to", t, "given with `from`")),
+        (Some(f), Some(t)) => {
+            let (from_ms, to_ms) = (number("from", f)?, number("to", t)?);
+            if to_ms <= from_ms {
+                return Err(BadParameter::new("to", t, "after `from`"));
+            }
+            Ok(Some(Zoom { from_ms, to_ms }))
+        }
+    }
+}
+
+/// Zooms the swimlane on a stretch of the job's life, without JavaScript: a form of two
+/// offsets, and a way back to the whole job.
+#[component]
+fn ZoomForm(job_id: String, zoom: Option<Zoom>) -> impl IntoView {
+    let value = |ms: Option<i64>| ms.map(|v| v.to_string()).unwrap_or_default();
+    view! {
+        <form method="get" action=format!("/jobs/{job_id}#swimlanes") class="zoom filters">
+            <label>"From (ms after creation)"
+                <input name="from" type="number" min="0" step="1" value=value(zoom.map(|z| z.from_ms)) required=true/>
+            </label>
+            <label>"To (ms after creation)"
+                <input name="to" type="number" min="1" step="1" value=value(zoom.map(|z| z.to_ms)) required=true/>
+            </label>
+            <button type="submit">"Zoom"</button>
+            {zoom.map(|z| view! {
+                <span class="muted">
+                    {format!("Showing +{} ms to +{} ms. ", z.from_ms, z.to_ms)}
+                    <a href=format!("/jobs/{job_id}#swimlanes")>"Show the whole job"</a>
+                </span>
+            })}
+        </form>
+    }
+}
+
+#[cfg(test)]
+mod zoom_tests {
+    use super::*;
+
+    #[test]
+    fn zoom_needs_both_ends_in_order() {
+        assert_eq!(parse_zoom(None, None), Ok(None));
+        assert_eq!(
+            parse_zoom(Some("100"), Some("2500")),
+            Ok(Some(Zoom {
+                from_ms: 100,
+                to_ms: 2500
+            }))
+        );
+        assert_eq!(parse_zoom(Some(""), Some("")), Ok(None));
+        assert_eq!(parse_zoom(Some("5"), None).unwrap_err().name, "from");
+        assert_eq!(parse_zoom(Some("9"), Some("3")).unwrap_err().name, "to");
+        assert_eq!(parse_zoom(Some("-1"), Some("3")).unwrap_err().name, "from");
+        assert_eq!(
+            parse_zoom(Some("1.5s"), Some("3")).unwrap_err().name,
+            "from"
+        );
     }
 }

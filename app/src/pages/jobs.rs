@@ -1,4 +1,5 @@
-//! `/jobs`: filter by state, tenant and creation time; find by job id or idempotency key;
+//! `/jobs`: filter by state, tenant, key prefix, creation time, worker, error code and what
+//! went wrong on the way; find by job id or idempotency key;
 //! keyset pages that stay fast over millions of jobs; counts per state as tabs.
 
 use leptos::prelude::*;
@@ -13,37 +14,87 @@ fn non_empty(v: Option<String>) -> Option<String> {
     v.map(|s| s.trim().to_owned()).filter(|s| !s.is_empty())
 }
 
-/// The jobs-list URL for `query` with `state` replaced.
+/// The jobs-list URL for `query` with `state` and `before` replaced: every filter kept, so a
+/// tab, a page link or a pasted address reopens the same view.
 fn href(query: &JobsQuery, state: Option<&str>, before: Option<&str>) -> String {
-    let mut parts = Vec::new();
-    if let Some(s) = state {
-        parts.push(format!("state={s}"));
-    }
-    if let Some(t) = &query.tenant {
-        parts.push(format!("tenant={}", urlencode(t)));
-    }
-    if let Some(c) = &query.created_after {
-        parts.push(format!("created_after={}", urlencode(c)));
-    }
-    if let Some(b) = before {
-        parts.push(format!("before={b}"));
-    }
-    if parts.is_empty() {
-        "/jobs".to_owned()
-    } else {
-        format!("/jobs?{}", parts.join("&"))
+    let mut pairs: Vec<(&str, String)> = Vec::new();
+    let mut put = |name: &'static str, value: Option<&str>| {
+        if let Some(v) = value {
+            pairs.push((name, v.to_owned()));
+        }
+    };
+    put("state", state);
+    put("tenant", query.tenant.as_deref());
+    put("key_prefix", query.key_prefix.as_deref());
+    put("created_after", query.created_after.as_deref());
+    put("created_before", query.created_before.as_deref());
+    put("worker", query.worker.as_deref());
+    put("error_code", query.error_code.as_deref());
+    put("redelivered", query.redelivered.then_some("1"));
+    put("stale_rejected", query.stale_rejected.then_some("1"));
+    put("before", before);
+    match serde_urlencoded::to_string(&pairs) {
+        Ok(q) if !q.is_empty() => format!("/jobs?{q}"),
+        _ => "/jobs".to_owned(),
     }
 }
 
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+/// Whether any filter beyond the state tab is set.
+fn filtered(query: &JobsQuery) -> bool {
+    query.tenant.is_some()
+        || query.key_prefix.is_some()
+        || query.created_after.is_some()
+        || query.created_before.is_some()
+        || query.worker.is_some()
+        || query.error_code.is_some()
+        || query.redelivered
+        || query.stale_rejected
+}
+
+/// The filter form: every field a parameter of the address (a GET form, no script).
+#[component]
+fn Filters(query: JobsQuery, tenants: Vec<String>, zone: String) -> impl IntoView {
+    let text = |v: &Option<String>| v.clone().unwrap_or_default();
+    let chosen = query.tenant.clone().unwrap_or_default();
+    view! {
+        <form class="filters" method="get" action="/jobs" role="search">
+            <label>"Job id or exact key"
+                <input type="search" name="q" value=text(&query.q) placeholder="job_… or your key"/>
+            </label>
+            <label>"Key starts with"
+                <input type="text" name="key_prefix" value=text(&query.key_prefix) placeholder="invoice-2026-"/>
+            </label>
+            <label>"Tenant"
+                <select name="tenant">
+                    <option value="" selected=chosen.is_empty()>"every tenant"</option>
+                    {tenants.into_iter().map(|t| {
+                        let selected = t.eq_ignore_ascii_case(&chosen);
+                        view! { <option value=t.clone() selected=selected>{t.clone()}</option> }
+                    }).collect_view()}
+                </select>
+            </label>
+            <label>{format!("Created from ({zone})")}
+                <input type="datetime-local" name="created_after" step="1" value=text(&query.created_after)/>
+            </label>
+            <label>{format!("Created before ({zone})")}
+                <input type="datetime-local" name="created_before" step="1" value=text(&query.created_before)/>
+            </label>
+            <label>"Worker"
+                <input type="text" name="worker" size="12" value=text(&query.worker)/>
+            </label>
+            <label>"Error code"
+                <input type="text" name="error_code" size="14" value=text(&query.error_code)/>
+            </label>
+            <fieldset class="checks">
+                <legend>"Had"</legend>
+                <label class="inline"><input type="checkbox" name="redelivered" value="1" checked=query.redelivered/>"redeliveries"</label>
+                <label class="inline"><input type="checkbox" name="stale_rejected" value="1" checked=query.stale_rejected/>"stale results rejected"</label>
+            </fieldset>
+            {query.state.clone().map(|s| view! { <input type="hidden" name="state" value=s/> })}
+            <button type="submit">"Filter"</button>
+            <a href="/jobs">"Clear"</a>
+        </form>
+    }
 }
 
 #[component]
@@ -54,28 +105,18 @@ pub fn JobsPage() -> impl IntoView {
         q: non_empty(m.get("q")),
         before: non_empty(m.get("before")),
         created_after: non_empty(m.get("created_after")),
+        created_before: non_empty(m.get("created_before")),
+        key_prefix: non_empty(m.get("key_prefix")),
+        worker: non_empty(m.get("worker")),
+        error_code: non_empty(m.get("error_code")),
+        redelivered: non_empty(m.get("redelivered")).is_some(),
+        stale_rejected: non_empty(m.get("stale_rejected")).is_some(),
     });
     let console = console();
-    let form_query = query.clone();
+    let zone = super::visitor().zone;
     view! {
         <Title text="Jobs · Fenceline"/>
         <h1>"Jobs"</h1>
-        <form class="filters" method="get" action="/jobs" role="search">
-            <label>"Job id or idempotency key"
-                <input type="search" name="q" value=form_query.q.clone().unwrap_or_default()
-                    placeholder="job_… or your key"/>
-            </label>
-            <label>"Tenant"
-                <input type="text" name="tenant" value=form_query.tenant.clone().unwrap_or_default()/>
-            </label>
-            <label>"Created after"
-                <input type="datetime-local" name="created_after"
-                    value=form_query.created_after.clone().unwrap_or_default()/>
-            </label>
-            {form_query.state.clone().map(|s| view! { <input type="hidden" name="state" value=s/> })}
-            <button type="submit">"Filter"</button>
-            <a href="/jobs">"Clear"</a>
-        </form>
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {Suspend::new(async move {
                 match console.jobs(query.clone()).await {
@@ -85,8 +126,16 @@ pub fn JobsPage() -> impl IntoView {
                     }.into_any(),
                     Ok(page) => {
                         let total = page.total.clone();
+                        let filters = view! {
+                            <Filters query=query.clone() tenants=page.tenants.clone() zone=zone.clone()/>
+                        };
                         let all_current = query.state.is_none().then_some("page");
+                        let narrowed = filtered(&query);
                         view! {
+                            {filters}
+                            {narrowed.then(|| view! {
+                                <p class="muted">"The counts on the tabs are per state for the chosen tenant; the list below also applies the other filters."</p>
+                            })}
                             <nav class="tabs" aria-label="States">
                                 <a href=href(&query, None, None) aria-current=all_current>
                                     {format!("all {total}")}

@@ -74,7 +74,13 @@ pub fn OverviewPage() -> impl IntoView {
                                             <div class="svg"><SvgChart chart=chart.svg/></div>
                                             <dl class="figures">
                                                 {chart.figures.into_iter().map(|f| view! {
-                                                    <div><dt>{f.label}</dt><dd>{f.value}</dd></div>
+                                                    <div>
+                                                        <dt>
+                                                            {f.class.map(|c| view! { <svg class="swatch" viewBox="0 0 10 10" aria-hidden="true"><rect class=c width="10" height="10"/></svg> })}
+                                                            {f.label}
+                                                        </dt>
+                                                        <dd>{f.value}</dd>
+                                                    </div>
                                                 }).collect_view()}
                                             </dl>
                                         </figure>

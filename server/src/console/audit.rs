@@ -3,7 +3,6 @@
 use fenceline_app::console::{AuditPage, AuditQuery, AuditRow};
 
 use crate::ledger::{AuditFilter, LedgerError};
-use crate::time::short_time;
 
 use super::LedgerConsole;
 
@@ -52,7 +51,7 @@ impl LedgerConsole {
                 .into_iter()
                 .take(PAGE as usize)
                 .map(|e| AuditRow {
-                    at: short_time(e.at),
+                    at: self.at(e.at),
                     actor: e.actor,
                     action: e.action,
                     job_id: e.job_id,

@@ -1,7 +1,7 @@
-//! Server-rendered SVG charts: the job swimlane and the overview's bars and histograms.
+//! Server-rendered SVG charts drawn by hand: the job swimlane and the overview's histograms
+//! (the overview's time series are laid out by plotters, in [`super::plot`]).
 //!
-//! Hand-written SVG rather than plotters (a change from architecture.md, for this reason):
-//! the swimlane needs lanes of labelled intervals and markers that plotters has no primitive
+//! The swimlane needs lanes of labelled intervals and markers that plotters has no primitive
 //! for, and plain SVG keeps exact text labels, `<title>` tooltips for every mark and no font
 //! metrics at all. Colours come from CSS classes, so light and dark themes both apply, and
 //! every coloured mark also has a text label or title. The charts are data
@@ -64,61 +64,383 @@ pub const LANES: [&str; 6] = [
 
 const WIDTH: f64 = 1000.0;
 const LEFT: f64 = 130.0;
+const RIGHT: f64 = 14.0;
 const LANE_H: f64 = 30.0;
 const TOP: f64 = 22.0;
+/// The width of a compressed idle gap.
+const BREAK: f64 = 56.0;
+/// Rows of same-instant marks in one lane sit this far apart.
+const ROW_H: f64 = 14.0;
+/// Marks closer than this (px) in one lane go on separate rows.
+const MARK_W: f64 = 13.0;
 
-/// The swimlane chart of one job from `start` to `end` (µs).
-pub fn swimlane(start: i64, end: i64, marks: &[Mark]) -> Svg {
+/// A piece of the swimlane's time axis: drawn to scale, or an idle gap drawn as a fixed break.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Segment {
+    pub from: i64,
+    pub to: i64,
+    pub gap: bool,
+}
+
+/// The time axis of a swimlane: where each instant of `[start, end]` is drawn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Axis {
+    pub segments: Vec<Segment>,
+    scale: f64,
+}
+
+impl Axis {
+    /// An axis over `[start, end]` that compresses idle gaps: a stretch with no mark in it
+    /// that is longer than 1 s and than a fifth of the rest of the chart's time becomes a
+    /// fixed-width break, so a late event cannot squash the work into a sliver.
+    pub fn new(start: i64, end: i64, busy: &[(i64, i64)]) -> Axis {
+        let end = end.max(start + 1);
+        let mut covered: Vec<(i64, i64)> = busy
+            .iter()
+            .map(|(a, b)| ((*a).clamp(start, end), (*b).clamp(start, end)))
+            .map(|(a, b)| (a.min(b), a.max(b)))
+            .collect();
+        covered.push((start, start));
+        covered.push((end, end));
+        covered.sort_unstable();
+        let mut merged: Vec<(i64, i64)> = Vec::new();
+        for (a, b) in covered {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        let mut gaps: Vec<(i64, i64)> = merged.windows(2).map(|w| (w[0].1, w[1].0)).collect();
+        gaps.sort_by_key(|(a, b)| std::cmp::Reverse(b - a));
+        let mut drawn = end - start;
+        let mut compressed = Vec::new();
+        for (a, b) in gaps {
+            let len = b - a;
+            if len > 1_000_000 && len * 5 > drawn - len {
+                compressed.push((a, b));
+                drawn -= len;
+            } else {
+                break;
+            }
+        }
+        compressed.sort_unstable();
+        let mut segments = Vec::new();
+        let mut at = start;
+        for (a, b) in compressed {
+            if a > at {
+                segments.push(Segment {
+                    from: at,
+                    to: a,
+                    gap: false,
+                });
+            }
+            segments.push(Segment {
+                from: a,
+                to: b,
+                gap: true,
+            });
+            at = b;
+        }
+        if end > at || segments.is_empty() {
+            segments.push(Segment {
+                from: at,
+                to: end,
+                gap: false,
+            });
+        }
+        let breaks = segments.iter().filter(|s| s.gap).count() as f64;
+        let linear: i64 = segments
+            .iter()
+            .filter(|s| !s.gap)
+            .map(|s| s.to - s.from)
+            .sum();
+        let room = (WIDTH - LEFT - RIGHT - BREAK * breaks).max(100.0);
+        Axis {
+            segments,
+            scale: room / linear.max(1) as f64,
+        }
+    }
+
+    /// Where `t` is drawn (clamped to the axis).
+    pub fn x(&self, t: i64) -> f64 {
+        let mut x = LEFT;
+        for s in &self.segments {
+            let width = self.width_of(s);
+            if t <= s.to {
+                let into = (t.max(s.from) - s.from) as f64 / (s.to - s.from).max(1) as f64;
+                return x + into * width;
+            }
+            x += width;
+        }
+        x
+    }
+
+    fn width_of(&self, s: &Segment) -> f64 {
+        if s.gap {
+            BREAK
+        } else {
+            (s.to - s.from) as f64 * self.scale
+        }
+    }
+
+    /// Tick offsets from `origin` on a round step (100 ms, 1 s, 15 s, 5 min…), only where
+    /// the axis is to scale and never crowding each other.
+    pub fn ticks(&self, origin: i64) -> Vec<i64> {
+        let linear: i64 = self
+            .segments
+            .iter()
+            .filter(|s| !s.gap)
+            .map(|s| s.to - s.from)
+            .sum();
+        let step = round_step(linear / 6);
+        let mut ticks: Vec<i64> = Vec::new();
+        let mut last_x = f64::NEG_INFINITY;
+        for s in self.segments.iter().filter(|s| !s.gap) {
+            let first = (s.from - origin).div_euclid(step) * step + origin;
+            let mut t = if first < s.from { first + step } else { first };
+            while t <= s.to {
+                let x = self.x(t);
+                if x - last_x >= 60.0 {
+                    ticks.push(t);
+                    last_x = x;
+                }
+                t += step;
+            }
+        }
+        ticks
+    }
+}
+
+/// The smallest round step (µs) at or above `us`: 1, 2, 5 × 10ⁿ ms, then 10 s, 15 s, 30 s,
+/// 1, 2, 5, 10, 15, 30 min, 1, 2, 3, 6, 12 h, days.
+pub fn round_step(us: i64) -> i64 {
+    const MS: i64 = 1_000;
+    const S: i64 = 1_000_000;
+    const M: i64 = 60 * S;
+    const H: i64 = 60 * M;
+    let steps = [
+        MS,
+        2 * MS,
+        5 * MS,
+        10 * MS,
+        20 * MS,
+        50 * MS,
+        100 * MS,
+        200 * MS,
+        500 * MS,
+        S,
+        2 * S,
+        5 * S,
+        10 * S,
+        15 * S,
+        30 * S,
+        M,
+        2 * M,
+        5 * M,
+        10 * M,
+        15 * M,
+        30 * M,
+        H,
+        2 * H,
+        3 * H,
+        6 * H,
+        12 * H,
+    ];
+    steps
+        .into_iter()
+        .find(|s| *s >= us)
+        .unwrap_or_else(|| (us / (24 * H) + 1) * 24 * H)
+}
+
+/// An offset as a tick label: `+0`, `+250ms`, `+1.5s`, `+2m`, `+1m 30s`, `+3h`.
+pub fn offset_label(us: i64) -> String {
+    if us == 0 {
+        return "+0".into();
+    }
+    let ms = us / 1_000;
+    let text = if ms < 1_000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        let s = ms as f64 / 1000.0;
+        if ms % 1000 == 0 {
+            format!("{s:.0}s")
+        } else {
+            format!("{s}s")
+        }
+    } else if ms < 3_600_000 {
+        match (ms / 60_000, ms % 60_000 / 1000) {
+            (m, 0) => format!("{m}m"),
+            (m, s) => format!("{m}m {s}s"),
+        }
+    } else {
+        match (ms / 3_600_000, ms % 3_600_000 / 60_000) {
+            (h, 0) => format!("{h}h"),
+            (h, m) => format!("{h}h {m}m"),
+        }
+    };
+    format!("+{text}")
+}
+
+/// The row of each point mark in its lane, so marks at (nearly) the same instant stack
+/// instead of drawing over each other; returns the rows and the rows each lane needs.
+fn stack_rows(points: &[(usize, f64)]) -> (Vec<usize>, Vec<usize>) {
+    let mut order: Vec<usize> = (0..points.len()).collect();
+    order.sort_by(|a, b| points[*a].1.total_cmp(&points[*b].1));
+    let mut rows = vec![0; points.len()];
+    // Per lane: the x of the last mark on each row.
+    let mut ends: Vec<Vec<f64>> = vec![Vec::new(); LANES.len()];
+    for i in order {
+        let (lane, x) = points[i];
+        let lane_ends = &mut ends[lane.min(LANES.len() - 1)];
+        let row = lane_ends
+            .iter()
+            .position(|end| x - end >= MARK_W)
+            .unwrap_or(lane_ends.len());
+        if row == lane_ends.len() {
+            lane_ends.push(x);
+        } else {
+            lane_ends[row] = x;
+        }
+        rows[i] = row;
+    }
+    (rows, ends.iter().map(|e| e.len().max(1)).collect())
+}
+
+/// The swimlane chart of one job from `start` to `end` (µs), offsets counted from `origin`
+/// (the job's creation).
+pub fn swimlane(origin: i64, start: i64, end: i64, marks: &[Mark]) -> Svg {
     let end = end.max(start + 1);
-    let span = (end - start) as f64;
-    let x = |t: i64| LEFT + ((t - start) as f64 / span).clamp(0.0, 1.0) * (WIDTH - LEFT - 10.0);
-    let height = TOP + LANE_H * LANES.len() as f64 + 24.0;
+    let busy: Vec<(i64, i64)> = marks
+        .iter()
+        .map(|m| match m {
+            Mark::Span { from, to, .. } | Mark::Density { from, to, .. } => (*from, *to),
+            Mark::Point { at, .. } => (*at, *at),
+        })
+        .filter(|(a, b)| *b >= start && *a <= end)
+        .collect();
+    let axis = Axis::new(start, end, &busy);
+    let x = |t: i64| axis.x(t);
+    // Rows of point marks per lane; a lane grows to hold its rows.
+    let visible: Vec<&Mark> = marks
+        .iter()
+        .filter(|m| match m {
+            Mark::Point { at, .. } => *at >= start && *at <= end,
+            Mark::Span { from, to, .. } | Mark::Density { from, to, .. } => {
+                *to >= start && *from <= end
+            }
+        })
+        .collect();
+    let points: Vec<(usize, f64)> = visible
+        .iter()
+        .filter_map(|m| match m {
+            Mark::Point { lane, at, .. } => Some((*lane, x(*at))),
+            _ => None,
+        })
+        .collect();
+    let (rows, lane_rows) = stack_rows(&points);
+    let lane_h: Vec<f64> = lane_rows
+        .iter()
+        .map(|r| LANE_H.max(8.0 + ROW_H * *r as f64 + 6.0))
+        .collect();
+    let lane_top: Vec<f64> = lane_h
+        .iter()
+        .scan(TOP, |y, h| {
+            let top = *y;
+            *y += h;
+            Some(top)
+        })
+        .collect();
+    let axis_y = TOP + lane_h.iter().sum::<f64>();
+    let height = axis_y + 24.0;
     let mut shapes = Vec::new();
     for (i, lane) in LANES.iter().enumerate() {
-        let y = TOP + LANE_H * i as f64;
         shapes.push(Shape::Rect {
             x: 0.0,
-            y,
+            y: lane_top[i],
             width: WIDTH,
-            height: LANE_H,
+            height: lane_h[i],
             rx: 0.0,
             class: format!("lane{}", i % 2),
             title: None,
         });
         shapes.push(text(
             6.0,
-            y + LANE_H * 0.62,
+            lane_top[i] + 19.0,
             Anchor::Start,
             "lane-label",
             *lane,
         ));
     }
-    // Time axis: five ticks, as offsets from the job's creation.
-    let axis_y = TOP + LANE_H * LANES.len() as f64;
-    for i in 0..=4 {
-        let t = start + (span * i as f64 / 4.0) as i64;
+    // Idle gaps: a visible break with how long nothing happened.
+    for s in axis.segments.iter().filter(|s| s.gap) {
+        let (x0, x1) = (x(s.from), x(s.to));
+        shapes.push(Shape::Rect {
+            x: x0,
+            y: TOP,
+            width: x1 - x0,
+            height: axis_y - TOP,
+            rx: 0.0,
+            class: "gap".into(),
+            title: Some(format!(
+                "nothing happened for {} (compressed)",
+                human_duration(s.to - s.from)
+            )),
+        });
+        for edge in [x0 + 3.0, x1 - 3.0] {
+            shapes.push(Shape::Line {
+                x1: edge,
+                y1: TOP,
+                x2: edge,
+                y2: axis_y,
+                class: "gap-edge".into(),
+            });
+        }
+        shapes.push(text(
+            (x0 + x1) / 2.0,
+            axis_y + 16.0,
+            Anchor::Middle,
+            "axis gap-label",
+            format!("{} idle", human_duration(s.to - s.from)),
+        ));
+    }
+    // Round ticks where the axis is to scale, as offsets from the job's creation; the
+    // outer labels stay inside the chart and none sits on a break's label.
+    let breaks: Vec<(f64, f64)> = axis
+        .segments
+        .iter()
+        .filter(|s| s.gap)
+        .map(|s| (x(s.from), x(s.to)))
+        .collect();
+    for t in axis.ticks(origin) {
+        let tx = x(t);
         shapes.push(Shape::Line {
-            x1: x(t),
+            x1: tx,
             y1: TOP,
-            x2: x(t),
+            x2: tx,
             y2: axis_y,
             class: "tick".into(),
         });
-        // The outer labels stay inside the chart.
-        let anchor = match i {
-            0 => Anchor::Start,
-            4 => Anchor::End,
-            _ => Anchor::Middle,
+        if breaks.iter().any(|(a, b)| tx > a - 34.0 && tx < b + 34.0) {
+            continue;
+        }
+        let anchor = if tx - LEFT < 20.0 {
+            Anchor::Start
+        } else if WIDTH - RIGHT - tx < 24.0 {
+            Anchor::End
+        } else {
+            Anchor::Middle
         };
         shapes.push(text(
-            x(t),
+            tx,
             axis_y + 16.0,
             anchor,
             "axis",
-            format!("+{}", human_duration(t - start)),
+            offset_label(t - origin),
         ));
     }
-    for mark in marks {
+    let mut labels = Vec::new();
+    let mut point_no = 0;
+    for mark in visible {
         match mark {
             Mark::Span {
                 lane,
@@ -128,31 +450,32 @@ pub fn swimlane(start: i64, end: i64, marks: &[Mark]) -> Svg {
                 label,
                 title,
             } => {
-                let y = TOP + LANE_H * *lane as f64 + 5.0;
+                let y = lane_top[*lane] + 4.0;
+                let h = LANE_H - 13.0;
                 let (x0, x1) = (x(*from), x(*to).max(x(*from) + 2.0));
-                let mut inner = vec![Shape::Rect {
-                    x: x0,
-                    y,
-                    width: x1 - x0,
-                    height: LANE_H - 10.0,
-                    rx: 3.0,
-                    class: String::new(),
-                    title: None,
-                }];
-                if x1 - x0 > 40.0 {
-                    inner.push(text(
+                shapes.push(Shape::Group {
+                    class: class.clone(),
+                    title: Some(title.clone()),
+                    shapes: vec![Shape::Rect {
+                        x: x0,
+                        y,
+                        width: x1 - x0,
+                        height: h,
+                        rx: 3.0,
+                        class: String::new(),
+                        title: None,
+                    }],
+                });
+                // Drawn after every mark, so nothing covers it; only where it fits.
+                if x1 - x0 > 7.0 * label.chars().count() as f64 + 8.0 {
+                    labels.push(text(
                         x0 + 4.0,
-                        y + LANE_H * 0.45,
+                        y + h * 0.72,
                         Anchor::Start,
                         "span-label",
                         label.clone(),
                     ));
                 }
-                shapes.push(Shape::Group {
-                    class: class.clone(),
-                    title: Some(title.clone()),
-                    shapes: inner,
-                });
             }
             Mark::Point {
                 lane,
@@ -160,14 +483,18 @@ pub fn swimlane(start: i64, end: i64, marks: &[Mark]) -> Svg {
                 class,
                 symbol,
                 title,
-            } => shapes.push(Shape::Text {
-                x: x(*at),
-                y: TOP + LANE_H * *lane as f64 + LANE_H * 0.68,
-                anchor: Anchor::Middle,
-                class: format!("point {class}"),
-                text: symbol.to_string(),
-                title: Some(title.clone()),
-            }),
+            } => {
+                let row = rows[point_no];
+                point_no += 1;
+                shapes.push(Shape::Text {
+                    x: x(*at),
+                    y: lane_top[*lane] + 20.0 + ROW_H * row as f64,
+                    anchor: Anchor::Middle,
+                    class: format!("point {class}"),
+                    text: symbol.to_string(),
+                    title: Some(title.clone()),
+                });
+            }
             Mark::Density {
                 lane,
                 from,
@@ -176,12 +503,13 @@ pub fn swimlane(start: i64, end: i64, marks: &[Mark]) -> Svg {
                 class,
                 title,
             } => {
+                // A strip along the lane's foot, under any bar and its label.
                 let (x0, x1) = (x(*from), x(*to).max(x(*from) + 1.5));
                 shapes.push(Shape::Rect {
                     x: x0,
-                    y: TOP + LANE_H * *lane as f64 + 8.0,
+                    y: lane_top[*lane] + lane_h[*lane] - 8.0,
                     width: x1 - x0,
-                    height: LANE_H - 16.0,
+                    height: 6.0,
                     rx: 0.0,
                     class: format!("density {class}"),
                     title: Some(format!("{title} ({count})")),
@@ -189,70 +517,12 @@ pub fn swimlane(start: i64, end: i64, marks: &[Mark]) -> Svg {
             }
         }
     }
+    shapes.extend(labels);
     Svg {
         width: WIDTH,
         height,
         label: "Swimlane chart of the job's timeline".into(),
         class: "swimlane-svg".into(),
-        shapes,
-    }
-}
-
-/// Stacked bars over time: `series` are (label, css class, counts per bucket).
-pub fn bars(buckets: usize, bucket_label: &str, series: &[(String, String, Vec<i64>)]) -> Svg {
-    let (w, h, left, bottom) = (480.0, 160.0, 36.0, 20.0);
-    let totals: Vec<i64> = (0..buckets)
-        .map(|b| {
-            series
-                .iter()
-                .map(|(_, _, c)| c.get(b).copied().unwrap_or(0))
-                .sum()
-        })
-        .collect();
-    let max = totals.iter().copied().max().unwrap_or(0).max(1);
-    let bw = (w - left) / buckets.max(1) as f64;
-    let mut shapes = vec![
-        text(2.0, 12.0, Anchor::Start, "axis", max.to_string()),
-        text(2.0, h - bottom, Anchor::Start, "axis", "0"),
-        Shape::Line {
-            x1: left,
-            y1: h - bottom,
-            x2: w,
-            y2: h - bottom,
-            class: "tick".into(),
-        },
-    ];
-    for b in 0..buckets {
-        let mut y = h - bottom;
-        for (label, class, counts) in series {
-            let n = counts.get(b).copied().unwrap_or(0);
-            if n == 0 {
-                continue;
-            }
-            let bh = (h - bottom - 6.0) * n as f64 / max as f64;
-            y -= bh;
-            shapes.push(Shape::Rect {
-                x: left + bw * b as f64 + 0.5,
-                y,
-                width: (bw - 1.0).max(0.5),
-                height: bh,
-                rx: 0.0,
-                class: class.clone(),
-                title: Some(format!("{label}: {n} ({bucket_label} {})", b + 1)),
-            });
-        }
-    }
-    shapes.push(text(left, h - 4.0, Anchor::Start, "axis", "older"));
-    shapes.push(text(w, h - 4.0, Anchor::End, "axis", "now"));
-    Svg {
-        width: w,
-        height: h,
-        label: series
-            .iter()
-            .map(|s| s.0.clone())
-            .collect::<Vec<_>>()
-            .join(", "),
-        class: "bars-svg".into(),
         shapes,
     }
 }
@@ -315,6 +585,7 @@ mod tests {
     fn the_swimlane_escapes_labels_and_places_marks_in_their_lane() {
         let svg = swimlane(
             0,
+            0,
             10_000_000,
             &[
                 Mark::Span {
@@ -344,31 +615,161 @@ mod tests {
             Shape::Text { text, y, .. } if text == "▼" => Some(*y),
             _ => None,
         });
-        assert_eq!(
-            lane_of_point,
-            Some(TOP + LANE_H * 0.68),
-            "the delivery is on lane 0"
+        assert_eq!(lane_of_point, Some(TOP + 20.0), "the delivery is on lane 0");
+    }
+
+    fn point(lane: usize, at: i64, symbol: char) -> Mark {
+        Mark::Point {
+            lane,
+            at,
+            class: "p".into(),
+            symbol,
+            title: symbol.to_string(),
+        }
+    }
+
+    const S: i64 = 1_000_000;
+
+    #[test]
+    fn a_late_event_does_not_squash_the_work_it_follows() {
+        // Half a second of work, then an idempotent replay three minutes later.
+        let marks = [
+            point(0, 0, '▼'),
+            point(4, 100_000, '◆'),
+            point(4, 500_000, '★'),
+            point(0, 180 * S, '✓'),
+        ];
+        let axis = Axis::new(
+            0,
+            180 * S,
+            &[
+                (0, 0),
+                (100_000, 100_000),
+                (500_000, 500_000),
+                (180 * S, 180 * S),
+            ],
+        );
+        let gaps: Vec<&Segment> = axis.segments.iter().filter(|s| s.gap).collect();
+        assert_eq!(gaps.len(), 1, "{:?}", axis.segments);
+        assert_eq!((gaps[0].from, gaps[0].to), (500_000, 180 * S));
+        // The half second of work takes most of the width; the gap is a fixed break.
+        let work = axis.x(500_000) - axis.x(0);
+        assert!(work > 700.0, "the work is drawn {work} px wide");
+        assert!((axis.x(180 * S) - axis.x(500_000) - BREAK).abs() < 0.01);
+        let svg = swimlane(0, 0, 180 * S, &marks);
+        let texts = svg.texts();
+        assert!(texts.contains(&"2m 59s idle"), "{texts:?}");
+        // Ticks fall on round offsets.
+        for tick in ["+0", "+100ms", "+200ms", "+300ms", "+400ms"] {
+            assert!(texts.contains(&tick), "{tick} in {texts:?}");
+        }
+    }
+
+    #[test]
+    fn evenly_spread_events_are_not_compressed() {
+        let busy: Vec<(i64, i64)> = (0..10).map(|i| (i * 10 * S, i * 10 * S)).collect();
+        let axis = Axis::new(0, 90 * S, &busy);
+        assert!(axis.segments.iter().all(|s| !s.gap), "{:?}", axis.segments);
+        // A call running through a quiet minute is activity, not a gap.
+        let axis = Axis::new(0, 70 * S, &[(0, 0), (S, 65 * S), (70 * S, 70 * S)]);
+        assert!(axis.segments.iter().all(|s| !s.gap), "{:?}", axis.segments);
+    }
+
+    #[test]
+    fn marks_at_one_instant_stack_instead_of_colliding() {
+        let marks = [
+            point(4, 1_000, '◆'),
+            point(4, 1_000, '★'),
+            point(4, 1_200, '⚑'),
+            point(0, 1_000, '▼'),
+            point(4, 9 * S, '✗'),
+        ];
+        let svg = swimlane(0, 0, 10 * S, &marks);
+        let placed: Vec<(String, f64, f64)> = svg
+            .shapes
+            .iter()
+            .filter_map(|s| match s {
+                Shape::Text {
+                    text, x, y, class, ..
+                } if class.starts_with("point") => Some((text.clone(), *x, *y)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(placed.len(), 5);
+        for (i, a) in placed.iter().enumerate() {
+            for b in &placed[i + 1..] {
+                let apart = (a.1 - b.1).abs() >= MARK_W || (a.2 - b.2).abs() >= ROW_H;
+                assert!(apart, "{a:?} and {b:?} overlap");
+            }
+        }
+        // The lane grew to hold three rows, and the lanes below moved down.
+        let lanes: Vec<f64> = svg
+            .shapes
+            .iter()
+            .filter_map(|s| match s {
+                Shape::Rect { class, height, .. } if class.starts_with("lane") => Some(*height),
+                _ => None,
+            })
+            .collect();
+        assert!(lanes[4] >= 8.0 + 3.0 * ROW_H, "{lanes:?}");
+        assert_eq!(lanes[0], LANE_H);
+    }
+
+    #[test]
+    fn span_labels_sit_above_renewal_marks() {
+        let marks = [
+            Mark::Span {
+                lane: 2,
+                from: 0,
+                to: 9 * S,
+                class: "lease".into(),
+                label: "epoch 1 · worker-a".into(),
+                title: "lease".into(),
+            },
+            Mark::Density {
+                lane: 2,
+                from: S,
+                to: 2 * S,
+                count: 3,
+                class: "renew-ok".into(),
+                title: "lease renewed".into(),
+            },
+        ];
+        let svg = swimlane(0, 0, 10 * S, &marks);
+        let label_at = svg
+            .shapes
+            .iter()
+            .position(|s| matches!(s, Shape::Text { text, .. } if text == "epoch 1 · worker-a"));
+        let density_at = svg
+            .shapes
+            .iter()
+            .position(|s| matches!(s, Shape::Rect { class, .. } if class.starts_with("density")));
+        assert!(
+            label_at > density_at,
+            "the label is drawn last, over everything"
+        );
+        let (bar_bottom, density_top) = svg.shapes.iter().fold((0.0, 0.0), |acc, s| match s {
+            Shape::Group { shapes, .. } => match &shapes[0] {
+                Shape::Rect { y, height, .. } => (y + height, acc.1),
+                _ => acc,
+            },
+            Shape::Rect { class, y, .. } if class.starts_with("density") => (acc.0, *y),
+            _ => acc,
+        });
+        assert!(
+            density_top >= bar_bottom,
+            "{density_top} under {bar_bottom}"
         );
     }
 
     #[test]
-    fn bars_scale_to_the_tallest_stack() {
-        let svg = bars(
-            2,
-            "bucket",
-            &[
-                ("created".into(), "c1".into(), vec![2, 4]),
-                ("done".into(), "c2".into(), vec![0, 4]),
-            ],
-        );
-        assert_eq!(
-            svg.texts()[0],
-            "8",
-            "the axis tops out at the tallest stack"
-        );
-        assert!(svg.shapes.iter().any(|s| matches!(
-            s,
-            Shape::Rect { title: Some(t), .. } if t.starts_with("created: 4")
-        )));
+    fn steps_and_offsets_are_round() {
+        assert_eq!(round_step(70_000), 100_000);
+        assert_eq!(round_step(44_100_000), 60_000_000);
+        assert_eq!(round_step(88_000_000), 120_000_000);
+        assert_eq!(offset_label(1_500_000), "+1.5s");
+        assert_eq!(offset_label(90_000_000), "+1m 30s");
+        assert_eq!(offset_label(120_000_000), "+2m");
+        assert_eq!(offset_label(200_000), "+200ms");
     }
 }

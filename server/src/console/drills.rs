@@ -9,7 +9,7 @@ use super::LedgerConsole;
 use crate::drill::{DrillKind, Report, ScenarioReport};
 use crate::ledger::{DrillRunRow, LedgerError};
 use crate::settings::Environment;
-use crate::time::{human_duration, short_time};
+use crate::time::human_duration;
 
 /// How many runs the list shows.
 const RUNS: u32 = 50;
@@ -38,7 +38,12 @@ pub(crate) fn report_of(row: &DrillRunRow) -> Option<Report> {
     serde_json::from_str(&row.report).ok()
 }
 
-fn summary(row: &DrillRunRow, report: Option<&Report>, now_us: i64) -> DrillRunSummary {
+fn summary(
+    row: &DrillRunRow,
+    report: Option<&Report>,
+    now_us: i64,
+    zone: crate::time::Tz,
+) -> DrillRunSummary {
     let kinds: Vec<String> = serde_json::from_str(&row.kinds).unwrap_or_default();
     let asked = if kinds.len() == DrillKind::ALL.len() {
         format!("all ({})", kinds.len())
@@ -48,7 +53,7 @@ fn summary(row: &DrillRunRow, report: Option<&Report>, now_us: i64) -> DrillRunS
     let scenarios = report.map(|r| r.scenarios.as_slice()).unwrap_or_default();
     DrillRunSummary {
         run_id: row.run_id.clone(),
-        started: short_time(row.started_at),
+        started: crate::time::date_time(row.started_at, zone),
         status: status(row, now_us),
         asked,
         queue: row.queue.clone(),
@@ -128,7 +133,7 @@ impl LedgerConsole {
             catalogue: DrillKind::ALL.into_iter().map(scenario).collect(),
             runs: rows
                 .iter()
-                .map(|row| summary(row, report_of(row).as_ref(), now))
+                .map(|row| summary(row, report_of(row).as_ref(), now, self.zone))
                 .collect(),
             refused: (access.environment == Environment::Production).then(|| {
                 "This deployment is marked production: drills inject faults and never run here. \
@@ -156,13 +161,13 @@ impl LedgerConsole {
         };
         let now = self.ledger.now_us().await?;
         let report = report_of(&row);
-        let summary = summary(&row, report.as_ref(), now);
+        let summary = summary(&row, report.as_ref(), now, self.zone);
         Ok(Some(DrillRun {
             provider: report
                 .as_ref()
                 .map_or_else(|| "stub".to_owned(), |r| r.provider.clone()),
             live: summary.status == "running",
-            finished: row.finished_at.map(short_time),
+            finished: row.finished_at.map(|t| self.at(t)),
             scenarios: report
                 .map(|r| r.scenarios.iter().map(scenario_run).collect())
                 .unwrap_or_default(),

@@ -3,7 +3,7 @@
 use fenceline_app::console::{EventRow, JobRow};
 
 use crate::ledger::{detail_text, Event, Job};
-use crate::time::{clock, human_duration, short_time};
+use crate::time::{clock_in, date_clock, date_time, human_duration, Tz};
 
 pub(super) fn ago(now: i64, us: i64) -> String {
     let d = now - us;
@@ -22,7 +22,7 @@ pub(super) fn left(now: i64, deadline: i64) -> String {
     }
 }
 
-pub(super) fn job_row(now: i64, j: &Job) -> JobRow {
+pub(super) fn job_row(now: i64, j: &Job, zone: Tz) -> JobRow {
     JobRow {
         job_id: j.job_id.clone(),
         tenant: j.tenant.clone(),
@@ -30,7 +30,7 @@ pub(super) fn job_row(now: i64, j: &Job) -> JobRow {
         state: j.state.as_str().into(),
         epoch: j.owner_epoch,
         attempts: format!("{}/{}", j.attempt_count, j.max_attempts),
-        created: short_time(j.created_at),
+        created: date_time(j.created_at, zone),
         updated: ago(now, j.updated_at),
         deadline: if j.state.is_terminal() {
             "—".into()
@@ -41,10 +41,16 @@ pub(super) fn job_row(now: i64, j: &Job) -> JobRow {
     }
 }
 
-pub(super) fn event_row(created_at: i64, e: &Event) -> EventRow {
+/// One event as a timeline row; `with_date` when the row starts a page or a new day (in
+/// `zone`), otherwise its time of day is enough.
+pub(super) fn event_row(created_at: i64, e: &Event, zone: Tz, with_date: bool) -> EventRow {
     EventRow {
         seq: e.seq,
-        at: clock(e.at),
+        at: if with_date {
+            date_clock(e.at, zone)
+        } else {
+            clock_in(e.at, zone)
+        },
         offset: format!("+{}", human_duration(e.at - created_at)),
         kind: e.kind.to_string(),
         epoch: e.epoch,

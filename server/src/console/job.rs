@@ -11,10 +11,15 @@ use crate::ledger::{LedgerError, RENEWAL_KINDS, TRANSPORT_KINDS};
 use super::format::{event_row, left};
 use super::swimlane::swimlane_of;
 use super::{LedgerConsole, FOLD_MIN, PAGE_RUNS};
-use crate::time::{clock, human_duration, short_time};
+use crate::time::{clock_in, day_in, human_duration};
+use fenceline_app::console::Zoom;
 
 impl LedgerConsole {
-    pub(super) async fn build_job(&self, job_id: String) -> Result<Option<JobDetail>, LedgerError> {
+    pub(super) async fn build_job(
+        &self,
+        job_id: String,
+        zoom: Option<Zoom>,
+    ) -> Result<Option<JobDetail>, LedgerError> {
         let Ok(id) = job_id.parse::<JobId>() else {
             return Ok(None);
         };
@@ -44,16 +49,37 @@ impl LedgerConsole {
             bucketed.extend(TRANSPORT_KINDS);
         }
         let key = self.ledger.key_events(&job.job_id, &bucketed, 650).await?;
-        let end = job
-            .terminal_at
-            .unwrap_or(now)
-            .max(key.last().map_or(job.created_at, |e| e.at));
-        let width = ((end - job.created_at) / 120).max(1);
+        // The chart covers what happened: up to now only while a call is under way, so an
+        // `unknown` job's axis does not grow while it waits for a decision.
+        let last = key
+            .last()
+            .map_or(job.created_at, |e| e.at)
+            .max(job.terminal_at.unwrap_or(job.created_at))
+            .max(
+                attempts
+                    .iter()
+                    .map(|a| a.finished_at.unwrap_or(a.started_at))
+                    .max()
+                    .unwrap_or(0),
+            );
+        let end = if job.state == JobState::Running {
+            now.max(last)
+        } else {
+            last
+        };
+        let (from, to) = match zoom {
+            Some(z) => (
+                (job.created_at + z.from_ms * 1_000).max(job.created_at),
+                (job.created_at + z.to_ms * 1_000).min(end.max(job.created_at + 1)),
+            ),
+            None => (job.created_at, end),
+        };
+        let width = ((to - from) / 120).max(1);
         let buckets = self
             .ledger
-            .kind_buckets(&job.job_id, &bucketed, job.created_at, width)
+            .kind_buckets(&job.job_id, &bucketed, from, width)
             .await?;
-        let svg = swimlane_of(&job, &attempts, &key, &buckets, end, width);
+        let svg = swimlane_of(&job, &attempts, &key, &buckets, (from, to), end, width);
         let drill = job.drill_run.clone();
         Ok(Some(JobDetail {
             job_id: job.job_id.clone(),
@@ -66,10 +92,10 @@ impl LedgerConsole {
             lease: (job.state == JobState::Running)
                 .then(|| {
                     job.owner_until
-                        .map(|u| format!("{} ({})", short_time(u), left(now, u)))
+                        .map(|u| format!("{} ({})", self.at(u), left(now, u)))
                 })
                 .flatten(),
-            deadline: short_time(job.deadline_at),
+            deadline: self.at(job.deadline_at),
             deadline_left: if job.state.is_terminal() {
                 "closed".into()
             } else {
@@ -80,8 +106,8 @@ impl LedgerConsole {
             error_code: job.error_code.clone(),
             recovery_reason: job.recovery_reason.clone(),
             replay_policy: job.replay_policy.as_str().replace('_', " "),
-            created: short_time(job.created_at),
-            terminal_at: job.terminal_at.map(short_time),
+            created: self.at(job.created_at),
+            terminal_at: job.terminal_at.map(|t| self.at(t)),
             event_count,
             attempts: attempts
                 .iter()
@@ -91,18 +117,27 @@ impl LedgerConsole {
                     worker: a.worker_id.clone(),
                     provider: a.provider.clone(),
                     provider_request_id: a.provider_request_id.clone(),
-                    started: short_time(a.started_at),
-                    finished: a.finished_at.map(short_time),
+                    started: self.at(a.started_at),
+                    finished: a.finished_at.map(|t| self.at(t)),
                     duration: a.finished_at.map(|f| human_duration(f - a.started_at)),
                     outcome: a.outcome.as_str().into(),
                     error_code: a.error_code.clone(),
                     accepted: a.result_ref.is_some() && a.result_ref == job.result_ref,
+                    zoom: {
+                        let to = a.finished_at.unwrap_or(end.max(a.started_at));
+                        // A little either side, so its edges and neighbours show.
+                        let pad = ((to - a.started_at) / 10).max(50_000);
+                        Zoom {
+                            from_ms: ((a.started_at - pad - job.created_at) / 1_000).max(0),
+                            to_ms: (to + pad - job.created_at) / 1_000 + 1,
+                        }
+                    },
                 })
                 .collect(),
             decisions: decisions
                 .iter()
                 .map(|d| DecisionRow {
-                    at: short_time(d.decided_at),
+                    at: self.at(d.decided_at),
                     actor: d.actor.clone(),
                     decision: d.decision.clone(),
                     seen_epoch: d.seen_epoch,
@@ -172,6 +207,8 @@ impl LedgerConsole {
             None
         };
         let mut rows = Vec::with_capacity(runs.len());
+        // The first row of the page, and the first of each new day, carries its date.
+        let mut shown_day = None;
         let mut i = 0;
         while i < runs.len() {
             let run = &runs[i];
@@ -181,8 +218,8 @@ impl LedgerConsole {
                     kind: run.kind.as_str().to_owned(),
                     first_seq: run.first_seq,
                     last_seq: run.last_seq,
-                    first_at: clock(run.first_at),
-                    last_at: clock(run.last_at),
+                    first_at: clock_in(run.first_at, self.zone),
+                    last_at: clock_in(run.last_at, self.zone),
                 });
                 i += 1;
                 continue;
@@ -198,7 +235,15 @@ impl LedgerConsole {
                 j += 1;
             }
             for e in self.ledger.events_between(&job_id, first, last).await? {
-                rows.push(TimelineRow::Event(event_row(job.created_at, &e)));
+                let day = day_in(e.at, self.zone);
+                let with_date = shown_day != Some(day);
+                shown_day = Some(day);
+                rows.push(TimelineRow::Event(event_row(
+                    job.created_at,
+                    &e,
+                    self.zone,
+                    with_date,
+                )));
             }
             i = j;
         }

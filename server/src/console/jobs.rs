@@ -8,14 +8,30 @@ use crate::ledger::{JobFilter, LedgerError};
 
 use super::format::job_row;
 use super::{LedgerConsole, PAGE_JOBS};
-use crate::time::{parse_instant, unix_ms};
+use crate::time::{parse_instant_in, unix_ms};
 
 impl LedgerConsole {
     pub(super) async fn build_jobs(&self, query: JobsQuery) -> Result<JobsPage, LedgerError> {
         let now = self.ledger.now_us().await?;
         // Exact up to 10,000 per state: enough to act on, and fast over millions of jobs.
         const CAP: i64 = 10_000;
-        let tenants = self.tenants_for(query.tenant.as_deref());
+        // The tenants to pick from: those with jobs, within this operator's scope. A typed
+        // tenant matches whatever its case.
+        let known: Vec<String> = self
+            .ledger
+            .job_tenants(500)
+            .await?
+            .into_iter()
+            .filter(|t| self.covers(t))
+            .collect();
+        let tenant = query.tenant.as_deref().map(|wanted| {
+            known
+                .iter()
+                .find(|t| t.eq_ignore_ascii_case(wanted))
+                .cloned()
+                .unwrap_or_else(|| wanted.to_owned())
+        });
+        let tenants = self.tenants_for(tenant.as_deref());
         let capped = self.counts_in(tenants.as_deref(), CAP).await?;
         let shown = |n: i64, over: bool| {
             let digits = n.to_string();
@@ -46,12 +62,13 @@ impl LedgerConsole {
                 .is_empty()
                 .then(|| format!("No job has the id or idempotency key “{needle}”."));
             return Ok(JobsPage {
-                rows: found.iter().map(|j| job_row(now, j)).collect(),
+                rows: found.iter().map(|j| job_row(now, j, self.zone)).collect(),
                 next: None,
                 counts,
                 total,
                 notice,
                 bad_parameter: None,
+                tenants: known,
             });
         }
         let bad = |name: &str, value: &str, expected: &str| {
@@ -62,6 +79,7 @@ impl LedgerConsole {
                 total: total.clone(),
                 notice: None,
                 bad_parameter: Some(BadParameter::new(name, value, expected)),
+                tenants: known.clone(),
             })
         };
         let state = match query.state.as_deref() {
@@ -78,19 +96,37 @@ impl LedgerConsole {
             },
             None => None,
         };
-        let from_id = match query.created_after.as_deref() {
-            Some(text) => match parse_instant(text) {
-                Ok(at) => Some(JobId::lower_bound_at(unix_ms(at))),
-                Err(_) => {
-                    return bad(
-                        "created_after",
-                        text,
-                        "a date and time such as 2026-12-01T09:30 (UTC)",
-                    )
+        let mut bounds = [None, None];
+        for (slot, name, text) in [
+            (0, "created_after", &query.created_after),
+            (1, "created_before", &query.created_before),
+        ] {
+            if let Some(text) = text.as_deref() {
+                match parse_instant_in(text, self.zone) {
+                    Ok(at) => bounds[slot] = Some(JobId::lower_bound_at(unix_ms(at))),
+                    Err(_) => {
+                        return bad(
+                            name,
+                            text,
+                            &format!(
+                                "a date and time such as 2026-12-01T09:30 (read in {})",
+                                self.zone.name()
+                            ),
+                        )
+                    }
                 }
-            },
-            None => None,
-        };
+            }
+        }
+        let [from_id, to_id] = bounds;
+        if let (Some(from), Some(to)) = (&from_id, &to_id) {
+            if to <= from {
+                return bad(
+                    "created_before",
+                    query.created_before.as_deref().unwrap_or_default(),
+                    "later than created_after",
+                );
+            }
+        }
         let before = match query.before.as_deref() {
             Some(text) => match text.parse::<JobId>() {
                 Ok(id) => Some(id.to_string()),
@@ -106,16 +142,27 @@ impl LedgerConsole {
                 state,
                 before,
                 from_id,
+                to_id,
+                key_prefix: query.key_prefix.clone(),
+                worker: query.worker.clone(),
+                error_code: query.error_code.clone(),
+                redelivered: query.redelivered,
+                stale_rejected: query.stale_rejected,
                 limit: PAGE_JOBS,
             })
             .await?;
         Ok(JobsPage {
-            rows: page.jobs.iter().map(|j| job_row(now, j)).collect(),
+            rows: page
+                .jobs
+                .iter()
+                .map(|j| job_row(now, j, self.zone))
+                .collect(),
             next: page.next,
             counts,
             total,
             notice: None,
             bad_parameter: None,
+            tenants: known,
         })
     }
 }

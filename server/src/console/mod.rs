@@ -19,6 +19,7 @@ mod format;
 mod job;
 mod jobs;
 mod overview;
+pub mod plot;
 mod swimlane;
 mod unknown;
 
@@ -82,6 +83,8 @@ pub struct LedgerConsole {
     queue: QueueInfo,
     /// The tenants whose jobs this console shows; `None` for every tenant.
     tenants: Option<Vec<String>>,
+    /// The zone times are shown in.
+    zone: crate::time::Tz,
 }
 
 impl LedgerConsole {
@@ -91,7 +94,19 @@ impl LedgerConsole {
             ledger,
             queue,
             tenants: None,
+            zone: chrono_tz::UTC,
         }
+    }
+
+    /// Shows times in `zone`.
+    pub fn in_zone(mut self, zone: crate::time::Tz) -> Self {
+        self.zone = zone;
+        self
+    }
+
+    /// An instant as operators read it here: date, time and zone.
+    fn at(&self, us: i64) -> String {
+        crate::time::date_time(us, self.zone)
     }
 
     /// Limits this console to `tenants`' jobs (`None`: every tenant).
@@ -161,8 +176,12 @@ impl Console for LedgerConsole {
         Box::pin(async move { self.build_jobs(query).await.map_err(shown) })
     }
 
-    fn job(&self, job_id: String) -> Pending<'_, Option<JobDetail>> {
-        Box::pin(async move { self.build_job(job_id).await.map_err(shown) })
+    fn job(
+        &self,
+        job_id: String,
+        zoom: Option<fenceline_app::console::Zoom>,
+    ) -> Pending<'_, Option<JobDetail>> {
+        Box::pin(async move { self.build_job(job_id, zoom).await.map_err(shown) })
     }
 
     fn timeline(&self, job_id: String, query: TimelineQuery) -> Pending<'_, Timeline> {

@@ -4,10 +4,9 @@ use std::collections::HashMap;
 
 use fenceline_app::console::{Chart, Figure, Overview, Window};
 
-use super::charts;
+use super::{charts, plot};
 use crate::job::{EventKind, JobState};
 use crate::ledger::LedgerError;
-use crate::time::human_duration;
 
 use super::format::ago;
 use super::LedgerConsole;
@@ -53,10 +52,8 @@ impl LedgerConsole {
             .find(|(s, _)| *s == JobState::Running)
             .map_or(0, |(_, n)| *n);
         let now = self.ledger.now_us().await?;
-        let buckets = 24usize;
-        let start = now - window.seconds() * 1_000_000;
-        let width = window.seconds() * 1_000_000 / buckets as i64;
-        let bucket_label = format!("{} each", human_duration(width));
+        let grid = plot::Buckets::of(window, now, self.zone);
+        let (buckets, start, width) = (grid.count, grid.start, grid.width);
         let kinds = [
             EventKind::JobCreated,
             EventKind::DuplicateSuppressed,
@@ -92,111 +89,81 @@ impl LedgerConsole {
                 *slot += b.count;
             }
         }
-        let total = |v: &[i64]| v.iter().sum::<i64>();
-        let figure = |label: &str, v: &[i64]| Figure {
-            label: label.into(),
-            value: total(v).to_string(),
-        };
-        let created = series(&activity, EventKind::JobCreated);
         let outcome = |k: &str| {
             by_outcome
                 .get(k)
                 .cloned()
                 .unwrap_or_else(|| vec![0; buckets])
         };
-        let (succeeded, failed, expired) = (
-            outcome("succeeded"),
-            outcome("failed_terminal"),
-            outcome("expired"),
-        );
-        let redelivered = series(&redeliveries, EventKind::DeliveryReceived);
-        let suppressed = series(&activity, EventKind::DuplicateSuppressed);
-        let rejected = series(&activity, EventKind::ResultRejected);
-        let vis_failed = series(&activity, EventKind::VisibilityRenewalFailed);
-        let lease_failed = series(&activity, EventKind::LeaseRenewalFailed);
-        let delete_failed = series(&activity, EventKind::DeleteFailed);
-
+        let chart = |title: &str, lines: Vec<plot::Series>| Chart {
+            title: title.into(),
+            svg: plot::time_series(&grid, &lines),
+            figures: lines
+                .iter()
+                .map(|s| Figure {
+                    label: s.label.clone(),
+                    value: s.counts.iter().sum::<i64>().to_string(),
+                    class: Some(s.class.clone()),
+                })
+                .collect(),
+        };
         let mut charts = vec![
-            Chart {
-                title: "Jobs accepted and finished".into(),
-                svg: charts::bars(
-                    buckets,
-                    &bucket_label,
-                    &[
-                        ("accepted".into(), "c-created".into(), created.clone()),
-                        ("succeeded".into(), "c-succeeded".into(), succeeded.clone()),
-                        ("failed".into(), "c-failed".into(), failed.clone()),
-                        ("expired".into(), "c-expired".into(), expired.clone()),
-                    ],
-                ),
-                figures: vec![
-                    figure("accepted", &created),
-                    figure("succeeded", &succeeded),
-                    figure("failed", &failed),
-                    figure("expired", &expired),
+            chart(
+                "Jobs accepted and finished",
+                vec![
+                    plot::Series::new(
+                        "accepted",
+                        "c-created",
+                        series(&activity, EventKind::JobCreated),
+                    ),
+                    plot::Series::new("succeeded", "c-succeeded", outcome("succeeded")),
+                    plot::Series::new("failed", "c-failed", outcome("failed_terminal")),
+                    plot::Series::new("expired", "c-expired", outcome("expired")),
                 ],
-            },
-            Chart {
-                title: "Redeliveries and duplicate inference suppressed".into(),
-                svg: charts::bars(
-                    buckets,
-                    &bucket_label,
-                    &[
-                        (
-                            "redeliveries".into(),
-                            "c-redelivery".into(),
-                            redelivered.clone(),
-                        ),
-                        (
-                            "duplicates suppressed".into(),
-                            "c-suppressed".into(),
-                            suppressed.clone(),
-                        ),
-                    ],
-                ),
-                figures: vec![
-                    figure("redeliveries", &redelivered),
-                    figure("duplicates suppressed", &suppressed),
+            ),
+            chart(
+                "Redeliveries and duplicate inference suppressed",
+                vec![
+                    plot::Series::new(
+                        "redeliveries",
+                        "c-redelivery",
+                        series(&redeliveries, EventKind::DeliveryReceived),
+                    ),
+                    plot::Series::new(
+                        "duplicates suppressed",
+                        "c-suppressed",
+                        series(&activity, EventKind::DuplicateSuppressed),
+                    ),
                 ],
-            },
-            Chart {
-                title: "Stale results rejected".into(),
-                svg: charts::bars(
-                    buckets,
-                    &bucket_label,
-                    &[("rejected".into(), "c-rejected".into(), rejected.clone())],
-                ),
-                figures: vec![figure("stale results rejected", &rejected)],
-            },
-            Chart {
-                title: "Renewal failures and failed deletes".into(),
-                svg: charts::bars(
-                    buckets,
-                    &bucket_label,
-                    &[
-                        (
-                            "visibility renewals failed".into(),
-                            "c-vis-failed".into(),
-                            vis_failed.clone(),
-                        ),
-                        (
-                            "lease renewals failed".into(),
-                            "c-lease-failed".into(),
-                            lease_failed.clone(),
-                        ),
-                        (
-                            "deletes failed".into(),
-                            "c-delete-failed".into(),
-                            delete_failed.clone(),
-                        ),
-                    ],
-                ),
-                figures: vec![
-                    figure("visibility renewals failed", &vis_failed),
-                    figure("lease renewals failed", &lease_failed),
-                    figure("deletes failed", &delete_failed),
+            ),
+            chart(
+                "Stale results rejected",
+                vec![plot::Series::new(
+                    "stale results rejected",
+                    "c-rejected",
+                    series(&activity, EventKind::ResultRejected),
+                )],
+            ),
+            chart(
+                "Renewal failures and failed deletes",
+                vec![
+                    plot::Series::new(
+                        "visibility renewals failed",
+                        "c-vis-failed",
+                        series(&activity, EventKind::VisibilityRenewalFailed),
+                    ),
+                    plot::Series::new(
+                        "lease renewals failed",
+                        "c-lease-failed",
+                        series(&activity, EventKind::LeaseRenewalFailed),
+                    ),
+                    plot::Series::new(
+                        "deletes failed",
+                        "c-delete-failed",
+                        series(&activity, EventKind::DeleteFailed),
+                    ),
                 ],
-            },
+            ),
         ];
         let labels = ["< 1s", "< 10s", "< 1m", "< 10m", "< 1h", "≥ 1h"];
         let (took, tries) = self
@@ -229,6 +196,7 @@ impl LedgerConsole {
             figures: vec![Figure {
                 label: "jobs finished".into(),
                 value: finished_total.to_string(),
+                class: None,
             }],
         });
         charts.push(Chart {
@@ -242,6 +210,7 @@ impl LedgerConsole {
                     .map(|(i, n)| i as i64 * n)
                     .sum::<i64>()
                     .to_string(),
+                class: None,
             }],
         });
         Ok(Overview {

@@ -11,6 +11,7 @@ pub(super) fn swimlane_of(
     attempts: &[crate::ledger::Attempt],
     key: &[Event],
     renewals: &[crate::ledger::Bucket<EventKind>],
+    (shown_from, shown_to): (i64, i64),
     end: i64,
     width: i64,
 ) -> fenceline_app::svg::Svg {
@@ -140,7 +141,7 @@ pub(super) fn swimlane_of(
                 '✗',
                 &format!("result rejected: {}", detail_text(&e.detail)),
             )),
-            EventKind::DeadlineExpired => Some(point(4, "expired", '⌛', "deadline expired")),
+            EventKind::DeadlineExpired => Some(point(4, "expired", '◷', "deadline expired")),
             EventKind::BudgetExhausted => Some(point(4, "failed", '■', "attempt budget spent")),
             EventKind::LeaseLost => Some(point(2, "failed", '✗', "lease lost")),
             EventKind::Dispatched => Some(point(5, "dispatched", '↑', "dispatched to the queue")),
@@ -174,7 +175,7 @@ pub(super) fn swimlane_of(
             EventKind::DeliveryAckedTerminal => (0, "acked"),
             _ => (0, "delivery"),
         };
-        let from = start + b.bucket * width;
+        let from = shown_from + b.bucket * width;
         marks.push(Mark::Density {
             lane,
             from,
@@ -184,5 +185,5 @@ pub(super) fn swimlane_of(
             title: b.kind.as_str().replace('_', " "),
         });
     }
-    charts::swimlane(start, end, &marks)
+    charts::swimlane(start, shown_from, shown_to, &marks)
 }

@@ -335,6 +335,7 @@ pub(super) async fn list_jobs(
             before,
             from_id: None,
             limit,
+            ..Default::default()
         })
         .await?;
     Ok(Json(JobPage {

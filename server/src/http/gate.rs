@@ -255,6 +255,8 @@ pub(super) async fn console_gate(
     } else {
         None
     };
+    let chosen = session.get::<String>(keys::ZONE).await.ok().flatten();
+    let (zone, bad_zone) = page_zone(request.uri().query(), chosen);
     let visitor = Visitor {
         operator: operator.as_ref().map(|o| fenceline_app::console::SignedIn {
             name: o.name.clone(),
@@ -265,6 +267,8 @@ pub(super) async fn console_gate(
         csrf,
         flash,
         origin: state.access.origin(request.headers()),
+        zone,
+        bad_zone,
     };
     request.extensions_mut().insert(visitor);
     if let Some(operator) = operator {
@@ -344,5 +348,50 @@ mod tests {
         assert!(local.host_allowed("[::1]:8080"));
         assert!(!local.host_allowed("rebound.attacker.example:8080"));
         assert!(!local.host_allowed(""));
+    }
+}
+
+/// The zone a page shows times in, and a `tz` parameter that names none: the address's
+/// `?tz=` first (a shared link opens in the zone it was shared in), then the operator's
+/// choice for the session, then UTC.
+fn page_zone(query: Option<&str>, chosen: Option<String>) -> (String, Option<String>) {
+    let fallback = chosen
+        .and_then(|name| crate::time::zone(&name).ok())
+        .map_or_else(|| "UTC".to_owned(), |tz| tz.name().to_owned());
+    let asked = query
+        .and_then(|q| serde_urlencoded::from_str::<Vec<(String, String)>>(q).ok())
+        .and_then(|pairs| pairs.into_iter().find(|(k, _)| k == "tz").map(|(_, v)| v));
+    match asked {
+        None => (fallback, None),
+        Some(name) => match crate::time::zone(&name) {
+            Ok(tz) => (tz.name().to_owned(), None),
+            Err(_) => (fallback, Some(name)),
+        },
+    }
+}
+
+#[cfg(test)]
+mod zone_tests {
+    use super::page_zone;
+
+    #[test]
+    fn the_address_zone_wins_then_the_sessions_then_utc() {
+        assert_eq!(page_zone(None, None), ("UTC".into(), None));
+        assert_eq!(
+            page_zone(Some("window=day"), Some("Asia/Tokyo".into())),
+            ("Asia/Tokyo".into(), None)
+        );
+        assert_eq!(
+            page_zone(Some("tz=europe%2Fparis"), Some("Asia/Tokyo".into())),
+            ("Europe/Paris".into(), None)
+        );
+        assert_eq!(
+            page_zone(Some("tz=Mars%2FBase"), None),
+            ("UTC".into(), Some("Mars/Base".into()))
+        );
+        assert_eq!(
+            page_zone(None, Some("not a zone".into())),
+            ("UTC".into(), None)
+        );
     }
 }

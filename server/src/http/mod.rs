@@ -97,6 +97,7 @@ pub fn router(state: AppState) -> Router {
     let console = Router::new()
         .route("/login", post(signin::login))
         .route("/logout", post(signin::logout))
+        .route("/zone", post(signin::choose_zone))
         .route("/jobs/{job_id}/decisions", post(actions::decide))
         .route("/jobs/{job_id}/cancel", post(actions::cancel))
         .route("/dlq/replay", post(actions::replay_dead_letters))
@@ -165,7 +166,9 @@ fn page_context(ledger: &Ledger, queue: &crate::console::QueueInfo) {
         )
     };
     let (visitor, tenants) = parts.as_ref().map(extension).unwrap_or_default();
-    provide_context(visitor.unwrap_or_default());
+    let visitor = visitor.unwrap_or_default();
+    let zone = crate::time::zone(&visitor.zone).unwrap_or(chrono_tz::UTC);
+    provide_context(visitor);
     if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
         provide_context(fenceline_app::console::HttpStatus(std::sync::Arc::new(
             move |code| {
@@ -178,7 +181,8 @@ fn page_context(ledger: &Ledger, queue: &crate::console::QueueInfo) {
     let port: fenceline_app::console::SharedConsole = std::sync::Arc::new(
         crate::console::LedgerConsole::new(ledger.clone(), queue.clone())
             // Signed out (only `/login` renders then): no tenant at all.
-            .for_tenants(tenants.unwrap_or(Some(Vec::new()))),
+            .for_tenants(tenants.unwrap_or(Some(Vec::new())))
+            .in_zone(zone),
     );
     provide_context(port);
 }

@@ -111,6 +111,8 @@ pub(super) mod keys {
     pub(crate) const CSRF: &str = "csrf";
     /// The outcome of the last action, shown once.
     pub(crate) const FLASH: &str = "flash";
+    /// The time zone this operator reads times in (an IANA name).
+    pub(crate) const ZONE: &str = "zone";
 }
 
 /// How long console sessions last.

@@ -154,3 +154,33 @@ pub(super) async fn logout(session: Session, Form(form): Form<LogoutForm>) -> Re
     flash(&session, true, "Signed out.").await;
     Redirect::to("/login").into_response()
 }
+
+#[derive(Deserialize)]
+pub(super) struct ZoneForm {
+    csrf: String,
+    tz: String,
+    #[serde(default)]
+    next: String,
+}
+
+/// The time zone this operator reads times in, for the rest of the session; back to the page
+/// they were on.
+pub(super) async fn choose_zone(session: Session, Form(form): Form<ZoneForm>) -> Response {
+    if let Err(refused) = check_form_token(&session, &form.csrf).await {
+        return refused;
+    }
+    let next = local_path(&form.next);
+    match crate::time::zone(&form.tz) {
+        Ok(tz) => {
+            let _ = session.insert(keys::ZONE, tz.name()).await;
+            flash(
+                &session,
+                true,
+                &format!("Times are now shown in {}.", tz.name()),
+            )
+            .await;
+        }
+        Err(bad) => flash(&session, false, &bad.to_string()).await,
+    }
+    Redirect::to(&next).into_response()
+}

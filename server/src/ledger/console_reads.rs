@@ -253,7 +253,7 @@ impl Ledger {
         let kinds = kind_list(kinds);
         let sql = format!(
             "SELECT kind, (at - $2) / $3 AS bucket, COUNT(*) AS n FROM events \
-             WHERE job_id = $1 AND kind IN ({kinds}) GROUP BY kind, (at - $2) / $3"
+             WHERE job_id = $1 AND at >= $2 AND kind IN ({kinds}) GROUP BY kind, (at - $2) / $3"
         );
         let rows = sqlx::query(&sql)
             .bind(job_id)
@@ -413,15 +413,37 @@ impl Ledger {
         rows.iter().map(job_from_row).collect()
     }
 
+    /// Every tenant that has jobs, in order: a skip scan of the tenant index (one probe per
+    /// tenant), so it stays fast over millions of jobs.
+    pub async fn job_tenants(&self, limit: u32) -> Result<Vec<String>, LedgerError> {
+        let rows = sqlx::query(
+            "WITH RECURSIVE t(tenant, n) AS ( \
+                SELECT MIN(tenant), 1 FROM jobs \
+                UNION ALL \
+                SELECT (SELECT MIN(tenant) FROM jobs WHERE tenant > t.tenant), n + 1 \
+                FROM t WHERE t.tenant IS NOT NULL AND n < $1 \
+             ) SELECT tenant FROM t WHERE tenant IS NOT NULL",
+        )
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await?;
+        rows.iter()
+            .map(|r| r.try_get::<String, _>("tenant").map_err(Into::into))
+            .collect()
+    }
+
     /// Dead letters of an embedded queue, read without receiving them.
     pub async fn embedded_dead_letters(
         &self,
         dlq: &str,
         limit: u32,
-    ) -> Result<Vec<(String, String, i64, i64)>, LedgerError> {
+    ) -> Result<Vec<DeadLetter>, LedgerError> {
         let rows = sqlx::query(
-            "SELECT message_id, body, receive_count, COALESCE(dead_at, sent_at) AS since \
-             FROM queue_messages WHERE queue = $1 ORDER BY id DESC LIMIT $2",
+            "SELECT m.message_id, m.body, COALESCE(m.dead_receive_count, m.receive_count) AS receives, \
+             m.sent_at, COALESCE(m.dead_at, m.sent_at) AS dead_at, m.dead_from, \
+             (SELECT r.reason FROM rejected_messages r WHERE r.message_id = m.message_id \
+              ORDER BY r.id DESC LIMIT 1) AS refused \
+             FROM queue_messages m WHERE m.queue = $1 ORDER BY m.id DESC LIMIT $2",
         )
         .bind(dlq)
         .bind(i64::from(limit))
@@ -429,12 +451,15 @@ impl Ledger {
         .await?;
         rows.iter()
             .map(|r| {
-                Ok((
-                    r.try_get("message_id")?,
-                    r.try_get("body")?,
-                    r.try_get("receive_count")?,
-                    r.try_get("since")?,
-                ))
+                Ok(DeadLetter {
+                    message_id: r.try_get("message_id")?,
+                    body: r.try_get("body")?,
+                    receive_count: r.try_get("receives")?,
+                    sent_at: r.try_get("sent_at")?,
+                    dead_at: r.try_get("dead_at")?,
+                    dead_from: r.try_get("dead_from")?,
+                    refused: r.try_get("refused")?,
+                })
             })
             .collect()
     }
@@ -504,4 +529,21 @@ impl Ledger {
         .fetch_optional(&self.reader)
         .await?)
     }
+}
+
+/// A message in an embedded dead-letter queue, as the console shows it.
+#[derive(Debug, Clone)]
+pub struct DeadLetter {
+    pub message_id: String,
+    pub body: String,
+    /// How often it was received before it was moved.
+    pub receive_count: i64,
+    /// When it was first sent.
+    pub sent_at: i64,
+    /// When it was moved to the dead-letter queue.
+    pub dead_at: i64,
+    /// The queue it was moved from.
+    pub dead_from: Option<String>,
+    /// Why a worker refused it, when one did (a message that is not a job message).
+    pub refused: Option<String>,
 }

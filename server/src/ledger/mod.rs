@@ -51,7 +51,9 @@ mod write;
 
 pub use audit::{AuditEntry, AuditFilter};
 pub use connect::{LedgerOptions, SqliteSync};
-pub use console_reads::{detail_text, Bucket, Run, RunKind, RENEWAL_KINDS, TRANSPORT_KINDS};
+pub use console_reads::{
+    detail_text, Bucket, DeadLetter, Run, RunKind, RENEWAL_KINDS, TRANSPORT_KINDS,
+};
 pub use dialect::Backend;
 pub use drills::{DrillRunRow, OutboxSend};
 pub use error::{LedgerError, Refusal};

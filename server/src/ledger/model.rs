@@ -431,6 +431,18 @@ pub struct JobFilter {
     pub before: Option<String>,
     /// Only jobs with ids at or above this one (see `JobId::lower_bound_at`).
     pub from_id: Option<String>,
+    /// Only jobs with ids below this one: created before its instant.
+    pub to_id: Option<String>,
+    /// Only jobs whose idempotency key starts with this.
+    pub key_prefix: Option<String>,
+    /// Only jobs an attempt of which ran on this worker.
+    pub worker: Option<String>,
+    /// Only jobs whose last error has this code.
+    pub error_code: Option<String>,
+    /// Only jobs whose message was delivered more than once.
+    pub redelivered: bool,
+    /// Only jobs that had a stale result rejected.
+    pub stale_rejected: bool,
     pub limit: u32,
 }
 

@@ -199,6 +199,44 @@ impl Ledger {
             args.push(from.clone());
             conditions.push(format!("job_id >= ${}", args.len()));
         }
+        if let Some(to) = &filter.to_id {
+            args.push(to.clone());
+            conditions.push(format!("job_id < ${}", args.len()));
+        }
+        if let Some(prefix) = filter.key_prefix.as_ref().filter(|p| !p.is_empty()) {
+            args.push(prefix.clone());
+            conditions.push(format!(
+                "substr(idempotency_key, 1, {}) = ${}",
+                prefix.chars().count(),
+                args.len()
+            ));
+        }
+        if let Some(worker) = &filter.worker {
+            args.push(worker.clone());
+            conditions.push(format!(
+                "EXISTS (SELECT 1 FROM attempts a WHERE a.job_id = jobs.job_id \
+                 AND a.worker_id = ${})",
+                args.len()
+            ));
+        }
+        if let Some(code) = &filter.error_code {
+            args.push(code.clone());
+            conditions.push(format!("error_code = ${}", args.len()));
+        }
+        if filter.redelivered {
+            conditions.push(
+                "EXISTS (SELECT 1 FROM events e WHERE e.job_id = jobs.job_id \
+                 AND e.kind = 'delivery_received' AND e.receive_count > 1)"
+                    .into(),
+            );
+        }
+        if filter.stale_rejected {
+            conditions.push(
+                "EXISTS (SELECT 1 FROM events e WHERE e.job_id = jobs.job_id \
+                 AND e.kind = 'result_rejected')"
+                    .into(),
+            );
+        }
         let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs");
         if !conditions.is_empty() {
             sql.push_str(" WHERE ");

@@ -1144,7 +1144,7 @@ async fn one_dead_letter_is_replayed_after_inspection_or_dropped_by_an_operator_
     }
     let letters = ledger.embedded_dead_letters("jobs-dlq", 10).await.unwrap();
     assert_eq!(letters.len(), 1);
-    let message_id = letters[0].0.clone();
+    let message_id = letters[0].message_id.clone();
     let path = format!("/dlq/{message_id}/drop");
 
     let acme = ["acme".to_owned()];
@@ -1217,8 +1217,8 @@ async fn one_dead_letter_is_replayed_after_inspection_or_dropped_by_an_operator_
     let letter_of = |id: &str| {
         letters
             .iter()
-            .find(|l| l.1.contains(id))
-            .map(|l| l.0.clone())
+            .find(|l| l.body.contains(id))
+            .map(|l| l.message_id.clone())
             .unwrap()
     };
     let outbox_before = ledger.outbox_pending().await.unwrap();
@@ -1290,6 +1290,19 @@ async fn addresses_that_find_nothing_answer_404_and_unknown_filters_are_said() {
         ("/audit?within=year".to_owned(), "within=year"),
         ("/audit?before=x".to_owned(), "before=x"),
         (format!("/jobs/{job_id}?around=x"), "around=x"),
+        (
+            "/jobs?created_before=2026-02-30".to_owned(),
+            "created_before=2026-02-30",
+        ),
+        (
+            "/jobs?created_after=2026-12-02&created_before=2026-12-01".to_owned(),
+            "created_before=2026-12-01",
+        ),
+        (format!("/jobs/{job_id}?from=5"), "from=5"),
+        (format!("/jobs/{job_id}?from=9&to=3"), "to=3"),
+        (format!("/jobs/{job_id}?from=1.5s&to=3"), "from=1.5s"),
+        ("/?tz=Nowhere/City".to_owned(), "tz=Nowhere/City"),
+        ("/jobs?tz=UTC%2B1".to_owned(), "tz=UTC+1"),
     ] {
         let response = vera.get(&path).await;
         assert_eq!(response.status(), 400, "{path}");
@@ -1363,7 +1376,95 @@ async fn exports_and_the_job_page_give_absolute_links_that_work_once_pasted() {
     );
     let page = browser.page(&format!("/jobs/{job_id}")).await;
     assert!(
-        page.contains(&format!("value=\"{}/jobs/{job_id}\"", app.base)),
-        "the page offers its own absolute address"
+        page.contains(&format!("value=\"{}/jobs/{job_id}?tz=UTC\"", app.base)),
+        "the page offers its own absolute address, in the zone it is shown in"
+    );
+    // Opened in another zone, the page shows its times there and shares that view.
+    let page = browser
+        .page(&format!("/jobs/{job_id}?tz=asia/tokyo&from=0&to=5000"))
+        .await;
+    assert!(page.contains(" JST"), "times are in Tokyo time: {page}");
+    assert!(
+        page.contains(&format!(
+            "value=\"{}/jobs/{job_id}?from=0&amp;to=5000&amp;tz=Asia%2FTokyo\"",
+            app.base
+        )),
+        "the shared link keeps the zoom and the zone: {page}"
+    );
+    let bad = browser.get(&format!("/jobs/{job_id}?tz=Mars/Base")).await;
+    assert_eq!(bad.status(), 400);
+    assert!(bad.text().await.unwrap().contains("tz=Mars/Base"));
+}
+
+/// The jobs list answers the questions of an incident: by key prefix, by tenant whatever its
+/// case, created between two instants, by worker and error code, and what went wrong.
+async fn the_jobs_list_filters_by_prefix_tenant_time_worker_error_and_trouble(db: Db) {
+    use fenceline::job::EventKind;
+    use fenceline::ledger::{DeliveryRef, NewEvent};
+    let app = spawn_app(db).await;
+    let ledger = &app.ledger;
+    let first = create(ledger, new_job("acme", "invoice-2026-001", json!(1))).await;
+    let second = create(ledger, new_job("acme", "invoice-2026-002", json!(2))).await;
+    let other = create(ledger, new_job("Globex", "report-7", json!(3))).await;
+    // `second` ran on worker w-7, was delivered twice and had a stale result refused.
+    let worker = Actor::Worker("w-7".into());
+    ledger
+        .claim_and_start(&second, "w-7", Duration::from_secs(60), None, "stub")
+        .await
+        .unwrap();
+    let redelivered = NewEvent::new(EventKind::DeliveryReceived, &worker).delivery(DeliveryRef {
+        message_id: "m-2".into(),
+        receive_count: 2,
+        handle_hash: "0123abcd".into(),
+    });
+    ledger.record_event(&second, &redelivered).await.unwrap();
+    ledger
+        .record_event(&first, &NewEvent::new(EventKind::ResultRejected, &worker))
+        .await
+        .unwrap();
+    let mut vera = signed_in(&app, "vera", Role::Viewer, None).await;
+    let listed = |page: &str| -> Vec<bool> {
+        [&first, &second, &other]
+            .iter()
+            .map(|id| page.contains(id.as_str()))
+            .collect()
+    };
+    let page = vera.page("/jobs?key_prefix=invoice-2026-").await;
+    assert_eq!(listed(&page), [true, true, false], "key prefix");
+    let page = vera.page("/jobs?tenant=globex").await;
+    assert_eq!(listed(&page), [false, false, true], "tenant, any case");
+    assert!(
+        page.contains("<option value=\"Globex\" selected")
+            && page.contains("<option value=\"acme\""),
+        "the tenant picker offers the tenants that exist: {page}"
+    );
+    let page = vera.page("/jobs?worker=w-7").await;
+    assert_eq!(listed(&page), [false, true, false], "worker");
+    let page = vera.page("/jobs?redelivered=1").await;
+    assert_eq!(listed(&page), [false, true, false], "redelivered");
+    let page = vera.page("/jobs?stale_rejected=1").await;
+    assert_eq!(
+        listed(&page),
+        [true, false, false],
+        "stale results rejected"
+    );
+    let page = vera.page("/jobs?error_code=provider_timeout").await;
+    assert_eq!(listed(&page), [false, false, false], "error code");
+    // Created between two instants, read in the page's zone.
+    let page = vera
+        .page("/jobs?created_after=2000-01-01&created_before=2100-01-01T00:00")
+        .await;
+    assert_eq!(listed(&page), [true, true, true], "created between");
+    let page = vera.page("/jobs?created_before=2000-01-01T00:00").await;
+    assert_eq!(listed(&page), [false, false, false], "created before");
+    // The tabs and the pages keep every filter.
+    let page = vera
+        .page("/jobs?key_prefix=invoice&redelivered=1&tz=UTC")
+        .await;
+    assert!(
+        page.contains("href=\"/jobs?state=running&amp;key_prefix=invoice&amp;redelivered=1\""),
+        "{page}"
     );
 }
+
+on_both_backends!(the_jobs_list_filters_by_prefix_tenant_time_worker_error_and_trouble);

@@ -876,6 +876,7 @@ async fn jobs_and_timelines_page_by_keyset(db: Db) {
                 before: before.clone(),
                 from_id: None,
                 limit: 3,
+                ..Default::default()
             })
             .await
             .unwrap();
@@ -898,6 +899,7 @@ async fn jobs_and_timelines_page_by_keyset(db: Db) {
             before: None,
             from_id: None,
             limit: 10,
+            ..Default::default()
         })
         .await
         .unwrap();
