@@ -149,7 +149,7 @@ test('a job timeline tells the story and an event permalink highlights its row',
   await page.screenshot({ path: info.outputPath('job.png'), fullPage: true });
   // The page offers its own address, absolute, to paste into a review.
   const shared = await page.locator('input[name="share"]').inputValue();
-  expect(shared).toBe(`${new URL(page.url()).origin}/jobs/${jobId}`);
+  expect(shared).toBe(`${new URL(page.url()).origin}/jobs/${jobId}?tz=UTC`);
   // The same link, pasted into another tab, opens the same view.
   const pasted = await page.context().newPage();
   await pasted.goto(`/jobs/${jobId}#e3`);
@@ -271,4 +271,91 @@ test('readiness reports the embedded ledger', async ({ request }) => {
 test('an unknown address is a 404 page', async ({ page }) => {
   const response = await page.goto('/no-such-page');
   expect(response?.status()).toBe(404);
+});
+
+test('every page fits the screen at 1400 and 420 px, in light and dark', async ({ page, request }, info) => {
+  test.setTimeout(120_000);
+  const jobId = await submitAndFinish(request, `layout-${info.project.name}`);
+  const pages: [string, string][] = [
+    ['overview', '/'],
+    ['overview-week', '/?window=week&tz=America/New_York'],
+    ['jobs', '/jobs?key_prefix=layout'],
+    ['job', `/jobs/${jobId}`],
+    ['unknown-job', `/jobs/${unknownJobs[0]}`],
+    ['unknown', '/unknown'],
+    ['dlq', '/dlq'],
+    ['drills', '/drills'],
+    ['audit', '/audit'],
+    ['bad-parameter', '/jobs?state=nope'],
+  ];
+  for (const width of [1400, 420]) {
+    for (const scheme of ['light', 'dark'] as const) {
+      await page.setViewportSize({ width, height: 900 });
+      await page.emulateMedia({ colorScheme: scheme });
+      for (const [name, path] of pages) {
+        await page.goto(path);
+        const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+        expect(overflow, `${path} at ${width} px (${scheme}) scrolls sideways`).toBeLessThanOrEqual(0);
+        await page.screenshot({ path: info.outputPath(`layout-${name}-${width}-${scheme}.png`), fullPage: true });
+      }
+    }
+  }
+});
+
+test('a live job page updates itself, in place with JavaScript, by reloading without', async ({ page, request }, info) => {
+  const created = await request.post('/api/v1/jobs', {
+    headers,
+    data: { idempotency_key: `live-${info.project.name}`, input: { document: secret } },
+  });
+  const job = await created.json();
+  await page.goto(`/jobs/${job.job_id}`);
+  await expect(page.locator('.refresh')).toContainText('updates itself');
+  await page.evaluate(() => { (window as any).stayed = true; });
+  await expect(page.locator('.job-header .badge')).toHaveText('succeeded', { timeout: 30_000 });
+  // A finished job holds still.
+  await expect(page.locator('.refresh')).toHaveCount(0);
+  const stayed = await page.evaluate(() => (window as any).stayed === true);
+  expect(stayed, 'with JavaScript the page was updated, not reloaded').toBe(info.project.name === 'with-js');
+});
+
+test('times are shown in the zone an operator picks, and a shared link keeps it', async ({ page, request }, info) => {
+  const jobId = await submitAndFinish(request, `zone-${info.project.name}`);
+  await page.goto(`/jobs/${jobId}`);
+  await expect(page.locator('.zone summary')).toContainText('UTC');
+  await page.locator('.zone summary').click();
+  await page.getByLabel('Time zone (IANA name)').fill('Asia/Tokyo');
+  await page.getByRole('button', { name: 'Show times in this zone' }).click();
+  await expect(page.locator('.flash')).toHaveText('Times are now shown in Asia/Tokyo.');
+  await expect(page).toHaveURL(new RegExp(`/jobs/${jobId}$`));
+  await expect(page.locator('.job-header')).toContainText('JST');
+  await expect(page.locator('input[name="share"]')).toHaveValue(new RegExp(`/jobs/${jobId}\\?tz=Asia%2FTokyo$`));
+  // A link that names a zone opens in it, whatever this operator chose.
+  await page.goto(`/jobs/${jobId}?tz=Europe/Paris`);
+  await expect(page.locator('.job-header')).toContainText('CET');
+  await page.screenshot({ path: info.outputPath('job-in-paris.png'), fullPage: true });
+});
+
+test('the swimlane zooms on an attempt and back, without JavaScript too', async ({ page, request }, info) => {
+  const jobId = await submitAndFinish(request, `zoom-${info.project.name}`);
+  await page.goto(`/jobs/${jobId}`);
+  await page.getByRole('link', { name: 'Zoom on attempt 1' }).click();
+  await expect(page).toHaveURL(/from=\d+&to=\d+/);
+  await expect(page.locator('.zoom')).toContainText('Showing +');
+  await expect(page.locator('.swimlane svg')).toContainText('provider attempts');
+  await page.screenshot({ path: info.outputPath('swimlane-zoomed.png'), fullPage: true });
+  await page.getByRole('link', { name: 'Show the whole job' }).click();
+  await expect(page).toHaveURL(new RegExp(`/jobs/${jobId}#swimlanes$`));
+});
+
+test('the jobs list narrows by key prefix and tenant, and the tabs keep the filters', async ({ page, request }, info) => {
+  const jobId = await submitAndFinish(request, `prefix-${info.project.name}-1`);
+  await page.goto('/jobs');
+  await page.getByLabel('Key starts with').fill(`prefix-${info.project.name}-`);
+  await page.getByRole('button', { name: 'Filter' }).click();
+  await expect(page).toHaveURL(/key_prefix=prefix-/);
+  await expect(page.locator('table.jobs tbody tr')).toHaveCount(1);
+  await expect(page.locator('table.jobs tbody tr')).toContainText(jobId);
+  await page.getByRole('navigation', { name: 'States' }).getByRole('link', { name: /^succeeded/ }).click();
+  await expect(page).toHaveURL(/state=succeeded&key_prefix=prefix-/);
+  await expect(page.locator('table.jobs tbody tr')).toHaveCount(1);
 });

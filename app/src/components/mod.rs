@@ -44,8 +44,10 @@ pub fn refresh_paused() -> bool {
         .with_untracked(|q| q.get("refresh").as_deref() == Some("off"))
 }
 
-/// A live page's refresh: a meta refresh (no script needed) unless paused, and a visible
-/// control to pause or resume it. `base` is the page's own address without `refresh`.
+/// A live page's refresh, unless paused, with a visible control to pause or resume it. With
+/// JavaScript, `console.js` updates the page in place every `seconds` (it fetches the page
+/// and swaps its content, leaving a form being typed in alone); without it, a meta refresh
+/// inside `<noscript>` reloads the page. `base` is the page's own address without `refresh`.
 #[component]
 pub fn LiveRefresh(live: bool, seconds: u32, base: String) -> impl IntoView {
     let paused = refresh_paused();
@@ -58,9 +60,9 @@ pub fn LiveRefresh(live: bool, seconds: u32, base: String) -> impl IntoView {
             .into_any()
         } else {
             view! {
-                <leptos_meta::Meta http_equiv="refresh" content=seconds.to_string()/>
-                <p class="refresh muted">
-                    {format!("This page refreshes itself every {seconds} s while it is live. ")}
+                <noscript><meta http-equiv="refresh" content=seconds.to_string()/></noscript>
+                <p class="refresh muted" data-live-seconds=seconds.to_string()>
+                    {format!("This page updates itself every {seconds} s while it is live. ")}
                     <a href=format!("{base}{joiner}refresh=off")>"Pause"</a>
                 </p>
             }

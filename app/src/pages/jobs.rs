@@ -58,7 +58,7 @@ fn Filters(query: JobsQuery, tenants: Vec<String>, zone: String) -> impl IntoVie
     let chosen = query.tenant.clone().unwrap_or_default();
     view! {
         <form class="filters" method="get" action="/jobs" role="search">
-            <label>"Job id or exact key"
+            <label>"Job id or idempotency key"
                 <input type="search" name="q" value=text(&query.q) placeholder="job_… or your key"/>
             </label>
             <label>"Key starts with"
