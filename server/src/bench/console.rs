@@ -129,7 +129,13 @@ pub async fn console(
                 .await
         }
     });
-    let client = reqwest::Client::new();
+    // Pages are timed as a signed-in operator sees them: a redirect (to sign in, or anywhere)
+    // is an error, never a fast page.
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| LedgerError::Invalid(e.to_string()))?;
+    let cookie = sign_in(&ledger, &client, &base).await?;
     // A keyset cursor half-way down the list.
     let half = format!(
         "job_{:08x}-0000-7000-8000-{:012x}",
@@ -188,6 +194,7 @@ pub async fn console(
             let t = Instant::now();
             let response = client
                 .get(format!("{base}{path}"))
+                .header(reqwest::header::COOKIE, &cookie)
                 .send()
                 .await
                 .map_err(|e| LedgerError::Invalid(e.to_string()))?;
@@ -214,4 +221,60 @@ pub async fn console(
     let _ = server.await;
     ledger.close().await;
     Ok(out)
+}
+
+/// Adds an operator with a random password and signs in as them, as a browser does; returns
+/// the session cookie.
+async fn sign_in(
+    ledger: &Ledger,
+    client: &reqwest::Client,
+    base: &str,
+) -> Result<String, LedgerError> {
+    let fail = |e: &dyn std::fmt::Display| LedgerError::Invalid(format!("signing in: {e}"));
+    let name = format!("bench-{}", &crate::http::sessions::new_token()[..12]);
+    let password = crate::http::sessions::new_token();
+    let hash = crate::operators::hash_password(&password).map_err(|e| fail(&e))?;
+    ledger
+        .add_operator(&name, crate::operators::Role::Viewer, None, &hash)
+        .await?;
+    let session = |response: &reqwest::Response| {
+        response
+            .headers()
+            .get_all(reqwest::header::SET_COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .filter_map(|v| v.split(';').next())
+            .find(|pair| !pair.ends_with('='))
+            .map(str::to_owned)
+    };
+    let login = client
+        .get(format!("{base}/login"))
+        .send()
+        .await
+        .map_err(|e| fail(&e))?;
+    let cookie = session(&login).ok_or_else(|| fail(&"no session cookie"))?;
+    let page = login.text().await.map_err(|e| fail(&e))?;
+    let marker = "name=\"csrf\" value=\"";
+    let csrf = page
+        .find(marker)
+        .and_then(|at| page[at + marker.len()..].split('"').next())
+        .ok_or_else(|| fail(&"no form token on /login"))?
+        .to_owned();
+    let response = client
+        .post(format!("{base}/login"))
+        .header(reqwest::header::COOKIE, &cookie)
+        .header(reqwest::header::ORIGIN, base)
+        .form(&[
+            ("csrf", csrf.as_str()),
+            ("name", name.as_str()),
+            ("password", password.as_str()),
+            ("next", "/"),
+        ])
+        .send()
+        .await
+        .map_err(|e| fail(&e))?;
+    if response.status() != reqwest::StatusCode::SEE_OTHER {
+        return Err(fail(&format!("/login answered {}", response.status())));
+    }
+    session(&response).ok_or_else(|| fail(&"no new session cookie"))
 }

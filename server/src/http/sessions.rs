@@ -151,7 +151,7 @@ pub(super) fn layer(
 }
 
 /// 32 random bytes, hex: a form token.
-pub(super) fn new_token() -> String {
+pub(crate) fn new_token() -> String {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).expect("the operating system's random source");
     hex::encode(bytes)
