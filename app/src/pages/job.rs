@@ -82,7 +82,13 @@ pub fn JobPage() -> impl IntoView {
         <Title text=format!("{job_id} · Fenceline")/>
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {Suspend::new(async move {
-                let detail = match console.job(job_id.clone(), zoom).await {
+                // The header and chart, and the event table: read side by side.
+                let (detail, timeline) = futures::future::join(
+                    console.job(job_id.clone(), zoom),
+                    console.timeline(job_id.clone(), query.clone()),
+                )
+                .await;
+                let detail = match detail {
                     Err(message) => return view! { <ErrorBox message/> }.into_any(),
                     Ok(None) => return {
                         crate::console::HttpStatus::set(404);
@@ -93,7 +99,7 @@ pub fn JobPage() -> impl IntoView {
                     }.into_any()},
                     Ok(Some(detail)) => detail,
                 };
-                let timeline = match console.timeline(job_id.clone(), query.clone()).await {
+                let timeline = match timeline {
                     Err(message) => return view! { <ErrorBox message/> }.into_any(),
                     Ok(t) => t,
                 };

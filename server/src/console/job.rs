@@ -188,24 +188,25 @@ impl LedgerConsole {
                 .map_or(0, |first| first - 1),
             None => query.after.unwrap_or(0).max(0),
         };
-        let mut runs = self
-            .ledger
-            .timeline_runs(&job_id, after, PAGE_RUNS + 1)
-            .await?;
+        // This page's runs and where the page before starts: two scans, side by side.
+        let (runs, before) = tokio::join!(
+            self.ledger.timeline_runs(&job_id, after, PAGE_RUNS + 1),
+            async {
+                if after > 0 {
+                    self.ledger
+                        .timeline_run_before(&job_id, after, PAGE_RUNS)
+                        .await
+                        .map(|first| Some(first.map_or(0, |first| first - 1)))
+                } else {
+                    Ok(None)
+                }
+            }
+        );
+        let (mut runs, previous) = (runs?, before?);
         let next = (runs.len() > PAGE_RUNS as usize).then(|| {
             runs.truncate(PAGE_RUNS as usize);
             runs.last().map_or(0, |r| r.first_seq)
         });
-        let previous = if after > 0 {
-            Some(
-                self.ledger
-                    .timeline_run_before(&job_id, after, PAGE_RUNS)
-                    .await?
-                    .map_or(0, |first| first - 1),
-            )
-        } else {
-            None
-        };
         let mut rows = Vec::with_capacity(runs.len());
         // The first row of the page, and the first of each new day, carries its date.
         let mut shown_day = None;

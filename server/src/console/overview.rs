@@ -1,12 +1,10 @@
 //! `/`: jobs by state now, the activity charts of a window, and what retention keeps.
 
-use std::collections::HashMap;
-
 use fenceline_app::console::{Chart, Figure, Overview, Window};
 
 use super::{charts, plot};
 use crate::job::{EventKind, JobState};
-use crate::ledger::LedgerError;
+use crate::ledger::{LedgerError, FINISHED, REDELIVERED};
 
 use super::format::ago;
 use super::LedgerConsole;
@@ -54,47 +52,10 @@ impl LedgerConsole {
         let now = self.ledger.now_us().await?;
         let grid = plot::Buckets::of(window, now, self.zone);
         let (buckets, start, width) = (grid.count, grid.start, grid.width);
-        let kinds = [
-            EventKind::JobCreated,
-            EventKind::DuplicateSuppressed,
-            EventKind::ResultRejected,
-            EventKind::VisibilityRenewalFailed,
-            EventKind::LeaseRenewalFailed,
-            EventKind::DeleteFailed,
-        ];
-        let activity = self.ledger.activity(&kinds, start, width).await?;
-        let redeliveries = self.ledger.redeliveries(start, width).await?;
-        let finished = self.ledger.finished_buckets(start, width).await?;
-        let series = |of: &[crate::ledger::Bucket<EventKind>], kind: EventKind| -> Vec<i64> {
-            let mut v = vec![0; buckets];
-            for b in of.iter().filter(|b| b.kind == kind) {
-                if let Some(slot) = usize::try_from(b.bucket).ok().and_then(|i| v.get_mut(i)) {
-                    *slot += b.count;
-                }
-            }
-            v
-        };
-        let mut by_outcome: HashMap<&str, Vec<i64>> = HashMap::new();
-        for b in &finished {
-            let key = match b.kind {
-                JobState::Succeeded => "succeeded",
-                JobState::Expired => "expired",
-                _ => "failed_terminal",
-            };
-            let series = by_outcome.entry(key).or_insert_with(|| vec![0; buckets]);
-            if let Some(slot) = usize::try_from(b.bucket)
-                .ok()
-                .and_then(|i| series.get_mut(i))
-            {
-                *slot += b.count;
-            }
-        }
-        let outcome = |k: &str| {
-            by_outcome
-                .get(k)
-                .cloned()
-                .unwrap_or_else(|| vec![0; buckets])
-        };
+        let activity = self.ledger.activity(start, width, buckets).await?;
+        let series = |kind: EventKind| activity.of(kind.as_str(), buckets);
+        let outcome =
+            |state: JobState| activity.of(&format!("{FINISHED}{}", state.as_str()), buckets);
         let chart = |title: &str, lines: Vec<plot::Series>| Chart {
             title: title.into(),
             svg: plot::time_series(&grid, &lines),
@@ -111,14 +72,10 @@ impl LedgerConsole {
             chart(
                 "Jobs accepted and finished",
                 vec![
-                    plot::Series::new(
-                        "accepted",
-                        "c-created",
-                        series(&activity, EventKind::JobCreated),
-                    ),
-                    plot::Series::new("succeeded", "c-succeeded", outcome("succeeded")),
-                    plot::Series::new("failed", "c-failed", outcome("failed_terminal")),
-                    plot::Series::new("expired", "c-expired", outcome("expired")),
+                    plot::Series::new("accepted", "c-created", series(EventKind::JobCreated)),
+                    plot::Series::new("succeeded", "c-succeeded", outcome(JobState::Succeeded)),
+                    plot::Series::new("failed", "c-failed", outcome(JobState::FailedTerminal)),
+                    plot::Series::new("expired", "c-expired", outcome(JobState::Expired)),
                 ],
             ),
             chart(
@@ -127,12 +84,12 @@ impl LedgerConsole {
                     plot::Series::new(
                         "redeliveries",
                         "c-redelivery",
-                        series(&redeliveries, EventKind::DeliveryReceived),
+                        activity.of(REDELIVERED, buckets),
                     ),
                     plot::Series::new(
                         "duplicates suppressed",
                         "c-suppressed",
-                        series(&activity, EventKind::DuplicateSuppressed),
+                        series(EventKind::DuplicateSuppressed),
                     ),
                 ],
             ),
@@ -141,7 +98,7 @@ impl LedgerConsole {
                 vec![plot::Series::new(
                     "stale results rejected",
                     "c-rejected",
-                    series(&activity, EventKind::ResultRejected),
+                    series(EventKind::ResultRejected),
                 )],
             ),
             chart(
@@ -150,35 +107,24 @@ impl LedgerConsole {
                     plot::Series::new(
                         "visibility renewals failed",
                         "c-vis-failed",
-                        series(&activity, EventKind::VisibilityRenewalFailed),
+                        series(EventKind::VisibilityRenewalFailed),
                     ),
                     plot::Series::new(
                         "lease renewals failed",
                         "c-lease-failed",
-                        series(&activity, EventKind::LeaseRenewalFailed),
+                        series(EventKind::LeaseRenewalFailed),
                     ),
                     plot::Series::new(
                         "deletes failed",
                         "c-delete-failed",
-                        series(&activity, EventKind::DeleteFailed),
+                        series(EventKind::DeleteFailed),
                     ),
                 ],
             ),
         ];
+        // The bins of `TOOK_BOUNDS`.
         let labels = ["< 1s", "< 10s", "< 1m", "< 10m", "< 1h", "≥ 1h"];
-        let (took, tries) = self
-            .ledger
-            .finished_histograms(
-                start,
-                &[
-                    1_000_000,
-                    10_000_000,
-                    60_000_000,
-                    600_000_000,
-                    3_600_000_000,
-                ],
-            )
-            .await?;
+        let (took, tries) = (activity.took.clone(), activity.tries.clone());
         let finished_total: i64 = took.iter().sum();
         let to_terminal: Vec<(String, i64)> = labels
             .iter()

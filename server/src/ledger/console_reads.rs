@@ -8,7 +8,7 @@ use sqlx::Row;
 use super::model::Event;
 use super::read::{event_from_row, job_from_row, JOB_COLUMNS};
 use super::{Job, Ledger, LedgerError};
-use crate::job::{EventKind, JobState};
+use crate::job::EventKind;
 
 /// What a run of the timeline is made of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,96 +262,6 @@ impl Ledger {
             .fetch_all(&self.reader)
             .await?;
         buckets_from(&rows, "kind")
-    }
-
-    /// Events of the given kinds since `start`, counted per kind in `width`-µs buckets.
-    pub async fn activity(
-        &self,
-        kinds: &[EventKind],
-        start: i64,
-        width: i64,
-    ) -> Result<Vec<Bucket<EventKind>>, LedgerError> {
-        let list = kind_list(kinds);
-        let sql = format!(
-            "SELECT kind, (at - $1) / $2 AS bucket, COUNT(*) AS n FROM events \
-             WHERE at >= $1 AND kind IN ({list}) GROUP BY kind, (at - $1) / $2"
-        );
-        let rows = sqlx::query(&sql)
-            .bind(start)
-            .bind(width.max(1))
-            .fetch_all(&self.reader)
-            .await?;
-        buckets_from(&rows, "kind")
-    }
-
-    /// Redeliveries since `start`: receives of a message that had been received before.
-    pub async fn redeliveries(
-        &self,
-        start: i64,
-        width: i64,
-    ) -> Result<Vec<Bucket<EventKind>>, LedgerError> {
-        let rows = sqlx::query(
-            "SELECT kind, (at - $1) / $2 AS bucket, COUNT(*) AS n FROM events \
-             WHERE at >= $1 AND kind = 'delivery_received' AND receive_count > 1 \
-             GROUP BY kind, (at - $1) / $2",
-        )
-        .bind(start)
-        .bind(width.max(1))
-        .fetch_all(&self.reader)
-        .await?;
-        buckets_from(&rows, "kind")
-    }
-
-    /// Jobs that became terminal since `start`, counted per state in `width`-µs buckets.
-    pub async fn finished_buckets(
-        &self,
-        start: i64,
-        width: i64,
-    ) -> Result<Vec<Bucket<JobState>>, LedgerError> {
-        let rows = sqlx::query(
-            "SELECT state, (terminal_at - $1) / $2 AS bucket, COUNT(*) AS n FROM jobs \
-             WHERE terminal_at >= $1 GROUP BY state, (terminal_at - $1) / $2",
-        )
-        .bind(start)
-        .bind(width.max(1))
-        .fetch_all(&self.reader)
-        .await?;
-        buckets_from(&rows, "state")
-    }
-
-    /// Jobs that became terminal since `start`, by time from creation to terminal (bins with
-    /// the given upper bounds in µs, the last one open) and by attempts used (0 to 5+).
-    pub async fn finished_histograms(
-        &self,
-        start: i64,
-        bounds: &[i64],
-    ) -> Result<(Vec<i64>, Vec<i64>), LedgerError> {
-        let mut case = String::from("CASE");
-        for (i, b) in bounds.iter().enumerate() {
-            case.push_str(&format!(" WHEN terminal_at - created_at < {b} THEN {i}"));
-        }
-        case.push_str(&format!(" ELSE {} END", bounds.len()));
-        let sql = format!(
-            "SELECT {case} AS bin, CASE WHEN attempt_count >= 5 THEN 5 ELSE attempt_count END AS tries, \
-             COUNT(*) AS n FROM jobs WHERE terminal_at >= $1 GROUP BY 1, 2"
-        );
-        let rows = sqlx::query(&sql)
-            .bind(start)
-            .fetch_all(&self.reader)
-            .await?;
-        let mut took = vec![0; bounds.len() + 1];
-        let mut tries = vec![0; 6];
-        for r in rows {
-            let (bin, t, n): (i64, i64, i64) =
-                (r.try_get("bin")?, r.try_get("tries")?, r.try_get("n")?);
-            if let Some(slot) = usize::try_from(bin).ok().and_then(|i| took.get_mut(i)) {
-                *slot += n;
-            }
-            if let Some(slot) = usize::try_from(t).ok().and_then(|i| tries.get_mut(i)) {
-                *slot += n;
-            }
-        }
-        Ok((took, tries))
     }
 
     /// Jobs per state, counting each state only up to `cap` (an index range scan each, run

@@ -42,6 +42,7 @@ mod queue_store;
 mod read;
 mod reference;
 mod retention;
+mod rollup;
 mod scans;
 mod statements;
 mod tokens;
@@ -65,6 +66,7 @@ pub use model::{
 pub use operators::{Credentials, FailureScope};
 pub use queue_store::{QueueDepth, TakenMessage, VisibilityChange};
 pub use retention::{Pruned, RetentionRun};
+pub use rollup::{Activity, ACTIVITY_KINDS, FINISHED, HOUR, REDELIVERED, SETTLE, TOOK_BOUNDS};
 pub use tokens::{valid_tenant, TokenInfo};
 pub use transport::{DeadLetterMove, RejectedMessage};
 pub use unknown::{UnknownForRetrieval, UnknownJob};

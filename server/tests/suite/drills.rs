@@ -261,7 +261,7 @@ async fn an_operator_runs_a_drill_from_the_console_and_a_viewer_cannot() {
     let run_id = report_path.strip_prefix("/drills/").unwrap().to_owned();
     let live = operator.page(&report_path).await;
     assert!(live.contains("delivery-after-delete"));
-    if live.contains("refreshes itself every") {
+    if live.contains("updates itself every") {
         assert!(
             live.contains("http-equiv=\"refresh\""),
             "a live report refreshes without script"
@@ -276,7 +276,7 @@ async fn an_operator_runs_a_drill_from_the_console_and_a_viewer_cannot() {
     let until = tokio::time::Instant::now() + Duration::from_secs(30);
     let page = loop {
         let page = operator.page(&report_path).await;
-        if !page.contains("refreshes itself every") {
+        if !page.contains("updates itself every") {
             break page;
         }
         assert!(

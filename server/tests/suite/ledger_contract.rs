@@ -1071,3 +1071,97 @@ async fn every_statement_of_the_catalogue_prepares(db: Db) {
     }
     assert!(failed.is_empty(), "on {db:?}:\n{}", failed.join("\n"));
 }
+
+/// The overview's hourly rollup: closed hours are counted once, agree with counting live, and
+/// keep their counts; the open stretch is always counted live.
+async fn the_overview_rollup_counts_closed_hours_once_and_agrees_with_counting_live(db: Db) {
+    use fenceline::job::EventKind;
+    use fenceline::ledger::{DeliveryRef, NewEvent, FINISHED, HOUR, REDELIVERED};
+    let (ledger, test_db) = fresh_ledger(db).await;
+    let raw = test_db.raw_pool().await;
+    let now = ledger.now_us().await.unwrap();
+    let origin = (now / HOUR - 24) * HOUR;
+    for i in 0..12i64 {
+        // A job created 2i hours and 30 minutes ago, with a redelivery...
+        let id = create(&ledger, new_job("acme", &format!("roll-{i}"), json!(i))).await;
+        let received = NewEvent::new(EventKind::DeliveryReceived, &Actor::Worker("w".into()))
+            .delivery(DeliveryRef {
+                message_id: format!("m-{i}"),
+                receive_count: 2,
+                handle_hash: "0123abcd".into(),
+            });
+        ledger.record_event(&id, &received).await.unwrap();
+        sqlx::query("UPDATE events SET at = at - $1 WHERE job_id = $2")
+            .bind(i * 2 * HOUR + HOUR / 2)
+            .bind(&id)
+            .execute(&raw)
+            .await
+            .unwrap();
+        // ...and a job that expired then, 30 s after it was created, having used 2 attempts.
+        let at = now - i * 2 * HOUR - HOUR / 2;
+        sqlx::query(
+            "INSERT INTO jobs (job_id, tenant, idempotency_key, request_digest, input_ref, \
+             contract_version, state, owner_epoch, deadline_at, attempt_count, max_attempts, \
+             created_at, updated_at, terminal_at, next_event_seq) \
+             VALUES ($1, 'acme', $2, 'd', 'seed', 'seed', 'expired', 1, $3, 2, 3, $4, $5, $5, 1)",
+        )
+        .bind(format!("job_{}", uuid::Uuid::now_v7()))
+        .bind(format!("expired-{i}"))
+        .bind(at + 60_000_000)
+        .bind(at - 30_000_000)
+        .bind(at)
+        .execute(&raw)
+        .await
+        .unwrap();
+    }
+    let first = ledger.activity(origin, HOUR, 25).await.unwrap();
+    assert!(
+        first.rolled_until > origin,
+        "closed hours came from the rollup"
+    );
+    let total =
+        |a: &fenceline::ledger::Activity, series: &str| a.of(series, 25).iter().sum::<i64>();
+    assert_eq!(total(&first, "job_created"), 12);
+    assert_eq!(total(&first, REDELIVERED), 12);
+    assert_eq!(total(&first, &format!("{FINISHED}expired")), 12);
+    assert_eq!(first.took, [0, 0, 12, 0, 0, 0], "all took 30 s");
+    assert_eq!(first.tries, [0, 0, 12, 0, 0, 0], "all used 2 attempts");
+    // Job i's events sit in the bucket 2i hours and 30 minutes back.
+    let created = first.of("job_created", 25);
+    assert_eq!(
+        created.iter().filter(|n| **n == 1).count(),
+        12,
+        "{created:?}"
+    );
+    // Again: the same counts, now all read from the rollup for the closed hours.
+    assert_eq!(ledger.activity(origin, HOUR, 25).await.unwrap(), first);
+    // Counted live throughout (buckets off the hour cannot use the rollup): the same.
+    let live = ledger.activity(origin + 1, HOUR, 25).await.unwrap();
+    assert_eq!(live.rolled_until, origin + 1, "nothing rolled");
+    assert_eq!(live.series, first.series);
+    assert_eq!(
+        (live.took, live.tries),
+        (first.took.clone(), first.tries.clone())
+    );
+    // Rolled-up hours keep their counts (retention may prune the rows they were counted
+    // from); the open stretch is counted live.
+    sqlx::query("DELETE FROM events WHERE kind = 'job_created'")
+        .execute(&raw)
+        .await
+        .unwrap();
+    let after = ledger.activity(origin, HOUR, 25).await.unwrap();
+    let kept: i64 = after.of("job_created", 25).iter().sum();
+    let closed_before: i64 = first
+        .of("job_created", 25)
+        .iter()
+        .enumerate()
+        .filter(|(b, _)| origin + (*b as i64 + 1) * HOUR <= first.rolled_until)
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(
+        kept, closed_before,
+        "closed hours kept, the open stretch recounted"
+    );
+}
+
+on_both_backends!(the_overview_rollup_counts_closed_hours_once_and_agrees_with_counting_live);

@@ -1,0 +1,300 @@
+//! The overview's activity counts, from an hourly rollup where it can.
+//!
+//! A week's charts would otherwise count every event and every finished job of the week on
+//! each view. Hours that closed more than [`SETTLE`] ago cannot gain events or finished jobs
+//! (both are stamped with the database clock when written), so their counts are computed
+//! once, the first time a chart needs them, into `activity_hours`; a chart then sums a few
+//! hundred rows for its closed hours and counts only the open stretch since live. Computing is
+//! idempotent (`ON CONFLICT DO NOTHING`), so two processes that need the same hour at once
+//! agree. Windows whose buckets do not fall on hour boundaries (5-minute buckets, zones with a
+//! half-hour offset) are counted live.
+
+use std::collections::{BTreeSet, HashMap};
+
+use sqlx::Row;
+
+use super::{Ledger, LedgerError};
+use crate::job::EventKind;
+
+/// An hour, in µs.
+pub const HOUR: i64 = 3_600_000_000;
+/// How long after an hour closes before it is rolled up: commits stamped just before the
+/// hour's end have long landed by then.
+pub const SETTLE: i64 = 5 * 60 * 1_000_000;
+
+/// The event kinds the overview counts, each its own series.
+pub const ACTIVITY_KINDS: [EventKind; 6] = [
+    EventKind::JobCreated,
+    EventKind::DuplicateSuppressed,
+    EventKind::ResultRejected,
+    EventKind::VisibilityRenewalFailed,
+    EventKind::LeaseRenewalFailed,
+    EventKind::DeleteFailed,
+];
+
+/// Upper bounds (µs) of the time-to-terminal bins; the last bin is open.
+pub const TOOK_BOUNDS: [i64; 5] = [
+    1_000_000,
+    10_000_000,
+    60_000_000,
+    600_000_000,
+    3_600_000_000,
+];
+
+/// Series names besides the event kinds.
+pub const REDELIVERED: &str = "redelivered";
+/// `finished:<state>` for each terminal state.
+pub const FINISHED: &str = "finished:";
+
+/// What the overview draws for a window: counts per series per bucket, and the histograms.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Activity {
+    /// Per series (an event kind, [`REDELIVERED`], `finished:<state>`), a count per bucket.
+    pub series: HashMap<String, Vec<i64>>,
+    /// Finished jobs by time from creation to terminal, bins of [`TOOK_BOUNDS`].
+    pub took: Vec<i64>,
+    /// Finished jobs by attempts used, 0 to 5 (5 or more).
+    pub tries: Vec<i64>,
+    /// Where the rolled-up hours end and live counting starts.
+    pub rolled_until: i64,
+}
+
+impl Activity {
+    fn new(count: usize) -> Activity {
+        Activity {
+            series: HashMap::with_capacity(count.min(16)),
+            took: vec![0; TOOK_BOUNDS.len() + 1],
+            tries: vec![0; 6],
+            rolled_until: 0,
+        }
+    }
+
+    fn add(&mut self, count: usize, series: &str, bucket: i64, n: i64) {
+        let v = self
+            .series
+            .entry(series.to_owned())
+            .or_insert_with(|| vec![0; count]);
+        if let Some(slot) = usize::try_from(bucket).ok().and_then(|i| v.get_mut(i)) {
+            *slot += n;
+        }
+    }
+
+    /// The counts of one series (zeros when nothing happened).
+    pub fn of(&self, series: &str, count: usize) -> Vec<i64> {
+        self.series
+            .get(series)
+            .cloned()
+            .unwrap_or_else(|| vec![0; count])
+    }
+}
+
+fn kind_list() -> String {
+    ACTIVITY_KINDS
+        .iter()
+        .map(|k| format!("'{}'", k.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn took_case(column_terminal: &str, column_created: &str) -> String {
+    let mut case = String::from("CASE");
+    for (i, b) in TOOK_BOUNDS.iter().enumerate() {
+        case.push_str(&format!(
+            " WHEN {column_terminal} - {column_created} < {b} THEN {i}"
+        ));
+    }
+    case.push_str(&format!(" ELSE {} END", TOOK_BOUNDS.len()));
+    case
+}
+
+const TRIES: &str = "CASE WHEN attempt_count >= 5 THEN 5 ELSE attempt_count END";
+
+impl Ledger {
+    /// The overview's counts for `count` buckets of `width` µs from `origin`, up to now.
+    pub async fn activity(
+        &self,
+        origin: i64,
+        width: i64,
+        count: usize,
+    ) -> Result<Activity, LedgerError> {
+        let width = width.max(1);
+        let now = self.now_us().await?;
+        let end = origin + width * count as i64;
+        let aligned = origin % HOUR == 0 && width % HOUR == 0;
+        let rolled_until = if aligned {
+            ((now - SETTLE).div_euclid(HOUR) * HOUR).clamp(origin, end)
+        } else {
+            origin
+        };
+        let mut activity = Activity::new(count);
+        activity.rolled_until = rolled_until;
+        if rolled_until > origin {
+            self.roll_up(origin, rolled_until).await?;
+            self.add_rolled(&mut activity, origin, width, count, rolled_until)
+                .await?;
+        }
+        self.add_live(&mut activity, origin, width, count, rolled_until)
+            .await?;
+        Ok(activity)
+    }
+
+    /// Makes sure every hour of `[from, to)` (hour-aligned) is in the rollup.
+    pub async fn roll_up(&self, from: i64, to: i64) -> Result<(), LedgerError> {
+        let done: BTreeSet<i64> =
+            sqlx::query("SELECT hour FROM activity_hours_done WHERE hour >= $1 AND hour < $2")
+                .bind(from)
+                .bind(to)
+                .fetch_all(&self.reader)
+                .await?
+                .iter()
+                .map(|r| r.try_get::<i64, _>("hour"))
+                .collect::<Result<_, _>>()?;
+        // Contiguous runs of hours not yet rolled up.
+        let mut runs: Vec<(i64, i64)> = Vec::new();
+        let mut hour = from;
+        while hour < to {
+            if !done.contains(&hour) {
+                match runs.last_mut() {
+                    Some(run) if run.1 == hour => run.1 = hour + HOUR,
+                    _ => runs.push((hour, hour + HOUR)),
+                }
+            }
+            hour += HOUR;
+        }
+        for (a, b) in runs {
+            let mut tx = self.writer.begin().await?;
+            let statements = [
+                format!(
+                    "INSERT INTO activity_hours (hour, series, bin, n) \
+                     SELECT at - at % {HOUR}, kind, 0, COUNT(*) FROM events \
+                     WHERE at >= $1 AND at < $2 AND kind IN ({}) \
+                     GROUP BY at - at % {HOUR}, kind ON CONFLICT DO NOTHING",
+                    kind_list()
+                ),
+                format!(
+                    "INSERT INTO activity_hours (hour, series, bin, n) \
+                     SELECT at - at % {HOUR}, '{REDELIVERED}', 0, COUNT(*) FROM events \
+                     WHERE at >= $1 AND at < $2 AND kind = 'delivery_received' \
+                     AND receive_count > 1 GROUP BY at - at % {HOUR} ON CONFLICT DO NOTHING"
+                ),
+                format!(
+                    "INSERT INTO activity_hours (hour, series, bin, n) \
+                     SELECT terminal_at - terminal_at % {HOUR}, '{FINISHED}' || state, 0, COUNT(*) \
+                     FROM jobs WHERE terminal_at >= $1 AND terminal_at < $2 \
+                     GROUP BY terminal_at - terminal_at % {HOUR}, state ON CONFLICT DO NOTHING"
+                ),
+                format!(
+                    "INSERT INTO activity_hours (hour, series, bin, n) \
+                     SELECT terminal_at - terminal_at % {HOUR}, 'took', {took}, COUNT(*) \
+                     FROM jobs WHERE terminal_at >= $1 AND terminal_at < $2 \
+                     GROUP BY terminal_at - terminal_at % {HOUR}, {took} ON CONFLICT DO NOTHING",
+                    took = took_case("terminal_at", "created_at")
+                ),
+                format!(
+                    "INSERT INTO activity_hours (hour, series, bin, n) \
+                     SELECT terminal_at - terminal_at % {HOUR}, 'tries', {TRIES}, COUNT(*) \
+                     FROM jobs WHERE terminal_at >= $1 AND terminal_at < $2 \
+                     GROUP BY terminal_at - terminal_at % {HOUR}, {TRIES} ON CONFLICT DO NOTHING"
+                ),
+            ];
+            for sql in &statements {
+                sqlx::query(sql).bind(a).bind(b).execute(&mut *tx).await?;
+            }
+            let mut hour = a;
+            while hour < b {
+                sqlx::query(
+                    "INSERT INTO activity_hours_done (hour) VALUES ($1) ON CONFLICT DO NOTHING",
+                )
+                .bind(hour)
+                .execute(&mut *tx)
+                .await?;
+                hour += HOUR;
+            }
+            tx.commit().await?;
+        }
+        Ok(())
+    }
+
+    async fn add_rolled(
+        &self,
+        activity: &mut Activity,
+        origin: i64,
+        width: i64,
+        count: usize,
+        until: i64,
+    ) -> Result<(), LedgerError> {
+        let rows = sqlx::query(
+            "SELECT series, bin, (hour - $1) / $2 AS bucket, CAST(SUM(n) AS BIGINT) AS n FROM activity_hours \
+             WHERE hour >= $1 AND hour < $3 GROUP BY series, bin, (hour - $1) / $2",
+        )
+        .bind(origin)
+        .bind(width)
+        .bind(until)
+        .fetch_all(&self.reader)
+        .await?;
+        for r in rows {
+            let series: String = r.try_get("series")?;
+            let (bin, bucket, n): (i64, i64, i64) =
+                (r.try_get("bin")?, r.try_get("bucket")?, r.try_get("n")?);
+            match series.as_str() {
+                "took" => add_bin(&mut activity.took, bin, n),
+                "tries" => add_bin(&mut activity.tries, bin, n),
+                _ => activity.add(count, &series, bucket, n),
+            }
+        }
+        Ok(())
+    }
+
+    async fn add_live(
+        &self,
+        activity: &mut Activity,
+        origin: i64,
+        width: i64,
+        count: usize,
+        from: i64,
+    ) -> Result<(), LedgerError> {
+        let series_rows = sqlx::query(&format!(
+            "SELECT kind AS series, (at - $1) / $2 AS bucket, COUNT(*) AS n FROM events \
+             WHERE at >= $3 AND kind IN ({}) GROUP BY kind, (at - $1) / $2 \
+             UNION ALL \
+             SELECT '{REDELIVERED}' AS series, (at - $1) / $2 AS bucket, COUNT(*) AS n FROM events \
+             WHERE at >= $3 AND kind = 'delivery_received' AND receive_count > 1 \
+             GROUP BY (at - $1) / $2 \
+             UNION ALL \
+             SELECT '{FINISHED}' || state AS series, (terminal_at - $1) / $2 AS bucket, \
+             COUNT(*) AS n FROM jobs WHERE terminal_at >= $3 \
+             GROUP BY state, (terminal_at - $1) / $2",
+            kind_list()
+        ))
+        .bind(origin)
+        .bind(width)
+        .bind(from)
+        .fetch_all(&self.reader)
+        .await?;
+        for r in series_rows {
+            let series: String = r.try_get("series")?;
+            activity.add(count, &series, r.try_get("bucket")?, r.try_get("n")?);
+        }
+        let histogram = sqlx::query(&format!(
+            "SELECT {} AS bin, {TRIES} AS tries, COUNT(*) AS n FROM jobs \
+             WHERE terminal_at >= $1 GROUP BY 1, 2",
+            took_case("terminal_at", "created_at")
+        ))
+        .bind(from)
+        .fetch_all(&self.reader)
+        .await?;
+        for r in histogram {
+            let (bin, tries, n): (i64, i64, i64) =
+                (r.try_get("bin")?, r.try_get("tries")?, r.try_get("n")?);
+            add_bin(&mut activity.took, bin, n);
+            add_bin(&mut activity.tries, tries, n);
+        }
+        Ok(())
+    }
+}
+
+fn add_bin(bins: &mut [i64], bin: i64, n: i64) {
+    if let Some(slot) = usize::try_from(bin).ok().and_then(|i| bins.get_mut(i)) {
+        *slot += n;
+    }
+}
