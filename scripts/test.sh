@@ -2,7 +2,7 @@
 # Runs every test Fenceline has, on a fresh machine too:
 #   formatting, clippy (-D warnings), unit tests, the integration suite against SQLite, a
 #   throwaway PostgreSQL and an SQS peer that this script starts (and stops) itself, API fuzzing
-#   from the OpenAPI document, and the browser tests.
+#   from the OpenAPI document, the browser tests, and a short chaos soak on each queue.
 # Needs: the Rust toolchain and python3. Installs PostgreSQL and Chromium from Debian's packages,
 # moto[server], litellm[proxy] and schemathesis from PyPI (in virtualenvs) and Playwright from npm
 # when the machine has none.
@@ -31,7 +31,12 @@ FENCELINE_BIN_BUILT=1 scripts/fuzz.sh
 echo "== browser tests (Playwright + Chromium)"
 FENCELINE_BIN_BUILT=1 scripts/e2e.sh 2>&1 | tee "$logs/e2e.log"
 
+echo "== chaos soak, short: embedded queue, then an SQS endpoint (the documented run: docs/reliability.md)"
+scripts/soak.sh --jobs 600 --workers 3 --limit 300 --bin target/debug/fenceline 2>&1 | tee "$logs/soak.log"
+scripts/soak.sh --jobs 300 --workers 3 --queue sqs --limit 300 --bin target/debug/fenceline 2>&1 | tee -a "$logs/soak.log"
+soaks=$(grep -c '^verdict: every invariant held' "$logs/soak.log" || true)
+
 passed=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($i ~ /^passed;?$/) p += $(i-1) } END { print p + 0 }' "$logs/cargo.log")
 failed=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) if ($i ~ /^failed;?$/) f += $(i-1) } END { print f + 0 }' "$logs/cargo.log")
 e2e=$(grep -Eo '^ +[0-9]+ passed' "$logs/e2e.log" | tail -1 | tr -dc '0-9')
-echo "tests: $((passed + ${e2e:-0})) passed, $failed failed"
+echo "tests: $((passed + ${e2e:-0} + soaks)) passed, $failed failed"

@@ -50,6 +50,9 @@ start_postgres() {
     || { cat "$dir/server.log" >&2; return 1; }
   _fenceline_cleanups+=("(cd /tmp && ${run_as[*]} '$PG_BIN/pg_ctl' -D '$dir/data' -m immediate stop >/dev/null 2>&1); rm -rf '$dir'")
   PG_URL="postgres://postgres@127.0.0.1:$port/postgres"
+  # For a restart mid-run (the chaos soak): pg_ctl -D "$PG_DATA" restart, as $PG_RUN_AS.
+  PG_DATA="$dir/data"
+  PG_RUN_AS="${run_as[*]}"
   echo "== PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$port"
 }
 

@@ -34,6 +34,7 @@ pub mod operators;
 pub mod provider;
 pub mod queue;
 pub mod settings;
+pub mod soak;
 pub mod startup;
 pub mod time;
 pub mod worker;

@@ -7,7 +7,8 @@ use anyhow::Context;
 use fenceline::ledger::Ledger;
 use fenceline::queue::sqs::SqsQueue;
 use fenceline::settings::{
-    BenchCommand, Command, DrillCommand, OperatorCommand, QueueCommand, Settings, TokenCommand,
+    BenchCommand, Command, DrillCommand, OperatorCommand, QueueCommand, Settings, SoakCommand,
+    TokenCommand,
 };
 use fenceline::startup::{runtime, shutdown_signal, Application, Supervisor};
 
@@ -188,6 +189,21 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Drill(DrillCommand::Run(args)) => drill(&settings, args).await,
+        Command::Soak(SoakCommand::Check(args)) => {
+            let ledger = Ledger::connect(&settings.ledger.url, &settings.ledger.options).await?;
+            let verdict =
+                fenceline::soak::check(&ledger, args.tenant.as_deref(), args.expect).await?;
+            ledger.close().await;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&verdict)?);
+            } else {
+                print!("{}", verdict.render());
+            }
+            if !verdict.holds() {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
     }
 }
 

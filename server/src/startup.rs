@@ -354,10 +354,29 @@ pub mod runtime {
                  can be looked up)"
             );
         }
-        let worker = Worker::new(ledger.clone(), queue.clone(), provider.clone(), config);
         let stages = supervisor.stages().clone();
         let stop = stages.front.clone();
-        supervisor.spawn("worker", true, async move { worker.run(stop).await });
+        let rate = settings.worker.soak_faults;
+        if rate > 0.0 {
+            // The chaos soak: the worker's queue drops deletes and visibility changes and
+            // delivers copies, and its lease renewals fail, each at `rate`.
+            tracing::warn!(rate, "injecting faults for the chaos soak");
+            config.faults = Some(crate::drill::faults::Faults::at_rate(
+                rate,
+                &[crate::drill::faults::FaultPoint::LeaseRenew],
+            ));
+            let faulty = crate::queue::faults::FaultyQueue::new(queue.clone());
+            faulty.arm(crate::queue::faults::FaultPlan {
+                delete_timeout: rate,
+                visibility_timeout: rate,
+                duplicate: rate,
+            });
+            let worker = Worker::new(ledger.clone(), faulty, provider.clone(), config);
+            supervisor.spawn("worker", true, async move { worker.run(stop).await });
+        } else {
+            let worker = Worker::new(ledger.clone(), queue.clone(), provider.clone(), config);
+            supervisor.spawn("worker", true, async move { worker.run(stop).await });
+        }
         supervisor.spawn(
             "dispatcher",
             false,

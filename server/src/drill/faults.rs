@@ -3,6 +3,7 @@
 //! never globally: a job nobody armed passes every point untouched, and the worker, queue and
 //! provider of `serve` carry no fault registry at all.
 
+use sha2::Digest;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -145,6 +146,11 @@ struct Inner {
     /// Workers frozen whole (they receive nothing either), by worker id.
     frozen_workers: HashMap<String, Instant>,
     fired: Vec<Fired>,
+    /// The chaos soak: these points fire for any job at this rate (counted, not listed).
+    at_rate: Option<(f64, Vec<FaultPoint>)>,
+    /// Draws made and faults fired at that rate.
+    draws: u64,
+    fired_at_rate: u64,
     /// Safeguards switched off for this run (test builds only).
     #[cfg(feature = "sabotage")]
     disabled: std::collections::HashSet<super::sabotage::Safeguard>,
@@ -179,6 +185,19 @@ impl Faults {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// A registry whose `points` fire for every job, each call with probability `rate`
+    /// (the chaos soak; drills arm faults per job instead).
+    pub fn at_rate(rate: f64, points: &[FaultPoint]) -> Faults {
+        let faults = Faults::default();
+        faults.lock().at_rate = Some((rate, points.to_vec()));
+        faults
+    }
+
+    /// How many faults fired at the soak's rate.
+    pub fn fired_at_rate(&self) -> u64 {
+        self.lock().fired_at_rate
+    }
+
     /// Arms `arm` on one job.
     pub fn arm(&self, job_id: &str, arm: Arm) {
         self.lock()
@@ -200,6 +219,19 @@ impl Faults {
     /// Whether `point` fires for `job_id` now; if so, its hold. Counts the firing down.
     pub fn fire(&self, job_id: &str, point: FaultPoint) -> Option<Duration> {
         let mut inner = self.lock();
+        if let Some((rate, points)) = &inner.at_rate {
+            if points.contains(&point) {
+                let rate = *rate;
+                inner.draws += 1;
+                let digest = sha2::Sha256::digest(format!("{job_id}:{}", inner.draws).as_bytes());
+                let x = u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"));
+                if ((x >> 11) as f64 / (1u64 << 53) as f64) < rate {
+                    inner.fired_at_rate += 1;
+                    return Some(Duration::ZERO);
+                }
+                return None;
+            }
+        }
         let arms = inner.armed.get_mut(job_id)?;
         let arm = arms
             .iter_mut()

@@ -119,6 +119,32 @@ pub enum Command {
     /// Redelivery drills: prove, outside production, that redelivery cannot corrupt jobs.
     #[command(subcommand)]
     Drill(DrillCommand),
+    /// The chaos soak (see `scripts/soak.sh`).
+    #[command(subcommand)]
+    Soak(SoakCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SoakCommand {
+    /// Read the ledger after a run and check every job against the invariants: two accepted
+    /// results, lost jobs, stale-epoch commits accepted, deletes before a durable outcome,
+    /// second attempts after an uncertain one without a decision (all must be 0); repeated
+    /// provider calls with what preceded them; jobs per final state. Exits 0 only when every
+    /// invariant held.
+    Check(SoakCheckArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SoakCheckArgs {
+    /// Only this tenant's jobs (the soak submits under its own).
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// How many jobs the run submitted: fewer in the ledger are reported missing.
+    #[arg(long)]
+    pub expect: Option<u64>,
+    /// Print the verdict as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -264,6 +290,16 @@ pub struct RuntimeArgs {
     /// A workable job whose last dispatch is older than this is sent again.
     #[arg(long, env = "FENCELINE_REDISPATCH_AFTER_SECS", default_value_t = 900)]
     pub redispatch_after_secs: u64,
+    /// For the chaos soak (`scripts/soak.sh`) only, refused in production: the fraction of
+    /// duplicate deliveries, failed deletes, visibility-renewal timeouts and lease-renewal
+    /// failures this worker injects, each, through the drill fault points.
+    #[arg(
+        long,
+        env = "FENCELINE_SOAK_FAULTS",
+        default_value_t = 0.0,
+        hide = true
+    )]
+    pub soak_faults: f64,
 
     /// Days a terminal job's record (attempts, result, events) is kept before the retention
     /// task prunes it; `0` keeps everything. Default: off on the embedded demo (SQLite with the

@@ -15,7 +15,7 @@ use clap::{Args, FromArgMatches, Parser, ValueEnum};
 pub use cli::{
     BenchCommand, Cli, Command, DecideArgs, DrillCommand, DrillModel, DrillRunArgs,
     OperatorCommand, ProviderArg as ProviderKind, QueueArg as QueueKind, QueueCommand, RuntimeArgs,
-    ServeArgs, SubmitArgs, TimingsArg, TokenCommand,
+    ServeArgs, SoakCheckArgs, SoakCommand, SubmitArgs, TimingsArg, TokenCommand,
 };
 
 use crate::ledger::{Backend, LedgerOptions, SqliteSync};
@@ -118,6 +118,8 @@ pub struct WorkerSettings {
     pub redispatch_after: Duration,
     /// How long terminal records are kept; `None` keeps everything.
     pub retention: Option<Duration>,
+    /// The chaos soak's fault rate (0 everywhere else; refused in production).
+    pub soak_faults: f64,
 }
 
 /// Settings that cannot run.
@@ -230,6 +232,7 @@ impl Settings {
                 reaper_interval: Duration::from_millis(runtime.reaper_interval_ms.max(50)),
                 redispatch_after: Duration::from_secs(runtime.redispatch_after_secs),
                 retention: retention(runtime, backend),
+                soak_faults: runtime.soak_faults,
             },
         };
         settings.validate()?;
@@ -245,6 +248,16 @@ impl Settings {
 
     /// The rules no single flag can check.
     pub fn validate(&self) -> Result<(), SettingsError> {
+        if !(0.0..=0.5).contains(&self.worker.soak_faults) {
+            return Err(SettingsError::Invalid(
+                "--soak-faults is a fraction from 0 to 0.5".into(),
+            ));
+        }
+        if self.environment == Environment::Production && self.worker.soak_faults > 0.0 {
+            return Err(SettingsError::Invalid(
+                "production refuses fault injection: --soak-faults is for the chaos soak".into(),
+            ));
+        }
         if self.environment == Environment::Production && self.http.public_url.is_none() {
             return Err(SettingsError::Invalid(
                 "a production deployment needs --public-url: the console answers only for \
@@ -402,6 +415,35 @@ mod tests {
         assert!(Cli::try_parse_from(["fenceline", "worker", "--chaos-duplicate", "0.5"]).is_err());
         assert!(Cli::try_parse_from(["fenceline", "--environment", "prod", "worker"]).is_err());
         assert!(Cli::try_parse_from(["fenceline", "--environment", "staging", "worker"]).is_err());
+    }
+
+    #[test]
+    fn the_soak_fault_rate_is_a_small_fraction_and_production_refuses_it() {
+        let settings = |args: &[&str]| {
+            let mut argv = vec!["fenceline", "--database-url", "sqlite://soak.sqlite"];
+            argv.extend_from_slice(args);
+            Cli::try_parse_from(argv)
+                .map_err(|e| e.to_string())
+                .and_then(|cli| Settings::from_cli(&cli).map_err(|e| e.to_string()))
+        };
+        let worker = settings(&["worker", "--soak-faults", "0.05"]).unwrap();
+        assert_eq!(worker.worker.soak_faults, 0.05);
+        assert_eq!(settings(&["worker"]).unwrap().worker.soak_faults, 0.0);
+        assert!(settings(&["worker", "--soak-faults", "0.9"]).is_err());
+        assert!(settings(&["worker", "--soak-faults", "-0.1"]).is_err());
+        let production = settings(&[
+            "--environment",
+            "production",
+            "worker",
+            "--soak-faults",
+            "0.05",
+        ]);
+        assert!(
+            production
+                .as_ref()
+                .is_err_and(|e| e.contains("production refuses fault injection")),
+            "{production:?}"
+        );
     }
 
     #[test]

@@ -16,4 +16,5 @@ mod properties;
 mod providers;
 mod queue_contract;
 mod secrets;
+mod soak;
 mod worker;

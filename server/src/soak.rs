@@ -1,0 +1,252 @@
+//! The chaos soak's checker: reads only the ledger (jobs and their timelines) after a run and
+//! says whether the invariants of `domain.md` held for every job, with the job ids of any that
+//! did not, and why every job that reached the model more than once did.
+//!
+//! Checked per job, from its events in order:
+//! - **two accepted results** — more than one `result_accepted`;
+//! - **stale-epoch commits accepted** — a `result_accepted` under an epoch older than one the
+//!   timeline had already reached;
+//! - **deletes before a durable outcome** — `message_deleted` while a provider attempt was
+//!   under way (started, with no outcome, recovery or lease loss recorded since);
+//! - **second attempts after an uncertain one without a decision** — an `attempt_started`
+//!   after the job went `unknown` and before a `decision_recorded`;
+//! - **over budget** — more attempts than `max_attempts`;
+//! - **lost** — neither terminal nor `unknown` (waiting for a decision) when the run is over,
+//!   and jobs the run submitted that the ledger does not have.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::job::EventKind;
+use crate::ledger::{Event, Job, JobFilter, Ledger, LedgerError};
+
+/// What the checker found.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Verdict {
+    /// Jobs checked.
+    pub jobs: u64,
+    /// Jobs the run said it submitted, when it said.
+    pub expected: Option<u64>,
+    /// Jobs per final state.
+    pub by_state: BTreeMap<String, u64>,
+    pub two_accepted: Vec<String>,
+    pub stale_commits_accepted: Vec<String>,
+    pub deletes_before_outcome: Vec<String>,
+    pub attempts_after_uncertain_without_decision: Vec<String>,
+    pub over_budget: Vec<String>,
+    pub lost: Vec<String>,
+    /// Submitted jobs the ledger does not have.
+    pub missing: u64,
+    /// Jobs that reached the model more than once, by what preceded each later attempt.
+    pub repeated_calls: BTreeMap<String, u64>,
+}
+
+impl Verdict {
+    /// Whether every invariant held.
+    pub fn holds(&self) -> bool {
+        self.two_accepted.is_empty()
+            && self.stale_commits_accepted.is_empty()
+            && self.deletes_before_outcome.is_empty()
+            && self.attempts_after_uncertain_without_decision.is_empty()
+            && self.over_budget.is_empty()
+            && self.lost.is_empty()
+            && self.missing == 0
+            && self.jobs > 0
+    }
+
+    /// The verdict as people read it.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let line = |out: &mut String, name: &str, ids: &[String]| {
+            let shown: Vec<&str> = ids.iter().take(5).map(String::as_str).collect();
+            out.push_str(&format!(
+                "{:<58} {}{}\n",
+                name,
+                ids.len(),
+                if shown.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "  ({}{})",
+                        shown.join(", "),
+                        if ids.len() > 5 { ", …" } else { "" }
+                    )
+                }
+            ));
+        };
+        out.push_str(&format!(
+            "jobs checked: {}{}\n",
+            self.jobs,
+            self.expected
+                .map(|n| format!(" of {n} submitted"))
+                .unwrap_or_default()
+        ));
+        line(
+            &mut out,
+            "jobs with two accepted results",
+            &self.two_accepted,
+        );
+        line(
+            &mut out,
+            "stale-epoch commits accepted",
+            &self.stale_commits_accepted,
+        );
+        line(
+            &mut out,
+            "deletes before a durable outcome",
+            &self.deletes_before_outcome,
+        );
+        line(
+            &mut out,
+            "second attempts after an uncertain one without a decision",
+            &self.attempts_after_uncertain_without_decision,
+        );
+        line(
+            &mut out,
+            "jobs over their attempt budget",
+            &self.over_budget,
+        );
+        line(
+            &mut out,
+            "lost jobs (neither terminal nor unknown)",
+            &self.lost,
+        );
+        out.push_str(&format!(
+            "{:<58} {}\n",
+            "submitted jobs missing from the ledger", self.missing
+        ));
+        out.push_str("repeated provider calls, by what preceded them:\n");
+        if self.repeated_calls.is_empty() {
+            out.push_str("  none\n");
+        }
+        for (why, n) in &self.repeated_calls {
+            out.push_str(&format!("  {n:>6}  {why}\n"));
+        }
+        out.push_str("jobs per final state:\n");
+        for (state, n) in &self.by_state {
+            out.push_str(&format!("  {n:>6}  {state}\n"));
+        }
+        out.push_str(if self.holds() {
+            "verdict: every invariant held\n"
+        } else if self.jobs == 0 {
+            "verdict: FAILED — no job to check\n"
+        } else {
+            "verdict: FAILED\n"
+        });
+        out
+    }
+
+    fn judge(&mut self, job: &Job, events: &[Event]) {
+        let id = || job.job_id.clone();
+        *self
+            .by_state
+            .entry(job.state.as_str().to_owned())
+            .or_default() += 1;
+        let mut highest_epoch = 0;
+        let mut accepted = 0;
+        let mut attempt_open = false;
+        let mut uncertain = false;
+        let mut started = 0;
+        let mut why_again: Option<String> = None;
+        let (mut stale, mut early, mut unexplained) = (false, false, false);
+        for e in events {
+            match e.kind {
+                EventKind::ResultAccepted => {
+                    accepted += 1;
+                    stale |= e.epoch < highest_epoch;
+                    attempt_open = false;
+                }
+                EventKind::AttemptStarted => {
+                    unexplained |= uncertain;
+                    started += 1;
+                    if started > 1 {
+                        let why = why_again
+                            .take()
+                            .unwrap_or_else(|| "nothing recorded (unexplained)".to_owned());
+                        *self.repeated_calls.entry(why).or_default() += 1;
+                    }
+                    attempt_open = true;
+                }
+                EventKind::AttemptFinished => {
+                    attempt_open = false;
+                    let outcome = e.detail["outcome"].as_str().unwrap_or("");
+                    why_again = Some(format!("after an attempt that ended {outcome}"));
+                }
+                EventKind::RecoveryClaimed | EventKind::LeaseLost => {
+                    attempt_open = false;
+                    why_again = Some(format!("after {}", e.kind.as_str().replace('_', " ")));
+                }
+                EventKind::StateChanged if e.detail["to"] == "unknown" => {
+                    uncertain = true;
+                    attempt_open = false;
+                }
+                EventKind::DecisionRecorded => {
+                    uncertain = false;
+                    let decision = e.detail["decision"].as_str().unwrap_or("a decision");
+                    why_again = Some(format!(
+                        "after a recorded decision ({}, by {})",
+                        decision.replace('_', " "),
+                        e.actor.split(':').next().unwrap_or("someone")
+                    ));
+                }
+                EventKind::MessageDeleted => early |= attempt_open,
+                _ => {}
+            }
+            highest_epoch = highest_epoch.max(e.epoch);
+        }
+        if accepted > 1 {
+            self.two_accepted.push(id());
+        }
+        if stale {
+            self.stale_commits_accepted.push(id());
+        }
+        if early {
+            self.deletes_before_outcome.push(id());
+        }
+        if unexplained {
+            self.attempts_after_uncertain_without_decision.push(id());
+        }
+        if job.attempt_count > job.max_attempts {
+            self.over_budget.push(id());
+        }
+        if !job.state.is_terminal() && job.state != crate::job::JobState::Unknown {
+            self.lost.push(id());
+        }
+    }
+}
+
+/// Checks every job of `tenant` (every tenant when `None`); `expected` is how many the run
+/// submitted.
+pub async fn check(
+    ledger: &Ledger,
+    tenant: Option<&str>,
+    expected: Option<u64>,
+) -> Result<Verdict, LedgerError> {
+    let mut verdict = Verdict {
+        expected,
+        ..Verdict::default()
+    };
+    let mut before = None;
+    loop {
+        let page = ledger
+            .list_jobs(&JobFilter {
+                tenant: tenant.map(str::to_owned),
+                before: before.clone(),
+                limit: 500,
+                ..JobFilter::default()
+            })
+            .await?;
+        for job in &page.jobs {
+            let events = ledger.all_events(&job.job_id).await?;
+            verdict.jobs += 1;
+            verdict.judge(job, &events);
+        }
+        match page.next {
+            Some(next) => before = Some(next),
+            None => break,
+        }
+    }
+    verdict.missing = expected.map_or(0, |n| n.saturating_sub(verdict.jobs));
+    Ok(verdict)
+}

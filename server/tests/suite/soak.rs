@@ -1,0 +1,154 @@
+//! The soak checker can fail: each invariant it reports is planted by hand, on both backends,
+//! and found on exactly the job it was planted on.
+
+use std::time::Duration;
+
+use fenceline::job::{Actor, EventKind};
+use fenceline::ledger::{Ledger, NewEvent};
+use serde_json::json;
+
+use crate::helpers::{as_owner, create, fresh_ledger, new_job, Db};
+use crate::on_both_backends;
+
+const LONG: Duration = Duration::from_secs(600);
+
+fn worker() -> Actor {
+    Actor::Worker("w".into())
+}
+
+async fn plant(ledger: &Ledger, job_id: &str, event: NewEvent) {
+    ledger.record_event(job_id, &event).await.unwrap();
+}
+
+/// A job that ran once, was accepted and had its message deleted: as it should be.
+async fn a_clean_job(ledger: &Ledger, key: &str) -> String {
+    let id = create(ledger, new_job("soak", key, json!(key))).await;
+    ledger
+        .claim_and_start(&id, "w", LONG, None, "stub")
+        .await
+        .unwrap();
+    ledger
+        .accept_result(&as_owner(&id, 1, "w"), 1, "answer")
+        .await
+        .unwrap();
+    plant(
+        ledger,
+        &id,
+        NewEvent::new(EventKind::MessageDeleted, &worker()).detail(json!({"reason": "succeeded"})),
+    )
+    .await;
+    id
+}
+
+async fn the_checker_finds_each_planted_violation_on_its_job(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let clean = a_clean_job(&ledger, "clean").await;
+    let verdict = fenceline::soak::check(&ledger, Some("soak"), Some(1))
+        .await
+        .unwrap();
+    assert!(verdict.holds(), "{}", verdict.render());
+    assert_eq!(verdict.by_state.get("succeeded"), Some(&1));
+
+    // Two accepted results.
+    let doubled = a_clean_job(&ledger, "doubled").await;
+    plant(
+        &ledger,
+        &doubled,
+        NewEvent::new(EventKind::ResultAccepted, &worker()),
+    )
+    .await;
+    // A commit under epoch 1 after the job had moved to epoch 2.
+    let stale = create(&ledger, new_job("soak", "stale", json!(1))).await;
+    ledger
+        .claim_and_start(&stale, "w", LONG, None, "stub")
+        .await
+        .unwrap();
+    plant(
+        &ledger,
+        &stale,
+        NewEvent::new(EventKind::RecoveryClaimed, &Actor::System).epoch(2),
+    )
+    .await;
+    plant(
+        &ledger,
+        &stale,
+        NewEvent::new(EventKind::ResultAccepted, &worker()).epoch(1),
+    )
+    .await;
+    // The message deleted while the call was still under way.
+    let early = create(&ledger, new_job("soak", "early", json!(1))).await;
+    ledger
+        .claim_and_start(&early, "w", LONG, None, "stub")
+        .await
+        .unwrap();
+    plant(
+        &ledger,
+        &early,
+        NewEvent::new(EventKind::MessageDeleted, &worker()).detail(json!({"reason": "oops"})),
+    )
+    .await;
+    // A second attempt after the job went unknown, with no decision between.
+    let blind = create(&ledger, new_job("soak", "blind", json!(1))).await;
+    plant(
+        &ledger,
+        &blind,
+        NewEvent::new(EventKind::StateChanged, &Actor::System).detail(json!({"to": "unknown"})),
+    )
+    .await;
+    plant(
+        &ledger,
+        &blind,
+        NewEvent::new(EventKind::AttemptStarted, &worker()),
+    )
+    .await;
+    plant(
+        &ledger,
+        &blind,
+        NewEvent::new(EventKind::AttemptStarted, &worker()),
+    )
+    .await;
+
+    let verdict = fenceline::soak::check(&ledger, Some("soak"), Some(7))
+        .await
+        .unwrap();
+    let text = verdict.render();
+    assert!(!verdict.holds(), "{text}");
+    assert!(text.contains("verdict: FAILED"), "{text}");
+    assert_eq!(verdict.jobs, 5);
+    assert_eq!(verdict.two_accepted, vec![doubled], "{text}");
+    assert_eq!(
+        verdict.stale_commits_accepted,
+        vec![stale.clone()],
+        "{text}"
+    );
+    assert_eq!(
+        verdict.deletes_before_outcome,
+        vec![early.clone()],
+        "{text}"
+    );
+    assert_eq!(
+        verdict.attempts_after_uncertain_without_decision,
+        vec![blind.clone()],
+        "{text}"
+    );
+    // Jobs left running or ready are lost; five of seven submitted are in the ledger.
+    let mut lost = verdict.lost.clone();
+    lost.sort();
+    let mut expected = vec![stale, early, blind];
+    expected.sort();
+    assert_eq!(lost, expected, "{text}");
+    assert_eq!(verdict.missing, 2);
+    assert!(!verdict.two_accepted.contains(&clean));
+    assert_eq!(
+        verdict.repeated_calls.get("nothing recorded (unexplained)"),
+        Some(&1),
+        "{text}"
+    );
+    // Nothing checked is not a pass.
+    let empty = fenceline::soak::check(&ledger, Some("nobody"), None)
+        .await
+        .unwrap();
+    assert!(!empty.holds());
+}
+
+on_both_backends!(the_checker_finds_each_planted_violation_on_its_job);
