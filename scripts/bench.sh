@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fenceline's benchmarks, each beside its reference in the same invocation:
-#   scripts/bench.sh                 # ledger, pipeline, console (both backends), renewals (PostgreSQL)
+#   scripts/bench.sh                 # ledger, pipeline (both backends, and graphile-worker beside it
+#                                    # on PostgreSQL), console (both backends), renewals (PostgreSQL)
 #   scripts/bench.sh ledger|pipeline|console|renewals|drills
 # PostgreSQL runs with durable commits (fsync on, synchronous_commit on) in a throwaway
 # cluster; SQLite runs in WAL with synchronous=FULL in a temporary file.
@@ -28,8 +29,22 @@ if [ "$which" = all ] || [ "$which" = ledger ]; then
   "$bin" bench ledger --database-url "$(fresh_sqlite)" --sqlite-synchronous full
 fi
 if [ "$which" = all ] || [ "$which" = pipeline ]; then
-  "$bin" bench pipeline --database-url "$(fresh_pg)"
-  "$bin" bench pipeline --database-url "$(fresh_sqlite)" --sqlite-synchronous full
+  # Fenceline end to end, then graphile-worker (pinned, from npm) on the same PostgreSQL with
+  # the same number of no-op jobs at concurrency 16, both ways: pre-inserted then drained, and
+  # added while its workers run.
+  jobs=${PIPELINE_JOBS:-10000}
+  out=$("$bin" bench pipeline --database-url "$(fresh_pg)" --jobs "$jobs")
+  echo "$out"
+  fenceline=$(echo "$out" | awk -F'|' '/^\| fenceline/ { gsub(/[^0-9]/, "", $5); print $5 }')
+  peer=scripts/peers/graphile-worker
+  (cd "$peer" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  for mode in preinserted live; do
+    line=$(node "$peer/run.js" "$(fresh_pg)" "$jobs" "$mode")
+    echo "$line"
+    peer_rate=$(echo "$line" | grep -Eo '[0-9]+ jobs/s' | tr -dc '0-9')
+    echo "   Fenceline / graphile-worker ($mode): $(python3 -c "print(f'{$fenceline / $peer_rate:.2f}')")x"
+  done
+  "$bin" bench pipeline --database-url "$(fresh_sqlite)" --sqlite-synchronous full --jobs "$jobs"
 fi
 if [ "$which" = all ] || [ "$which" = console ]; then
   "$bin" bench console --database-url "$(fresh_pg)"
