@@ -25,11 +25,6 @@ pub fn short_time(us: i64) -> String {
     instant(us).format("%Y-%m-%d %H:%M:%S").to_string()
 }
 
-/// Time of day to the millisecond, for rows of one timeline: `09:15:02.123`.
-pub fn clock(us: i64) -> String {
-    instant(us).format("%H:%M:%S%.3f").to_string()
-}
-
 /// A name that is not an IANA time zone.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0:?} is not a time zone: use an IANA name such as UTC, Europe/Paris or America/New_York")]
@@ -47,11 +42,6 @@ pub fn zone(name: &str) -> Result<Tz, BadZone> {
                 .find(|tz| tz.name().eq_ignore_ascii_case(name))
         })
         .ok_or_else(|| BadZone(name.to_owned()))
-}
-
-/// Every IANA zone name, for pickers.
-pub fn zone_names() -> impl Iterator<Item = &'static str> {
-    chrono_tz::TZ_VARIANTS.iter().map(|tz| tz.name())
 }
 
 /// An instant in `tz`.
@@ -81,16 +71,18 @@ pub fn day_in(us: i64, tz: Tz) -> NaiveDate {
 }
 
 /// Parses what an operator typed as an instant, reading a time without an offset as a wall
-/// time in `tz` (a browser's `datetime-local` input sends local wall time). A wall time that
-/// a clock change skips is refused; one that happens twice is its earlier instant.
+/// time in `tz` (a browser's `datetime-local` input sends local wall time; a trailing `Z`
+/// means UTC). A wall time that a clock change skips is refused; one that happens twice is its
+/// earlier instant.
 pub fn parse_instant_in(text: &str, tz: Tz) -> Result<DateTime<Utc>, BadTime> {
     let t = text.trim();
     if let Ok(at) = DateTime::parse_from_rfc3339(t) {
         return Ok(at.with_timezone(&Utc));
     }
-    if t.ends_with('Z') {
-        return parse_instant(t);
-    }
+    let (t, tz) = match t.strip_suffix('Z') {
+        Some(utc) => (utc, chrono_tz::UTC),
+        None => (t, tz),
+    };
     let naive = [
         "%Y-%m-%dT%H:%M:%S%.f",
         "%Y-%m-%dT%H:%M",
@@ -142,24 +134,7 @@ pub struct BadTime(pub String);
 /// (UTC unless an offset is given). Impossible dates and times (`2026-02-31`, hour 25) are
 /// refused, not rolled over.
 pub fn parse_instant(text: &str) -> Result<DateTime<Utc>, BadTime> {
-    let t = text.trim();
-    if let Ok(at) = DateTime::parse_from_rfc3339(t) {
-        return Ok(at.with_timezone(&Utc));
-    }
-    let t = t.strip_suffix('Z').unwrap_or(t);
-    for format in [
-        "%Y-%m-%dT%H:%M:%S%.f",
-        "%Y-%m-%dT%H:%M",
-        "%Y-%m-%d %H:%M:%S%.f",
-        "%Y-%m-%d %H:%M",
-    ] {
-        if let Ok(at) = NaiveDateTime::parse_from_str(t, format) {
-            return Ok(at.and_utc());
-        }
-    }
-    NaiveDate::parse_from_str(t, "%Y-%m-%d")
-        .map(|d| d.and_time(chrono::NaiveTime::MIN).and_utc())
-        .map_err(|_| BadTime(text.to_owned()))
+    parse_instant_in(text, chrono_tz::UTC)
 }
 
 /// Milliseconds since the Unix epoch of an instant.
@@ -184,7 +159,10 @@ mod tests {
         );
         assert_eq!(rfc3339_us(-1), "1969-12-31T23:59:59.999999Z");
         assert_eq!(short_time(1_700_000_000_123_456), "2023-11-14 22:13:20");
-        assert_eq!(clock(1_700_000_000_123_456), "22:13:20.123");
+        assert_eq!(
+            clock_in(1_700_000_000_123_456, chrono_tz::UTC),
+            "22:13:20.123"
+        );
     }
 
     #[test]

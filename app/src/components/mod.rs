@@ -47,10 +47,11 @@ pub fn refresh_paused() -> bool {
 /// A live page's refresh, unless paused, with a visible control to pause or resume it. With
 /// JavaScript, `console.js` updates the page in place every `seconds` (it fetches the page
 /// and swaps its content, leaving a form being typed in alone); without it, a meta refresh
-/// inside `<noscript>` reloads the page. `base` is the page's own address without `refresh`.
+/// inside `<noscript>` reloads the page. Pause and Resume keep the rest of the address.
 #[component]
-pub fn LiveRefresh(live: bool, seconds: u32, base: String) -> impl IntoView {
+pub fn LiveRefresh(live: bool, seconds: u32) -> impl IntoView {
     let paused = refresh_paused();
+    let base = without_param("refresh");
     let joiner = if base.contains('?') { '&' } else { '?' };
     live.then(|| {
         if paused {

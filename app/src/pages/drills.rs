@@ -238,7 +238,7 @@ pub fn DrillRunPage() -> impl IntoView {
                             {run.finished.map(|f| format!(" · finished {f}"))}
                             {r.took.map(|t| format!(" ({t})"))}
                         </p>
-                        <LiveRefresh live seconds=2 base=format!("/drills/{}", r.run_id)/>
+                        <LiveRefresh live seconds=2/>
                         <p>
                             <strong>{format!("{} of {} scenarios passed", r.passed, r.total)}</strong>
                             {live.then(|| format!(" · {done} of {} finished", r.total))}

@@ -51,26 +51,6 @@ pub fn JobPage() -> impl IntoView {
     let cancel_form = use_query_map().with_untracked(|q| q.get("act").as_deref() == Some("cancel"));
     let console = console();
     let visitor = super::visitor();
-    // The page's own address, its view state kept, for the refresh control.
-    let refresh_base = {
-        let mut pairs = Vec::new();
-        for (k, v) in [
-            ("after", query.after),
-            ("around", query.around),
-            ("open", query.open),
-            ("from", zoom.map(|z| z.from_ms)),
-            ("to", zoom.map(|z| z.to_ms)),
-        ] {
-            if let Some(v) = v {
-                pairs.push(format!("{k}={v}"));
-            }
-        }
-        if pairs.is_empty() {
-            format!("/jobs/{job_id}")
-        } else {
-            format!("/jobs/{job_id}?{}", pairs.join("&"))
-        }
-    };
     if let Some(bad) = bad {
         return view! {
             <Title text="Bad address · Fenceline"/>
@@ -115,7 +95,7 @@ pub fn JobPage() -> impl IntoView {
                             {format!("tenant {} · key {} · created {}", d.tenant, d.idempotency_key, d.created)}
                         </p>
                         <ShareLink/>
-                        <LiveRefresh live seconds=2 base=refresh_base.clone()/>
+                        <LiveRefresh live seconds=2/>
                         <dl class="facts wide">
                             <dt>"Owner epoch"</dt><dd class="num">{d.epoch}</dd>
                             <dt>"Owner"</dt><dd>{or_dash(d.owner)}</dd>

@@ -34,7 +34,7 @@ pub fn OverviewPage() -> impl IntoView {
                     Ok(o) => {
                         let live = o.in_flight > 0;
                         view! {
-                            <LiveRefresh live seconds=5 base=format!("/?window={}", o.window.as_str())/>
+                            <LiveRefresh live seconds=5/>
                             <section aria-labelledby="now">
                                 <h2 id="now">"Jobs by state now"</h2>
                                 <ul class="state-tiles">

@@ -86,6 +86,8 @@ pub struct Segment {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Axis {
     pub segments: Vec<Segment>,
+    /// The time drawn to scale (the segments that are not breaks).
+    linear: i64,
     scale: f64,
 }
 
@@ -157,6 +159,7 @@ impl Axis {
         let room = (WIDTH - LEFT - RIGHT - BREAK * breaks).max(100.0);
         Axis {
             segments,
+            linear,
             scale: room / linear.max(1) as f64,
         }
     }
@@ -186,13 +189,7 @@ impl Axis {
     /// Tick offsets from `origin` on a round step (100 ms, 1 s, 15 s, 5 min…), only where
     /// the axis is to scale and never crowding each other.
     pub fn ticks(&self, origin: i64) -> Vec<i64> {
-        let linear: i64 = self
-            .segments
-            .iter()
-            .filter(|s| !s.gap)
-            .map(|s| s.to - s.from)
-            .sum();
-        let step = round_step(linear / 6);
+        let step = round_step(self.linear / 6);
         let mut ticks: Vec<i64> = Vec::new();
         let mut last_x = f64::NEG_INFINITY;
         for s in self.segments.iter().filter(|s| !s.gap) {
@@ -255,10 +252,16 @@ pub fn round_step(us: i64) -> i64 {
 /// An offset as a tick label: `+0`, `+250ms`, `+1.5s`, `+2m`, `+1m 30s`, `+3h`.
 pub fn offset_label(us: i64) -> String {
     if us == 0 {
-        return "+0".into();
+        "+0".into()
+    } else {
+        format!("+{}", round_span(us))
     }
+}
+
+/// A span that falls on a round value, without zeros: `250ms`, `1.5s`, `2m`, `1m 30s`, `6h`.
+pub fn round_span(us: i64) -> String {
     let ms = us / 1_000;
-    let text = if ms < 1_000 {
+    if ms < 1_000 {
         format!("{ms}ms")
     } else if ms < 60_000 {
         let s = ms as f64 / 1000.0;
@@ -277,8 +280,7 @@ pub fn offset_label(us: i64) -> String {
             (h, 0) => format!("{h}h"),
             (h, m) => format!("{h}h {m}m"),
         }
-    };
-    format!("+{text}")
+    }
 }
 
 /// The row of each point mark in its lane, so marks at (nearly) the same instant stack

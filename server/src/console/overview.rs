@@ -122,7 +122,7 @@ impl LedgerConsole {
                 ],
             ),
         ];
-        // The bins of `TOOK_BOUNDS`.
+        // The ledger's time-to-terminal bins (see `ledger::rollup`).
         let labels = ["< 1s", "< 10s", "< 1m", "< 10m", "< 1h", "≥ 1h"];
         let (took, tries) = (activity.took.clone(), activity.tries.clone());
         let finished_total: i64 = took.iter().sum();

@@ -73,7 +73,8 @@ impl Buckets {
     }
 
     /// Which bucket `at` falls in, if any.
-    pub fn index(&self, at: i64) -> Option<usize> {
+    #[cfg(test)]
+    fn index(&self, at: i64) -> Option<usize> {
         (at >= self.start)
             .then(|| ((at - self.start) / self.width) as usize)
             .filter(|i| *i < self.count)
@@ -128,8 +129,12 @@ struct Shapes<'a> {
 }
 
 impl Shapes<'_> {
-    fn class(&self, colour: BackendColor) -> String {
-        match colour.rgb {
+    /// The CSS class a colour stands for; `None` for a transparent one, which draws nothing.
+    fn class(&self, colour: BackendColor) -> Option<String> {
+        if colour.alpha == 0.0 {
+            return None;
+        }
+        Some(match colour.rgb {
             (1, 0, i) => self
                 .classes
                 .get(i as usize)
@@ -138,7 +143,7 @@ impl Shapes<'_> {
             (2, 0, 1) => "grid".into(),
             (2, 0, 2) => "now".into(),
             _ => "ink".into(),
-        }
+        })
     }
 }
 
@@ -167,7 +172,9 @@ impl DrawingBackend for Shapes<'_> {
         color: BackendColor,
     ) -> Result<(), DrawingErrorKind<Infallible>> {
         let (x, y) = f(point);
-        let class = self.class(color);
+        let Some(class) = self.class(color) else {
+            return Ok(());
+        };
         self.out.push(Shape::Rect {
             x,
             y,
@@ -186,11 +193,10 @@ impl DrawingBackend for Shapes<'_> {
         to: BackendCoord,
         style: &S,
     ) -> Result<(), DrawingErrorKind<Infallible>> {
-        if style.color().alpha == 0.0 {
-            return Ok(());
-        }
         let ((x1, y1), (x2, y2)) = (f(from), f(to));
-        let class = self.class(style.color());
+        let Some(class) = self.class(style.color()) else {
+            return Ok(());
+        };
         self.out.push(Shape::Line {
             x1,
             y1,
@@ -208,11 +214,10 @@ impl DrawingBackend for Shapes<'_> {
         style: &S,
         fill: bool,
     ) -> Result<(), DrawingErrorKind<Infallible>> {
-        if style.color().alpha == 0.0 {
-            return Ok(());
-        }
         let ((x0, y0), (x1, y1)) = (f(upper_left), f(bottom_right));
-        let class = self.class(style.color());
+        let Some(class) = self.class(style.color()) else {
+            return Ok(());
+        };
         self.out.push(Shape::Rect {
             x: x0.min(x1),
             y: y0.min(y1),
@@ -234,10 +239,9 @@ impl DrawingBackend for Shapes<'_> {
         path: I,
         style: &S,
     ) -> Result<(), DrawingErrorKind<Infallible>> {
-        if style.color().alpha == 0.0 {
+        let Some(class) = self.class(style.color()) else {
             return Ok(());
-        }
-        let class = self.class(style.color());
+        };
         self.out.push(Shape::Polyline {
             points: path.into_iter().map(f).collect(),
             class,
@@ -253,7 +257,9 @@ impl DrawingBackend for Shapes<'_> {
         _fill: bool,
     ) -> Result<(), DrawingErrorKind<Infallible>> {
         let (cx, cy) = f(center);
-        let class = self.class(style.color());
+        let Some(class) = self.class(style.color()) else {
+            return Ok(());
+        };
         self.out.push(Shape::Circle {
             cx,
             cy,
@@ -287,7 +293,9 @@ impl DrawingBackend for Shapes<'_> {
             VPos::Center => y + size * 0.35,
             VPos::Bottom => y,
         };
-        let class = self.class(style.color());
+        let Some(class) = self.class(style.color()) else {
+            return Ok(());
+        };
         self.out.push(Shape::Text {
             x,
             y,
@@ -348,9 +356,7 @@ fn axis_caption(b: &Buckets) -> String {
         "{} – {} · {} buckets",
         from.format("%-d %b %Y %H:%M"),
         to.format(to_format),
-        human_duration(b.width)
-            .replace("m 0s", "m")
-            .replace("h 0m", "h")
+        super::charts::round_span(b.width)
     )
 }
 

@@ -3,7 +3,6 @@
 //! never globally: a job nobody armed passes every point untouched, and the worker, queue and
 //! provider of `serve` carry no fault registry at all.
 
-use sha2::Digest;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -223,9 +222,7 @@ impl Faults {
             if points.contains(&point) {
                 let rate = *rate;
                 inner.draws += 1;
-                let digest = sha2::Sha256::digest(format!("{job_id}:{}", inner.draws).as_bytes());
-                let x = u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"));
-                if ((x >> 11) as f64 / (1u64 << 53) as f64) < rate {
+                if crate::queue::faults::draw(job_id, inner.draws) < rate {
                     inner.fired_at_rate += 1;
                     return Some(Duration::ZERO);
                 }

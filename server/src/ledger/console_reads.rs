@@ -85,7 +85,7 @@ pub struct Bucket<K> {
 }
 
 /// `'a', 'b'` for an `IN` list of kinds (constants of the program, never input).
-fn kind_list(kinds: &[EventKind]) -> String {
+pub(super) fn kind_list(kinds: &[EventKind]) -> String {
     kinds
         .iter()
         .map(|k| format!("'{}'", k.as_str()))
@@ -326,7 +326,7 @@ impl Ledger {
     /// Every tenant that has jobs, in order: a skip scan of the tenant index (one probe per
     /// tenant), so it stays fast over millions of jobs.
     pub async fn job_tenants(&self, limit: u32) -> Result<Vec<String>, LedgerError> {
-        let rows = sqlx::query(
+        Ok(sqlx::query_scalar(
             "WITH RECURSIVE t(tenant, n) AS ( \
                 SELECT MIN(tenant), 1 FROM jobs \
                 UNION ALL \
@@ -336,10 +336,7 @@ impl Ledger {
         )
         .bind(i64::from(limit))
         .fetch_all(&self.reader)
-        .await?;
-        rows.iter()
-            .map(|r| r.try_get::<String, _>("tenant").map_err(Into::into))
-            .collect()
+        .await?)
     }
 
     /// Dead letters of an embedded queue, read without receiving them.
@@ -348,8 +345,8 @@ impl Ledger {
         dlq: &str,
         limit: u32,
     ) -> Result<Vec<DeadLetter>, LedgerError> {
-        let rows = sqlx::query(
-            "SELECT m.message_id, m.body, COALESCE(m.dead_receive_count, m.receive_count) AS receives, \
+        Ok(sqlx::query_as(
+            "SELECT m.message_id, m.body, COALESCE(m.dead_receive_count, m.receive_count) AS receive_count, \
              m.sent_at, COALESCE(m.dead_at, m.sent_at) AS dead_at, m.dead_from, \
              (SELECT r.reason FROM rejected_messages r WHERE r.message_id = m.message_id \
               ORDER BY r.id DESC LIMIT 1) AS refused \
@@ -358,20 +355,7 @@ impl Ledger {
         .bind(dlq)
         .bind(i64::from(limit))
         .fetch_all(&self.reader)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(DeadLetter {
-                    message_id: r.try_get("message_id")?,
-                    body: r.try_get("body")?,
-                    receive_count: r.try_get("receives")?,
-                    sent_at: r.try_get("sent_at")?,
-                    dead_at: r.try_get("dead_at")?,
-                    dead_from: r.try_get("dead_from")?,
-                    refused: r.try_get("refused")?,
-                })
-            })
-            .collect()
+        .await?)
     }
 
     /// The events a drill or an export needs: all of them, in pages of `page`.
@@ -442,7 +426,7 @@ impl Ledger {
 }
 
 /// A message in an embedded dead-letter queue, as the console shows it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct DeadLetter {
     pub message_id: String,
     pub body: String,

@@ -66,7 +66,7 @@ pub use model::{
 pub use operators::{Credentials, FailureScope};
 pub use queue_store::{QueueDepth, TakenMessage, VisibilityChange};
 pub use retention::{Pruned, RetentionRun};
-pub use rollup::{Activity, ACTIVITY_KINDS, FINISHED, HOUR, REDELIVERED, SETTLE, TOOK_BOUNDS};
+pub use rollup::{Activity, FINISHED, HOUR, REDELIVERED};
 pub use tokens::{valid_tenant, TokenInfo};
 pub use transport::{DeadLetterMove, RejectedMessage};
 pub use unknown::{UnknownForRetrieval, UnknownJob};

@@ -13,6 +13,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use sqlx::Row;
 
+use super::console_reads::kind_list;
 use super::{Ledger, LedgerError};
 use crate::job::EventKind;
 
@@ -20,10 +21,10 @@ use crate::job::EventKind;
 pub const HOUR: i64 = 3_600_000_000;
 /// How long after an hour closes before it is rolled up: commits stamped just before the
 /// hour's end have long landed by then.
-pub const SETTLE: i64 = 5 * 60 * 1_000_000;
+const SETTLE: i64 = 5 * 60 * 1_000_000;
 
 /// The event kinds the overview counts, each its own series.
-pub const ACTIVITY_KINDS: [EventKind; 6] = [
+const ACTIVITY_KINDS: [EventKind; 6] = [
     EventKind::JobCreated,
     EventKind::DuplicateSuppressed,
     EventKind::ResultRejected,
@@ -33,7 +34,7 @@ pub const ACTIVITY_KINDS: [EventKind; 6] = [
 ];
 
 /// Upper bounds (µs) of the time-to-terminal bins; the last bin is open.
-pub const TOOK_BOUNDS: [i64; 5] = [
+const TOOK_BOUNDS: [i64; 5] = [
     1_000_000,
     10_000_000,
     60_000_000,
@@ -51,7 +52,7 @@ pub const FINISHED: &str = "finished:";
 pub struct Activity {
     /// Per series (an event kind, [`REDELIVERED`], `finished:<state>`), a count per bucket.
     pub series: HashMap<String, Vec<i64>>,
-    /// Finished jobs by time from creation to terminal, bins of [`TOOK_BOUNDS`].
+    /// Finished jobs by time from creation to terminal: under 1 s, 10 s, 1 min, 10 min, 1 h, and longer.
     pub took: Vec<i64>,
     /// Finished jobs by attempts used, 0 to 5 (5 or more).
     pub tries: Vec<i64>,
@@ -79,6 +80,21 @@ impl Activity {
         }
     }
 
+    /// Rows of `(series, bin, k, n)`, `k` the bucket: the histograms by bin, the rest by bucket.
+    fn absorb(&mut self, count: usize, rows: &[sqlx::any::AnyRow]) -> Result<(), LedgerError> {
+        for r in rows {
+            let series: String = r.try_get("series")?;
+            let (bin, bucket, n): (i64, i64, i64) =
+                (r.try_get("bin")?, r.try_get("k")?, r.try_get("n")?);
+            match series.as_str() {
+                "took" => add_bin(&mut self.took, bin, n),
+                "tries" => add_bin(&mut self.tries, bin, n),
+                _ => self.add(count, &series, bucket, n),
+            }
+        }
+        Ok(())
+    }
+
     /// The counts of one series (zeros when nothing happened).
     pub fn of(&self, series: &str, count: usize) -> Vec<i64> {
         self.series
@@ -88,26 +104,38 @@ impl Activity {
     }
 }
 
-fn kind_list() -> String {
-    ACTIVITY_KINDS
-        .iter()
-        .map(|k| format!("'{}'", k.as_str()))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn took_case(column_terminal: &str, column_created: &str) -> String {
+/// Time from creation to terminal, as the bin of [`TOOK_BOUNDS`] it falls in.
+fn took_bin() -> String {
     let mut case = String::from("CASE");
     for (i, b) in TOOK_BOUNDS.iter().enumerate() {
-        case.push_str(&format!(
-            " WHEN {column_terminal} - {column_created} < {b} THEN {i}"
-        ));
+        case.push_str(&format!(" WHEN terminal_at - created_at < {b} THEN {i}"));
     }
     case.push_str(&format!(" ELSE {} END", TOOK_BOUNDS.len()));
     case
 }
 
 const TRIES: &str = "CASE WHEN attempt_count >= 5 THEN 5 ELSE attempt_count END";
+
+/// Every series' counts as rows of `(k, series, bin, n)`: events and finished jobs whose time
+/// column `c` satisfies `range(c)`, grouped by `key(c)`. Rolling hours up and counting the open
+/// stretch live are this one statement with different keys and ranges.
+fn counts(key: impl Fn(&str) -> String, range: impl Fn(&str) -> String) -> String {
+    let (ke, re) = (key("at"), range("at"));
+    let (kj, rj) = (key("terminal_at"), range("terminal_at"));
+    let (kinds, took) = (kind_list(&ACTIVITY_KINDS), took_bin());
+    format!(
+        "SELECT {ke} AS k, kind AS series, 0 AS bin, COUNT(*) AS n FROM events \
+         WHERE {re} AND kind IN ({kinds}) GROUP BY {ke}, kind \
+         UNION ALL SELECT {ke}, '{REDELIVERED}', 0, COUNT(*) FROM events \
+         WHERE {re} AND kind = 'delivery_received' AND receive_count > 1 GROUP BY {ke} \
+         UNION ALL SELECT {kj}, '{FINISHED}' || state, 0, COUNT(*) FROM jobs \
+         WHERE {rj} GROUP BY {kj}, state \
+         UNION ALL SELECT {kj}, 'took', {took}, COUNT(*) FROM jobs \
+         WHERE {rj} GROUP BY {kj}, {took} \
+         UNION ALL SELECT {kj}, 'tries', {TRIES}, COUNT(*) FROM jobs \
+         WHERE {rj} GROUP BY {kj}, {TRIES}"
+    )
+}
 
 impl Ledger {
     /// The overview's counts for `count` buckets of `width` µs from `origin`, up to now.
@@ -163,43 +191,15 @@ impl Ledger {
         }
         for (a, b) in runs {
             let mut tx = self.writer.begin().await?;
-            let statements = [
-                format!(
-                    "INSERT INTO activity_hours (hour, series, bin, n) \
-                     SELECT at - at % {HOUR}, kind, 0, COUNT(*) FROM events \
-                     WHERE at >= $1 AND at < $2 AND kind IN ({}) \
-                     GROUP BY at - at % {HOUR}, kind ON CONFLICT DO NOTHING",
-                    kind_list()
-                ),
-                format!(
-                    "INSERT INTO activity_hours (hour, series, bin, n) \
-                     SELECT at - at % {HOUR}, '{REDELIVERED}', 0, COUNT(*) FROM events \
-                     WHERE at >= $1 AND at < $2 AND kind = 'delivery_received' \
-                     AND receive_count > 1 GROUP BY at - at % {HOUR} ON CONFLICT DO NOTHING"
-                ),
-                format!(
-                    "INSERT INTO activity_hours (hour, series, bin, n) \
-                     SELECT terminal_at - terminal_at % {HOUR}, '{FINISHED}' || state, 0, COUNT(*) \
-                     FROM jobs WHERE terminal_at >= $1 AND terminal_at < $2 \
-                     GROUP BY terminal_at - terminal_at % {HOUR}, state ON CONFLICT DO NOTHING"
-                ),
-                format!(
-                    "INSERT INTO activity_hours (hour, series, bin, n) \
-                     SELECT terminal_at - terminal_at % {HOUR}, 'took', {took}, COUNT(*) \
-                     FROM jobs WHERE terminal_at >= $1 AND terminal_at < $2 \
-                     GROUP BY terminal_at - terminal_at % {HOUR}, {took} ON CONFLICT DO NOTHING",
-                    took = took_case("terminal_at", "created_at")
-                ),
-                format!(
-                    "INSERT INTO activity_hours (hour, series, bin, n) \
-                     SELECT terminal_at - terminal_at % {HOUR}, 'tries', {TRIES}, COUNT(*) \
-                     FROM jobs WHERE terminal_at >= $1 AND terminal_at < $2 \
-                     GROUP BY terminal_at - terminal_at % {HOUR}, {TRIES} ON CONFLICT DO NOTHING"
-                ),
-            ];
-            for sql in &statements {
-                sqlx::query(sql).bind(a).bind(b).execute(&mut *tx).await?;
-            }
+            let sql = format!(
+                "INSERT INTO activity_hours (hour, series, bin, n) SELECT k, series, bin, n \
+                 FROM ({}) c WHERE true ON CONFLICT DO NOTHING",
+                counts(
+                    |c| format!("{c} - {c} % {HOUR}"),
+                    |c| format!("{c} >= $1 AND {c} < $2"),
+                )
+            );
+            sqlx::query(&sql).bind(a).bind(b).execute(&mut *tx).await?;
             let mut hour = a;
             while hour < b {
                 sqlx::query(
@@ -224,25 +224,16 @@ impl Ledger {
         until: i64,
     ) -> Result<(), LedgerError> {
         let rows = sqlx::query(
-            "SELECT series, bin, (hour - $1) / $2 AS bucket, CAST(SUM(n) AS BIGINT) AS n FROM activity_hours \
-             WHERE hour >= $1 AND hour < $3 GROUP BY series, bin, (hour - $1) / $2",
+            "SELECT series, bin, (hour - $1) / $2 AS k, CAST(SUM(n) AS BIGINT) AS n \
+             FROM activity_hours WHERE hour >= $1 AND hour < $3 \
+             GROUP BY series, bin, (hour - $1) / $2",
         )
         .bind(origin)
         .bind(width)
         .bind(until)
         .fetch_all(&self.reader)
         .await?;
-        for r in rows {
-            let series: String = r.try_get("series")?;
-            let (bin, bucket, n): (i64, i64, i64) =
-                (r.try_get("bin")?, r.try_get("bucket")?, r.try_get("n")?);
-            match series.as_str() {
-                "took" => add_bin(&mut activity.took, bin, n),
-                "tries" => add_bin(&mut activity.tries, bin, n),
-                _ => activity.add(count, &series, bucket, n),
-            }
-        }
-        Ok(())
+        activity.absorb(count, &rows)
     }
 
     async fn add_live(
@@ -253,43 +244,14 @@ impl Ledger {
         count: usize,
         from: i64,
     ) -> Result<(), LedgerError> {
-        let series_rows = sqlx::query(&format!(
-            "SELECT kind AS series, (at - $1) / $2 AS bucket, COUNT(*) AS n FROM events \
-             WHERE at >= $3 AND kind IN ({}) GROUP BY kind, (at - $1) / $2 \
-             UNION ALL \
-             SELECT '{REDELIVERED}' AS series, (at - $1) / $2 AS bucket, COUNT(*) AS n FROM events \
-             WHERE at >= $3 AND kind = 'delivery_received' AND receive_count > 1 \
-             GROUP BY (at - $1) / $2 \
-             UNION ALL \
-             SELECT '{FINISHED}' || state AS series, (terminal_at - $1) / $2 AS bucket, \
-             COUNT(*) AS n FROM jobs WHERE terminal_at >= $3 \
-             GROUP BY state, (terminal_at - $1) / $2",
-            kind_list()
-        ))
-        .bind(origin)
-        .bind(width)
-        .bind(from)
-        .fetch_all(&self.reader)
-        .await?;
-        for r in series_rows {
-            let series: String = r.try_get("series")?;
-            activity.add(count, &series, r.try_get("bucket")?, r.try_get("n")?);
-        }
-        let histogram = sqlx::query(&format!(
-            "SELECT {} AS bin, {TRIES} AS tries, COUNT(*) AS n FROM jobs \
-             WHERE terminal_at >= $1 GROUP BY 1, 2",
-            took_case("terminal_at", "created_at")
-        ))
-        .bind(from)
-        .fetch_all(&self.reader)
-        .await?;
-        for r in histogram {
-            let (bin, tries, n): (i64, i64, i64) =
-                (r.try_get("bin")?, r.try_get("tries")?, r.try_get("n")?);
-            add_bin(&mut activity.took, bin, n);
-            add_bin(&mut activity.tries, tries, n);
-        }
-        Ok(())
+        let sql = counts(|c| format!("({c} - $1) / $2"), |c| format!("{c} >= $3"));
+        let rows = sqlx::query(&sql)
+            .bind(origin)
+            .bind(width)
+            .bind(from)
+            .fetch_all(&self.reader)
+            .await?;
+        activity.absorb(count, &rows)
     }
 }
 
