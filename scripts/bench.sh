@@ -35,7 +35,7 @@ if [ "$which" = all ] || [ "$which" = pipeline ]; then
   jobs=${PIPELINE_JOBS:-10000}
   out=$("$bin" bench pipeline --database-url "$(fresh_pg)" --jobs "$jobs")
   echo "$out"
-  fenceline=$(echo "$out" | awk -F'|' '/^\| fenceline/ { gsub(/[^0-9]/, "", $5); print $5 }')
+  fenceline=$(echo "$out" | awk -F'|' '/^\| fenceline, group commit/ { gsub(/[^0-9]/, "", $5); print $5 }')
   peer=scripts/peers/graphile-worker
   (cd "$peer" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
   for mode in preinserted live; do

@@ -6,10 +6,7 @@ use std::time::Duration;
 use sqlx::any::AnyPoolOptions;
 use sqlx::{Connection, Executor};
 
-use std::sync::Arc;
-
 use super::dialect::Backend;
-use super::statements::Statements;
 use super::{Ledger, LedgerError};
 
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
@@ -31,6 +28,9 @@ pub struct LedgerOptions {
     pub max_connections: u32,
     pub acquire_timeout: Duration,
     pub sqlite_sync: SqliteSync,
+    /// Coalesce concurrent callers' hot writes (claims, results, new jobs, transport events,
+    /// embedded-queue deletes) into shared transactions.
+    pub group_commit: bool,
 }
 
 impl Default for LedgerOptions {
@@ -39,6 +39,7 @@ impl Default for LedgerOptions {
             max_connections: 16,
             acquire_timeout: Duration::from_secs(5),
             sqlite_sync: SqliteSync::Full,
+            group_commit: true,
         }
     }
 }
@@ -54,7 +55,6 @@ impl Ledger {
                 "DATABASE_URL must start with postgres://, postgresql:// or sqlite:".into(),
             )
         })?;
-        let sql = Arc::new(Statements::render(backend));
         match backend {
             Backend::Postgres => {
                 let pool = AnyPoolOptions::new()
@@ -62,12 +62,12 @@ impl Ledger {
                     .acquire_timeout(options.acquire_timeout)
                     .connect(url)
                     .await?;
-                Ok(Ledger {
-                    writer: pool.clone(),
-                    reader: pool,
+                Ok(Ledger::new(
+                    pool.clone(),
+                    pool,
                     backend,
-                    sql,
-                })
+                    options.group_commit,
+                ))
             }
             Backend::Sqlite => {
                 let sync = match options.sqlite_sync {
@@ -102,12 +102,7 @@ impl Ledger {
                     })
                     .connect(url)
                     .await?;
-                Ok(Ledger {
-                    writer,
-                    reader,
-                    backend,
-                    sql,
-                })
+                Ok(Ledger::new(writer, reader, backend, options.group_commit))
             }
         }
     }

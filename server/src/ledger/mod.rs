@@ -70,7 +70,7 @@ pub use rollup::{Activity, FINISHED, HOUR, REDELIVERED};
 pub use tokens::{valid_tenant, TokenInfo};
 pub use transport::{DeadLetterMove, RejectedMessage};
 pub use unknown::{UnknownForRetrieval, UnknownJob};
-pub use write::OutboxItem;
+pub use write::{GroupStats, OutboxItem};
 
 use std::sync::Arc;
 
@@ -87,6 +87,10 @@ pub struct Ledger {
     backend: Backend,
     /// Every backend-dependent statement, rendered for this backend.
     sql: Arc<statements::Statements>,
+    /// Whether the hot writes go through group commit ([`write::Groups`]).
+    group_commit: bool,
+    /// The group-commit lanes, started on first use.
+    groups: Arc<std::sync::OnceLock<write::Groups>>,
 }
 
 impl std::fmt::Debug for Ledger {
@@ -94,5 +98,27 @@ impl std::fmt::Debug for Ledger {
         f.debug_struct("Ledger")
             .field("backend", &self.backend)
             .finish()
+    }
+}
+
+impl Ledger {
+    fn new(writer: AnyPool, reader: AnyPool, backend: Backend, group_commit: bool) -> Ledger {
+        Ledger {
+            writer,
+            reader,
+            backend,
+            sql: Arc::new(statements::Statements::render(backend)),
+            group_commit,
+            groups: Arc::default(),
+        }
+    }
+
+    /// The same pools without lanes: what the lanes' own runners write through.
+    fn without_groups(&self) -> Ledger {
+        Ledger {
+            group_commit: false,
+            groups: Arc::default(),
+            ..self.clone()
+        }
     }
 }

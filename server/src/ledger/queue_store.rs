@@ -7,6 +7,7 @@ use std::time::Duration;
 use sqlx::AnyConnection;
 
 use super::write::micros;
+use super::write::ReceiveOp;
 use super::{Ledger, LedgerError};
 
 /// A message taken by a receive.
@@ -113,7 +114,32 @@ impl Ledger {
         visibility: Duration,
         dead_letter: Option<(&str, i64)>,
     ) -> Result<Vec<TakenMessage>, LedgerError> {
+        let op = ReceiveOp {
+            queue: queue.to_owned(),
+            handles: handles.to_vec(),
+            visibility,
+            dead_letter: dead_letter.map(|(dlq, n)| (dlq.to_owned(), n)),
+        };
+        if let Some(taken) = self.grouped_receive(op).await {
+            return Ok(taken);
+        }
         let mut tx = self.begin_write().await?;
+        let taken = self
+            .queue_receive_in(&mut tx, queue, handles, visibility, dead_letter)
+            .await?;
+        tx.commit().await?;
+        Ok(taken)
+    }
+
+    /// [`Ledger::queue_receive`] inside the caller's transaction.
+    pub(crate) async fn queue_receive_in(
+        &self,
+        tx: &mut AnyConnection,
+        queue: &str,
+        handles: &[String],
+        visibility: Duration,
+        dead_letter: Option<(&str, i64)>,
+    ) -> Result<Vec<TakenMessage>, LedgerError> {
         let visible: Vec<Visible> = sqlx::query_as(&self.sql.queue_visible)
             .bind(queue)
             .bind(handles.len() as i64)
@@ -151,7 +177,6 @@ impl Ledger {
             // Oldest first, as they were selected.
             taken.sort_by_key(|m| m.handle);
         }
-        tx.commit().await?;
         Ok(taken)
     }
 
@@ -231,6 +256,11 @@ impl Ledger {
     ) -> Result<Vec<bool>, LedgerError> {
         let mut out = Vec::with_capacity(deletes.len());
         if let [(id, hash)] = deletes {
+            let op = (queue.to_owned(), *id, hash.clone());
+            if let Some(deleted) = self.grouped_delete(op).await {
+                out.push(deleted);
+                return Ok(out);
+            }
             let mut conn = self.writer.acquire().await?;
             out.push(delete_one(&mut conn, queue, *id, hash).await?);
             return Ok(out);

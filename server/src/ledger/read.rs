@@ -86,8 +86,7 @@ impl Ledger {
             .await?;
         let Some(row) = row else { return Ok(None) };
         let parse = |col: &str| -> Result<Value, LedgerError> {
-            let text: String = row.try_get(col)?;
-            serde_json::from_str(&text).map_err(|e| LedgerError::Corrupt(e.to_string()))
+            parse_json(&row.try_get::<String, _>(col)?)
         };
         Ok(Some((parse("input")?, parse("model")?)))
     }
@@ -307,4 +306,9 @@ impl Ledger {
                 .await?,
         )
     }
+}
+
+/// A stored JSON text column, read back.
+pub(crate) fn parse_json(text: &str) -> Result<Value, LedgerError> {
+    serde_json::from_str(text).map_err(|e| LedgerError::Corrupt(e.to_string()))
 }

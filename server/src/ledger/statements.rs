@@ -43,6 +43,12 @@ pub(crate) fn render(backend: Backend, template: &str) -> Box<str> {
 }
 
 /// A statement with a row group repeated once per row of a call.
+///
+/// On SQLite every parameter is rendered anonymous (`?`), in the order of binding: SQLite
+/// looks a numbered parameter's name up by walking the list of names, so binding thousands of
+/// `$n` costs time quadratic in their number, and anonymous ones skip the lookup. The shared
+/// parameters therefore appear once each, in order, before the rows (a unit test holds every
+/// batched statement to that).
 #[derive(Debug)]
 pub(crate) struct Batched {
     head: Box<str>,
@@ -50,15 +56,43 @@ pub(crate) struct Batched {
     tail: Box<str>,
     /// The number of the first row parameter (those before it are shared by all rows).
     first: usize,
+    anonymous: bool,
+}
+
+/// `$1`, `$2`, … of a template rendered as `?`.
+fn anonymous(text: &str) -> Box<str> {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '$' && chars.peek().is_some_and(char::is_ascii_digit) {
+            while chars.peek().is_some_and(char::is_ascii_digit) {
+                chars.next();
+            }
+            out.push('?');
+        } else {
+            out.push(c);
+        }
+    }
+    out.into_boxed_str()
 }
 
 impl Batched {
     fn render(backend: Backend, head: &str, row: &str, tail: &str, first: usize) -> Batched {
+        let anonymous_params = backend == Backend::Sqlite;
+        let text = |t: &str| {
+            let rendered = render(backend, t);
+            if anonymous_params {
+                anonymous(&rendered)
+            } else {
+                rendered
+            }
+        };
         Batched {
-            head: render(backend, head),
+            head: text(head),
             row: render(backend, row),
-            tail: render(backend, tail),
+            tail: text(tail),
             first,
+            anonymous: anonymous_params,
         }
     }
 
@@ -71,6 +105,11 @@ impl Batched {
         for i in 0..rows {
             if i > 0 {
                 sql.push_str(", ");
+            }
+            if self.anonymous {
+                sql.push_str(&self.row);
+                n += per_row;
+                continue;
             }
             for part in self.row.split_inclusive('?') {
                 match part.strip_suffix('?') {
@@ -87,6 +126,26 @@ impl Batched {
         debug_assert_eq!(n - self.first, rows * per_row);
         sql.push_str(&self.tail);
         sql
+    }
+
+    /// The shared parameters' numbers in the order they appear (PostgreSQL rendering).
+    #[cfg(test)]
+    fn shared_in_order(head: &str, row: &str, tail: &str) -> Vec<usize> {
+        let mut found = Vec::new();
+        for text in [head, row, tail] {
+            let mut rest = text;
+            while let Some(at) = rest.find('$') {
+                let digits: String = rest[at + 1..]
+                    .chars()
+                    .take_while(char::is_ascii_digit)
+                    .collect();
+                if let Ok(n) = digits.parse() {
+                    found.push(n);
+                }
+                rest = &rest[at + 1..];
+            }
+        }
+        found
     }
 }
 
@@ -108,6 +167,12 @@ macro_rules! catalogue {
                     $( $name: render(backend, $sql), )+
                     $( $bname: Batched::render(backend, $head, $row, $tail, $first), )+
                 }
+            }
+
+            /// Every batched template by name: `(head, row, tail, first)`.
+            #[cfg(test)]
+            fn batched_templates() -> Vec<(&'static str, String, String, String, usize)> {
+                vec![$( (stringify!($bname), String::from($head), String::from($row), String::from($tail), $first), )+]
             }
 
             /// Every statement by name, batched ones with one and with three rows.
@@ -382,6 +447,110 @@ catalogue! {
              RETURNING id",
     }
     batched {
+        // group commit: one statement for the same transition of many jobs (`write/group.rs`)
+
+        /// Many jobs' rows locked in one order (PostgreSQL): every transaction that writes
+        /// several jobs takes their locks through this first, so two never wait on each other.
+        lock_jobs: (
+            "SELECT job_id FROM jobs WHERE job_id IN (",
+            "?",
+            ") ORDER BY job_id{for_update}",
+            1
+        ),
+        /// [`Self::lock_jobs`] skipping rows another transaction holds: a group commit leaves
+        /// a busy job's write to go alone rather than wait with every other write in it.
+        lock_free_jobs: (
+            "SELECT job_id FROM jobs WHERE job_id IN (",
+            "?",
+            ") ORDER BY job_id{skip_locked}",
+            1
+        ),
+        /// Claims of many `ready`/`retry_authorized` jobs by one worker (`$1`) with a lease
+        /// of `$2`, each starting its first attempt of the epoch, three events reserved each.
+        claim_each: (
+            "UPDATE jobs SET state = 'running', owner_epoch = owner_epoch + 1, owner_id = $1, \
+             owner_until = {least}({now} + $2, deadline_at), retry_at = NULL, \
+             attempt_count = attempt_count + 1, pending_attempt = attempt_count + 1, \
+             updated_at = {now}, next_event_seq = next_event_seq + 3 \
+             WHERE state IN ('ready', 'retry_authorized') AND deadline_at > {now} \
+             AND attempt_count < max_attempts AND (retry_at IS NULL OR retry_at <= {now}) \
+             AND job_id IN (",
+            "?",
+            ") RETURNING job_id, owner_until, attempt_count, max_attempts, \
+             next_event_seq - 3 AS seq, updated_at AS at, owner_epoch AS epoch, deadline_at",
+            3
+        ),
+        /// Attempts recorded before their provider calls, seven parameters a row.
+        insert_attempts: (
+            "INSERT INTO attempts (job_id, attempt_no, epoch, worker_id, provider, \
+             provider_request_id, started_at) VALUES ",
+            "(?, ?, ?, ?, ?, ?, ?)", "", 1
+        ),
+        /// The stored inputs of many jobs.
+        inputs_of: (
+            "SELECT job_id, input, model FROM job_inputs WHERE job_id IN (",
+            "?",
+            ")",
+            1
+        ),
+        /// The guarded commits of many owners' results, each
+        /// `(job_id, epoch, result_ref, attempt_no)`.
+        accept_each: (
+            "UPDATE jobs SET state = 'succeeded', result_ref = v.column3, pending_attempt = NULL, \
+             error_code = NULL, terminal_at = {now}, updated_at = {now}, \
+             next_event_seq = next_event_seq + 2 FROM (VALUES ",
+            "(?, CAST(? AS BIGINT), ?, CAST(? AS BIGINT))",
+            ") AS v WHERE jobs.job_id = v.column1 AND jobs.owner_epoch = v.column2 \
+             AND jobs.state = 'running' AND jobs.owner_until > {now} AND jobs.deadline_at > {now} \
+             AND jobs.pending_attempt = v.column4 \
+             RETURNING jobs.job_id AS job_id, jobs.next_event_seq - 2 AS seq, \
+             jobs.updated_at AS at, jobs.owner_epoch AS epoch, jobs.deadline_at AS deadline_at",
+            1
+        ),
+        /// Result bodies, eight parameters a row.
+        insert_results: (
+            "INSERT INTO results (result_ref, job_id, attempt_no, epoch, status, body, digest, \
+             created_at) VALUES ",
+            "(?, ?, ?, ?, ?, ?, ?, ?)", "", 1
+        ),
+        /// Attempts that produced their job's accepted result, each
+        /// `(job_id, attempt_no, epoch, finished_at, result_ref)`.
+        attempts_succeeded: (
+            "UPDATE attempts SET outcome = 'succeeded', finished_at = v.column4, \
+             result_ref = v.column5 FROM (VALUES ",
+            "(?, CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS BIGINT), ?)",
+            ") AS v WHERE attempts.job_id = v.column1 AND attempts.attempt_no = v.column2 \
+             AND attempts.epoch = v.column3",
+            1
+        ),
+        /// New jobs, ten parameters a row; a row whose tenant already used its key is skipped.
+        create_each: (
+            "INSERT INTO jobs (job_id, tenant, idempotency_key, request_digest, input_ref, \
+             contract_version, state, deadline_at, max_attempts, replay_policy, created_at, \
+             updated_at, next_event_seq, drill_run) VALUES ",
+            "(?, ?, ?, ?, ?, ?, 'ready', {now} + CAST(? AS BIGINT), CAST(? AS BIGINT), ?, \
+             {now}, {now}, 2, ?)",
+            " ON CONFLICT (tenant, idempotency_key) DO NOTHING \
+             RETURNING job_id, 1 AS seq, created_at AS at, owner_epoch AS epoch, deadline_at",
+            1
+        ),
+        /// Inputs of new jobs.
+        insert_inputs: (
+            "INSERT INTO job_inputs (job_id, input, model) VALUES ",
+            "(?, ?, ?)", "", 1
+        ),
+        /// First sends of new jobs, each `(job_id, at)`.
+        insert_first_sends: (
+            "INSERT INTO outbox (job_id, epoch, reason, created_at, available_at) VALUES ",
+            "(?, 0, 'created', CAST(? AS BIGINT), CAST(? AS BIGINT))", "", 1
+        ),
+        /// Deletes of many messages of queue `$1`, each `(id, hash of its handle)`.
+        queue_delete_each: (
+            "DELETE FROM queue_messages WHERE queue = $1 AND (id, handle_hash) IN (VALUES ",
+            "(CAST(? AS BIGINT), ?)",
+            ") RETURNING id, handle_hash",
+            2
+        ),
         /// Timeline events, twelve parameters a row.
         insert_events: (
             "INSERT INTO events (job_id, seq, at, kind, epoch, actor, message_id, receive_count, \
@@ -432,10 +601,25 @@ catalogue! {
         ),
         /// New messages of queue `$1`, visible after `$2`, each `(message_id, body)`.
         queue_insert: (
-            "INSERT INTO queue_messages (queue, message_id, body, sent_at, visible_at) VALUES ",
-            "($1, ?, ?, {now}, {now} + $2)",
-            "",
+            "INSERT INTO queue_messages (queue, message_id, body, sent_at, visible_at) \
+             SELECT $1, v.column1, v.column2, {now}, {now} + $2 FROM (VALUES ",
+            "(?, ?)",
+            ") AS v",
             3
+        ),
+        /// The tenants of many jobs.
+        tenants_of: (
+            "SELECT job_id, tenant FROM jobs WHERE job_id IN (",
+            "?",
+            ")",
+            1
+        ),
+        /// Many jobs, as [`super::read::JOB_COLUMNS`] reads them.
+        jobs_of: (
+            &format!("SELECT {} FROM jobs WHERE job_id IN (", super::read::JOB_COLUMNS),
+            "?",
+            ")",
+            1
         ),
         /// Visible messages taken for `$1`, each `(id, hash of its new handle)`.
         queue_take: (
@@ -460,32 +644,51 @@ mod tests {
     fn no_token_survives_rendering_on_either_backend() {
         for backend in [Backend::Postgres, Backend::Sqlite] {
             for (name, sql) in Statements::render(backend).all() {
-                for token in [
-                    "{now}",
-                    "{least}",
-                    "{for_update}",
-                    "{skip_locked}",
-                    "{{",
-                    "?",
-                ] {
+                for token in ["{now}", "{least}", "{for_update}", "{skip_locked}", "{{"] {
                     assert!(!sql.contains(token), "{name} keeps {token}: {sql}");
                 }
                 assert!(!sql.contains('{'), "{name}: {sql}");
+                if backend == Backend::Postgres {
+                    assert!(!sql.contains('?'), "{name} keeps ?: {sql}");
+                }
             }
         }
     }
 
     #[test]
     fn batched_rows_number_their_parameters_after_the_shared_ones() {
-        let s = Statements::render(Backend::Sqlite);
+        let s = Statements::render(Backend::Postgres);
         let sql = s.renew_leases.rows(2);
         assert!(
             sql.contains("IN (VALUES ($2, CAST($3 AS BIGINT)), ($4, CAST($5 AS BIGINT)))"),
             "{sql}"
         );
         let sql = s.queue_insert.rows(2);
-        assert!(sql.contains("($1, $3, $4, "), "{sql}");
-        assert!(sql.contains("($1, $5, $6, "), "{sql}");
+        assert!(sql.contains("SELECT $1, v.column1, v.column2, "), "{sql}");
+        assert!(
+            sql.contains("+ $2 FROM (VALUES ($3, $4), ($5, $6)) AS v"),
+            "{sql}"
+        );
+    }
+
+    #[test]
+    fn on_sqlite_batched_parameters_are_anonymous_and_shared_ones_come_first_once_each() {
+        let s = Statements::render(Backend::Sqlite);
+        let sql = s.renew_leases.rows(2);
+        assert!(!sql.contains('$'), "{sql}");
+        assert!(
+            sql.contains("IN (VALUES (?, CAST(? AS BIGINT)), (?, CAST(? AS BIGINT)))"),
+            "{sql}"
+        );
+        assert_eq!(sql.matches('?').count(), 5, "{sql}");
+        // Anonymous parameters bind in the order they appear: every shared one must appear
+        // once, in order, and none among the rows.
+        for (name, head, row, tail, first) in Statements::batched_templates() {
+            let shared: Vec<usize> = Batched::shared_in_order(&head, &row, &tail);
+            let expected: Vec<usize> = (1..first).collect();
+            assert_eq!(shared, expected, "{name}");
+            assert!(!row.contains('$'), "{name}: {row}");
+        }
     }
 
     #[test]

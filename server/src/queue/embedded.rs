@@ -22,6 +22,8 @@ use crate::ledger::{Ledger, LedgerError, VisibilityChange};
 
 /// How often a long poll looks again when no send in this process woke it.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// Most messages one insert statement writes.
+const SEND_CHUNK: usize = 500;
 
 /// One queue (and its dead-letter queue) in the ledger database. Cheap to clone.
 #[derive(Clone)]
@@ -94,7 +96,7 @@ impl EmbeddedQueue {
         Ok(())
     }
 
-    /// Sends up to ten messages in one statement.
+    /// Sends messages in one statement.
     async fn insert(&self, bodies: &[String], delay: Duration) -> Result<Vec<String>, QueueError> {
         if bodies.is_empty() {
             return Ok(Vec::new());
@@ -240,6 +242,17 @@ impl Queue for EmbeddedQueue {
             .into_iter()
             .map(Ok)
             .collect())
+    }
+
+    async fn send_all(&self, bodies: &[String]) -> Vec<Result<String, QueueError>> {
+        let mut out = Vec::with_capacity(bodies.len());
+        for chunk in bodies.chunks(SEND_CHUNK) {
+            match self.insert(chunk, Duration::ZERO).await {
+                Ok(ids) => out.extend(ids.into_iter().map(Ok)),
+                Err(error) => out.extend(chunk.iter().map(|_| Err(error.clone()))),
+            }
+        }
+        out
     }
 
     async fn receive(

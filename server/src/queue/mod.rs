@@ -161,6 +161,24 @@ pub trait Queue: Clone + Send + Sync + 'static {
         bodies: &[String],
     ) -> impl Future<Output = Result<Vec<Result<String, QueueError>>, QueueError>> + Send;
 
+    /// Sends any number of messages, [`MAX_BATCH`] a request; each entry gets its message id
+    /// or its error. The embedded queue writes them all in one statement.
+    fn send_all(
+        &self,
+        bodies: &[String],
+    ) -> impl Future<Output = Vec<Result<String, QueueError>>> + Send {
+        async move {
+            let mut out = Vec::with_capacity(bodies.len());
+            for chunk in bodies.chunks(MAX_BATCH) {
+                match self.send_batch(chunk).await {
+                    Ok(results) => out.extend(results),
+                    Err(error) => out.extend(chunk.iter().map(|_| Err(error.clone()))),
+                }
+            }
+            out
+        }
+    }
+
     /// Receives up to `max` (≤ 10) messages, hiding them for `visibility`, waiting up to
     /// `wait` (≤ 20 s) for the first one.
     fn receive(
@@ -244,6 +262,10 @@ impl Queue for AnyQueue {
         bodies: &[String],
     ) -> Result<Vec<Result<String, QueueError>>, QueueError> {
         dispatch!(self, q => q.send_batch(bodies).await)
+    }
+
+    async fn send_all(&self, bodies: &[String]) -> Vec<Result<String, QueueError>> {
+        dispatch!(self, q => q.send_all(bodies).await)
     }
 
     async fn receive(

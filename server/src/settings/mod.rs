@@ -182,6 +182,7 @@ impl Settings {
                         cli::SyncArg::Full => SqliteSync::Full,
                         cli::SyncArg::Normal => SqliteSync::Normal,
                     },
+                    group_commit: true,
                 },
             },
             http: HttpSettings {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use super::heartbeat::{cap_left, db_span, delivery_ref, now_ms, InFlight, StopReason};
@@ -20,6 +20,16 @@ use crate::ledger::{
 use crate::metrics::DeliveryOutcome;
 use crate::provider::{Progress, Provider, ProviderOutcome, ProviderRequest, Retrieval};
 use crate::queue::{Deleted, Delivery, Queue, MAX_VISIBILITY};
+
+/// A claim that made this worker the owner, with its first attempt recorded.
+struct Started {
+    claimed: crate::ledger::Claimed,
+    /// Just before the claim was asked: the lease and the deadline count from here.
+    asked: std::time::Instant,
+    attempt: AttemptStarted,
+    /// The job's input and model, when the claim read them.
+    input: Option<(Value, Value)>,
+}
 
 /// What became of one delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,8 +130,9 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
     }
 
     async fn event(&self, job_id: &str, event: NewEvent) {
-        if let Err(error) = self.ledger.record_event(job_id, &event).await {
-            tracing::warn!(job_id, kind = event.kind.as_str(), %error, "could not record an event");
+        let kind = event.kind;
+        if let Err(error) = self.ledger.note_event(job_id, event).await {
+            tracing::warn!(job_id, kind = kind.as_str(), %error, "could not record an event");
         }
     }
 
@@ -223,6 +234,9 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             // and the message comes back when its visibility lapses.
             return Outcome::Stopped("crashed_on_receive".into());
         }
+        if let Some(outcome) = self.claim_fresh(&job_id, &tenant, &delivery).await {
+            return outcome;
+        }
         let job = match self.ledger.job(&job_id).await {
             Ok(Some(job)) => job,
             Ok(None) => return self.reject(&delivery, BadMessage::UnknownJob, None).await,
@@ -257,6 +271,49 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 .await;
         }
         self.claim_and_run(job, delivery, dref, None).await
+    }
+
+    /// The common case without a read first: the job is claimable and the message's tenant
+    /// is its own, and the claim (with the receive, the first attempt and the job's input)
+    /// goes in the next group commit. `None` when it did not go through: nothing was
+    /// written, and the job is examined the long way.
+    async fn claim_fresh(
+        &self,
+        job_id: &str,
+        tenant: &str,
+        delivery: &Delivery,
+    ) -> Option<Outcome> {
+        let dref = delivery_ref(
+            &delivery.message_id,
+            delivery.receive_count,
+            &delivery.receipt,
+        );
+        // The claim fills in the state it found.
+        let received =
+            NewEvent::new(EventKind::DeliveryReceived, &self.actor()).delivery(dref.clone());
+        let asked = std::time::Instant::now();
+        let (job, claimed, attempt, input) = self
+            .ledger
+            .claim_received(
+                job_id,
+                tenant,
+                &self.config.worker_id,
+                self.config.timings.lease,
+                &received,
+                self.provider.name(),
+            )
+            .await
+            .ok()??;
+        let started = Started {
+            claimed,
+            asked,
+            attempt,
+            input,
+        };
+        Some(
+            self.run_attempt(&job, started, delivery.clone(), dref)
+                .await,
+        )
     }
 
     async fn ack_terminal(
@@ -351,16 +408,27 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             // The lease and the deadline are counted on the monotonic clock from just before
             // the claim was asked: never later than the database's own view of them.
             let asked = std::time::Instant::now();
-            let claim = self
-                .ledger
-                .claim_and_start(
-                    &job_id,
-                    &worker,
-                    t.lease,
-                    received.as_ref(),
-                    self.provider.name(),
-                )
-                .await;
+            let claim = match &received {
+                // The worker's common case: in the next group commit of claims, with the
+                // job's input read in the same transaction.
+                Some(event) => {
+                    self.ledger
+                        .claim_delivered(
+                            &job_id,
+                            &job.tenant,
+                            &worker,
+                            t.lease,
+                            event,
+                            self.provider.name(),
+                        )
+                        .await
+                }
+                None => self
+                    .ledger
+                    .claim_and_start(&job_id, &worker, t.lease, None, self.provider.name())
+                    .await
+                    .map(|(claimed, attempt)| (claimed, attempt, None)),
+            };
             if claim.is_err() {
                 // Refused: the receive still belongs on the timeline, on its own.
                 if let Some(event) = received.take() {
@@ -368,10 +436,14 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 }
             }
             let refusal = match claim {
-                Ok((claimed, attempt)) => {
-                    return self
-                        .run_attempt(&job, claimed, asked, attempt, delivery, dref)
-                        .await
+                Ok((claimed, attempt, input)) => {
+                    let started = Started {
+                        claimed,
+                        asked,
+                        attempt,
+                        input,
+                    };
+                    return self.run_attempt(&job, started, delivery, dref).await;
                 }
                 Err(LedgerError::Refused { refusal, .. }) => refusal,
                 Err(_) => return Outcome::LedgerUnavailable,
@@ -493,12 +565,16 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
     async fn run_attempt(
         &self,
         job: &Job,
-        claimed: crate::ledger::Claimed,
-        asked: std::time::Instant,
-        attempt: AttemptStarted,
+        started: Started,
         delivery: Delivery,
         dref: DeliveryRef,
     ) -> Outcome {
+        let Started {
+            claimed,
+            asked,
+            attempt,
+            input,
+        } = started;
         let job_id = job.job_id.as_str();
         let epoch = claimed.epoch;
         let progress = Progress::default();
@@ -522,6 +598,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 job,
                 &claimed.owner,
                 attempt,
+                input,
                 &delivery,
                 &dref,
                 progress,
@@ -540,6 +617,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         job: &Job,
         owner: &Owner,
         attempt: AttemptStarted,
+        input: Option<(Value, Value)>,
         delivery: &Delivery,
         dref: &DeliveryRef,
         progress: Progress,
@@ -548,7 +626,11 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         let job_id = job.job_id.as_str();
         let epoch = owner.epoch;
         let client_request_id = attempt.client_request_id(job_id);
-        let Ok(Some((input, model))) = self.ledger.job_input(job_id).await else {
+        let input = match input {
+            Some(input) => Some(input),
+            None => self.ledger.job_input(job_id).await.ok().flatten(),
+        };
+        let Some((input, model)) = input else {
             return Outcome::LedgerUnavailable;
         };
         let request = ProviderRequest {

@@ -10,10 +10,12 @@ use super::message::JobMessage;
 use crate::drill::faults::{FaultPoint, Faults};
 use crate::ledger::{Ledger, LedgerError};
 use crate::metrics::Metrics;
-use crate::queue::{Queue, MAX_BATCH};
+use crate::queue::Queue;
 
 /// How long a claimed row is held before another dispatcher may send it again.
 const LOCK: Duration = Duration::from_secs(30);
+/// Most outbox rows one round sends.
+const ROUND: u32 = 500;
 
 /// Which outbox rows a dispatcher sends, and how.
 #[derive(Debug, Clone)]
@@ -66,32 +68,25 @@ pub async fn dispatch_lane<Q: Queue>(
                 .is_none()
         });
     }
-    let mut sent_total = 0;
-    for chunk in items.chunks(MAX_BATCH) {
-        let bodies: Vec<String> = chunk
-            .iter()
-            .map(|item| JobMessage::body(&item.job_id, &item.tenant))
-            .collect();
-        let results = match queue.send_batch(&bodies).await {
-            Ok(results) => results,
-            Err(error) => vec![Err(error); chunk.len()],
-        };
-        let mut sent = Vec::with_capacity(chunk.len());
-        for (item, result) in chunk.iter().zip(results) {
-            match result {
-                Ok(message_id) => sent.push((item.clone(), message_id)),
-                Err(error) => {
-                    ledger
-                        .dispatch_failed(item, error.code(), Duration::from_secs(1))
-                        .await?
-                }
+    let bodies: Vec<String> = items
+        .iter()
+        .map(|item| JobMessage::body(&item.job_id, &item.tenant))
+        .collect();
+    let results = queue.send_all(&bodies).await;
+    let mut sent = Vec::with_capacity(items.len());
+    for (item, result) in items.iter().zip(results) {
+        match result {
+            Ok(message_id) => sent.push((item.clone(), message_id)),
+            Err(error) => {
+                ledger
+                    .dispatch_failed(item, error.code(), Duration::from_secs(1))
+                    .await?
             }
         }
-        sent_total += sent.len();
-        metrics.dispatch(sent.len() as u64, (chunk.len() - sent.len()) as u64);
-        ledger.mark_dispatched(&sent, &queue.describe()).await?;
     }
-    Ok(sent_total)
+    metrics.dispatch(sent.len() as u64, (items.len() - sent.len()) as u64);
+    ledger.mark_dispatched(&sent, &queue.describe()).await?;
+    Ok(sent.len())
 }
 
 /// Dispatches until `shutdown`, polling every `idle` when there is nothing to send.
@@ -115,7 +110,7 @@ pub async fn run_lane<Q: Queue>(
     shutdown: CancellationToken,
 ) {
     loop {
-        let pause = match dispatch_lane(&ledger, &queue, 100, &metrics, &lane).await {
+        let pause = match dispatch_lane(&ledger, &queue, ROUND, &metrics, &lane).await {
             Ok(0) => idle,
             Ok(_) => Duration::ZERO,
             Err(error) => {

@@ -110,6 +110,7 @@ pub(crate) fn options() -> LedgerOptions {
         max_connections: 40,
         acquire_timeout: Duration::from_secs(10),
         sqlite_sync: SqliteSync::Normal,
+        group_commit: true,
     }
 }
 

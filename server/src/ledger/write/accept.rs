@@ -3,8 +3,9 @@
 
 use serde_json::{json, Value};
 
+use super::group::AcceptOp;
 use super::{insert_result, new_result_ref, Intent, NewResult, Reserved};
-use crate::job::EventKind;
+use crate::job::{Actor, EventKind};
 use crate::ledger::model::{Accepted, NewEvent, Owner};
 use crate::ledger::{Ledger, LedgerError, Refusal};
 
@@ -19,6 +20,14 @@ impl Ledger {
         attempt_no: i64,
         body: &str,
     ) -> Result<Accepted, LedgerError> {
+        let op = AcceptOp {
+            owner: owner.clone(),
+            attempt_no,
+            body: body.to_owned(),
+        };
+        if let Some(accepted) = self.grouped_accept(op).await {
+            return Ok(accepted);
+        }
         let job_id = owner.job_id();
         let result_ref = new_result_ref();
         let statement = sqlx::query_as::<_, Reserved>(&self.sql.accept)
@@ -53,16 +62,8 @@ impl Ledger {
         .bind(&result_ref)
         .execute(&mut *fenced.tx)
         .await?;
-        let actor = owner.actor();
         fenced
-            .commit(&[
-                NewEvent::new(EventKind::AttemptFinished, &actor)
-                    .attempt(attempt_no)
-                    .detail(json!({ "outcome": "succeeded" })),
-                NewEvent::new(EventKind::ResultAccepted, &actor)
-                    .attempt(attempt_no)
-                    .detail(json!({ "result_ref": result_ref, "to": "succeeded" })),
-            ])
+            .commit(&accept_events(&owner.actor(), attempt_no, &result_ref))
             .await?;
         Ok(Accepted { result_ref })
     }
@@ -125,4 +126,16 @@ impl Ledger {
         fenced.commit(&[event]).await?;
         Ok(LedgerError::refused(job_id, refusal))
     }
+}
+
+/// The events of an accepted result: the attempt finished, the result accepted.
+pub(super) fn accept_events(actor: &Actor, attempt_no: i64, result_ref: &str) -> [NewEvent; 2] {
+    [
+        NewEvent::new(EventKind::AttemptFinished, actor)
+            .attempt(attempt_no)
+            .detail(json!({ "outcome": "succeeded" })),
+        NewEvent::new(EventKind::ResultAccepted, actor)
+            .attempt(attempt_no)
+            .detail(json!({ "result_ref": result_ref, "to": "succeeded" })),
+    ]
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 use sqlx::AnyConnection;
 
-use super::{insert_events, micros, reserves, Intent, Placed, Reserved};
+use super::{insert_events, lock_jobs, micros, reserves, Intent, Placed, Reserved};
 use crate::job::{Actor, EventKind};
 use crate::ledger::model::{AttemptStarted, NewEvent, Owner, Renewal};
 use crate::ledger::{Ledger, LedgerError, Refusal};
@@ -133,6 +133,8 @@ impl Ledger {
                 query = query.bind(job_id.as_str()).bind(*epoch);
             }
             let mut tx = self.begin_write().await?;
+            let ids = chunk.iter().map(|(job_id, _)| job_id.as_str());
+            lock_jobs(&self.sql, self.backend, &mut tx, ids).await?;
             let rows = query.fetch_all(&mut *tx).await?;
             let events: Vec<NewEvent> = rows
                 .iter()

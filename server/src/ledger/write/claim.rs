@@ -3,11 +3,13 @@
 
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{json, Value};
 
+use super::group::ClaimOp;
 use super::{micros, reserves, Intent, Reserved};
 use crate::job::{Actor, EventKind, JobId, JobState};
-use crate::ledger::model::{AttemptStarted, Claimed, NewEvent, Owner};
+use crate::ledger::model::{AttemptStarted, Claimed, Job, NewEvent, Owner};
+use crate::ledger::read::parse_json;
 use crate::ledger::{Ledger, LedgerError, Refusal};
 
 #[derive(sqlx::FromRow)]
@@ -54,6 +56,67 @@ impl Ledger {
         let attempt =
             attempt.ok_or_else(|| LedgerError::Corrupt("claim without its attempt".into()))?;
         Ok((claimed, attempt))
+    }
+
+    /// [`Ledger::claim_and_start`] for a worker's delivery, in the next group commit of
+    /// claims when there is one, with the job's stored input and model read in the same
+    /// transaction (`None` when the claim went alone: the caller reads them).
+    pub async fn claim_delivered(
+        &self,
+        job_id: &str,
+        tenant: &str,
+        worker_id: &str,
+        lease: Duration,
+        received: &NewEvent,
+        provider: &str,
+    ) -> Result<(Claimed, AttemptStarted, Option<(Value, Value)>), LedgerError> {
+        if let Some((_, claimed, attempt, input)) = self
+            .claim_received(job_id, tenant, worker_id, lease, received, provider)
+            .await?
+        {
+            return Ok((claimed, attempt, input));
+        }
+        let (claimed, attempt) = self
+            .claim_and_start(job_id, worker_id, lease, Some(received), provider)
+            .await?;
+        Ok((claimed, attempt, None))
+    }
+
+    /// A worker's claim straight from a delivery, before reading the job: in the next group
+    /// commit of claims, only if the job is `ready` or `retry_authorized` (and due, within its
+    /// deadline and budget) and belongs to `tenant`. Gives back the job as the claim left
+    /// it, the claim, its first attempt and the job's input. `None` when it did not go
+    /// through (or there is no group commit) and nothing was written: the caller examines
+    /// the job the long way.
+    #[allow(clippy::type_complexity)]
+    pub async fn claim_received(
+        &self,
+        job_id: &str,
+        tenant: &str,
+        worker_id: &str,
+        lease: Duration,
+        received: &NewEvent,
+        provider: &str,
+    ) -> Result<Option<(Job, Claimed, AttemptStarted, Option<(Value, Value)>)>, LedgerError> {
+        let op = ClaimOp {
+            job_id: job_id.to_owned(),
+            tenant: tenant.to_owned(),
+            worker_id: worker_id.to_owned(),
+            lease,
+            provider: provider.to_owned(),
+            received: received.clone(),
+        };
+        let Some(done) = self.grouped_claim(op).await else {
+            return Ok(None);
+        };
+        let job = done
+            .job
+            .ok_or_else(|| LedgerError::Corrupt("claimed job vanished".into()))?;
+        let input = match done.input {
+            Some((input, model)) => Some((parse_json(&input)?, parse_json(&model)?)),
+            None => None,
+        };
+        Ok(Some((job, done.claimed, done.attempt, input)))
     }
 
     async fn claim_inner(
@@ -103,22 +166,6 @@ impl Ledger {
             attempt_count: row.attempt_count - i64::from(start.is_some()),
             max_attempts: row.max_attempts,
         };
-        // Only a job's very first owner comes from `ready`: nothing returns to it.
-        let from = if claimed.epoch == 1 {
-            JobState::Ready
-        } else {
-            JobState::RetryAuthorized
-        };
-        let mut events = Vec::with_capacity(3);
-        if let Some(received) = delivery {
-            events.push(received.clone().epoch(claimed.epoch - 1));
-        }
-        events.push(NewEvent::new(EventKind::Claimed, &actor).detail(json!({
-            "from": from.as_str(),
-            "lease_ms": (claimed.owner_until - now) / 1000,
-            "attempts_used": claimed.attempt_count,
-            "max_attempts": claimed.max_attempts,
-        })));
         let attempt = match start {
             Some(provider) => {
                 let attempt = AttemptStarted {
@@ -134,16 +181,47 @@ impl Ledger {
                     now,
                 )
                 .await?;
-                events.push(
-                    NewEvent::new(EventKind::AttemptStarted, &actor)
-                        .attempt(attempt.attempt_no)
-                        .detail(json!({ "provider": provider })),
-                );
                 Some(attempt)
             }
             None => None,
         };
+        let started = attempt.as_ref().zip(start);
+        let events = claim_events(delivery, &claimed, &actor, started);
         fenced.commit(&events).await?;
         Ok((claimed, attempt))
     }
+}
+
+/// The events of a claim: the delivery that triggered it (under the epoch before), `claimed`,
+/// and `attempt_started` when the claim also started the new owner's first attempt.
+pub(super) fn claim_events(
+    delivery: Option<&NewEvent>,
+    claimed: &Claimed,
+    actor: &Actor,
+    started: Option<(&AttemptStarted, &str)>,
+) -> Vec<NewEvent> {
+    // Only a job's very first owner comes from `ready`: nothing returns to it.
+    let from = if claimed.epoch == 1 {
+        JobState::Ready
+    } else {
+        JobState::RetryAuthorized
+    };
+    let mut events = Vec::with_capacity(3);
+    if let Some(received) = delivery {
+        events.push(received.clone().epoch(claimed.epoch - 1));
+    }
+    events.push(NewEvent::new(EventKind::Claimed, actor).detail(json!({
+        "from": from.as_str(),
+        "lease_ms": (claimed.owner_until - claimed.at) / 1000,
+        "attempts_used": claimed.attempt_count,
+        "max_attempts": claimed.max_attempts,
+    })));
+    if let Some((attempt, provider)) = started {
+        events.push(
+            NewEvent::new(EventKind::AttemptStarted, actor)
+                .attempt(attempt.attempt_no)
+                .detail(json!({ "provider": provider })),
+        );
+    }
+    events
 }

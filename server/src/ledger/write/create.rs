@@ -3,6 +3,7 @@
 
 use serde_json::json;
 
+use super::group::CreateOp;
 use super::{micros, Reserved};
 use crate::job::{Actor, EventKind, JobId};
 use crate::ledger::model::{Created, NewEvent, NewJob};
@@ -25,6 +26,14 @@ impl Ledger {
     ) -> Result<Created, LedgerError> {
         if new.max_attempts == 0 || new.max_attempts > 100 {
             return Err(LedgerError::Invalid("max_attempts must be 1..=100".into()));
+        }
+        let op = CreateOp {
+            job_id: job_id.clone(),
+            new: new.clone(),
+            actor: actor.clone(),
+        };
+        if let Some(job) = self.grouped_create(op).await {
+            return Ok(Created::New(job));
         }
         let input_ref = format!("ledger:job_inputs/{job_id}");
         let statement = sqlx::query_as::<_, Reserved>(&self.sql.create_job)
@@ -49,13 +58,7 @@ impl Ledger {
             .await?;
         let at = created.row.at;
         super::outbox::insert_outbox(&mut created.tx, job_id.as_str(), 0, "created", at).await?;
-        let event = NewEvent::new(EventKind::JobCreated, actor).detail(json!({
-            "contract_version": new.contract_version,
-            "max_attempts": new.max_attempts,
-            "deadline_ms": micros(new.deadline) / 1000,
-            "replay_policy": new.replay_policy.as_str(),
-        }));
-        created.commit(&[event]).await?;
+        created.commit(&[created_event(&new, actor)]).await?;
         let job = self
             .job(job_id.as_str())
             .await?
@@ -95,4 +98,14 @@ impl Ledger {
             })
         }
     }
+}
+
+/// `job_created`, with what the job was made with.
+pub(super) fn created_event(new: &NewJob, actor: &Actor) -> NewEvent {
+    NewEvent::new(EventKind::JobCreated, actor).detail(json!({
+        "contract_version": new.contract_version,
+        "max_attempts": new.max_attempts,
+        "deadline_ms": micros(new.deadline) / 1000,
+        "replay_policy": new.replay_policy.as_str(),
+    }))
 }

@@ -16,18 +16,20 @@ mod create;
 mod decide;
 mod expire;
 mod failure;
+mod group;
 mod outbox;
 mod recovery;
 mod rerun;
 mod timeline;
 
+pub use group::GroupStats;
+pub(crate) use group::{Groups, ReceiveOp};
 pub use outbox::OutboxItem;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use sqlx::any::{AnyArguments, AnyRow};
 use sqlx::query::QueryAs;
 use sqlx::{Any, AnyConnection, FromRow, Transaction};
@@ -331,6 +333,32 @@ pub(crate) async fn append(
     insert_events(sql, conn, &rows).await
 }
 
+/// Locks the rows of `job_ids` in job-id order before a transaction writes several jobs
+/// (PostgreSQL; SQLite has one writer at a time). Concurrent batches then queue behind each
+/// other instead of deadlocking.
+pub(crate) async fn lock_jobs<'a>(
+    sql: &Statements,
+    backend: super::Backend,
+    conn: &mut AnyConnection,
+    job_ids: impl IntoIterator<Item = &'a str>,
+) -> Result<(), LedgerError> {
+    if backend != super::Backend::Postgres {
+        return Ok(());
+    }
+    let mut ids: Vec<&str> = job_ids.into_iter().collect();
+    ids.sort_unstable();
+    ids.dedup();
+    for chunk in ids.chunks(EVENT_CHUNK) {
+        let text = sql.lock_jobs.rows(chunk.len());
+        let mut query = sqlx::query(&text);
+        for id in chunk {
+            query = query.bind(*id);
+        }
+        query.execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
 /// Attempts in flight become `lost`: their outcome is unknown. Returns how many.
 pub(crate) async fn mark_pending_lost(
     conn: &mut AnyConnection,
@@ -374,7 +402,7 @@ pub(crate) async fn insert_result(
     .bind(r.epoch)
     .bind(r.status)
     .bind(r.body)
-    .bind(hex::encode(Sha256::digest(r.body.as_bytes())))
+    .bind(group::body_digest(r.body))
     .bind(r.at)
     .execute(&mut *conn)
     .await?;

@@ -49,6 +49,9 @@ pub(super) async fn insert_outbox(
     Ok(())
 }
 
+/// Most outbox rows one statement marks sent.
+const DISPATCHED_CHUNK: usize = 500;
+
 impl Ledger {
     /// Claims up to `limit` due outbox rows of `lane` for `lock` (another dispatcher skips
     /// them until then); each claim counts as a send attempt. The lane is a drill run, or `""`
@@ -76,11 +79,7 @@ impl Ledger {
             query = query.bind(*id);
         }
         let locked = query.fetch_all(&mut *tx).await?;
-        let list = (1..=locked.len())
-            .map(|i| format!("${i}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let tenants_sql = format!("SELECT job_id, tenant FROM jobs WHERE job_id IN ({list})");
+        let tenants_sql = self.sql.tenants_of.rows(locked.len());
         let mut query = sqlx::query(&tenants_sql);
         for row in &locked {
             query = query.bind(row.job_id.as_str());
@@ -114,12 +113,15 @@ impl Ledger {
         if sent.is_empty() {
             return Ok(());
         }
-        let sql = self.sql.outbox_dispatched.rows(sent.len());
-        let mut query = sqlx::query(&sql);
-        for (item, message_id) in sent {
-            query = query.bind(item.id).bind(message_id.as_str());
+        let mut tx = self.begin_write().await?;
+        for chunk in sent.chunks(DISPATCHED_CHUNK) {
+            let sql = self.sql.outbox_dispatched.rows(chunk.len());
+            let mut query = sqlx::query(&sql);
+            for (item, message_id) in chunk {
+                query = query.bind(item.id).bind(message_id.as_str());
+            }
+            query.execute(&mut *tx).await?;
         }
-        query.execute(&self.writer).await?;
         let events: Vec<_> = sent
             .iter()
             .map(|(item, message_id)| {
@@ -133,7 +135,9 @@ impl Ledger {
                 )
             })
             .collect();
-        self.record_events(&events).await
+        self.record_events_in(&mut tx, &events).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     /// An outbox row could not be sent: try again after `retry_in`, with `dispatch_failed`.

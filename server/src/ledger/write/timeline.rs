@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 
-use super::{insert_events, Placed, Reserved};
+use sqlx::AnyConnection;
+
+use super::{insert_events, lock_jobs, Placed, Reserved};
 use crate::ledger::model::NewEvent;
 use crate::ledger::{Ledger, LedgerError, Refusal};
 
@@ -53,6 +55,20 @@ impl Ledger {
         if events.is_empty() {
             return Ok(());
         }
+        let mut tx = self.begin_write().await?;
+        self.record_events_in(&mut tx, events).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// [`Ledger::record_events`] inside the caller's transaction.
+    pub(crate) async fn record_events_in(
+        &self,
+        tx: &mut AnyConnection,
+        events: &[(String, NewEvent)],
+    ) -> Result<(), LedgerError> {
+        let ids = events.iter().map(|(job_id, _)| job_id.as_str());
+        lock_jobs(&self.sql, self.backend, &mut *tx, ids).await?;
         // Several events for one job each need their own sequence number: place them in
         // rounds, each round holding at most one event per job.
         let mut rounds: Vec<Vec<&(String, NewEvent)>> = Vec::new();
@@ -65,7 +81,6 @@ impl Ledger {
             rounds[*round].push(entry);
             *round += 1;
         }
-        let mut tx = self.begin_write().await?;
         for round in rounds {
             for chunk in round.chunks(RESERVE_CHUNK) {
                 let sql = self.sql.reserve_event_each.rows(chunk.len());
@@ -90,10 +105,9 @@ impl Ledger {
                         })
                     })
                     .collect();
-                insert_events(&self.sql, &mut tx, &placed).await?;
+                insert_events(&self.sql, &mut *tx, &placed).await?;
             }
         }
-        tx.commit().await?;
         Ok(())
     }
 }

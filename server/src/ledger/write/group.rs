@@ -1,0 +1,789 @@
+//! Group commit: the same write of many concurrent callers in one transaction.
+//!
+//! A caller hands its write to the lane of its kind and waits. A lane's runner takes every
+//! write waiting when it is free (up to [`MOST`]), runs them as one transaction — one
+//! multi-row statement per step, each row still its own compare-and-set — commits once and
+//! answers each caller. While it commits, the next callers queue up: under load the batches
+//! grow by themselves, and an idle ledger pays no added wait.
+//!
+//! A lane only ever takes the path where the write goes through. A row its statement did not
+//! match (fenced out, lease gone, key already used) is answered "not here", and its caller
+//! runs the one-job write, which re-checks it and explains a refusal exactly as before: a
+//! refused write never fails its neighbours, and nothing about refusals lives here. A batch
+//! that fails as a whole (a lost connection, a deadlock between two batches) answers every
+//! caller the same way, and each retries alone.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use sha2::{Digest, Sha256};
+use sqlx::{AnyConnection, Row};
+use tokio::sync::{mpsc, oneshot, Mutex};
+
+use super::{insert_events, micros, new_result_ref, Placed, Reserved};
+use crate::job::{Actor, JobId, JobState};
+use crate::ledger::model::{Accepted, AttemptStarted, Claimed, Job, NewEvent, NewJob, Owner};
+use crate::ledger::read::job_from_row;
+use crate::ledger::{Backend, Ledger, LedgerError, TakenMessage};
+
+/// Most writes one transaction takes.
+const MOST: usize = 128;
+/// Most job rows one locking statement takes.
+const LOCK_CHUNK: usize = 400;
+
+type Waiting<Op, Out> = (Op, oneshot::Sender<Option<Out>>);
+
+/// One kind of write, coalesced.
+pub(crate) struct Lane<Op, Out> {
+    tx: mpsc::UnboundedSender<Waiting<Op, Out>>,
+    stats: Arc<Counters>,
+}
+
+/// What group commit has done on one ledger so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GroupStats {
+    /// Transactions committed for waiting writes.
+    pub commits: u64,
+    /// Writes they carried (through or not).
+    pub writes: u64,
+    /// Writes a commit did not take (refused, or a busy job) that then went alone.
+    pub went_alone: u64,
+    /// Commits that carried at least one write through beside one that went alone: a
+    /// refused write did not fail its neighbours.
+    pub mixed: u64,
+    /// Batches that failed as a whole (every write in them then went alone).
+    pub failed: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    commits: AtomicU64,
+    writes: AtomicU64,
+    went_alone: AtomicU64,
+    mixed: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl Counters {
+    fn snapshot(&self) -> GroupStats {
+        GroupStats {
+            commits: self.commits.load(Relaxed),
+            writes: self.writes.load(Relaxed),
+            went_alone: self.went_alone.load(Relaxed),
+            mixed: self.mixed.load(Relaxed),
+            failed: self.failed.load(Relaxed),
+        }
+    }
+}
+
+impl<Op: Send + 'static, Out: Send + 'static> Lane<Op, Out> {
+    /// Starts `runners` runners of `run` on the ledger's pools. `run` answers each write of a
+    /// batch, in order: `Some` when it went through, `None` when the caller must write alone.
+    fn start<F, Fut>(ledger: &Ledger, runners: usize, run: F) -> Self
+    where
+        F: Fn(Ledger, Vec<Op>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<Option<Out>>, LedgerError>> + Send,
+    {
+        let (tx, rx) = mpsc::unbounded_channel::<Waiting<Op, Out>>();
+        let rx = Arc::new(Mutex::new(rx));
+        let run = Arc::new(run);
+        let stats = Arc::new(Counters::default());
+        for _ in 0..runners {
+            let (rx, run, ledger) = (Arc::clone(&rx), Arc::clone(&run), ledger.clone());
+            let stats = Arc::clone(&stats);
+            tokio::spawn(async move {
+                loop {
+                    let batch = {
+                        let mut rx = rx.lock().await;
+                        let Some(first) = rx.recv().await else { return };
+                        let mut batch = vec![first];
+                        while batch.len() < MOST {
+                            match rx.try_recv() {
+                                Ok(next) => batch.push(next),
+                                Err(_) => break,
+                            }
+                        }
+                        batch
+                    };
+                    let (ops, replies): (Vec<Op>, Vec<_>) = batch.into_iter().unzip();
+                    let n = ops.len() as u64;
+                    stats.writes.fetch_add(n, Relaxed);
+                    match run(ledger.clone(), ops).await {
+                        Ok(outs) => {
+                            let alone = outs.iter().filter(|out| out.is_none()).count() as u64;
+                            stats.commits.fetch_add(1, Relaxed);
+                            stats.went_alone.fetch_add(alone, Relaxed);
+                            if alone > 0 && alone < n {
+                                stats.mixed.fetch_add(1, Relaxed);
+                            }
+                            for (reply, out) in replies.into_iter().zip(outs) {
+                                let _ = reply.send(out);
+                            }
+                        }
+                        Err(error) => {
+                            stats.failed.fetch_add(1, Relaxed);
+                            stats.went_alone.fetch_add(n, Relaxed);
+                            tracing::debug!(%error, "a group commit failed: its writes go alone");
+                            for reply in replies {
+                                let _ = reply.send(None);
+                            }
+                        }
+                    }
+                }
+            });
+        }
+        Lane { tx, stats }
+    }
+
+    /// Hands `op` to the lane: `None` means write it alone.
+    pub(crate) async fn call(&self, op: Op) -> Option<Out> {
+        let (reply, answer) = oneshot::channel();
+        self.tx.send((op, reply)).ok()?;
+        answer.await.ok().flatten()
+    }
+}
+
+/// A worker's claim of a job it received, with the delivery's event and its first attempt.
+pub(crate) struct ClaimOp {
+    pub(crate) job_id: String,
+    /// The tenant the message named: a job of another tenant is not claimed here.
+    pub(crate) tenant: String,
+    pub(crate) worker_id: String,
+    pub(crate) lease: Duration,
+    pub(crate) provider: String,
+    pub(crate) received: NewEvent,
+}
+
+/// A claim that went through, with the job's stored input and model (JSON text).
+pub(crate) struct ClaimDone {
+    /// The job as the claim left it.
+    pub(crate) job: Option<Job>,
+    pub(crate) claimed: Claimed,
+    pub(crate) attempt: AttemptStarted,
+    pub(crate) input: Option<(String, String)>,
+}
+
+/// An owner's result for its pending attempt.
+pub(crate) struct AcceptOp {
+    pub(crate) owner: Owner,
+    pub(crate) attempt_no: i64,
+    pub(crate) body: String,
+}
+
+/// A new job with its id and who asked.
+pub(crate) struct CreateOp {
+    pub(crate) job_id: JobId,
+    pub(crate) new: NewJob,
+    pub(crate) actor: Actor,
+}
+
+/// A delete of an embedded queue's message: `(queue, id, hash of the handle)`.
+pub(crate) type DeleteOp = (String, i64, String);
+
+/// A receive from an embedded queue: takes visible messages under the offered handles.
+pub(crate) struct ReceiveOp {
+    pub(crate) queue: String,
+    pub(crate) handles: Vec<String>,
+    pub(crate) visibility: Duration,
+    pub(crate) dead_letter: Option<(String, i64)>,
+}
+
+/// A write waiting for the next group commit.
+pub(crate) enum Op {
+    Receive(ReceiveOp),
+    Claim(ClaimOp),
+    Accept(AcceptOp),
+    Create(CreateOp),
+    Event(String, NewEvent),
+    Delete(DeleteOp),
+}
+
+/// What a write that went through gives back.
+pub(crate) enum Done {
+    Receive(Vec<TakenMessage>),
+    Claim(ClaimDone),
+    Accept(Accepted),
+    Create(Job),
+    Event,
+    Delete(bool),
+}
+
+/// The group-commit lane of one ledger, started on first use: every kind of hot write shares
+/// its transactions, so one commit (one WAL flush) carries claims, results, new jobs, events
+/// and deletes together.
+pub(crate) struct Groups {
+    writes: Lane<Op, Done>,
+}
+
+impl Groups {
+    /// A lane over `ledger`'s pools. On PostgreSQL three runners keep batches building while
+    /// others commit; SQLite has one writer anyway.
+    pub(crate) fn start(ledger: &Ledger) -> Groups {
+        let runners = match ledger.backend() {
+            Backend::Postgres => 3,
+            Backend::Sqlite => 1,
+        };
+        Groups {
+            writes: Lane::start(
+                ledger,
+                runners,
+                |l, ops| async move { l.write_many(ops).await },
+            ),
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct ClaimedRow {
+    job_id: String,
+    owner_until: i64,
+    attempt_count: i64,
+    max_attempts: i64,
+    #[sqlx(flatten)]
+    reserved: Reserved,
+}
+
+#[derive(sqlx::FromRow)]
+struct ReservedRow {
+    job_id: String,
+    #[sqlx(flatten)]
+    reserved: Reserved,
+}
+
+impl Ledger {
+    /// The lanes, started on first use (on the runtime of that first caller).
+    fn groups(&self) -> Option<&Groups> {
+        if !self.group_commit {
+            return None;
+        }
+        Some(self.groups.get_or_init(|| {
+            // The runners hold a ledger without lanes of its own: no cycle keeps them alive
+            // once every handle on this one is gone.
+            Groups::start(&self.without_groups())
+        }))
+    }
+
+    /// What group commit has done on this ledger handle's lane so far (zeros without one).
+    pub fn group_stats(&self) -> GroupStats {
+        self.groups
+            .get()
+            .map(|g| g.writes.stats.snapshot())
+            .unwrap_or_default()
+    }
+
+    async fn grouped(&self, op: Op) -> Option<Done> {
+        self.groups()?.writes.call(op).await
+    }
+
+    pub(crate) async fn grouped_receive(&self, op: ReceiveOp) -> Option<Vec<TakenMessage>> {
+        match self.grouped(Op::Receive(op)).await? {
+            Done::Receive(taken) => Some(taken),
+            _ => None,
+        }
+    }
+
+    pub(crate) async fn grouped_claim(&self, op: ClaimOp) -> Option<ClaimDone> {
+        match self.grouped(Op::Claim(op)).await? {
+            Done::Claim(done) => Some(done),
+            _ => None,
+        }
+    }
+
+    pub(crate) async fn grouped_accept(&self, op: AcceptOp) -> Option<Accepted> {
+        match self.grouped(Op::Accept(op)).await? {
+            Done::Accept(accepted) => Some(accepted),
+            _ => None,
+        }
+    }
+
+    pub(crate) async fn grouped_create(&self, op: CreateOp) -> Option<Job> {
+        match self.grouped(Op::Create(op)).await? {
+            Done::Create(job) => Some(job),
+            _ => None,
+        }
+    }
+
+    pub(crate) async fn grouped_delete(&self, op: DeleteOp) -> Option<bool> {
+        match self.grouped(Op::Delete(op)).await? {
+            Done::Delete(deleted) => Some(deleted),
+            _ => None,
+        }
+    }
+
+    /// Appends one event that changes no state, in the next group commit (the worker's
+    /// transport facts). Its sequence number is not returned.
+    pub async fn note_event(&self, job_id: &str, event: NewEvent) -> Result<(), LedgerError> {
+        let op = Op::Event(job_id.to_owned(), event.clone());
+        if let Some(Done::Event) = self.grouped(op).await {
+            return Ok(());
+        }
+        self.record_event(job_id, &event).await.map(|_| ())
+    }
+
+    /// One group commit: every kind's writes in one transaction, their job rows locked first
+    /// in one order so that concurrent commits queue instead of deadlocking.
+    async fn write_many(&self, ops: Vec<Op>) -> Result<Vec<Option<Done>>, LedgerError> {
+        let mut claims = Vec::new();
+        let mut accepts = Vec::new();
+        let mut creates = Vec::new();
+        let mut events = Vec::new();
+        let mut deletes = Vec::new();
+        let mut receives = Vec::new();
+        // Where each kind's answers go back to.
+        let mut slots: [Vec<usize>; 6] = Default::default();
+        for (i, op) in ops.into_iter().enumerate() {
+            match op {
+                Op::Receive(op) => (receives.push(op), slots[5].push(i)),
+                Op::Claim(op) => (claims.push(op), slots[0].push(i)),
+                Op::Accept(op) => (accepts.push(op), slots[1].push(i)),
+                Op::Create(op) => (creates.push(op), slots[2].push(i)),
+                Op::Event(job_id, event) => (events.push((job_id, event)), slots[3].push(i)),
+                Op::Delete(op) => (deletes.push(op), slots[4].push(i)),
+            };
+        }
+        let n = slots.iter().map(Vec::len).sum();
+        let mut tx = self.begin_write().await?;
+        let ids = claims
+            .iter()
+            .map(|op| op.job_id.as_str())
+            .chain(accepts.iter().map(|op| op.owner.job_id()))
+            .chain(events.iter().map(|(job_id, _)| job_id.as_str()));
+        let mut out: Vec<Option<Done>> = (0..n).map(|_| None).collect();
+        if let Some(free) = self.lock_free_jobs(&mut tx, ids).await? {
+            // A job another transaction holds (a dispatcher marking its send, an operator's
+            // decision) is left out: its write goes alone and waits there, not here.
+            (claims, slots[0]) = only_free(claims, &mut slots[0], &free, |op| &op.job_id);
+            (accepts, slots[1]) = only_free(accepts, &mut slots[1], &free, |op| op.owner.job_id());
+            (events, slots[3]) = only_free(events, &mut slots[3], &free, |op| &op.0);
+        }
+        let mut answer = |kind: usize, done: Vec<Option<Done>>| {
+            for (&i, done) in slots[kind].iter().zip(done) {
+                out[i] = done;
+            }
+        };
+        if !claims.is_empty() {
+            let done = self.claim_many(&mut tx, &claims).await?;
+            answer(0, done.into_iter().map(|d| d.map(Done::Claim)).collect());
+        }
+        if !accepts.is_empty() {
+            let done = self.accept_many(&mut tx, &accepts).await?;
+            answer(1, done.into_iter().map(|d| d.map(Done::Accept)).collect());
+        }
+        if !creates.is_empty() {
+            let done = self.create_many(&mut tx, &creates).await?;
+            answer(2, done.into_iter().map(|d| d.map(Done::Create)).collect());
+        }
+        if !events.is_empty() {
+            self.record_events_in(&mut tx, &events).await?;
+            answer(3, events.iter().map(|_| Some(Done::Event)).collect());
+        }
+        if !deletes.is_empty() {
+            let done = self.delete_many(&mut tx, &deletes).await?;
+            answer(4, done.into_iter().map(|d| d.map(Done::Delete)).collect());
+        }
+        let mut received = Vec::with_capacity(receives.len());
+        for op in &receives {
+            let dead_letter = op.dead_letter.as_ref().map(|(dlq, n)| (dlq.as_str(), *n));
+            let taken = self
+                .queue_receive_in(&mut tx, &op.queue, &op.handles, op.visibility, dead_letter)
+                .await?;
+            received.push(Some(Done::Receive(taken)));
+        }
+        answer(5, received);
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    /// Locks the rows of `job_ids` in job-id order, skipping those another transaction
+    /// holds, and gives back the ids it locked (PostgreSQL; `None` on SQLite, whose single
+    /// writer holds every row).
+    async fn lock_free_jobs<'a>(
+        &self,
+        tx: &mut AnyConnection,
+        job_ids: impl IntoIterator<Item = &'a str>,
+    ) -> Result<Option<HashSet<String>>, LedgerError> {
+        if self.backend != Backend::Postgres {
+            return Ok(None);
+        }
+        let mut ids: Vec<&str> = job_ids.into_iter().collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let mut free = HashSet::with_capacity(ids.len());
+        for chunk in ids.chunks(LOCK_CHUNK) {
+            let sql = self.sql.lock_free_jobs.rows(chunk.len());
+            let mut query = sqlx::query_scalar::<_, String>(&sql);
+            for id in chunk {
+                query = query.bind(*id);
+            }
+            free.extend(query.fetch_all(&mut *tx).await?);
+        }
+        Ok(Some(free))
+    }
+
+    async fn claim_many(
+        &self,
+        tx: &mut AnyConnection,
+        ops: &[ClaimOp],
+    ) -> Result<Vec<Option<ClaimDone>>, LedgerError> {
+        // Only the message's own tenant's job is claimed here (the rows are locked already).
+        let sql = self.sql.tenants_of.rows(ops.len());
+        let mut query = sqlx::query_as::<_, (String, String)>(&sql);
+        for op in ops {
+            query = query.bind(op.job_id.as_str());
+        }
+        let tenants: HashMap<String, String> =
+            query.fetch_all(&mut *tx).await?.into_iter().collect();
+        // One statement per worker, lease and provider (in one worker, one of each).
+        let mut groups: HashMap<(&str, Duration, &str), Vec<usize>> = HashMap::new();
+        for (i, op) in ops.iter().enumerate() {
+            if tenants.get(&op.job_id) != Some(&op.tenant) {
+                continue;
+            }
+            groups
+                .entry((&op.worker_id, op.lease, &op.provider))
+                .or_default()
+                .push(i);
+        }
+        let mut rows: Vec<(usize, ClaimedRow)> = Vec::with_capacity(ops.len());
+        for ((worker_id, lease, _), members) in &groups {
+            let sql = self.sql.claim_each.rows(members.len());
+            let mut query = sqlx::query_as::<_, ClaimedRow>(&sql)
+                .bind(*worker_id)
+                .bind(micros(*lease));
+            for &i in members {
+                query = query.bind(ops[i].job_id.as_str());
+            }
+            let index: HashMap<&str, usize> = members
+                .iter()
+                .map(|&i| (ops[i].job_id.as_str(), i))
+                .collect();
+            for row in query.fetch_all(&mut *tx).await? {
+                if let Some(&i) = index.get(row.job_id.as_str()) {
+                    rows.push((i, row));
+                }
+            }
+        }
+        let mut done: Vec<Option<ClaimDone>> = ops.iter().map(|_| None).collect();
+        if rows.is_empty() {
+            return Ok(done);
+        }
+        let claims: Vec<(usize, Reserved, ClaimDone)> = rows
+            .into_iter()
+            .map(|(i, row)| {
+                let r = row.reserved;
+                let claimed = Claimed {
+                    owner: Owner::new(JobId::from_stored(row.job_id), r.epoch, &ops[i].worker_id),
+                    epoch: r.epoch,
+                    owner_until: row.owner_until,
+                    deadline_at: r.deadline_at,
+                    at: r.at,
+                    attempt_count: row.attempt_count - 1,
+                    max_attempts: row.max_attempts,
+                };
+                let attempt = AttemptStarted {
+                    attempt_no: row.attempt_count,
+                    epoch: r.epoch,
+                };
+                let done = ClaimDone {
+                    job: None,
+                    claimed,
+                    attempt,
+                    input: None,
+                };
+                (i, r, done)
+            })
+            .collect();
+        let sql = self.sql.insert_attempts.rows(claims.len());
+        let mut query = sqlx::query(&sql);
+        for (i, _, d) in &claims {
+            let job_id = ops[*i].job_id.as_str();
+            query = query
+                .bind(job_id)
+                .bind(d.attempt.attempt_no)
+                .bind(d.attempt.epoch)
+                .bind(ops[*i].worker_id.as_str())
+                .bind(ops[*i].provider.as_str())
+                .bind(d.attempt.client_request_id(job_id))
+                .bind(d.claimed.at);
+        }
+        query.execute(&mut *tx).await?;
+        let events: Vec<(usize, Reserved, Vec<NewEvent>)> = claims
+            .iter()
+            .map(|(i, r, d)| {
+                let op = &ops[*i];
+                let actor = Actor::Worker(op.worker_id.clone());
+                let started = Some((&d.attempt, op.provider.as_str()));
+                // The state the delivery found: only these two can be claimed.
+                let found = if d.claimed.epoch == 1 {
+                    JobState::Ready
+                } else {
+                    JobState::RetryAuthorized
+                };
+                let received = op
+                    .received
+                    .clone()
+                    .detail(json!({ "state": found.as_str() }));
+                let events =
+                    super::claim::claim_events(Some(&received), &d.claimed, &actor, started);
+                (*i, *r, events)
+            })
+            .collect();
+        insert_events(&self.sql, tx, &place(ops, &events, |op| &op.job_id)).await?;
+        let sql = self.sql.inputs_of.rows(claims.len());
+        let mut query = sqlx::query(&sql);
+        for (i, _, _) in &claims {
+            query = query.bind(ops[*i].job_id.as_str());
+        }
+        let mut inputs: HashMap<String, (String, String)> = HashMap::new();
+        for row in query.fetch_all(&mut *tx).await? {
+            inputs.insert(
+                row.try_get("job_id")?,
+                (row.try_get("input")?, row.try_get("model")?),
+            );
+        }
+        let sql = self.sql.jobs_of.rows(claims.len());
+        let mut query = sqlx::query(&sql);
+        for (i, _, _) in &claims {
+            query = query.bind(ops[*i].job_id.as_str());
+        }
+        let mut jobs: HashMap<String, Job> = HashMap::new();
+        for row in query.fetch_all(&mut *tx).await? {
+            let job = job_from_row(&row)?;
+            jobs.insert(job.job_id.clone(), job);
+        }
+        for (i, _, mut d) in claims {
+            d.input = inputs.remove(&ops[i].job_id);
+            d.job = jobs.remove(&ops[i].job_id);
+            done[i] = Some(d);
+        }
+        Ok(done)
+    }
+
+    async fn accept_many(
+        &self,
+        tx: &mut AnyConnection,
+        ops: &[AcceptOp],
+    ) -> Result<Vec<Option<Accepted>>, LedgerError> {
+        let refs: Vec<String> = ops.iter().map(|_| new_result_ref()).collect();
+        let sql = self.sql.accept_each.rows(ops.len());
+        let mut query = sqlx::query_as::<_, ReservedRow>(&sql);
+        for (op, result_ref) in ops.iter().zip(&refs) {
+            query = query
+                .bind(op.owner.job_id())
+                .bind(op.owner.epoch)
+                .bind(result_ref.as_str())
+                .bind(op.attempt_no);
+        }
+        // Two owners of one job may both be here: only the current epoch's row matches.
+        let index: HashMap<(&str, i64), usize> = ops
+            .iter()
+            .enumerate()
+            .map(|(i, op)| ((op.owner.job_id(), op.owner.epoch), i))
+            .collect();
+        let accepted: Vec<(usize, Reserved)> = query
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .filter_map(|row| {
+                let i = *index.get(&(row.job_id.as_str(), row.reserved.epoch))?;
+                Some((i, row.reserved))
+            })
+            .collect();
+        if accepted.is_empty() {
+            return Ok(ops.iter().map(|_| None).collect());
+        }
+        let sql = self.sql.insert_results.rows(accepted.len());
+        let mut query = sqlx::query(&sql);
+        for (i, r) in &accepted {
+            let op = &ops[*i];
+            query = query
+                .bind(refs[*i].as_str())
+                .bind(op.owner.job_id())
+                .bind(op.attempt_no)
+                .bind(op.owner.epoch)
+                .bind("accepted")
+                .bind(op.body.as_str())
+                .bind(body_digest(&op.body))
+                .bind(r.at);
+        }
+        query.execute(&mut *tx).await?;
+        let sql = self.sql.attempts_succeeded.rows(accepted.len());
+        let mut query = sqlx::query(&sql);
+        for (i, r) in &accepted {
+            let op = &ops[*i];
+            query = query
+                .bind(op.owner.job_id())
+                .bind(op.attempt_no)
+                .bind(op.owner.epoch)
+                .bind(r.at)
+                .bind(refs[*i].as_str());
+        }
+        query.execute(&mut *tx).await?;
+        let events: Vec<(usize, Reserved, Vec<NewEvent>)> = accepted
+            .iter()
+            .map(|&(i, r)| {
+                let op = &ops[i];
+                let events =
+                    super::accept::accept_events(&op.owner.actor(), op.attempt_no, &refs[i]);
+                (i, r, events.to_vec())
+            })
+            .collect();
+        insert_events(&self.sql, tx, &place(ops, &events, |op| op.owner.job_id())).await?;
+        let mut out: Vec<Option<Accepted>> = ops.iter().map(|_| None).collect();
+        let mut refs: Vec<Option<String>> = refs.into_iter().map(Some).collect();
+        for (i, _) in accepted {
+            out[i] = refs[i].take().map(|result_ref| Accepted { result_ref });
+        }
+        Ok(out)
+    }
+
+    async fn create_many(
+        &self,
+        tx: &mut AnyConnection,
+        ops: &[CreateOp],
+    ) -> Result<Vec<Option<Job>>, LedgerError> {
+        let input_refs: Vec<String> = ops
+            .iter()
+            .map(|op| format!("ledger:job_inputs/{}", op.job_id))
+            .collect();
+        let sql = self.sql.create_each.rows(ops.len());
+        let mut query = sqlx::query_as::<_, ReservedRow>(&sql);
+        for (op, input_ref) in ops.iter().zip(&input_refs) {
+            let new = &op.new;
+            query = query
+                .bind(op.job_id.as_str())
+                .bind(new.tenant.as_str())
+                .bind(new.idempotency_key.as_str())
+                .bind(new.request_digest.as_str())
+                .bind(input_ref.as_str())
+                .bind(new.contract_version.as_str())
+                .bind(micros(new.deadline))
+                .bind(i64::from(new.max_attempts))
+                .bind(new.replay_policy.as_str())
+                .bind(new.drill_run.as_deref());
+        }
+        let index: HashMap<&str, usize> = ops
+            .iter()
+            .enumerate()
+            .map(|(i, op)| (op.job_id.as_str(), i))
+            .collect();
+        let created: Vec<(usize, Reserved)> = query
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .filter_map(|row| Some((*index.get(row.job_id.as_str())?, row.reserved)))
+            .collect();
+        let mut out: Vec<Option<Job>> = ops.iter().map(|_| None).collect();
+        if created.is_empty() {
+            return Ok(out);
+        }
+        let sql = self.sql.insert_inputs.rows(created.len());
+        let mut query = sqlx::query(&sql);
+        for (i, _) in &created {
+            let new = &ops[*i].new;
+            query = query
+                .bind(ops[*i].job_id.as_str())
+                .bind(new.input.to_string())
+                .bind(new.model.to_string());
+        }
+        query.execute(&mut *tx).await?;
+        let sql = self.sql.insert_first_sends.rows(created.len());
+        let mut query = sqlx::query(&sql);
+        for (i, r) in &created {
+            query = query.bind(ops[*i].job_id.as_str()).bind(r.at).bind(r.at);
+        }
+        query.execute(&mut *tx).await?;
+        let events: Vec<(usize, Reserved, Vec<NewEvent>)> = created
+            .iter()
+            .map(|&(i, r)| {
+                let op = &ops[i];
+                (i, r, vec![super::create::created_event(&op.new, &op.actor)])
+            })
+            .collect();
+        insert_events(&self.sql, tx, &place(ops, &events, |op| op.job_id.as_str())).await?;
+        let sql = self.sql.jobs_of.rows(created.len());
+        let mut query = sqlx::query(&sql);
+        for (i, _) in &created {
+            query = query.bind(ops[*i].job_id.as_str());
+        }
+        let jobs = query.fetch_all(&mut *tx).await?;
+        for row in &jobs {
+            let job = job_from_row(row)?;
+            if let Some(&i) = index.get(job.job_id.as_str()) {
+                out[i] = Some(job);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn delete_many(
+        &self,
+        tx: &mut AnyConnection,
+        ops: &[DeleteOp],
+    ) -> Result<Vec<Option<bool>>, LedgerError> {
+        let mut by_queue: HashMap<&str, Vec<usize>> = HashMap::new();
+        for (i, (queue, _, _)) in ops.iter().enumerate() {
+            by_queue.entry(queue.as_str()).or_default().push(i);
+        }
+        let mut gone: HashSet<(&str, i64, String)> = Default::default();
+        for (queue, members) in &by_queue {
+            let sql = self.sql.queue_delete_each.rows(members.len());
+            let mut query = sqlx::query_as::<_, (i64, String)>(&sql).bind(*queue);
+            for &i in members {
+                query = query.bind(ops[i].1).bind(ops[i].2.as_str());
+            }
+            for (id, hash) in query.fetch_all(&mut *tx).await? {
+                gone.insert((queue, id, hash));
+            }
+        }
+        Ok(ops
+            .iter()
+            .map(|(queue, id, hash)| Some(gone.contains(&(queue.as_str(), *id, hash.clone()))))
+            .collect())
+    }
+}
+
+/// The writes (and their answer slots) whose job rows this transaction locked.
+fn only_free<T>(
+    ops: Vec<T>,
+    slots: &mut Vec<usize>,
+    free: &HashSet<String>,
+    job_id: impl Fn(&T) -> &str,
+) -> (Vec<T>, Vec<usize>) {
+    ops.into_iter()
+        .zip(std::mem::take(slots))
+        .filter(|(op, _)| free.contains(job_id(op)))
+        .unzip()
+}
+
+/// The events of many jobs' writes at the places their statements reserved.
+fn place<'a, Op>(
+    ops: &'a [Op],
+    events: &'a [(usize, Reserved, Vec<NewEvent>)],
+    job_id: impl Fn(&'a Op) -> &'a str,
+) -> Vec<Placed<'a>> {
+    let mut placed = Vec::new();
+    for (i, r, list) in events {
+        let id = job_id(&ops[*i]);
+        for (k, event) in list.iter().enumerate() {
+            placed.push(Placed {
+                job_id: id,
+                seq: r.seq + k as i64,
+                at: r.at,
+                epoch: r.epoch,
+                deadline_at: r.deadline_at,
+                event,
+            });
+        }
+    }
+    placed
+}
+
+/// The stored digest of a result body.
+pub(crate) fn body_digest(body: &str) -> String {
+    hex::encode(Sha256::digest(body.as_bytes()))
+}
