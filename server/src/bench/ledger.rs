@@ -88,6 +88,7 @@ pub async fn ledger(
             ledger.backend().as_str()
         ),
         runs: vec![baseline, fenced_ops, cycle],
+        notes: Vec::new(),
     })
 }
 

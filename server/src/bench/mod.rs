@@ -51,6 +51,8 @@ impl Measurement {
 pub struct Report {
     pub title: String,
     pub runs: Vec<Measurement>,
+    /// Lines printed under the table.
+    pub notes: Vec<String>,
 }
 
 impl fmt::Display for Report {
@@ -68,6 +70,9 @@ impl fmt::Display for Report {
                 run.per_second(),
                 run.unit
             )?;
+        }
+        for note in &self.notes {
+            writeln!(f, "{note}")?;
         }
         Ok(())
     }

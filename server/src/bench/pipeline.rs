@@ -10,7 +10,7 @@ use serde_json::json;
 
 use super::{generated_job, Measurement, Report};
 use crate::job::Actor;
-use crate::ledger::{Ledger, LedgerError, LedgerOptions};
+use crate::ledger::{GroupStats, Ledger, LedgerError, LedgerOptions};
 
 /// Concurrent submitters, as an API with many requests in flight would have.
 const SUBMITTERS: usize = 128;
@@ -26,6 +26,7 @@ pub async fn pipeline(
     ledger.migrate().await?;
     let backend = ledger.backend();
     let baseline = naive_pipeline(&ledger, args.jobs, args.workers).await?;
+    ledger.naive_reset().await?;
     ledger.close().await;
     let alone = LedgerOptions {
         group_commit: false,
@@ -36,7 +37,8 @@ pub async fn pipeline(
         group_commit: true,
         ..options.clone()
     };
-    let grouped = fenceline_pipeline(database_url, &grouped, args).await?;
+    let (grouped, stats) = fenceline_pipeline(database_url, &grouped, args).await?;
+    let (one_by_one, _) = one_by_one;
     Ok(Report {
         title: format!(
             "end-to-end benchmark on {} with {} worker loops, {} jobs",
@@ -55,16 +57,24 @@ pub async fn pipeline(
                 ..grouped
             },
         ],
+        notes: vec![format!(
+            "group commit: {} commits carried {} writes ({:.1} a commit); {} went alone, {} whole batches failed",
+            stats.commits,
+            stats.writes,
+            stats.writes as f64 / stats.commits.max(1) as f64,
+            stats.went_alone,
+            stats.failed
+        )],
     })
 }
 
 /// Every job end to end through a fresh tenant and queue; the measurement counts those that
-/// succeeded.
+/// succeeded. Also what group commit did.
 async fn fenceline_pipeline(
     database_url: &str,
     options: &LedgerOptions,
     args: &crate::settings::cli::PipelineArgs,
-) -> Result<Measurement, LedgerError> {
+) -> Result<(Measurement, GroupStats), LedgerError> {
     use crate::provider::stub::{StubConfig, StubProvider};
     use crate::queue::embedded::EmbeddedQueue;
     use crate::worker::{dispatcher, Timings, Worker, WorkerConfig};
@@ -146,13 +156,16 @@ async fn fenceline_pipeline(
         .into_iter()
         .find(|(s, _)| *s == crate::job::JobState::Succeeded)
         .map_or(0, |(_, n)| n);
+    let stats = ledger.group_stats();
+    ledger.bench_forget(&tenant, queue.name()).await?;
     ledger.close().await;
-    Ok(Measurement {
+    let measured = Measurement {
         name: "",
         operations: succeeded as usize,
         elapsed,
         unit: "jobs",
-    })
+    };
+    Ok((measured, stats))
 }
 
 /// A job table with no fencing, no events and no queue: insert every job, then workers take

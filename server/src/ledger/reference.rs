@@ -17,6 +17,27 @@ impl Ledger {
         Ok(())
     }
 
+    /// Removes one benchmark run's tenant and queue (its jobs take their events, attempts,
+    /// results, inputs and outbox rows with them), then lets PostgreSQL reclaim the space, so
+    /// that the next run on the same database starts where this one did.
+    pub async fn bench_forget(&self, tenant: &str, queue: &str) -> Result<(), LedgerError> {
+        sqlx::query("DELETE FROM jobs WHERE tenant = $1")
+            .bind(tenant)
+            .execute(&self.writer)
+            .await?;
+        sqlx::query("DELETE FROM queue_messages WHERE queue = $1")
+            .bind(queue)
+            .execute(&self.writer)
+            .await?;
+        if self.backend == super::Backend::Postgres {
+            sqlx::query("VACUUM ANALYZE").execute(&self.writer).await?;
+            // The deletes' WAL is flushed now rather than by a checkpoint during the next
+            // run (allowed to superusers and `pg_checkpoint` members; else skipped).
+            let _ = sqlx::query("CHECKPOINT").execute(&self.writer).await;
+        }
+        Ok(())
+    }
+
     /// One job into the naive table.
     pub async fn naive_insert(&self, id: i64, payload: &str) -> Result<(), LedgerError> {
         sqlx::query("INSERT INTO bench_naive (id, state, payload) VALUES ($1, 'ready', $2)")

@@ -385,17 +385,56 @@ impl Ledger {
             let done = self.delete_many(&mut tx, &deletes).await?;
             answer(4, done.into_iter().map(|d| d.map(Done::Delete)).collect());
         }
-        let mut received = Vec::with_capacity(receives.len());
-        for op in &receives {
-            let dead_letter = op.dead_letter.as_ref().map(|(dlq, n)| (dlq.as_str(), *n));
-            let taken = self
-                .queue_receive_in(&mut tx, &op.queue, &op.handles, op.visibility, dead_letter)
-                .await?;
-            received.push(Some(Done::Receive(taken)));
-        }
+        let received = self.receive_many(&mut tx, &receives).await?;
         answer(5, received);
         tx.commit().await?;
         Ok(out)
+    }
+
+    /// Receives of several callers: one take per queue, visibility and dead-letter queue for
+    /// all of them, the messages handed out oldest first, each caller getting at most as many
+    /// as it asked for, under its own handles.
+    async fn receive_many(
+        &self,
+        tx: &mut AnyConnection,
+        ops: &[ReceiveOp],
+    ) -> Result<Vec<Option<Done>>, LedgerError> {
+        let mut out: Vec<Vec<TakenMessage>> = ops.iter().map(|_| Vec::new()).collect();
+        // Receives of one queue, visibility and dead-letter queue take together.
+        type Same<'a> = (&'a str, Duration, Option<(&'a str, i64)>);
+        let mut groups: HashMap<Same<'_>, Vec<usize>> = HashMap::new();
+        for (i, op) in ops.iter().enumerate() {
+            let dlq = op.dead_letter.as_ref().map(|(q, n)| (q.as_str(), *n));
+            groups
+                .entry((op.queue.as_str(), op.visibility, dlq))
+                .or_default()
+                .push(i);
+        }
+        for ((queue, visibility, dead_letter), members) in groups {
+            // Every member's handles in one list; `owner[k]` says whose the k-th is.
+            let mut handles = Vec::new();
+            let mut owner = Vec::new();
+            for &i in &members {
+                for (k, handle) in ops[i].handles.iter().enumerate() {
+                    handles.push(handle.clone());
+                    owner.push((i, k));
+                }
+            }
+            let taken = self
+                .queue_receive_in(tx, queue, &handles, visibility, dead_letter)
+                .await?;
+            for mut message in taken {
+                let Some(&(i, k)) = owner.get(message.handle) else {
+                    continue;
+                };
+                message.handle = k;
+                out[i].push(message);
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|taken| Some(Done::Receive(taken)))
+            .collect())
     }
 
     /// Locks the rows of `job_ids` in job-id order, skipping those another transaction
