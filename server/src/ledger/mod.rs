@@ -9,7 +9,8 @@
 //!
 //! Where things are:
 //! - `write/` — the fenced writes, one file per kind of transition, all on one skeleton
-//!   (`write/mod.rs`: `guarded`, the refusal classifier, event append);
+//!   (`write/mod.rs`: `guarded`, the refusal classifier, event append); `write/group.rs` —
+//!   group commit, the hot writes of concurrent callers in shared transactions;
 //! - `statements.rs` — the catalogue of every backend-dependent statement, rendered once at
 //!   connect; `dialect.rs` — which backend;
 //! - `read.rs` — jobs, attempts, events, decisions, job lists; `console_reads.rs` — what the
