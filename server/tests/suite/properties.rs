@@ -436,20 +436,48 @@ async fn run_case(
     Ok(())
 }
 
-fn run(db: Db, cases: u32) {
+/// A runtime, a migrated ledger on a fresh database, a case runner, a case counter and an
+/// empty coverage record.
+struct Harness {
+    runtime: tokio::runtime::Runtime,
+    ledger: Ledger,
+    _db: crate::helpers::TestDb,
+    runner: TestRunner,
+    case: std::sync::atomic::AtomicUsize,
+    coverage: Coverage,
+}
+
+fn harness(db: Db, cases: u32) -> Harness {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
     let (ledger, _db) = runtime.block_on(fresh_ledger(db));
-    let mut runner = TestRunner::new(Config {
+    let runner = TestRunner::new(Config {
         cases,
         failure_persistence: None,
         ..Config::default()
     });
-    let case = std::sync::atomic::AtomicUsize::new(0);
-    let coverage = Coverage::default();
+    Harness {
+        runtime,
+        ledger,
+        _db,
+        runner,
+        case: Default::default(),
+        coverage: Coverage::default(),
+    }
+}
+
+fn run(db: Db, cases: u32) {
+    let Harness {
+        runtime,
+        ledger,
+        _db,
+        mut runner,
+        case,
+        coverage,
+    } = harness(db, cases);
     let strategy = (proptest::collection::vec(op(), 1..60), any::<bool>());
     runner
         .run(&strategy, |(ops, replay)| {
@@ -540,19 +568,14 @@ async fn run_shared_case(
 }
 
 fn run_shared(db: Db, cases: u32) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let (ledger, _db) = runtime.block_on(fresh_ledger(db));
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
-    let case = std::sync::atomic::AtomicUsize::new(0);
-    let coverage = Coverage::default();
+    let Harness {
+        runtime,
+        ledger,
+        _db,
+        mut runner,
+        case,
+        coverage,
+    } = harness(db, cases);
     let round = [op(), op(), op(), op()];
     let strategy = proptest::collection::vec(round, 1..30);
     runner
