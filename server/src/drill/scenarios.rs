@@ -208,11 +208,21 @@ impl Ctx<'_> {
 
     async fn view(&self, job_id: &str) -> Result<View, Stop> {
         let ledger = &self.rig.ledger;
+        // One consistent view from separate reads: every write that changes the job row or
+        // its attempts appends events in the same transaction, so when the timeline is the
+        // same length before and after the job and its attempts are read, they belong to it.
+        // Otherwise a transition that commits between two reads would pair a new timeline
+        // with the old job row.
         let read = async {
-            let job = ledger.job(job_id).await?;
-            let events = ledger.events(job_id, 0, 1000).await?;
-            let attempts = ledger.attempts(job_id).await?;
-            Ok::<_, crate::ledger::LedgerError>((job, events, attempts))
+            loop {
+                let before = ledger.events(job_id, 0, 1000).await?;
+                let job = ledger.job(job_id).await?;
+                let attempts = ledger.attempts(job_id).await?;
+                let events = ledger.events(job_id, 0, 1000).await?;
+                if events.len() == before.len() {
+                    return Ok::<_, crate::ledger::LedgerError>((job, events, attempts));
+                }
+            }
         };
         match read.await {
             Ok((Some(job), events, attempts)) => Ok(View {
