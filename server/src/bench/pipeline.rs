@@ -53,7 +53,7 @@ pub async fn pipeline(
                 ..one_by_one
             },
             Measurement {
-                name: "fenceline, group commit: the same, concurrent writes of one kind sharing a transaction",
+                name: "fenceline, group commit: the same, concurrent writes sharing transactions",
                 ..grouped
             },
         ],

@@ -1,9 +1,9 @@
 //! Group commit: the same write of many concurrent callers in one transaction.
 //!
-//! A caller hands its write to the lane of its kind and waits. A lane's runner takes every
-//! write waiting when it is free (up to [`MOST`]), runs them as one transaction — one
-//! multi-row statement per step, each row still its own compare-and-set — commits once and
-//! answers each caller. While it commits, the next callers queue up: under load the batches
+//! A caller hands its write to the ledger's lane and waits. A runner takes every write
+//! waiting when it is free (up to [`MOST`], of every kind), runs them as one transaction —
+//! one multi-row statement per step, each row still its own compare-and-set — commits once
+//! and answers each caller. While it commits, the next callers queue up: under load the batches
 //! grow by themselves, and an idle ledger pays no added wait.
 //!
 //! A lane only ever takes the path where the write goes through. A row its statement did not
@@ -37,7 +37,7 @@ const LOCK_CHUNK: usize = 400;
 
 type Waiting<Op, Out> = (Op, oneshot::Sender<Option<Out>>);
 
-/// One kind of write, coalesced.
+/// Writes waiting for a group commit, and the runners that commit them.
 pub(crate) struct Lane<Op, Out> {
     tx: mpsc::UnboundedSender<Waiting<Op, Out>>,
     stats: Arc<Counters>,
@@ -378,7 +378,8 @@ impl Ledger {
             answer(2, done.into_iter().map(|d| d.map(Done::Create)).collect());
         }
         if !events.is_empty() {
-            self.record_events_in(&mut tx, &events).await?;
+            // Their rows were locked (or skipped) above.
+            self.record_events_locked(&mut tx, &events).await?;
             answer(3, events.iter().map(|_| Some(Done::Event)).collect());
         }
         if !deletes.is_empty() {

@@ -61,7 +61,8 @@ impl Ledger {
         Ok(())
     }
 
-    /// [`Ledger::record_events`] inside the caller's transaction.
+    /// [`Ledger::record_events`] inside the caller's transaction: locks the jobs' rows in
+    /// one order first.
     pub(crate) async fn record_events_in(
         &self,
         tx: &mut AnyConnection,
@@ -69,6 +70,15 @@ impl Ledger {
     ) -> Result<(), LedgerError> {
         let ids = events.iter().map(|(job_id, _)| job_id.as_str());
         lock_jobs(&self.sql, self.backend, &mut *tx, ids).await?;
+        self.record_events_locked(tx, events).await
+    }
+
+    /// [`Ledger::record_events_in`] for a transaction that holds the jobs' rows already.
+    pub(crate) async fn record_events_locked(
+        &self,
+        tx: &mut AnyConnection,
+        events: &[(String, NewEvent)],
+    ) -> Result<(), LedgerError> {
         // Several events for one job each need their own sequence number: place them in
         // rounds, each round holding at most one event per job.
         let mut rounds: Vec<Vec<&(String, NewEvent)>> = Vec::new();
