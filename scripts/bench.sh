@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fenceline's benchmarks, each beside its reference in the same invocation:
 #   scripts/bench.sh                 # ledger, pipeline (both backends, and graphile-worker beside it
-#                                    # on PostgreSQL), console (both backends), renewals (PostgreSQL)
+#                                    # on PostgreSQL), console (both backends), renewals (both)
 #   scripts/bench.sh ledger|pipeline|console|renewals|drills
 # PostgreSQL runs with durable commits (fsync on, synchronous_commit on) in a throwaway
 # cluster; SQLite runs in WAL with synchronous=FULL in a temporary file.
@@ -51,7 +51,11 @@ if [ "$which" = all ] || [ "$which" = console ]; then
   "$bin" bench console --database-url "$(fresh_sqlite)"
 fi
 if [ "$which" = all ] || [ "$which" = renewals ]; then
-  "$bin" bench renewals --database-url "$(fresh_pg)" --db-max-connections 32
+  # One worker process holding RENEWALS_IN_FLIGHT calls (default 120,000, as many as SQS
+  # lets one queue have in flight), on each backend.
+  in_flight=${RENEWALS_IN_FLIGHT:-120000}
+  "$bin" bench renewals --database-url "$(fresh_pg)" --db-max-connections 32 --in-flight "$in_flight"
+  "$bin" bench renewals --database-url "$(fresh_sqlite)" --sqlite-synchronous full --in-flight "$in_flight"
 fi
 if [ "$which" = all ] || [ "$which" = drills ]; then
   # The whole drill catalogue at compressed timings: wall time per queue (bar: 60 s).

@@ -12,24 +12,38 @@ use fenceline::settings::{
 };
 use fenceline::startup::{runtime, shutdown_signal, Application, Supervisor};
 
+/// Logs to standard error as `FENCELINE_LOG` asks (never the session library's spans below
+/// warnings); with `count_statements`, also counts every SQL statement the process runs.
+fn init_tracing(count_statements: bool) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FENCELINE_LOG")
+        .unwrap_or_else(|_| "info,sqlx=warn,aws=warn".into())
+        // The session library's spans carry session values (form tokens) as fields: never
+        // below warnings, whatever FENCELINE_LOG asks.
+        .add_directive("tower_sessions=warn".parse().expect("a static directive"))
+        .add_directive(
+            "tower_sessions_core=warn"
+                .parse()
+                .expect("a static directive"),
+        );
+    let log = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_filter(filter);
+    let counter = count_statements.then(|| {
+        fenceline::bench::StatementCounter.with_filter(tracing_subscriber::filter::filter_fn(|m| {
+            m.target() == "sqlx::query"
+        }))
+    });
+    tracing_subscriber::registry()
+        .with(log)
+        .with(counter)
+        .init();
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("FENCELINE_LOG")
-                .unwrap_or_else(|_| "info,sqlx=warn,aws=warn".into())
-                // The session library's spans carry session values (form tokens) as fields:
-                // never below warnings, whatever FENCELINE_LOG asks.
-                .add_directive("tower_sessions=warn".parse().expect("a static directive"))
-                .add_directive(
-                    "tower_sessions_core=warn"
-                        .parse()
-                        .expect("a static directive"),
-                ),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-
     let (cli, settings) = match Settings::load() {
         Ok(loaded) => loaded,
         Err(fenceline::settings::SettingsError::Cli(error)) => error.exit(),
@@ -38,9 +52,11 @@ async fn main() -> anyhow::Result<()> {
             std::process::exit(2);
         }
     };
+    let command = cli.command.as_ref().expect("a subcommand");
+    init_tracing(matches!(command, Command::Bench(BenchCommand::Renewals(_))));
     let url = settings.ledger.url.as_str();
     let options = &settings.ledger.options;
-    match cli.command.as_ref().expect("a subcommand") {
+    match command {
         Command::Serve(_) => serve(&settings).await,
         Command::Worker(_) => work(&settings).await,
         Command::Migrate => {

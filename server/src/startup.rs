@@ -315,6 +315,7 @@ pub mod runtime {
         let w = &settings.worker;
         let mut config = WorkerConfig::new(w.id.clone());
         config.max_in_flight = w.max_in_flight;
+        config.receivers = w.receivers;
         config.drain_timeout = w.drain_timeout;
         config.timings = w.timings.clone();
         config

@@ -12,16 +12,19 @@
 //! - `pipeline`: end to end through the embedded queue beside a naive job table.
 //! - `renewals`: renewal lateness with many calls in flight beside plain timers.
 //! - `console`: console render times over generated data, and the generators.
+//! - `statements`: counts the SQL statements the process runs (for `renewals`).
 
 mod console;
 mod ledger;
 mod pipeline;
 mod renewals;
+mod statements;
 
 pub use console::{console, seed_jobs, seed_timeline};
 pub use ledger::ledger;
 pub use pipeline::pipeline;
 pub use renewals::renewals;
+pub use statements::{statements_run, StatementCounter};
 
 use std::fmt;
 use std::time::Duration;
@@ -100,4 +103,43 @@ pub(super) fn generated_job(
         replay_policy: ReplayPolicy::Manual,
         drill_run: None,
     }
+}
+
+/// Concurrent submitters, as an API with many requests in flight would have.
+pub(super) const SUBMITTERS: usize = 128;
+
+/// Submits `jobs` generated jobs (keys `<run>-<i>`) from [`SUBMITTERS`] concurrent callers.
+pub(super) async fn submit_jobs(
+    ledger: &crate::ledger::Ledger,
+    tenant: &str,
+    run: &str,
+    label: &'static str,
+    jobs: usize,
+    deadline: Duration,
+    max_attempts: u32,
+) -> Result<(), crate::ledger::LedgerError> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut submitters = tokio::task::JoinSet::new();
+    for _ in 0..SUBMITTERS.min(jobs.max(1)) {
+        let (ledger, next) = (ledger.clone(), Arc::clone(&next));
+        let (tenant, run) = (tenant.to_owned(), run.to_owned());
+        submitters.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= jobs {
+                    return Ok::<(), crate::ledger::LedgerError>(());
+                }
+                let key = format!("{run}-{i}");
+                let job = generated_job(&tenant, key, label, i, deadline, max_attempts);
+                ledger.create_job(job, &crate::job::Actor::Drill).await?;
+            }
+        });
+    }
+    while let Some(joined) = submitters.join_next().await {
+        joined
+            .map_err(|e| crate::ledger::LedgerError::Invalid(format!("submitter failed: {e}")))??;
+    }
+    Ok(())
 }

@@ -8,12 +8,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::{generated_job, Measurement, Report};
-use crate::job::Actor;
+use super::{submit_jobs, Measurement, Report, SUBMITTERS};
 use crate::ledger::{GroupStats, Ledger, LedgerError, LedgerOptions};
-
-/// Concurrent submitters, as an API with many requests in flight would have.
-const SUBMITTERS: usize = 128;
 
 /// `fenceline bench pipeline`: the naive table, then Fenceline with each write in its own
 /// transaction, then with group commit, on one database.
@@ -104,37 +100,16 @@ async fn fenceline_pipeline(
 
     let tenant = format!("bench-{run}");
     let started = Instant::now();
-    let next = Arc::new(AtomicUsize::new(0));
-    let mut submitters = tokio::task::JoinSet::new();
-    for _ in 0..SUBMITTERS {
-        let (ledger, next, tenant, run) = (
-            ledger.clone(),
-            Arc::clone(&next),
-            tenant.clone(),
-            run.clone(),
-        );
-        let jobs = args.jobs;
-        submitters.spawn(async move {
-            loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= jobs {
-                    return Ok::<(), LedgerError>(());
-                }
-                let job = generated_job(
-                    &tenant,
-                    format!("{run}-{i}"),
-                    "bench",
-                    i,
-                    Duration::from_secs(3600),
-                    3,
-                );
-                ledger.create_job(job, &Actor::Drill).await?;
-            }
-        });
-    }
-    while let Some(joined) = submitters.join_next().await {
-        joined.map_err(|e| LedgerError::Invalid(format!("submitter failed: {e}")))??;
-    }
+    submit_jobs(
+        &ledger,
+        &tenant,
+        &run,
+        "bench",
+        args.jobs,
+        Duration::from_secs(3600),
+        3,
+    )
+    .await?;
     loop {
         let counts = ledger.count_by_state(Some(&tenant)).await?;
         let done: i64 = counts

@@ -5,8 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::generated_job;
-use crate::job::Actor;
+use super::submit_jobs;
 use crate::ledger::{Ledger, LedgerError, LedgerOptions};
 
 /// `fenceline bench renewals`: lateness of scheduled renewals with many calls in flight.
@@ -47,7 +46,17 @@ pub async fn renewals(
         receive_wait: Duration::from_millis(50),
         ..Timings::default()
     };
+    let rss_before = rss_mib();
     let worker = Worker::new(ledger.clone(), queue.clone(), stub, config);
+    // What one delivery's work holds for as long as its call runs, before any heap data.
+    let task_bytes = std::mem::size_of_val(&worker.handle_delivery(crate::queue::Delivery {
+        message_id: String::new(),
+        receipt: crate::queue::ReceiptHandle::new(String::new()),
+        body: String::new(),
+        receive_count: 1,
+        first_receive_at_ms: None,
+        sent_at_ms: None,
+    }));
     let stop = CancellationToken::new();
     let running = tokio::spawn({
         let (worker, stop) = (worker.clone(), stop.clone());
@@ -62,10 +71,7 @@ pub async fn renewals(
     ));
     let tenant = format!("renew-{run}");
     let ramp = Instant::now();
-    for i in 0..args.in_flight {
-        let job = generated_job(&tenant, format!("{run}-{i}"), "hold", i, hold * 2, 1);
-        ledger.create_job(job, &Actor::Drill).await?;
-    }
+    submit_jobs(&ledger, &tenant, &run, "hold", args.in_flight, hold * 2, 1).await?;
     while worker.in_flight() < args.in_flight {
         tokio::time::sleep(Duration::from_millis(200)).await;
         if ramp.elapsed() > Duration::from_secs(1800) {
@@ -76,20 +82,28 @@ pub async fn renewals(
     let stats = worker.renewal_stats();
     stats.clear();
     let cpu_before = process_cpu();
+    let statements_before = super::statements_run();
     tokio::time::sleep(measure).await;
     let cpu = process_cpu().saturating_sub(cpu_before);
+    let statements = super::statements_run() - statements_before;
     let (count, p50, p99, max) = stats.summary();
     let rss = rss_mib();
+    // The calls are left as they are: handing 120,000 of them back would measure the ledger's
+    // releases, not the renewals. The process ends with the report; the ledger stays open
+    // until then, so the heartbeat's last rounds do not fail against a closed pool.
     stop.cancel();
     running.abort();
     let _ = dispatching.await;
-    ledger.close().await;
     Ok(format!(
         "renewal lateness on {backend}, {n} calls in flight, renewals every {hb:?}, measured {measure:?} (ramp-up {ramp:.1?})\n\
          | run | renewals | p50 late | p99 late | max late |\n| --- | ---: | ---: | ---: | ---: |\n\
          | baseline: {n} plain tokio timers | {bc} | {bp50} ms | {bp99} ms | {bmax} ms |\n\
          | fenceline worker: visibility + lease renewals, events recorded | {count} | {p50} ms | {p99} ms | {max} ms |\n\
-         process CPU during the measurement: {cpu_pct:.0} % of one core; RSS at the end: {rss} MiB",
+         process CPU during the measurement: {cpu_pct:.0} % of one core; RSS at the end: {rss} MiB, \
+         {rss_before} MiB before the worker started ({per_call:.1} KiB per call in flight); \
+         one delivery's future: {task_bytes} bytes\n\
+         database statements during the measurement: {statements} ({per_sec:.0} a second, \
+         {per_renewal:.2} a renewal)",
         backend = ledger.backend().as_str(),
         n = args.in_flight,
         hb = heartbeat,
@@ -98,6 +112,9 @@ pub async fn renewals(
         bp99 = baseline.2,
         bmax = baseline.3,
         cpu_pct = cpu.as_secs_f64() / measure.as_secs_f64() * 100.0,
+        per_sec = statements as f64 / measure.as_secs_f64(),
+        per_renewal = statements as f64 / count.max(1) as f64,
+        per_call = rss.saturating_sub(rss_before) as f64 * 1024.0 / args.in_flight.max(1) as f64,
     ))
 }
 

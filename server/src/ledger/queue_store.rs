@@ -190,6 +190,9 @@ impl Ledger {
         cap: Duration,
     ) -> Result<Vec<VisibilityChange>, LedgerError> {
         let mut out = Vec::with_capacity(changes.len());
+        if changes.is_empty() {
+            return Ok(out);
+        }
         if let [(id, hash, timeout)] = changes {
             let mut conn = self.writer.acquire().await?;
             out.push(
@@ -199,11 +202,23 @@ impl Ledger {
             return Ok(out);
         }
         let mut tx = self.begin_write().await?;
+        let sql = self.sql.queue_change_each.rows(changes.len());
+        let mut query = sqlx::query_as::<_, (i64, String)>(&sql)
+            .bind(queue)
+            .bind(micros(cap));
         for (id, hash, timeout) in changes {
-            out.push(
+            query = query.bind(*id).bind(hash.as_str()).bind(micros(*timeout));
+        }
+        let changed: std::collections::HashSet<(i64, String)> =
+            query.fetch_all(&mut *tx).await?.into_iter().collect();
+        for (id, hash, timeout) in changes {
+            out.push(if changed.contains(&(*id, hash.clone())) {
+                VisibilityChange::Changed
+            } else {
+                // Refused (or not found): the one-message path says why.
                 self.change_one(&mut tx, queue, *id, hash, *timeout, cap)
-                    .await?,
-            );
+                    .await?
+            });
         }
         tx.commit().await?;
         Ok(out)

@@ -24,6 +24,8 @@ use crate::ledger::{Ledger, LedgerError, VisibilityChange};
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// Most messages one insert statement writes.
 const SEND_CHUNK: usize = 500;
+/// Most visibility changes one transaction makes.
+const CHANGE_CHUNK: usize = 500;
 
 /// One queue (and its dead-letter queue) in the ledger database. Cheap to clone.
 #[derive(Clone)]
@@ -308,6 +310,20 @@ impl Queue for EmbeddedQueue {
     ) -> Result<BatchResult, QueueError> {
         check_batch(entries.len())?;
         self.change(entries).await
+    }
+
+    async fn change_visibility_all(
+        &self,
+        entries: Vec<(ReceiptHandle, Duration)>,
+    ) -> Vec<Result<(), QueueError>> {
+        let mut out = Vec::with_capacity(entries.len());
+        for chunk in entries.chunks(CHANGE_CHUNK) {
+            match self.change(chunk).await {
+                Ok(results) => out.extend(results),
+                Err(error) => out.extend(chunk.iter().map(|_| Err(error.clone()))),
+            }
+        }
+        out
     }
 
     async fn delete(&self, receipt: &ReceiptHandle) -> Result<(), QueueError> {

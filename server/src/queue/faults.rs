@@ -113,6 +113,44 @@ impl<Q: Queue> FaultyQueue<Q> {
     fn plan(&self) -> FaultPlan {
         *self.plan.read().expect("plan lock")
     }
+
+    /// Which visibility changes time out here, and the ones passed on.
+    #[allow(clippy::type_complexity)]
+    fn drop_changes(
+        &self,
+        entries: &[(ReceiptHandle, Duration)],
+    ) -> (Vec<bool>, Vec<(ReceiptHandle, Duration)>) {
+        let rate = self.plan().visibility_timeout;
+        let dropped: Vec<bool> = entries
+            .iter()
+            .map(|(r, _)| {
+                self.fires_for(r, FaultPoint::QueueChangeVisibility)
+                    || self.fires(&r.fingerprint(), rate, 1)
+            })
+            .collect();
+        let kept = entries
+            .iter()
+            .zip(&dropped)
+            .filter(|(_, d)| !**d)
+            .map(|(e, _)| e.clone())
+            .collect();
+        (dropped, kept)
+    }
+}
+
+/// The results of the changes passed on, with a timeout in place of each dropped one.
+fn merge_dropped(dropped: Vec<bool>, passed: BatchResult) -> BatchResult {
+    let mut passed = passed.into_iter();
+    dropped
+        .into_iter()
+        .map(|d| {
+            if d {
+                Err(QueueError::Timeout)
+            } else {
+                passed.next().unwrap_or(Err(QueueError::Timeout))
+            }
+        })
+        .collect()
 }
 
 impl<Q: Queue> Queue for FaultyQueue<Q> {
@@ -192,31 +230,17 @@ impl<Q: Queue> Queue for FaultyQueue<Q> {
         &self,
         entries: &[(ReceiptHandle, Duration)],
     ) -> Result<BatchResult, QueueError> {
-        let rate = self.plan().visibility_timeout;
-        let dropped: Vec<bool> = entries
-            .iter()
-            .map(|(r, _)| {
-                self.fires_for(r, FaultPoint::QueueChangeVisibility)
-                    || self.fires(&r.fingerprint(), rate, 1)
-            })
-            .collect();
-        let kept: Vec<_> = entries
-            .iter()
-            .zip(&dropped)
-            .filter(|(_, d)| !**d)
-            .map(|(e, _)| e.clone())
-            .collect();
-        let mut results = self.inner.change_visibility_batch(&kept).await?.into_iter();
-        Ok(dropped
-            .into_iter()
-            .map(|d| {
-                if d {
-                    Err(QueueError::Timeout)
-                } else {
-                    results.next().unwrap_or(Err(QueueError::Timeout))
-                }
-            })
-            .collect())
+        let (dropped, kept) = self.drop_changes(entries);
+        let results = self.inner.change_visibility_batch(&kept).await?;
+        Ok(merge_dropped(dropped, results))
+    }
+
+    async fn change_visibility_all(
+        &self,
+        entries: Vec<(ReceiptHandle, Duration)>,
+    ) -> Vec<Result<(), QueueError>> {
+        let (dropped, kept) = self.drop_changes(&entries);
+        merge_dropped(dropped, self.inner.change_visibility_all(kept).await)
     }
 
     async fn delete(&self, receipt: &ReceiptHandle) -> Result<(), QueueError> {

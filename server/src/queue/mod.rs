@@ -201,6 +201,41 @@ pub trait Queue: Clone + Send + Sync + 'static {
         entries: &[(ReceiptHandle, Duration)],
     ) -> impl Future<Output = Result<BatchResult, QueueError>> + Send;
 
+    /// Any number of visibility changes, each entry with its own result: [`MAX_BATCH`] a
+    /// request, the requests sent side by side. The embedded queue makes them in one
+    /// transaction per few hundred.
+    fn change_visibility_all(
+        &self,
+        entries: Vec<(ReceiptHandle, Duration)>,
+    ) -> impl Future<Output = Vec<Result<(), QueueError>>> + Send {
+        let queue = self.clone();
+        async move {
+            let mut requests = tokio::task::JoinSet::new();
+            let mut out: Vec<Result<(), QueueError>> =
+                vec![Err(QueueError::Timeout); entries.len()];
+            for (at, chunk) in entries.chunks(MAX_BATCH).enumerate() {
+                let (queue, chunk) = (queue.clone(), chunk.to_vec());
+                requests.spawn(async move {
+                    let n = chunk.len();
+                    let results = match queue.change_visibility_batch(&chunk).await {
+                        Ok(results) => results,
+                        Err(error) => vec![Err(error); n],
+                    };
+                    (at * MAX_BATCH, results)
+                });
+            }
+            while let Some(joined) = requests.join_next().await {
+                // A request that panicked leaves its entries uncertain (a timeout).
+                if let Ok((first, results)) = joined {
+                    for (slot, result) in out[first..].iter_mut().zip(results) {
+                        *slot = result;
+                    }
+                }
+            }
+            out
+        }
+    }
+
     /// Deletes the delivery. With an outdated handle this may succeed without deleting, as on
     /// SQS: only a durable job record makes a later copy harmless.
     fn delete(
@@ -290,6 +325,13 @@ impl Queue for AnyQueue {
         entries: &[(ReceiptHandle, Duration)],
     ) -> Result<BatchResult, QueueError> {
         dispatch!(self, q => q.change_visibility_batch(entries).await)
+    }
+
+    async fn change_visibility_all(
+        &self,
+        entries: Vec<(ReceiptHandle, Duration)>,
+    ) -> Vec<Result<(), QueueError>> {
+        dispatch!(self, q => q.change_visibility_all(entries).await)
     }
 
     async fn delete(&self, receipt: &ReceiptHandle) -> Result<(), QueueError> {

@@ -276,6 +276,10 @@ pub struct RuntimeArgs {
     /// Jobs one worker holds at once.
     #[arg(long, env = "FENCELINE_MAX_IN_FLIGHT", default_value_t = 64)]
     pub max_in_flight: usize,
+    /// Receive requests one worker keeps open at once while it has room (each asks for up to
+    /// ten messages).
+    #[arg(long, env = "FENCELINE_RECEIVERS", default_value_t = 4)]
+    pub receivers: usize,
     /// `production` (90 s visibility, 25 s renewals, 90 s lease, 15 s margin) or `compressed`
     /// (2 s, 0.7 s, 2 s, 0.3 s: drills and demos).
     #[arg(long, env = "FENCELINE_TIMINGS", value_enum, default_value_t = TimingsArg::Production)]

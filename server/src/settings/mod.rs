@@ -112,6 +112,7 @@ pub struct ProviderSettings {
 pub struct WorkerSettings {
     pub id: String,
     pub max_in_flight: usize,
+    pub receivers: usize,
     pub timings: Timings,
     pub drain_timeout: Duration,
     pub reaper_interval: Duration,
@@ -225,6 +226,7 @@ impl Settings {
             worker: WorkerSettings {
                 id: runtime.worker_id.clone().unwrap_or_else(default_worker_id),
                 max_in_flight: runtime.max_in_flight.max(1),
+                receivers: runtime.receivers.max(1),
                 timings: match runtime.timings {
                     TimingsArg::Production => Timings::default(),
                     TimingsArg::Compressed => Timings::compressed(),

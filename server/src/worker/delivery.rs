@@ -220,10 +220,14 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
     }
 
     /// Examines one delivery and does what the job record allows.
+    ///
+    /// A delivery's future lives as long as its model call, and is as large as the largest
+    /// state it may pass through: every path but the common one (claimed straight from the
+    /// delivery, then the call) runs boxed, so it takes memory only while it runs.
     pub(crate) async fn handle_delivery(&self, delivery: Delivery) -> Outcome {
         let message = match message::parse(&delivery.body) {
             Ok(message) => message,
-            Err(bad) => return self.reject(&delivery, bad, None).await,
+            Err(bad) => return Box::pin(self.reject(&delivery, bad, None)).await,
         };
         let JobMessage { job_id, tenant } = message;
         if self
@@ -237,15 +241,20 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         if let Some(outcome) = self.claim_fresh(&job_id, &tenant, &delivery).await {
             return outcome;
         }
-        let job = match self.ledger.job(&job_id).await {
+        Box::pin(self.examine(&job_id, &tenant, delivery)).await
+    }
+
+    /// The long way: reads the job first, then does what its state allows.
+    async fn examine(&self, job_id: &str, tenant: &str, delivery: Delivery) -> Outcome {
+        let job = match Box::pin(self.ledger.job(job_id)).await {
             Ok(Some(job)) => job,
-            Ok(None) => return self.reject(&delivery, BadMessage::UnknownJob, None).await,
+            Ok(None) => {
+                return Box::pin(self.reject(&delivery, BadMessage::UnknownJob, None)).await
+            }
             Err(_) => return Outcome::LedgerUnavailable,
         };
         if job.tenant != tenant {
-            return self
-                .reject(&delivery, BadMessage::WrongTenant, Some(&job_id))
-                .await;
+            return Box::pin(self.reject(&delivery, BadMessage::WrongTenant, Some(job_id))).await;
         }
         let dref = delivery_ref(
             &delivery.message_id,
@@ -257,20 +266,16 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             .detail(json!({ "state": job.state.as_str() }));
         if matches!(job.state, JobState::Ready | JobState::RetryAuthorized) {
             // The common case: the receive is recorded with the claim, in one transaction.
-            return self
-                .claim_and_run(job, delivery, dref, Some(received))
-                .await;
+            return Box::pin(self.claim_and_run(job, delivery, dref, Some(received))).await;
         }
-        self.event(&job_id, received).await;
+        Box::pin(self.event(job_id, received)).await;
         if job.state.is_terminal() && self.sabotaged(Safeguard::AckTerminalWithoutInference) {
-            return self.work_blindly(&job, &delivery, &dref).await;
+            return Box::pin(self.work_blindly(&job, &delivery, &dref)).await;
         }
         if job.state.is_terminal() {
-            return self
-                .ack_terminal(&job_id, &delivery, &dref, job.state)
-                .await;
+            return Box::pin(self.ack_terminal(job_id, &delivery, &dref, job.state)).await;
         }
-        self.claim_and_run(job, delivery, dref, None).await
+        Box::pin(self.claim_and_run(job, delivery, dref, None)).await
     }
 
     /// The common case without a read first: the job is claimable and the message's tenant
@@ -288,32 +293,29 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             delivery.receive_count,
             &delivery.receipt,
         );
-        // The claim fills in the state it found.
-        let received =
-            NewEvent::new(EventKind::DeliveryReceived, &self.actor()).delivery(dref.clone());
         let asked = std::time::Instant::now();
-        let (job, claimed, attempt, input) = self
-            .ledger
-            .claim_received(
+        let (job, claimed, attempt, input) = {
+            // The claim fills in the state it found.
+            let received =
+                NewEvent::new(EventKind::DeliveryReceived, &self.actor()).delivery(dref.clone());
+            Box::pin(self.ledger.claim_received(
                 job_id,
                 tenant,
                 &self.config.worker_id,
                 self.config.timings.lease,
                 &received,
                 self.provider.name(),
-            )
+            ))
             .await
-            .ok()??;
+            .ok()??
+        };
         let started = Started {
             claimed,
             asked,
             attempt,
             input,
         };
-        Some(
-            self.run_attempt(&job, started, delivery.clone(), dref)
-                .await,
-        )
+        Some(self.run_attempt(&job, started, delivery, &dref).await)
     }
 
     async fn ack_terminal(
@@ -412,27 +414,30 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 // The worker's common case: in the next group commit of claims, with the
                 // job's input read in the same transaction.
                 Some(event) => {
-                    self.ledger
-                        .claim_delivered(
-                            &job_id,
-                            &job.tenant,
-                            &worker,
-                            t.lease,
-                            event,
-                            self.provider.name(),
-                        )
-                        .await
-                }
-                None => self
-                    .ledger
-                    .claim_and_start(&job_id, &worker, t.lease, None, self.provider.name())
+                    Box::pin(self.ledger.claim_delivered(
+                        &job_id,
+                        &job.tenant,
+                        &worker,
+                        t.lease,
+                        event,
+                        self.provider.name(),
+                    ))
                     .await
-                    .map(|(claimed, attempt)| (claimed, attempt, None)),
+                }
+                None => Box::pin(self.ledger.claim_and_start(
+                    &job_id,
+                    &worker,
+                    t.lease,
+                    None,
+                    self.provider.name(),
+                ))
+                .await
+                .map(|(claimed, attempt)| (claimed, attempt, None)),
             };
             if claim.is_err() {
                 // Refused: the receive still belongs on the timeline, on its own.
                 if let Some(event) = received.take() {
-                    self.event(&job_id, event).await;
+                    Box::pin(self.event(&job_id, event)).await;
                 }
             }
             let refusal = match claim {
@@ -443,131 +448,144 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                         attempt,
                         input,
                     };
-                    return self.run_attempt(&job, started, delivery, dref).await;
+                    return self.run_attempt(&job, started, &delivery, &dref).await;
                 }
                 Err(LedgerError::Refused { refusal, .. }) => refusal,
                 Err(_) => return Outcome::LedgerUnavailable,
             };
-            match refusal {
-                Refusal::LiveOwner { .. } if self.sabotaged(Safeguard::SuppressLiveOwnerCopies) => {
-                    return self.work_blindly(&job, &delivery, &dref).await
-                }
-                Refusal::LiveOwner { epoch } => {
-                    return self.suppress_duplicate(&job, &delivery, &dref, epoch).await
-                }
-                Refusal::LeaseExpired => {
-                    // Recovery first: fence the old owner, then the state table decides.
-                    match self
-                        .ledger
-                        .recovery_claim(&job_id, &self.actor(), "lease_expired", false)
-                        .await
-                    {
-                        Ok(r) if r.state == JobState::Unknown => {
-                            if self.sabotaged(Safeguard::WaitForDecision) {
-                                let _ = self
-                                    .ledger
-                                    .decide(
-                                        &job_id,
-                                        r.epoch,
-                                        &crate::ledger::Decision::AuthorizeRetry,
-                                        &self.actor(),
-                                        "sabotaged",
-                                    )
-                                    .await;
-                                continue;
-                            }
-                            if job.replay_policy == ReplayPolicy::ReplayOnUnknown
-                                && matches!(
-                                    self.ledger.apply_replay_policy(&job_id, r.epoch).await,
-                                    Ok(true)
-                                )
-                            {
-                                continue;
-                            }
-                            return self
-                                .hand_to_ledger(&job_id, &delivery, &dref, JobState::Unknown)
-                                .await;
-                        }
-                        Ok(_) => continue,
-                        Err(LedgerError::Refused {
-                            refusal: Refusal::LiveOwner { epoch },
-                            ..
-                        }) => return self.suppress_duplicate(&job, &delivery, &dref, epoch).await,
-                        Err(LedgerError::Refused { .. }) => continue,
-                        Err(_) => return Outcome::LedgerUnavailable,
-                    }
-                }
-                Refusal::AlreadyTerminal(state) => {
-                    return self.ack_terminal(&job_id, &delivery, &dref, state).await
-                }
-                Refusal::DeadlinePassed | Refusal::BudgetExhausted => {
-                    // The claim has moved the job to its terminal state.
-                    let state = match self.ledger.job(&job_id).await {
-                        Ok(Some(j)) => j.state,
-                        _ => return Outcome::LedgerUnavailable,
-                    };
-                    if state.is_terminal() {
-                        return self.ack_terminal(&job_id, &delivery, &dref, state).await;
-                    }
-                    return self.hand_to_ledger(&job_id, &delivery, &dref, state).await;
-                }
-                Refusal::WrongState(JobState::Unknown)
-                    if self.sabotaged(Safeguard::WaitForDecision) =>
-                {
-                    if let Ok(Some(now)) = self.ledger.job(&job_id).await {
-                        let _ = self
-                            .ledger
-                            .decide(
-                                &job_id,
-                                now.owner_epoch,
-                                &crate::ledger::Decision::AuthorizeRetry,
-                                &self.actor(),
-                                "sabotaged",
-                            )
-                            .await;
-                    }
-                    continue;
-                }
-                Refusal::WrongState(JobState::Unknown) => {
-                    return self
-                        .hand_to_ledger(&job_id, &delivery, &dref, JobState::Unknown)
-                        .await
-                }
-                Refusal::BackoffPending => {
-                    // Both instants on the database clock: a worker's wall clock may drift.
-                    let wait = match (self.ledger.job(&job_id).await, self.ledger.now_us().await) {
-                        (
-                            Ok(Some(Job {
-                                retry_at: Some(at), ..
-                            })),
-                            Ok(now),
-                        ) => db_span(now, at).min(MAX_VISIBILITY),
-                        _ => t.duplicate_wait,
-                    };
-                    let _ = self.queue.change_visibility(&delivery.receipt, wait).await;
-                    self.event(
-                        &job_id,
-                        NewEvent::new(EventKind::DeliveryDeferred, &self.actor())
-                            .delivery(dref.clone())
-                            .detail(
-                                json!({ "reason": "backoff", "defer_ms": wait.as_millis() as i64 }),
-                            ),
-                    )
-                    .await;
-                    return Outcome::Deferred;
-                }
-                _ => continue,
+            if let Some(outcome) = Box::pin(self.refused(&job, &delivery, &dref, refusal)).await {
+                return outcome;
             }
         }
         Outcome::Deferred
+    }
+
+    /// What a refused claim leaves to do: an outcome, or `None` to try the claim again.
+    async fn refused(
+        &self,
+        job: &Job,
+        delivery: &Delivery,
+        dref: &DeliveryRef,
+        refusal: Refusal,
+    ) -> Option<Outcome> {
+        let job_id = job.job_id.as_str();
+        let t = &self.config.timings;
+        let outcome = match refusal {
+            Refusal::LiveOwner { .. } if self.sabotaged(Safeguard::SuppressLiveOwnerCopies) => {
+                self.work_blindly(job, delivery, dref).await
+            }
+            Refusal::LiveOwner { epoch } => {
+                self.suppress_duplicate(job, delivery, dref, epoch).await
+            }
+            Refusal::LeaseExpired => {
+                // Recovery first: fence the old owner, then the state table decides.
+                match self
+                    .ledger
+                    .recovery_claim(job_id, &self.actor(), "lease_expired", false)
+                    .await
+                {
+                    Ok(r) if r.state == JobState::Unknown => {
+                        if self.sabotaged(Safeguard::WaitForDecision) {
+                            let _ = self
+                                .ledger
+                                .decide(
+                                    job_id,
+                                    r.epoch,
+                                    &crate::ledger::Decision::AuthorizeRetry,
+                                    &self.actor(),
+                                    "sabotaged",
+                                )
+                                .await;
+                            return None;
+                        }
+                        if job.replay_policy == ReplayPolicy::ReplayOnUnknown
+                            && matches!(
+                                self.ledger.apply_replay_policy(job_id, r.epoch).await,
+                                Ok(true)
+                            )
+                        {
+                            return None;
+                        }
+                        self.hand_to_ledger(job_id, delivery, dref, JobState::Unknown)
+                            .await
+                    }
+                    Ok(_) => return None,
+                    Err(LedgerError::Refused {
+                        refusal: Refusal::LiveOwner { epoch },
+                        ..
+                    }) => self.suppress_duplicate(job, delivery, dref, epoch).await,
+                    Err(LedgerError::Refused { .. }) => return None,
+                    Err(_) => Outcome::LedgerUnavailable,
+                }
+            }
+            Refusal::AlreadyTerminal(state) => {
+                self.ack_terminal(job_id, delivery, dref, state).await
+            }
+            Refusal::DeadlinePassed | Refusal::BudgetExhausted => {
+                // The claim has moved the job to its terminal state.
+                match self.ledger.job(job_id).await {
+                    Ok(Some(j)) if j.state.is_terminal() => {
+                        self.ack_terminal(job_id, delivery, dref, j.state).await
+                    }
+                    Ok(Some(j)) => self.hand_to_ledger(job_id, delivery, dref, j.state).await,
+                    _ => Outcome::LedgerUnavailable,
+                }
+            }
+            Refusal::WrongState(JobState::Unknown)
+                if self.sabotaged(Safeguard::WaitForDecision) =>
+            {
+                if let Ok(Some(now)) = self.ledger.job(job_id).await {
+                    let _ = self
+                        .ledger
+                        .decide(
+                            job_id,
+                            now.owner_epoch,
+                            &crate::ledger::Decision::AuthorizeRetry,
+                            &self.actor(),
+                            "sabotaged",
+                        )
+                        .await;
+                }
+                return None;
+            }
+            Refusal::WrongState(JobState::Unknown) => {
+                self.hand_to_ledger(job_id, delivery, dref, JobState::Unknown)
+                    .await
+            }
+            Refusal::BackoffPending => {
+                // Both instants on the database clock: a worker's wall clock may drift.
+                let wait = match (self.ledger.job(job_id).await, self.ledger.now_us().await) {
+                    (
+                        Ok(Some(Job {
+                            retry_at: Some(at), ..
+                        })),
+                        Ok(now),
+                    ) => db_span(now, at).min(MAX_VISIBILITY),
+                    _ => t.duplicate_wait,
+                };
+                let _ = self.queue.change_visibility(&delivery.receipt, wait).await;
+                self.event(
+                    job_id,
+                    NewEvent::new(EventKind::DeliveryDeferred, &self.actor())
+                        .delivery(dref.clone())
+                        .detail(
+                            json!({ "reason": "backoff", "defer_ms": wait.as_millis() as i64 }),
+                        ),
+                )
+                .await;
+                Outcome::Deferred
+            }
+            _ => return None,
+        };
+        Some(outcome)
     }
 
     async fn run_attempt(
         &self,
         job: &Job,
         started: Started,
-        delivery: Delivery,
-        dref: DeliveryRef,
+        delivery: &Delivery,
+        dref: &DeliveryRef,
     ) -> Outcome {
         let Started {
             claimed,
@@ -599,8 +617,8 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 &claimed.owner,
                 attempt,
                 input,
-                &delivery,
-                &dref,
+                delivery,
+                dref,
                 progress,
                 &mut stop_rx,
             )
@@ -624,11 +642,9 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         stop: &mut watch::Receiver<Option<StopReason>>,
     ) -> Outcome {
         let job_id = job.job_id.as_str();
-        let epoch = owner.epoch;
-        let client_request_id = attempt.client_request_id(job_id);
         let input = match input {
             Some(input) => Some(input),
-            None => self.ledger.job_input(job_id).await.ok().flatten(),
+            None => Box::pin(self.ledger.job_input(job_id)).await.ok().flatten(),
         };
         let Some((input, model)) = input else {
             return Outcome::LedgerUnavailable;
@@ -636,7 +652,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         let request = ProviderRequest {
             job_id: job_id.to_owned(),
             attempt_no: attempt.attempt_no,
-            client_request_id: client_request_id.clone(),
+            client_request_id: attempt.client_request_id(job_id),
             input,
             model,
         };
@@ -680,6 +696,22 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         {
             tokio::time::sleep_until(until.into()).await;
         }
+        Box::pin(self.finish(job, owner, &attempt, result, delivery, dref)).await
+    }
+
+    /// Records what the call came to, and deletes the message once the outcome is durable.
+    #[allow(clippy::too_many_arguments)]
+    async fn finish(
+        &self,
+        job: &Job,
+        owner: &Owner,
+        attempt: &AttemptStarted,
+        result: Result<ProviderOutcome, StopReason>,
+        delivery: &Delivery,
+        dref: &DeliveryRef,
+    ) -> Outcome {
+        let job_id = job.job_id.as_str();
+        let epoch = owner.epoch;
         match result {
             Ok(ProviderOutcome::Succeeded { answer, .. }) => {
                 self.commit(owner, attempt.attempt_no, &answer, delivery, dref)
@@ -709,7 +741,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 // asks again later.
                 let retrieved = tokio::time::timeout(
                     Duration::from_secs(10),
-                    self.provider.retrieve(&client_request_id),
+                    self.provider.retrieve(&attempt.client_request_id(job_id)),
                 )
                 .await;
                 if let Ok(Retrieval::Found(answer)) = retrieved {

@@ -18,7 +18,7 @@ use super::Shared;
 use crate::job::{Actor, EventKind};
 use crate::ledger::{DeliveryRef, NewEvent};
 use crate::provider::{Progress, Provider};
-use crate::queue::{Queue, ReceiptHandle, MAX_BATCH, VISIBILITY_CAP};
+use crate::queue::{Queue, ReceiptHandle, VISIBILITY_CAP};
 
 /// Why a job's local work must stop.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -419,34 +419,18 @@ async fn renew_visibility<Q: Queue, P: Provider>(
     due: &[Due],
 ) -> Vec<VisibilityOutcome> {
     let mut outcomes: Vec<VisibilityOutcome> = vec![None; due.len()];
-    let wanted: Vec<(usize, ReceiptHandle, Duration)> = due
+    let wanted: Vec<(usize, Duration)> = due
         .iter()
         .enumerate()
-        .filter_map(|(i, d)| d.visibility.map(|v| (i, d.receipt.clone(), v)))
+        .filter_map(|(i, d)| d.visibility.map(|v| (i, v)))
         .collect();
-    let mut batches = tokio::task::JoinSet::new();
-    for chunk in wanted.chunks(MAX_BATCH) {
-        let queue = shared.queue.clone();
-        let chunk = chunk.to_vec();
-        batches.spawn(async move {
-            let entries: Vec<_> = chunk.iter().map(|(_, r, v)| (r.clone(), *v)).collect();
-            let results = match queue.change_visibility_batch(&entries).await {
-                Ok(results) => results,
-                Err(error) => vec![Err(error); chunk.len()],
-            };
-            chunk
-                .into_iter()
-                .zip(results)
-                .map(|((i, _, v), r)| (i, v, r))
-                .collect::<Vec<_>>()
-        });
-    }
-    while let Some(joined) = batches.join_next().await {
-        if let Ok(results) = joined {
-            for (i, timeout, result) in results {
-                outcomes[i] = Some((timeout, result));
-            }
-        }
+    let entries = wanted
+        .iter()
+        .map(|&(i, v)| (due[i].receipt.clone(), v))
+        .collect();
+    let results = shared.queue.change_visibility_all(entries).await;
+    for ((i, timeout), result) in wanted.into_iter().zip(results) {
+        outcomes[i] = Some((timeout, result));
     }
     outcomes
 }

@@ -101,6 +101,10 @@ pub struct WorkerConfig {
     pub timings: Timings,
     /// Jobs this worker holds at once.
     pub max_in_flight: usize,
+    /// Receive requests kept open at once while there is room (each asks for up to ten
+    /// messages, the queue's limit), so a worker with many calls in flight fills up and
+    /// refills without waiting on one long poll at a time.
+    pub receivers: usize,
     /// How long a graceful shutdown lets in-flight calls finish before handing them back.
     pub drain_timeout: Duration,
     /// Where this worker counts what it does.
@@ -115,6 +119,7 @@ impl WorkerConfig {
             worker_id: worker_id.into(),
             timings: Timings::default(),
             max_in_flight: 64,
+            receivers: 4,
             drain_timeout: Duration::from_secs(30),
             metrics: crate::metrics::Metrics::default(),
             faults: None,
@@ -191,33 +196,49 @@ impl<Q: Queue, P: Provider> Worker<Q, P> {
         let heartbeat_stop = CancellationToken::new();
         let heartbeat = self.spawn_heartbeat(heartbeat_stop.clone());
         let mut tasks = tokio::task::JoinSet::new();
-        let t = &self.shared.config.timings;
+        // Open receive requests, and the room each reserved.
+        let mut receiving = tokio::task::JoinSet::new();
+        let mut asked = std::collections::HashMap::new();
+        let mut reserved = 0usize;
+        let config = &self.shared.config;
         let mut failures = 0u32;
         while !shutdown.is_cancelled() {
             while tasks.try_join_next().is_some() {}
             // A drill froze this worker's process: it receives nothing until it wakes.
-            if let Some(until) = self
-                .shared
-                .config
+            if let Some(until) = config
                 .faults
                 .as_ref()
-                .and_then(|f| f.worker_paused_until(&self.shared.config.worker_id))
+                .and_then(|f| f.worker_paused_until(&config.worker_id))
             {
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
                     _ = tokio::time::sleep_until(until.into()) => continue,
                 }
             }
-            let room = self.shared.config.max_in_flight.saturating_sub(tasks.len());
-            if room == 0 {
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = tasks.join_next() => continue,
-                }
+            let mut room = config.max_in_flight.saturating_sub(tasks.len() + reserved);
+            while room > 0 && receiving.len() < config.receivers.max(1) {
+                let n = room.min(MAX_BATCH);
+                room -= n;
+                reserved += n;
+                let shared = Arc::clone(&self.shared);
+                let handle = receiving.spawn(async move {
+                    let t = &shared.config.timings;
+                    shared.queue.receive(n, t.visibility, t.receive_wait).await
+                });
+                asked.insert(handle.id(), n);
             }
             let received = tokio::select! {
                 _ = shutdown.cancelled() => break,
-                received = self.shared.queue.receive(room.min(MAX_BATCH), t.visibility, t.receive_wait) => received,
+                Some(joined) = receiving.join_next_with_id() => joined,
+                Some(_) = tasks.join_next() => continue,
+            };
+            let id = match &received {
+                Ok((id, _)) => *id,
+                Err(error) => error.id(),
+            };
+            reserved -= asked.remove(&id).unwrap_or(0);
+            let Ok((_, received)) = received else {
+                continue;
             };
             match received {
                 Ok(deliveries) => {
@@ -236,10 +257,16 @@ impl<Q: Queue, P: Provider> Worker<Q, P> {
                     failures = failures.saturating_add(1);
                     let pause = Duration::from_millis(100 * u64::from(failures.min(50)));
                     tracing::warn!(%error, ?pause, "receive failed");
-                    tokio::time::sleep(pause).await;
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        _ = tokio::time::sleep(pause) => {}
+                    }
                 }
             }
         }
+        // Receives still open are abandoned as one open receive was before: what they may
+        // have taken comes back when its visibility lapses.
+        receiving.abort_all();
         // Drain: no new receives; give in-flight calls time, then hand them back.
         let drained = tokio::time::timeout(self.shared.config.drain_timeout, async {
             while tasks.join_next().await.is_some() {}

@@ -18,6 +18,7 @@ on_every_queue!(
     a_visibility_change_starts_when_made,
     a_delete_with_the_current_handle_removes_the_message,
     batches_answer_each_entry,
+    many_visibility_changes_answer_each_entry_in_order,
     a_message_received_too_often_moves_to_the_dead_letter_queue,
     a_malformed_handle_is_refused,
     a_visibility_change_past_the_twelve_hour_cap_is_an_error_not_clamped,
@@ -143,6 +144,54 @@ async fn batches_answer_each_entry(kind: QueueKind) {
         t.queue.delete_batch(&over).await,
         Err(QueueError::Invalid(_))
     ));
+}
+
+/// What the heartbeat sends each round: more changes than one request carries, with a bad
+/// handle among them, each answered in its place.
+async fn many_visibility_changes_answer_each_entry_in_order(kind: QueueKind) {
+    let t = fresh_queue(kind, 10).await;
+    let bodies: Vec<String> = (0..23).map(|i| format!("m{i}")).collect();
+    assert!(t.queue.send_all(&bodies).await.iter().all(Result::is_ok));
+    let mut received = Vec::new();
+    for _ in 0..20 {
+        received.extend(
+            t.queue
+                .receive(10, SHORT, Duration::from_secs(1))
+                .await
+                .unwrap(),
+        );
+        if received.len() == bodies.len() {
+            break;
+        }
+    }
+    assert_eq!(received.len(), bodies.len());
+    let mut changes: Vec<_> = received
+        .iter()
+        .map(|d| (d.receipt.clone(), Duration::from_secs(60)))
+        .collect();
+    changes.insert(12, (ReceiptHandle::new("not-a-handle".into()), SHORT));
+    let changed = t.queue.change_visibility_all(changes).await;
+    assert_eq!(changed.len(), bodies.len() + 1);
+    for (i, result) in changed.iter().enumerate() {
+        assert_eq!(result.is_err(), i == 12, "entry {i}: {changed:?}");
+    }
+    // Extended past the receive's visibility: nothing comes back after it lapses.
+    tokio::time::sleep(SHORT + Duration::from_millis(500)).await;
+    assert!(receive_one(&t.queue, SHORT).await.is_none(), "extended");
+    if kind == QueueKind::Sqs {
+        // moto accepts a deleted message's handle; SQS and the embedded queue refuse it.
+        return;
+    }
+    // A deleted message among live ones is refused in its place, the others still change.
+    t.queue.delete(&received[5].receipt).await.unwrap();
+    let changes = received
+        .iter()
+        .map(|d| (d.receipt.clone(), Duration::from_secs(60)))
+        .collect();
+    let changed = t.queue.change_visibility_all(changes).await;
+    for (i, result) in changed.iter().enumerate() {
+        assert_eq!(result.is_err(), i == 5, "entry {i}: {changed:?}");
+    }
 }
 
 async fn a_message_received_too_often_moves_to_the_dead_letter_queue(kind: QueueKind) {

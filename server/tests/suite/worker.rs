@@ -1139,3 +1139,30 @@ mod hardening {
         rig.stop().await;
     }
 }
+
+/// A worker holds one delivery's future for as long as its call runs: with 120,000 calls in
+/// flight, every kilobyte of it is 120 MB. The queue and ledger requests on its other paths
+/// (an SQS request alone is about 10 KB) are boxed, so they take memory only while they run.
+#[tokio::test]
+async fn a_delivery_in_flight_holds_a_small_future() {
+    use fenceline::provider::stub::StubProvider;
+    use fenceline::provider::AnyProvider;
+    use fenceline::queue::embedded::EmbeddedQueue;
+    use fenceline::queue::{AnyQueue, Delivery, ReceiptHandle};
+    use fenceline::worker::{Worker, WorkerConfig};
+    let (ledger, _db) = crate::helpers::fresh_ledger(crate::helpers::Db::Sqlite).await;
+    let queue = AnyQueue::Embedded(EmbeddedQueue::new(ledger.clone(), "sizes", 5));
+    let provider = AnyProvider::Stub(StubProvider::new(StubConfig::default()));
+    let worker = Worker::new(ledger, queue, provider, WorkerConfig::new("sizes"));
+    let future = worker.handle_delivery(Delivery {
+        message_id: String::new(),
+        receipt: ReceiptHandle::new(String::new()),
+        body: String::new(),
+        receive_count: 1,
+        first_receive_at_ms: None,
+        sent_at_ms: None,
+    });
+    let bytes = std::mem::size_of_val(&future);
+    eprintln!("one delivery's future: {bytes} bytes");
+    assert!(bytes <= 6144, "one delivery's future is {bytes} bytes");
+}
