@@ -276,8 +276,8 @@ pub struct RuntimeArgs {
     /// Jobs one worker holds at once.
     #[arg(long, env = "FENCELINE_MAX_IN_FLIGHT", default_value_t = 64)]
     pub max_in_flight: usize,
-    /// Receive requests one worker keeps open at once while it has room (each asks for up to
-    /// ten messages).
+    /// Receive requests one worker keeps open at once while it has room and the queue has a
+    /// backlog (each asks for up to ten messages); an idle worker keeps one long poll.
     #[arg(long, env = "FENCELINE_RECEIVERS", default_value_t = 4)]
     pub receivers: usize,
     /// `production` (90 s visibility, 25 s renewals, 90 s lease, 15 s margin) or `compressed`

@@ -101,9 +101,10 @@ pub struct WorkerConfig {
     pub timings: Timings,
     /// Jobs this worker holds at once.
     pub max_in_flight: usize,
-    /// Receive requests kept open at once while there is room (each asks for up to ten
-    /// messages, the queue's limit), so a worker with many calls in flight fills up and
-    /// refills without waiting on one long poll at a time.
+    /// Receive requests kept open at once while there is room and the queue has a backlog
+    /// (the last receive came back full; otherwise one long poll). Each asks for up to ten
+    /// messages, the queue's limit, so a worker with many calls in flight fills up and refills
+    /// without waiting on one request at a time.
     pub receivers: usize,
     /// How long a graceful shutdown lets in-flight calls finish before handing them back.
     pub drain_timeout: Duration,
@@ -200,6 +201,7 @@ impl<Q: Queue, P: Provider> Worker<Q, P> {
         let mut receiving = tokio::task::JoinSet::new();
         let mut asked = std::collections::HashMap::new();
         let mut reserved = 0usize;
+        let mut backlog = false;
         let config = &self.shared.config;
         let mut failures = 0u32;
         while !shutdown.is_cancelled() {
@@ -216,7 +218,10 @@ impl<Q: Queue, P: Provider> Worker<Q, P> {
                 }
             }
             let mut room = config.max_in_flight.saturating_sub(tasks.len() + reserved);
-            while room > 0 && receiving.len() < config.receivers.max(1) {
+            // More receives only while the queue has a backlog (the last one came back full):
+            // an idle worker keeps one long poll open, as it would with one receiver.
+            let receivers = if backlog { config.receivers.max(1) } else { 1 };
+            while room > 0 && receiving.len() < receivers {
                 let n = room.min(MAX_BATCH);
                 room -= n;
                 reserved += n;
@@ -236,13 +241,15 @@ impl<Q: Queue, P: Provider> Worker<Q, P> {
                 Ok((id, _)) => *id,
                 Err(error) => error.id(),
             };
-            reserved -= asked.remove(&id).unwrap_or(0);
+            let n = asked.remove(&id).unwrap_or(0);
+            reserved -= n;
             let Ok((_, received)) = received else {
                 continue;
             };
             match received {
                 Ok(deliveries) => {
                     failures = 0;
+                    backlog = deliveries.len() >= n;
                     for delivery in deliveries {
                         let worker = self.clone();
                         tasks.spawn(async move {
@@ -254,6 +261,7 @@ impl<Q: Queue, P: Provider> Worker<Q, P> {
                     }
                 }
                 Err(error) => {
+                    backlog = false;
                     failures = failures.saturating_add(1);
                     let pause = Duration::from_millis(100 * u64::from(failures.min(50)));
                     tracing::warn!(%error, ?pause, "receive failed");
