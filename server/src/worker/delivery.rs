@@ -597,7 +597,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         let epoch = claimed.epoch;
         let progress = Progress::default();
         let (stop_tx, mut stop_rx) = watch::channel(None::<StopReason>);
-        self.registry.insert(
+        let registered = self.registry.insert(
             job_id,
             epoch,
             InFlight {
@@ -623,7 +623,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 &mut stop_rx,
             )
             .await;
-        self.registry.remove(job_id, epoch);
+        drop(registered);
         outcome
     }
 

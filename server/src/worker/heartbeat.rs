@@ -97,18 +97,19 @@ pub(crate) fn db_span(earlier_us: i64, later_us: i64) -> Duration {
 pub(crate) struct Registry(Arc<Mutex<HashMap<(String, i64), InFlight>>>);
 
 impl Registry {
-    pub(crate) fn insert(&self, job_id: &str, epoch: i64, entry: InFlight) {
+    /// Registers work in flight until the returned guard is dropped: however the work ends —
+    /// returned, cancelled with its task, or panicked — the heartbeat stops renewing its lease,
+    /// so a job whose work is gone is recovered when its lease runs out, not at its deadline.
+    pub(crate) fn insert(&self, job_id: &str, epoch: i64, entry: InFlight) -> Registered {
+        let key = (job_id.to_owned(), epoch);
         self.0
             .lock()
             .expect("registry lock")
-            .insert((job_id.to_owned(), epoch), entry);
-    }
-
-    pub(crate) fn remove(&self, job_id: &str, epoch: i64) {
-        self.0
-            .lock()
-            .expect("registry lock")
-            .remove(&(job_id.to_owned(), epoch));
+            .insert(key.clone(), entry);
+        Registered {
+            registry: self.clone(),
+            key,
+        }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -141,6 +142,21 @@ impl Registry {
             } else if stop_unconfirmed && now + margin >= entry.lease_confirmed_until {
                 entry.stop(StopReason::LeaseLost("lease_unconfirmed".into()));
             }
+        }
+    }
+}
+
+/// One entry of the [`Registry`], removed when this is dropped.
+pub(crate) struct Registered {
+    registry: Registry,
+    key: (String, i64),
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        // A poisoned lock means a panic while it was held: the entry goes with the process.
+        if let Ok(mut entries) = self.registry.0.lock() {
+            entries.remove(&self.key);
         }
     }
 }

@@ -196,6 +196,8 @@ impl<Q: Queue, P: Provider> Worker<Q, P> {
     pub async fn run(&self, shutdown: CancellationToken) {
         let heartbeat_stop = CancellationToken::new();
         let heartbeat = self.spawn_heartbeat(heartbeat_stop.clone());
+        // Dropped rather than shut down (its task aborted): the heartbeat stops with it.
+        let _heartbeat_guard = heartbeat_stop.clone().drop_guard();
         let mut tasks = tokio::task::JoinSet::new();
         // Open receive requests, and the room each reserved.
         let mut receiving = tokio::task::JoinSet::new();

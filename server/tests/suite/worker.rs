@@ -1166,3 +1166,82 @@ async fn a_delivery_in_flight_holds_a_small_future() {
     eprintln!("one delivery's future: {bytes} bytes");
     assert!(bytes <= 6144, "one delivery's future is {bytes} bytes");
 }
+
+/// A model client that panics once the call is under way (a bug in provider code).
+#[derive(Clone)]
+struct PanickingProvider;
+
+impl fenceline::provider::Provider for PanickingProvider {
+    fn name(&self) -> &str {
+        "panics"
+    }
+
+    async fn call(
+        &self,
+        _request: fenceline::provider::ProviderRequest,
+        _progress: fenceline::provider::Progress,
+    ) -> fenceline::provider::ProviderOutcome {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        panic!("a bug in the model client");
+    }
+
+    async fn retrieve(&self, _client_request_id: &str) -> fenceline::provider::Retrieval {
+        fenceline::provider::Retrieval::Unsupported
+    }
+}
+
+/// Work that ends without returning — its task panicked — must stop being renewed: otherwise
+/// the heartbeat keeps its lease alive until the deadline and no one can recover the job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_that_panics_stops_being_renewed_and_its_job_is_recovered_when_the_lease_runs_out() {
+    use fenceline::queue::embedded::EmbeddedQueue;
+    use fenceline::worker::{dispatcher, reaper, Timings, Worker, WorkerConfig};
+    let (ledger, _db) = crate::helpers::fresh_ledger(crate::helpers::Db::Sqlite).await;
+    let queue = EmbeddedQueue::new(ledger.clone(), "jobs", 5);
+    let mut config = WorkerConfig::new("w");
+    config.timings = Timings::compressed();
+    let worker = Worker::new(ledger.clone(), queue.clone(), PanickingProvider, config);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    let (w, s) = (worker.clone(), stop.clone());
+    tasks.spawn(async move { w.run(s).await });
+    let (l, s) = (ledger.clone(), stop.clone());
+    tasks.spawn(async move {
+        dispatcher::run(l, queue, Duration::from_millis(20), Default::default(), s).await
+    });
+    let job_id = crate::helpers::create(&ledger, new_job("acme", "p", serde_json::json!({}))).await;
+    wait_for_event(&ledger, &job_id, "attempt_started", LIMIT).await;
+    // The call panics after 100 ms; the heartbeat renews every 0.7 s.
+    let until = tokio::time::Instant::now() + Duration::from_secs(5);
+    while worker.in_flight() > 0 {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the panicked work is still registered for renewals"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let renewed = count_kind(&ledger, &job_id, "lease_renewed").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        count_kind(&ledger, &job_id, "lease_renewed").await,
+        renewed,
+        "a lease renewed after its work was gone"
+    );
+    // The lease (2 s) runs out and the reaper recovers the job: the call may have run.
+    let (l, s) = (ledger.clone(), stop.clone());
+    tasks.spawn(async move {
+        reaper::run(
+            l,
+            PanickingProvider,
+            Duration::from_millis(200),
+            Duration::from_secs(600),
+            s,
+        )
+        .await
+    });
+    wait_for_event(&ledger, &job_id, "recovery_claimed", LIMIT).await;
+    let job = ledger.job(&job_id).await.unwrap().unwrap();
+    assert_eq!(job.state, JobState::Unknown);
+    stop.cancel();
+    while tasks.join_next().await.is_some() {}
+}
