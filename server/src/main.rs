@@ -31,11 +31,7 @@ fn init_tracing(count_statements: bool) {
     let log = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_filter(filter);
-    let counter = count_statements.then(|| {
-        fenceline::bench::StatementCounter.with_filter(tracing_subscriber::filter::filter_fn(|m| {
-            m.target() == "sqlx::query"
-        }))
-    });
+    let counter = count_statements.then(fenceline::bench::statement_counter);
     tracing_subscriber::registry()
         .with(log)
         .with(counter)

@@ -24,7 +24,7 @@ pub use console::{console, seed_jobs, seed_timeline};
 pub use ledger::ledger;
 pub use pipeline::pipeline;
 pub use renewals::renewals;
-pub use statements::{statements_run, StatementCounter};
+pub use statements::{statement_counter, statements_run};
 
 use std::fmt;
 use std::time::Duration;

@@ -209,10 +209,11 @@ impl Ledger {
         for (id, hash, timeout) in changes {
             query = query.bind(*id).bind(hash.as_str()).bind(micros(*timeout));
         }
-        let changed: std::collections::HashSet<(i64, String)> =
+        // A message's row holds one handle: at most one entry per id can have changed it.
+        let changed: std::collections::HashMap<i64, String> =
             query.fetch_all(&mut *tx).await?.into_iter().collect();
         for (id, hash, timeout) in changes {
-            out.push(if changed.contains(&(*id, hash.clone())) {
+            out.push(if changed.get(id) == Some(hash) {
                 VisibilityChange::Changed
             } else {
                 // Refused (or not found): the one-message path says why.

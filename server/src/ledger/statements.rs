@@ -544,10 +544,9 @@ catalogue! {
             "INSERT INTO outbox (job_id, epoch, reason, created_at, available_at) VALUES ",
             "(?, 0, 'created', CAST(? AS BIGINT), CAST(? AS BIGINT))", "", 1
         ),
-        /// Deletes of many messages of queue `$1`, each `(id, hash of its handle)`.
         /// Visibility changes of many in-flight messages of one queue (`$1`), each checked
         /// against its handle and the visibility cap (`$2`) as [`Self::queue_change_visibility`]
-        /// checks one; the ids it changed come back.
+        /// checks one; the id and handle hash of each message it changed come back.
         queue_change_each: (
             "WITH s AS (SELECT CAST($1 AS TEXT) AS q, CAST($2 AS BIGINT) AS cap) \
              UPDATE queue_messages SET visible_at = {now} + v.column3 FROM s, (VALUES ",
@@ -558,6 +557,7 @@ catalogue! {
              RETURNING queue_messages.id, queue_messages.handle_hash",
             3
         ),
+        /// Deletes of many messages of queue `$1`, each `(id, hash of its handle)`.
         queue_delete_each: (
             "DELETE FROM queue_messages WHERE queue = $1 AND (id, handle_hash) IN (VALUES ",
             "(CAST(? AS BIGINT), ?)",

@@ -22,10 +22,8 @@ use crate::ledger::{Ledger, LedgerError, VisibilityChange};
 
 /// How often a long poll looks again when no send in this process woke it.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
-/// Most messages one insert statement writes.
-const SEND_CHUNK: usize = 500;
-/// Most visibility changes one transaction makes.
-const CHANGE_CHUNK: usize = 500;
+/// Most messages one statement sends or changes.
+const CHUNK: usize = 500;
 
 /// One queue (and its dead-letter queue) in the ledger database. Cheap to clone.
 #[derive(Clone)]
@@ -248,7 +246,7 @@ impl Queue for EmbeddedQueue {
 
     async fn send_all(&self, bodies: &[String]) -> Vec<Result<String, QueueError>> {
         let mut out = Vec::with_capacity(bodies.len());
-        for chunk in bodies.chunks(SEND_CHUNK) {
+        for chunk in bodies.chunks(CHUNK) {
             match self.insert(chunk, Duration::ZERO).await {
                 Ok(ids) => out.extend(ids.into_iter().map(Ok)),
                 Err(error) => out.extend(chunk.iter().map(|_| Err(error.clone()))),
@@ -317,7 +315,7 @@ impl Queue for EmbeddedQueue {
         entries: Vec<(ReceiptHandle, Duration)>,
     ) -> Vec<Result<(), QueueError>> {
         let mut out = Vec::with_capacity(entries.len());
-        for chunk in entries.chunks(CHANGE_CHUNK) {
+        for chunk in entries.chunks(CHUNK) {
             match self.change(chunk).await {
                 Ok(results) => out.extend(results),
                 Err(error) => out.extend(chunk.iter().map(|_| Err(error.clone()))),

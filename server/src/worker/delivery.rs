@@ -270,7 +270,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         }
         Box::pin(self.event(job_id, received)).await;
         if job.state.is_terminal() && self.sabotaged(Safeguard::AckTerminalWithoutInference) {
-            return Box::pin(self.work_blindly(&job, &delivery, &dref)).await;
+            return self.work_blindly(&job, &delivery, &dref).await;
         }
         if job.state.is_terminal() {
             return Box::pin(self.ack_terminal(job_id, &delivery, &dref, job.state)).await;
@@ -700,7 +700,6 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
     }
 
     /// Records what the call came to, and deletes the message once the outcome is durable.
-    #[allow(clippy::too_many_arguments)]
     async fn finish(
         &self,
         job: &Job,

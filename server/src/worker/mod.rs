@@ -201,8 +201,7 @@ impl<Q: Queue, P: Provider> Worker<Q, P> {
         let mut tasks = tokio::task::JoinSet::new();
         // Open receive requests, and the room each reserved.
         let mut receiving = tokio::task::JoinSet::new();
-        let mut asked = std::collections::HashMap::new();
-        let mut reserved = 0usize;
+        let mut asked: std::collections::HashMap<_, usize> = std::collections::HashMap::new();
         let mut backlog = false;
         let config = &self.shared.config;
         let mut failures = 0u32;
@@ -219,6 +218,7 @@ impl<Q: Queue, P: Provider> Worker<Q, P> {
                     _ = tokio::time::sleep_until(until.into()) => continue,
                 }
             }
+            let reserved: usize = asked.values().sum();
             let mut room = config.max_in_flight.saturating_sub(tasks.len() + reserved);
             // More receives only while the queue has a backlog (the last one came back full):
             // an idle worker keeps one long poll open, as it would with one receiver.
@@ -226,7 +226,6 @@ impl<Q: Queue, P: Provider> Worker<Q, P> {
             while room > 0 && receiving.len() < receivers {
                 let n = room.min(MAX_BATCH);
                 room -= n;
-                reserved += n;
                 let shared = Arc::clone(&self.shared);
                 let handle = receiving.spawn(async move {
                     let t = &shared.config.timings;
@@ -244,7 +243,6 @@ impl<Q: Queue, P: Provider> Worker<Q, P> {
                 Err(error) => error.id(),
             };
             let n = asked.remove(&id).unwrap_or(0);
-            reserved -= n;
             let Ok((_, received)) = received else {
                 continue;
             };
