@@ -17,6 +17,19 @@ impl Ledger {
         Ok(())
     }
 
+    /// Brings the planner's statistics up to what a pass left in the ledger and flushes its WAL,
+    /// so the next pass runs against a ledger in use (one holding finished jobs, as a deployment
+    /// with retention does) rather than one the statistics still call empty, and no checkpoint
+    /// of this pass's writes lands in the next. PostgreSQL only: SQLite keeps no such state.
+    pub async fn bench_settle(&self) -> Result<(), LedgerError> {
+        if self.backend == super::Backend::Postgres {
+            sqlx::query("ANALYZE").execute(&self.writer).await?;
+            // Allowed to superusers and `pg_checkpoint` members; else skipped.
+            let _ = sqlx::query("CHECKPOINT").execute(&self.writer).await;
+        }
+        Ok(())
+    }
+
     /// Removes one benchmark run's tenant and queue (its jobs take their events, attempts,
     /// results, inputs and outbox rows with them), then lets PostgreSQL reclaim the space, so
     /// that the next run on the same database starts where this one did.

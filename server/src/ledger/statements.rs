@@ -10,6 +10,16 @@
 //! Statements that read the same on both backends and need no clock stay beside the function
 //! that runs them.
 //!
+//! A write that names its job by key states the job's expected state as `(state …) IS TRUE`,
+//! which means the same in a `WHERE` (a null is not true either way). Written bare, `state =
+//! 'running'` implies the predicates of the partial indexes the reaper scans by
+//! (`jobs_lease_due`, `jobs_deadline_due`), and a PostgreSQL planner whose statistics count
+//! few live jobs — a fresh ledger, one just vacuumed, one whose finished jobs outnumber a
+//! burst of new ones — then walks every live job in such an index to find the one it names
+//! (1.7 ms instead of 0.02 with 10,000 jobs waiting). Wrapped, the condition implies nothing,
+//! and the key is the only way in; `a_write_by_key_looks_its_row_up_by_key_whatever_the_statistics_say`
+//! holds every such statement to that.
+//!
 //! The suite's `every_statement_of_the_catalogue_prepares` prepares each one, without
 //! parameter types, against migrated PostgreSQL and SQLite databases: a parameter whose type
 //! PostgreSQL cannot infer from its context (a `VALUES` row) is cast.
@@ -233,7 +243,7 @@ catalogue! {
              attempt_count = attempt_count + $5, \
              pending_attempt = CASE WHEN $5 = 1 THEN attempt_count + 1 ELSE NULL END, \
              updated_at = {now}, next_event_seq = next_event_seq + $4 \
-             WHERE job_id = $1 AND state IN ('ready', 'retry_authorized') \
+             WHERE job_id = $1 AND (state IN ('ready', 'retry_authorized')) IS TRUE \
              AND deadline_at > {now} AND attempt_count < max_attempts \
              AND (retry_at IS NULL OR retry_at <= {now}) \
              RETURNING owner_until, attempt_count, max_attempts, \
@@ -245,7 +255,7 @@ catalogue! {
         start_attempt: concat!("UPDATE jobs SET attempt_count = attempt_count + 1, \
              pending_attempt = attempt_count + 1, \
              updated_at = {now}, next_event_seq = next_event_seq + 1 \
-             WHERE job_id = $1 AND owner_epoch = $2 AND state = 'running' \
+             WHERE job_id = $1 AND owner_epoch = $2 AND (state = 'running') IS TRUE \
              AND owner_until > {now} AND deadline_at > {now} \
              AND attempt_count < max_attempts AND pending_attempt IS NULL \
              RETURNING attempt_count, ", reserved!(1)),
@@ -256,7 +266,7 @@ catalogue! {
         accept: concat!("UPDATE jobs SET state = 'succeeded', result_ref = $3, pending_attempt = NULL, \
              error_code = NULL, terminal_at = {now}, updated_at = {now}, \
              next_event_seq = next_event_seq + 2 \
-             WHERE job_id = $1 AND owner_epoch = $2 AND state = 'running' \
+             WHERE job_id = $1 AND owner_epoch = $2 AND (state = 'running') IS TRUE \
              AND owner_until > {now} AND deadline_at > {now} AND pending_attempt = $4 \
              RETURNING ", reserved!(2)),
 
@@ -272,7 +282,7 @@ catalogue! {
                  THEN NULL ELSE {now} END, \
              error_code = $4, pending_attempt = NULL, updated_at = {now}, \
              next_event_seq = next_event_seq + 2 \
-             WHERE job_id = $1 AND owner_epoch = $2 AND state = 'running' \
+             WHERE job_id = $1 AND owner_epoch = $2 AND (state = 'running') IS TRUE \
              AND owner_until > {now} AND deadline_at > {now} AND pending_attempt = $3 \
              RETURNING state, retry_at, attempt_count, ", reserved!(2)),
 
@@ -283,7 +293,7 @@ catalogue! {
              state = CASE WHEN pending_attempt IS NULL THEN 'retry_authorized' ELSE 'unknown' END, \
              pending_attempt = NULL, recovery_reason = $3, updated_at = {now}, \
              next_event_seq = next_event_seq + 2 \
-             WHERE job_id = $1 AND state = 'running' AND owner_until <= {now} \
+             WHERE job_id = $1 AND (state = 'running') IS TRUE AND owner_until <= {now} \
              AND deadline_at > {now} \
              RETURNING state, ", reserved!(2)),
         /// The owner hands its job back, fencing itself out.
@@ -291,7 +301,7 @@ catalogue! {
              state = CASE WHEN pending_attempt IS NULL THEN 'retry_authorized' ELSE 'unknown' END, \
              pending_attempt = NULL, recovery_reason = $3, updated_at = {now}, \
              next_event_seq = next_event_seq + 1 \
-             WHERE job_id = $1 AND owner_epoch = $2 AND state = 'running' \
+             WHERE job_id = $1 AND owner_epoch = $2 AND (state = 'running') IS TRUE \
              AND owner_until > {now} AND deadline_at > {now} \
              RETURNING state, ", reserved!(1)),
 
@@ -303,7 +313,7 @@ catalogue! {
              owner_id = $4, error_code = 'cancelled', pending_attempt = NULL, retry_at = NULL, \
              terminal_at = {now}, updated_at = {now}, next_event_seq = next_event_seq + 2 \
              WHERE job_id = $1 AND owner_epoch = $2 AND state = $3 \
-             AND state IN ('ready', 'running', 'unknown', 'retry_authorized') \
+             AND (state IN ('ready', 'running', 'unknown', 'retry_authorized')) IS TRUE \
              RETURNING ", reserved!(2)),
         /// A decision over an `unknown` job at the epoch the decider saw. `$4` = 1 (a retry)
         /// advances the epoch and needs budget and time; `$8` = 1 also needs the job's
@@ -313,7 +323,7 @@ catalogue! {
              result_ref = COALESCE($6, result_ref), error_code = COALESCE($7, error_code), \
              terminal_at = CASE WHEN $3 = 'retry_authorized' THEN NULL ELSE {now} END, \
              retry_at = NULL, updated_at = {now}, next_event_seq = next_event_seq + 2 \
-             WHERE job_id = $1 AND owner_epoch = $2 AND state = 'unknown' \
+             WHERE job_id = $1 AND owner_epoch = $2 AND (state = 'unknown') IS TRUE \
              AND ($4 = 0 OR (deadline_at > {now} AND attempt_count < max_attempts)) \
              AND ($8 = 0 OR replay_policy = 'replay_on_unknown') \
              RETURNING attempt_count, ", reserved!(2)),
@@ -325,13 +335,13 @@ catalogue! {
         /// A live job whose deadline has passed → `expired`.
         expire: concat!("UPDATE jobs SET state = 'expired', terminal_at = {now}, pending_attempt = NULL, \
              updated_at = {now}, next_event_seq = next_event_seq + 1 \
-             WHERE job_id = $1 AND state IN ('ready', 'running', 'unknown', 'retry_authorized') \
+             WHERE job_id = $1 AND (state IN ('ready', 'running', 'unknown', 'retry_authorized')) IS TRUE \
              AND deadline_at <= {now} \
              RETURNING ", reserved!(1)),
         /// A `retry_authorized` job with its budget spent → `failed_terminal`.
         exhaust_budget: concat!("UPDATE jobs SET state = 'failed_terminal', error_code = 'budget_exhausted', \
              terminal_at = {now}, updated_at = {now}, next_event_seq = next_event_seq + 1 \
-             WHERE job_id = $1 AND state = 'retry_authorized' AND attempt_count >= max_attempts \
+             WHERE job_id = $1 AND (state = 'retry_authorized') IS TRUE AND attempt_count >= max_attempts \
              RETURNING attempt_count, ", reserved!(1)),
 
         // outbox
@@ -472,7 +482,7 @@ catalogue! {
              owner_until = {least}({now} + $2, deadline_at), retry_at = NULL, \
              attempt_count = attempt_count + 1, pending_attempt = attempt_count + 1, \
              updated_at = {now}, next_event_seq = next_event_seq + 3 \
-             WHERE state IN ('ready', 'retry_authorized') AND deadline_at > {now} \
+             WHERE (state IN ('ready', 'retry_authorized')) IS TRUE AND deadline_at > {now} \
              AND attempt_count < max_attempts AND (retry_at IS NULL OR retry_at <= {now}) \
              AND job_id IN (",
             "?",
@@ -501,7 +511,8 @@ catalogue! {
              next_event_seq = next_event_seq + 2 FROM (VALUES ",
             "(?, CAST(? AS BIGINT), ?, CAST(? AS BIGINT))",
             ") AS v WHERE jobs.job_id = v.column1 AND jobs.owner_epoch = v.column2 \
-             AND jobs.state = 'running' AND jobs.owner_until > {now} AND jobs.deadline_at > {now} \
+             AND (jobs.state = 'running') IS TRUE AND jobs.owner_until > {now} \
+             AND jobs.deadline_at > {now} \
              AND jobs.pending_attempt = v.column4 \
              RETURNING jobs.job_id AS job_id, jobs.next_event_seq - 2 AS seq, \
              jobs.updated_at AS at, jobs.owner_epoch AS epoch, jobs.deadline_at AS deadline_at",
@@ -557,12 +568,16 @@ catalogue! {
              RETURNING queue_messages.id, queue_messages.handle_hash",
             3
         ),
-        /// Deletes of many messages of queue `$1`, each `(id, hash of its handle)`.
+        /// Deletes of many messages, each `(id, hash of its handle, queue)`. The queue is a
+        /// column of each row, not one condition beside the list: as a condition, a planner
+        /// whose statistics call the table empty (a fresh or freshly vacuumed ledger) walks the
+        /// whole queue in `queue_messages_visible` for every delete instead of looking each id
+        /// up by its key (16 ms a call with 10,000 messages in flight, measured).
         queue_delete_each: (
-            "DELETE FROM queue_messages WHERE queue = $1 AND (id, handle_hash) IN (VALUES ",
-            "(CAST(? AS BIGINT), ?)",
-            ") RETURNING id, handle_hash",
-            2
+            "DELETE FROM queue_messages WHERE (id, handle_hash, queue) IN (VALUES ",
+            "(CAST(? AS BIGINT), ?, ?)",
+            ") RETURNING id, handle_hash, queue",
+            1
         ),
         /// Timeline events, twelve parameters a row.
         insert_events: (
@@ -582,7 +597,7 @@ catalogue! {
         renew_leases: (
             "UPDATE jobs SET owner_until = {least}({now} + $1, deadline_at), \
              updated_at = {now}, next_event_seq = next_event_seq + 1 \
-             WHERE state = 'running' AND owner_until > {now} AND deadline_at > {now} \
+             WHERE (state = 'running') IS TRUE AND owner_until > {now} AND deadline_at > {now} \
              AND (job_id, owner_epoch) IN (VALUES ",
             "(?, CAST(? AS BIGINT))",
             ") RETURNING job_id, owner_until, next_event_seq - 1 AS seq, updated_at AS at, \

@@ -1055,6 +1055,87 @@ async fn a_client_retrying_the_same_request_in_a_loop_does_not_grow_the_timeline
     );
 }
 
+/// Every write that names its rows by key finds them by key on PostgreSQL, even when the
+/// planner's statistics are wrong in the way that makes another path look cheaper: the tables
+/// analysed empty, then thousands of live jobs and messages arriving before the next analyse
+/// (a fresh or freshly vacuumed ledger taking a burst). A guard condition written so that it
+/// implies a partial index's predicate made the planner walk every live job instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_by_key_looks_its_row_up_by_key_whatever_the_statistics_say() {
+    use sqlx::{Executor, Row};
+    if crate::helpers::skip_postgres() {
+        return;
+    }
+    let (ledger, test_db) = fresh_ledger(Db::Postgres).await;
+    let raw = test_db.raw_pool().await;
+    let mut conn = raw.acquire().await.unwrap();
+    conn.execute("VACUUM ANALYZE").await.unwrap();
+    conn.execute(
+        "INSERT INTO jobs (job_id, tenant, idempotency_key, request_digest, input_ref, \
+         contract_version, state, owner_epoch, owner_id, owner_until, created_at, updated_at, \
+         deadline_at, max_attempts) \
+         SELECT 'job-' || g, 'acme', 'key-' || g, 'd', 'r', 'v1', \
+         CASE WHEN g % 2 = 0 THEN 'ready' ELSE 'running' END, \
+         CASE WHEN g % 2 = 0 THEN 0 ELSE 1 END, CASE WHEN g % 2 = 0 THEN NULL ELSE 'w' END, \
+         CASE WHEN g % 2 = 0 THEN NULL ELSE 9000000000000000 END, \
+         0, 0, 9000000000000000, 3 FROM generate_series(1, 6000) AS g",
+    )
+    .await
+    .unwrap();
+    conn.execute(
+        "INSERT INTO queue_messages (queue, message_id, body, sent_at, visible_at, handle_hash) \
+         SELECT 'work', 'm-' || g, '{}', 0, 0, '0123abcd' FROM generate_series(1, 6000) AS g",
+    )
+    .await
+    .unwrap();
+    // The plan kept for every call, whatever the values: what a pooled connection runs.
+    conn.execute("SET plan_cache_mode = force_generic_plan")
+        .await
+        .unwrap();
+    let mut checked = Vec::new();
+    let mut wrong = Vec::new();
+    for (name, sql) in ledger.statements() {
+        // The key's equality must be a condition of the index scan that finds the rows.
+        let key = if sql.starts_with("UPDATE jobs ") {
+            "job_id = "
+        } else if sql.starts_with("DELETE FROM queue_messages WHERE (id") {
+            "(id = "
+        } else {
+            continue;
+        };
+        let params = (1..=2000)
+            .take_while(|n| sql.contains(&format!("${n}")))
+            .count();
+        conn.execute(format!("PREPARE by_key AS {sql}").as_str())
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let nulls = vec!["NULL"; params].join(", ");
+        let execute = if params == 0 {
+            "EXPLAIN EXECUTE by_key".to_owned()
+        } else {
+            format!("EXPLAIN EXECUTE by_key({nulls})")
+        };
+        let plan: Vec<String> = sqlx::query(&execute)
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap_or_else(|e| panic!("{name}: {e}"))
+            .iter()
+            .map(|row| row.get::<String, _>(0))
+            .collect();
+        conn.execute("DEALLOCATE by_key").await.unwrap();
+        let plan = plan.join("\n");
+        let by_key = plan
+            .lines()
+            .any(|line| line.contains("Index Cond: ") && line.contains(key));
+        if !by_key || plan.contains("Seq Scan") {
+            wrong.push(format!("{name} does not find its rows by key:\n{plan}"));
+        }
+        checked.push(name);
+    }
+    assert!(checked.len() >= 15, "only {checked:?}");
+    assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
+}
+
 async fn every_statement_of_the_catalogue_prepares(db: Db) {
     let (ledger, test_db) = fresh_ledger(db).await;
     // The benchmarks' reference table is made on demand; the statement that reads it needs it.

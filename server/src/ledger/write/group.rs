@@ -765,24 +765,16 @@ impl Ledger {
         tx: &mut AnyConnection,
         ops: &[DeleteOp],
     ) -> Result<Vec<Option<bool>>, LedgerError> {
-        let mut by_queue: HashMap<&str, Vec<usize>> = HashMap::new();
-        for (i, (queue, _, _)) in ops.iter().enumerate() {
-            by_queue.entry(queue.as_str()).or_default().push(i);
+        let sql = self.sql.queue_delete_each.rows(ops.len());
+        let mut query = sqlx::query_as::<_, (i64, String, String)>(&sql);
+        for (queue, id, hash) in ops {
+            query = query.bind(*id).bind(hash.as_str()).bind(queue.as_str());
         }
-        let mut gone: HashSet<(&str, i64, String)> = Default::default();
-        for (queue, members) in &by_queue {
-            let sql = self.sql.queue_delete_each.rows(members.len());
-            let mut query = sqlx::query_as::<_, (i64, String)>(&sql).bind(*queue);
-            for &i in members {
-                query = query.bind(ops[i].1).bind(ops[i].2.as_str());
-            }
-            for (id, hash) in query.fetch_all(&mut *tx).await? {
-                gone.insert((queue, id, hash));
-            }
-        }
+        let gone: HashSet<(i64, String, String)> =
+            query.fetch_all(&mut *tx).await?.into_iter().collect();
         Ok(ops
             .iter()
-            .map(|(queue, id, hash)| Some(gone.contains(&(queue.as_str(), *id, hash.clone()))))
+            .map(|(queue, id, hash)| Some(gone.contains(&(*id, hash.clone(), queue.clone()))))
             .collect())
     }
 }
