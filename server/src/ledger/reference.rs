@@ -17,13 +17,14 @@ impl Ledger {
         Ok(())
     }
 
-    /// Brings the planner's statistics up to what a pass left in the ledger and flushes its WAL,
-    /// so the next pass runs against a ledger in use (one holding finished jobs, as a deployment
-    /// with retention does) rather than one the statistics still call empty, and no checkpoint
-    /// of this pass's writes lands in the next. PostgreSQL only: SQLite keeps no such state.
+    /// Brings the planner's statistics up to what a pass left in the ledger (and reclaims what
+    /// it deleted) and flushes its WAL, so the next pass runs against a ledger in use — one
+    /// holding finished jobs and a drained queue, as autovacuum leaves a deployment between
+    /// bursts — rather than one the statistics still call empty, and no checkpoint of this
+    /// pass's writes lands in the next. PostgreSQL only: SQLite keeps no such state.
     pub async fn bench_settle(&self) -> Result<(), LedgerError> {
         if self.backend == super::Backend::Postgres {
-            sqlx::query("ANALYZE").execute(&self.writer).await?;
+            sqlx::query("VACUUM ANALYZE").execute(&self.writer).await?;
             // Allowed to superusers and `pg_checkpoint` members; else skipped.
             let _ = sqlx::query("CHECKPOINT").execute(&self.writer).await;
         }

@@ -26,14 +26,30 @@
 
 use super::dialect::Backend;
 
+/// Timeline events as rows of a JSON array (`$1`), each an object keyed by column: one
+/// statement text for any number of events, parsed and planned once per connection, where a
+/// `VALUES` list of twelve parameters a row is a new statement for every length.
+const POSTGRES_EVENT_ROWS: &str =
+    "json_to_recordset(CAST(CAST($1 AS TEXT) AS JSON)) AS x(job_id TEXT, \
+     seq BIGINT, at BIGINT, kind TEXT, epoch BIGINT, actor TEXT, message_id TEXT, \
+     receive_count BIGINT, handle_hash TEXT, attempt_no BIGINT, deadline_left_ms BIGINT, \
+     detail TEXT)";
+const SQLITE_EVENT_ROWS: &str = "(SELECT value ->> 'job_id' AS job_id, value ->> 'seq' AS seq, \
+     value ->> 'at' AS at, value ->> 'kind' AS kind, value ->> 'epoch' AS epoch, \
+     value ->> 'actor' AS actor, value ->> 'message_id' AS message_id, \
+     value ->> 'receive_count' AS receive_count, value ->> 'handle_hash' AS handle_hash, \
+     value ->> 'attempt_no' AS attempt_no, value ->> 'deadline_left_ms' AS deadline_left_ms, \
+     value ->> 'detail' AS detail FROM json_each($1)) AS x";
+
 /// Fills the dialect tokens of a template for `backend`.
 pub(crate) fn render(backend: Backend, template: &str) -> Box<str> {
-    let (now, least, for_update, skip_locked) = match backend {
+    let (now, least, for_update, skip_locked, event_rows) = match backend {
         Backend::Postgres => (
             "fl_now_us()",
             "LEAST",
             " FOR UPDATE",
             " FOR UPDATE SKIP LOCKED",
+            POSTGRES_EVENT_ROWS,
         ),
         // SQLite differs by necessity: no `now()` in microseconds, `MIN` is the scalar minimum,
         // and there are no row locks (one writer at a time holds the whole file).
@@ -42,6 +58,7 @@ pub(crate) fn render(backend: Backend, template: &str) -> Box<str> {
             "MIN",
             "",
             "",
+            SQLITE_EVENT_ROWS,
         ),
     };
     template
@@ -49,6 +66,7 @@ pub(crate) fn render(backend: Backend, template: &str) -> Box<str> {
         .replace("{least}", least)
         .replace("{for_update}", for_update)
         .replace("{skip_locked}", skip_locked)
+        .replace("{event_rows}", event_rows)
         .into_boxed_str()
 }
 
@@ -167,6 +185,8 @@ macro_rules! catalogue {
         /// The rendered catalogue of one backend.
         #[derive(Debug)]
         pub(crate) struct Statements {
+            /// The backend they were rendered for.
+            pub(crate) backend: Backend,
             $( $(#[doc = $doc])* pub(crate) $name: Box<str>, )+
             $( $(#[doc = $bdoc])* pub(crate) $bname: Batched, )+
         }
@@ -174,6 +194,7 @@ macro_rules! catalogue {
         impl Statements {
             pub(crate) fn render(backend: Backend) -> Statements {
                 Statements {
+                    backend,
                     $( $name: render(backend, $sql), )+
                     $( $bname: Batched::render(backend, $head, $row, $tail, $first), )+
                 }
@@ -230,6 +251,11 @@ catalogue! {
 
         // timeline
 
+        /// Timeline events, any number of them, from one JSON array (`$1`): PostgreSQL's way.
+        insert_events_json: "INSERT INTO events (job_id, seq, at, kind, epoch, actor, message_id, \
+             receive_count, handle_hash, attempt_no, deadline_left_ms, detail) \
+             SELECT job_id, seq, at, kind, epoch, actor, message_id, receive_count, handle_hash, \
+             attempt_no, deadline_left_ms, detail FROM {event_rows}",
         /// Reserves `$2` event sequence numbers on one job without changing it.
         reserve_events: "UPDATE jobs SET next_event_seq = next_event_seq + $2 WHERE job_id = $1 \
              RETURNING next_event_seq - $2 AS seq, {now} AS at, owner_epoch AS epoch, deadline_at",
@@ -579,7 +605,8 @@ catalogue! {
             ") RETURNING id, handle_hash, queue",
             1
         ),
-        /// Timeline events, twelve parameters a row.
+        /// Timeline events, twelve parameters a row: SQLite's way (it parses a statement in
+        /// microseconds, and binds anonymous parameters faster than it reads JSON).
         insert_events: (
             "INSERT INTO events (job_id, seq, at, kind, epoch, actor, message_id, receive_count, \
              handle_hash, attempt_no, deadline_left_ms, detail) VALUES ",
@@ -672,7 +699,14 @@ mod tests {
     fn no_token_survives_rendering_on_either_backend() {
         for backend in [Backend::Postgres, Backend::Sqlite] {
             for (name, sql) in Statements::render(backend).all() {
-                for token in ["{now}", "{least}", "{for_update}", "{skip_locked}", "{{"] {
+                for token in [
+                    "{now}",
+                    "{least}",
+                    "{for_update}",
+                    "{skip_locked}",
+                    "{event_rows}",
+                    "{{",
+                ] {
                     assert!(!sql.contains(token), "{name} keeps {token}: {sql}");
                 }
                 assert!(!sql.contains('{'), "{name}: {sql}");

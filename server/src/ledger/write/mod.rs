@@ -36,7 +36,7 @@ use sqlx::{Any, AnyConnection, FromRow, Transaction};
 
 use super::model::{Job, NewEvent};
 use super::statements::Statements;
-use super::{Ledger, LedgerError, Refusal};
+use super::{Backend, Ledger, LedgerError, Refusal};
 use crate::job::JobState;
 
 /// Event details longer than this are replaced by a marker: events stay small.
@@ -276,34 +276,81 @@ pub(crate) struct Placed<'a> {
     pub(crate) event: &'a NewEvent,
 }
 
-/// Inserts placed events, up to 400 a statement.
+/// One event's columns, as bound or as an object of [`Statements::insert_events_json`].
+#[derive(serde::Serialize)]
+struct EventRow<'a> {
+    job_id: &'a str,
+    seq: i64,
+    at: i64,
+    kind: &'a str,
+    epoch: i64,
+    actor: String,
+    message_id: Option<&'a str>,
+    receive_count: Option<i64>,
+    handle_hash: Option<&'a str>,
+    attempt_no: Option<i64>,
+    deadline_left_ms: i64,
+    detail: String,
+}
+
+impl<'a> EventRow<'a> {
+    fn of(row: &Placed<'a>) -> EventRow<'a> {
+        let e = row.event;
+        let mut detail = e.detail.to_string();
+        if detail.len() > DETAIL_MAX {
+            detail = json!({"truncated": true}).to_string();
+        }
+        EventRow {
+            job_id: row.job_id,
+            seq: row.seq,
+            at: row.at,
+            kind: e.kind.as_str(),
+            epoch: e.epoch.unwrap_or(row.epoch),
+            actor: e.actor.to_string(),
+            message_id: e.delivery.as_ref().map(|d| d.message_id.as_str()),
+            receive_count: e.delivery.as_ref().map(|d| d.receive_count),
+            handle_hash: e.delivery.as_ref().map(|d| d.handle_hash.as_str()),
+            attempt_no: e.attempt_no,
+            deadline_left_ms: (row.deadline_at - row.at) / 1000,
+            detail,
+        }
+    }
+}
+
+/// Inserts placed events, up to 400 a statement: on PostgreSQL as one JSON array, on SQLite as
+/// a `VALUES` list.
 pub(crate) async fn insert_events(
     sql: &Statements,
     conn: &mut AnyConnection,
     rows: &[Placed<'_>],
 ) -> Result<(), LedgerError> {
     for chunk in rows.chunks(EVENT_CHUNK) {
+        let rows = chunk.iter().map(EventRow::of);
+        if sql.backend == Backend::Postgres {
+            let rows = serde_json::to_string(&rows.collect::<Vec<_>>())
+                .map_err(|e| LedgerError::Invalid(format!("events as JSON: {e}")))?;
+            sqlx::query(&sql.insert_events_json)
+                .bind(rows)
+                .execute(&mut *conn)
+                .await?;
+            continue;
+        }
         let text = sql.insert_events.rows(chunk.len());
         let mut query = sqlx::query(&text);
-        for row in chunk {
-            let e = row.event;
-            let mut detail = e.detail.to_string();
-            if detail.len() > DETAIL_MAX {
-                detail = json!({"truncated": true}).to_string();
-            }
+        for e in rows {
             query = query
-                .bind(row.job_id.to_owned())
-                .bind(row.seq)
-                .bind(row.at)
-                .bind(e.kind.as_str())
-                .bind(e.epoch.unwrap_or(row.epoch))
-                .bind(e.actor.to_string())
-                .bind(e.delivery.as_ref().map(|d| d.message_id.clone()))
-                .bind(e.delivery.as_ref().map(|d| d.receive_count))
-                .bind(e.delivery.as_ref().map(|d| d.handle_hash.clone()))
+                .bind(e.job_id)
+                .bind(e.seq)
+                .bind(e.at)
+                .bind(e.kind)
+                .bind(e.epoch)
+                .bind(e.actor)
+                .bind(e.message_id)
+                .bind(e.receive_count)
+                .bind(e.handle_hash)
                 .bind(e.attempt_no)
-                .bind((row.deadline_at - row.at) / 1000)
-                .bind(detail);
+                .bind(e.deadline_left_ms)
+                .bind(e.detail);
         }
         query.execute(&mut *conn).await?;
     }
