@@ -15,8 +15,8 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
 use super::{
-    check_batch, BatchResult, Deleted, Delivery, Depth, Queue, QueueError, ReceiptHandle,
-    MAX_BATCH, MAX_VISIBILITY, MAX_WAIT, VISIBILITY_CAP,
+    check_batch, per_entry, BatchResult, Deleted, Delivery, Depth, Queue, QueueError,
+    ReceiptHandle, MAX_BATCH, MAX_VISIBILITY, MAX_WAIT, VISIBILITY_CAP,
 };
 use crate::ledger::{Ledger, LedgerError, VisibilityChange};
 
@@ -247,10 +247,11 @@ impl Queue for EmbeddedQueue {
     async fn send_all(&self, bodies: &[String]) -> Vec<Result<String, QueueError>> {
         let mut out = Vec::with_capacity(bodies.len());
         for chunk in bodies.chunks(CHUNK) {
-            match self.insert(chunk, Duration::ZERO).await {
-                Ok(ids) => out.extend(ids.into_iter().map(Ok)),
-                Err(error) => out.extend(chunk.iter().map(|_| Err(error.clone()))),
-            }
+            let sent = self.insert(chunk, Duration::ZERO).await;
+            out.extend(per_entry(
+                chunk.len(),
+                sent.map(|ids| ids.into_iter().map(Ok).collect()),
+            ));
         }
         out
     }
@@ -316,10 +317,7 @@ impl Queue for EmbeddedQueue {
     ) -> Vec<Result<(), QueueError>> {
         let mut out = Vec::with_capacity(entries.len());
         for chunk in entries.chunks(CHUNK) {
-            match self.change(chunk).await {
-                Ok(results) => out.extend(results),
-                Err(error) => out.extend(chunk.iter().map(|_| Err(error.clone()))),
-            }
+            out.extend(per_entry(chunk.len(), self.change(chunk).await));
         }
         out
     }

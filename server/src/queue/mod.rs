@@ -29,6 +29,18 @@ pub(crate) fn check_batch(entries: usize) -> Result<(), QueueError> {
         Ok(())
     }
 }
+/// One result per entry of a request of `n` entries: its own answers, or the request's error
+/// for each when the request failed as a whole.
+pub(crate) fn per_entry<T>(
+    n: usize,
+    answer: Result<Vec<Result<T, QueueError>>, QueueError>,
+) -> Vec<Result<T, QueueError>> {
+    match answer {
+        Ok(results) => results,
+        Err(error) => (0..n).map(|_| Err(error.clone())).collect(),
+    }
+}
+
 /// A visibility chain ends 12 hours after the first receive; renewals do not restart it.
 pub const VISIBILITY_CAP: Duration = Duration::from_secs(12 * 3600);
 /// Longest single visibility timeout.
@@ -170,10 +182,7 @@ pub trait Queue: Clone + Send + Sync + 'static {
         async move {
             let mut out = Vec::with_capacity(bodies.len());
             for chunk in bodies.chunks(MAX_BATCH) {
-                match self.send_batch(chunk).await {
-                    Ok(results) => out.extend(results),
-                    Err(error) => out.extend(chunk.iter().map(|_| Err(error.clone()))),
-                }
+                out.extend(per_entry(chunk.len(), self.send_batch(chunk).await));
             }
             out
         }
@@ -216,12 +225,8 @@ pub trait Queue: Clone + Send + Sync + 'static {
             for (at, chunk) in entries.chunks(MAX_BATCH).enumerate() {
                 let (queue, chunk) = (queue.clone(), chunk.to_vec());
                 requests.spawn(async move {
-                    let n = chunk.len();
-                    let results = match queue.change_visibility_batch(&chunk).await {
-                        Ok(results) => results,
-                        Err(error) => vec![Err(error); n],
-                    };
-                    (at * MAX_BATCH, results)
+                    let answer = queue.change_visibility_batch(&chunk).await;
+                    (at * MAX_BATCH, per_entry(chunk.len(), answer))
                 });
             }
             while let Some(joined) = requests.join_next().await {

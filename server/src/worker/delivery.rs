@@ -93,6 +93,22 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             .is_some_and(|f| f.disabled(safeguard))
     }
 
+    /// What a worker without the wait-for-decision safeguard does with an `unknown` job at
+    /// `epoch`: authorizes its own retry instead of waiting for an operator. Reached only
+    /// through a switched-off safeguard in a test build.
+    async fn decide_without_waiting(&self, job_id: &str, epoch: i64) {
+        let _ = self
+            .ledger
+            .decide(
+                job_id,
+                epoch,
+                &crate::ledger::Decision::AuthorizeRetry,
+                &self.actor(),
+                "sabotaged",
+            )
+            .await;
+    }
+
     /// What a worker without the safeguards does with any delivery: calls the model and
     /// writes the answer, whatever the ledger says. Reached only through a switched-off
     /// safeguard in a test build.
@@ -486,16 +502,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 {
                     Ok(r) if r.state == JobState::Unknown => {
                         if self.sabotaged(Safeguard::WaitForDecision) {
-                            let _ = self
-                                .ledger
-                                .decide(
-                                    job_id,
-                                    r.epoch,
-                                    &crate::ledger::Decision::AuthorizeRetry,
-                                    &self.actor(),
-                                    "sabotaged",
-                                )
-                                .await;
+                            self.decide_without_waiting(job_id, r.epoch).await;
                             return None;
                         }
                         if job.replay_policy == ReplayPolicy::ReplayOnUnknown
@@ -535,16 +542,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 if self.sabotaged(Safeguard::WaitForDecision) =>
             {
                 if let Ok(Some(now)) = self.ledger.job(job_id).await {
-                    let _ = self
-                        .ledger
-                        .decide(
-                            job_id,
-                            now.owner_epoch,
-                            &crate::ledger::Decision::AuthorizeRetry,
-                            &self.actor(),
-                            "sabotaged",
-                        )
-                        .await;
+                    self.decide_without_waiting(job_id, now.owner_epoch).await;
                 }
                 return None;
             }

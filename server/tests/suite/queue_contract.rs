@@ -6,9 +6,9 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use fenceline::queue::{AnyQueue, Queue, QueueError, ReceiptHandle};
+use fenceline::queue::{AnyQueue, Delivery, Queue, QueueError, ReceiptHandle};
 
-use crate::helpers::{fresh_queue, QueueKind};
+use crate::helpers::{fresh_queue, QueueKind, TestQueue};
 use crate::on_every_queue;
 
 const SHORT: Duration = Duration::from_secs(2);
@@ -105,24 +105,30 @@ async fn a_delete_with_the_current_handle_removes_the_message(kind: QueueKind) {
     }
 }
 
-async fn batches_answer_each_entry(kind: QueueKind) {
-    let t = fresh_queue(kind, 10).await;
-    let bodies: Vec<String> = (0..3).map(|i| format!("m{i}")).collect();
-    let sent = t.queue.send_batch(&bodies).await.unwrap();
-    assert_eq!(sent.len(), 3);
-    assert!(sent.iter().all(Result::is_ok));
+/// Receives until `n` messages came back or `tries` receives were made.
+async fn receive_up_to(t: &TestQueue, n: usize, tries: usize) -> Vec<Delivery> {
     let mut received = Vec::new();
-    for _ in 0..5 {
+    for _ in 0..tries {
         received.extend(
             t.queue
                 .receive(10, SHORT, Duration::from_secs(1))
                 .await
                 .unwrap(),
         );
-        if received.len() == 3 {
+        if received.len() == n {
             break;
         }
     }
+    received
+}
+
+async fn batches_answer_each_entry(kind: QueueKind) {
+    let t = fresh_queue(kind, 10).await;
+    let bodies: Vec<String> = (0..3).map(|i| format!("m{i}")).collect();
+    let sent = t.queue.send_batch(&bodies).await.unwrap();
+    assert_eq!(sent.len(), 3);
+    assert!(sent.iter().all(Result::is_ok));
+    let received = receive_up_to(&t, 3, 5).await;
     let bodies_seen: HashSet<_> = received.iter().map(|d| d.body.clone()).collect();
     assert_eq!(bodies_seen, bodies.iter().cloned().collect());
 
@@ -152,18 +158,7 @@ async fn many_visibility_changes_answer_each_entry_in_order(kind: QueueKind) {
     let t = fresh_queue(kind, 10).await;
     let bodies: Vec<String> = (0..23).map(|i| format!("m{i}")).collect();
     assert!(t.queue.send_all(&bodies).await.iter().all(Result::is_ok));
-    let mut received = Vec::new();
-    for _ in 0..20 {
-        received.extend(
-            t.queue
-                .receive(10, SHORT, Duration::from_secs(1))
-                .await
-                .unwrap(),
-        );
-        if received.len() == bodies.len() {
-            break;
-        }
-    }
+    let received = receive_up_to(&t, bodies.len(), 20).await;
     assert_eq!(received.len(), bodies.len());
     let mut changes: Vec<_> = received
         .iter()
