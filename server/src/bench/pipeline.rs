@@ -58,10 +58,11 @@ pub async fn pipeline(
             },
         ],
         notes: vec![format!(
-            "group commit: {} commits carried {} writes ({:.1} a commit); {} went alone, {} whole batches failed",
+            "group commit: {} commits carried {} writes ({:.1} a commit, {} at most); {} went alone, {} whole batches failed",
             stats.commits,
             stats.writes,
             stats.writes as f64 / stats.commits.max(1) as f64,
+            stats.largest,
             stats.went_alone,
             stats.failed
         )],

@@ -1,7 +1,7 @@
 //! Group commit: the same write of many concurrent callers in one transaction.
 //!
 //! A caller hands its write to the ledger's lane and waits. A runner takes every write
-//! waiting when it is free (up to [`MOST`], of every kind), runs them as one transaction —
+//! waiting when it is free (up to a cap, of every kind), runs them as one transaction —
 //! one multi-row statement per step, each row still its own compare-and-set — commits once
 //! and answers each caller. While it commits, the next callers queue up: under load the batches
 //! grow by themselves, and an idle ledger pays no added wait.
@@ -30,8 +30,17 @@ use crate::ledger::model::{Accepted, AttemptStarted, Claimed, Job, NewEvent, New
 use crate::ledger::read::job_from_row;
 use crate::ledger::{Backend, Ledger, LedgerError, TakenMessage};
 
-/// Most writes one transaction takes.
-const MOST: usize = 128;
+/// Most writes one transaction takes. SQLite's one writer commits one transaction at a time,
+/// each ending in a flush to disk: under load its batches reach any cap, and a larger one
+/// spreads each flush over more writes (10,000 jobs through the pipeline benchmark: 1,902
+/// jobs/s at 128, 2,207 at 512). PostgreSQL's runners commit side by side, and their batches
+/// (about 50 writes) stay under the cap.
+fn most(backend: Backend) -> usize {
+    match backend {
+        Backend::Postgres => 128,
+        Backend::Sqlite => 512,
+    }
+}
 /// Most job rows one locking statement takes.
 const LOCK_CHUNK: usize = 400;
 
@@ -57,6 +66,8 @@ pub struct GroupStats {
     pub mixed: u64,
     /// Batches that failed as a whole (every write in them then went alone).
     pub failed: u64,
+    /// The most writes one batch carried.
+    pub largest: u64,
 }
 
 #[derive(Default)]
@@ -66,6 +77,7 @@ struct Counters {
     went_alone: AtomicU64,
     mixed: AtomicU64,
     failed: AtomicU64,
+    largest: AtomicU64,
 }
 
 impl Counters {
@@ -76,6 +88,7 @@ impl Counters {
             went_alone: self.went_alone.load(Relaxed),
             mixed: self.mixed.load(Relaxed),
             failed: self.failed.load(Relaxed),
+            largest: self.largest.load(Relaxed),
         }
     }
 }
@@ -92,6 +105,7 @@ impl<Op: Send + 'static, Out: Send + 'static> Lane<Op, Out> {
         let rx = Arc::new(Mutex::new(rx));
         let run = Arc::new(run);
         let stats = Arc::new(Counters::default());
+        let most = most(ledger.backend());
         for _ in 0..runners {
             let (rx, run, ledger) = (Arc::clone(&rx), Arc::clone(&run), ledger.clone());
             let stats = Arc::clone(&stats);
@@ -101,7 +115,7 @@ impl<Op: Send + 'static, Out: Send + 'static> Lane<Op, Out> {
                         let mut rx = rx.lock().await;
                         let Some(first) = rx.recv().await else { return };
                         let mut batch = vec![first];
-                        while batch.len() < MOST {
+                        while batch.len() < most {
                             match rx.try_recv() {
                                 Ok(next) => batch.push(next),
                                 Err(_) => break,
@@ -112,6 +126,7 @@ impl<Op: Send + 'static, Out: Send + 'static> Lane<Op, Out> {
                     let (ops, replies): (Vec<Op>, Vec<_>) = batch.into_iter().unzip();
                     let n = ops.len() as u64;
                     stats.writes.fetch_add(n, Relaxed);
+                    stats.largest.fetch_max(n, Relaxed);
                     match run(ledger.clone(), ops).await {
                         Ok(outs) => {
                             let alone = outs.iter().filter(|out| out.is_none()).count() as u64;
