@@ -30,6 +30,45 @@
 //! where through the ledger one store serves both backends, shares the SQLite writer (no second
 //! writer to contend with) and is tested with the rest of the ledger on both.
 
+/// Binds the keys of a batched key list (`$batched`, a [`statements::Batched`]) to `$query`:
+/// one JSON array where the statement takes them so (PostgreSQL), one parameter each
+/// otherwise.
+macro_rules! bind_keys {
+    ($query:expr, $batched:expr, $keys:expr) => {{
+        let mut query = $query;
+        if $batched.keys_as_json() {
+            let keys: Vec<_> = $keys.into_iter().collect();
+            query = query.bind(serde_json::to_string(&keys).expect("keys serialise"));
+        } else {
+            for key in $keys {
+                query = query.bind(key);
+            }
+        }
+        query
+    }};
+}
+
+/// Binds the rows of a batched statement (`$batched`) to `$query`, each row's values listed
+/// in order: one JSON array of arrays where the statement takes them so (PostgreSQL), one
+/// parameter each otherwise.
+macro_rules! bind_rows {
+    ($query:expr, $batched:expr, $rows:expr, |$row:pat_param| [$($value:expr),+ $(,)?]) => {{
+        let mut query = $query;
+        if $batched.rows_as_json() {
+            let rows: Vec<serde_json::Value> = $rows
+                .into_iter()
+                .map(|$row| serde_json::json!([$($value),+]))
+                .collect();
+            query = query.bind(serde_json::to_string(&rows).expect("rows serialise"));
+        } else {
+            for $row in $rows {
+                $(query = query.bind($value);)+
+            }
+        }
+        query
+    }};
+}
+
 mod audit;
 mod connect;
 mod console_reads;

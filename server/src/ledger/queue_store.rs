@@ -69,10 +69,12 @@ impl Ledger {
             return Ok(());
         }
         let sql = self.sql.queue_insert.rows(messages.len());
-        let mut query = sqlx::query(&sql).bind(queue).bind(micros(delay));
-        for (id, body) in messages {
-            query = query.bind(id.as_str()).bind(body.as_str());
-        }
+        let query = bind_rows!(
+            sqlx::query(&sql).bind(queue).bind(micros(delay)),
+            self.sql.queue_insert,
+            messages,
+            |(id, body)| [id.as_str(), body.as_str()]
+        );
         query.execute(&self.writer).await?;
         Ok(())
     }
@@ -163,10 +165,12 @@ impl Ledger {
         if !taking.is_empty() {
             // One statement takes them all, each with its own new handle.
             let sql = self.sql.queue_take.rows(taking.len());
-            let mut query = sqlx::query_as::<_, TakenMessage>(&sql).bind(micros(visibility));
-            for (id, hash) in taking.iter().zip(handles) {
-                query = query.bind(*id).bind(hash.as_str());
-            }
+            let query = bind_rows!(
+                sqlx::query_as::<_, TakenMessage>(&sql).bind(micros(visibility)),
+                self.sql.queue_take,
+                taking.iter().zip(handles),
+                |(id, hash)| [*id, hash.as_str()]
+            );
             taken = query.fetch_all(&mut *tx).await?;
             for message in &mut taken {
                 message.handle = taking
@@ -203,12 +207,14 @@ impl Ledger {
         }
         let mut tx = self.begin_write().await?;
         let sql = self.sql.queue_change_each.rows(changes.len());
-        let mut query = sqlx::query_as::<_, (i64, String)>(&sql)
-            .bind(queue)
-            .bind(micros(cap));
-        for (id, hash, timeout) in changes {
-            query = query.bind(*id).bind(hash.as_str()).bind(micros(*timeout));
-        }
+        let query = bind_rows!(
+            sqlx::query_as::<_, (i64, String)>(&sql)
+                .bind(queue)
+                .bind(micros(cap)),
+            self.sql.queue_change_each,
+            changes,
+            |(id, hash, timeout)| [*id, hash.as_str(), micros(*timeout)]
+        );
         // A message's row holds one handle: at most one entry per id can have changed it.
         let changed: std::collections::HashMap<i64, String> =
             query.fetch_all(&mut *tx).await?.into_iter().collect();

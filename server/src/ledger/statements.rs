@@ -8,6 +8,9 @@
 //! statement. They are filled in once, at connect; nothing
 //! is templated per call. A *batched* statement repeats one row group (`?` marks each of its
 //! parameters) as many times as a call has rows; only the `$n` numbering is built per call.
+//! On PostgreSQL a batched list of keys (`… IN (?)`, one key a row) is rendered once instead,
+//! taking the keys as one JSON array: each length of a list was a statement text of its own,
+//! parsed and planned again whenever it fell out of the connection's statement cache.
 //! Statements that read the same on both backends and need no clock stay beside the function
 //! that runs them.
 //!
@@ -80,21 +83,106 @@ pub(crate) fn render(backend: Backend, template: &str) -> Box<str> {
         .into_boxed_str()
 }
 
-/// A statement with a row group repeated once per row of a call.
+/// A statement over any number of rows of a call.
 ///
-/// On SQLite every parameter is rendered anonymous (`?`), in the order of binding: SQLite
-/// looks a numbered parameter's name up by walking the list of names, so binding thousands of
-/// `$n` costs time quadratic in their number, and anonymous ones skip the lookup. The shared
-/// parameters therefore appear once each, in order, before the rows (a unit test holds every
-/// batched statement to that).
+/// On SQLite its row group is repeated once per row, every parameter anonymous (`?`), in the
+/// order of binding: SQLite looks a numbered parameter's name up by walking the list of names,
+/// so binding thousands of `$n` costs time quadratic in their number, and anonymous ones skip
+/// the lookup. The shared parameters therefore appear once each, in order, before the rows (a
+/// unit test holds every batched statement to that).
+///
+/// On PostgreSQL it is one statement text for any number of rows, which take one parameter
+/// after the shared ones: a JSON array — of keys for a list of keys (`… IN (?)`), of arrays for
+/// rows of several values (a `VALUES` list). Each length of a list was a statement text of its
+/// own, about a thousand of them under load against a cache of a hundred prepared statements a
+/// connection, so nearly every batched statement was parsed and planned again (a sixth of
+/// PostgreSQL's time in the pipeline benchmark). Bind through `bind_keys!` and `bind_rows!`,
+/// which take the rows either way.
 #[derive(Debug)]
 pub(crate) struct Batched {
+    /// SQLite's head, row group and tail; PostgreSQL's whole statement in `head`.
     head: Box<str>,
     row: Box<str>,
     tail: Box<str>,
-    /// The number of the first row parameter (those before it are shared by all rows).
-    first: usize,
-    anonymous: bool,
+    /// PostgreSQL's form of the rows, if this is PostgreSQL.
+    json: Option<Json>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Json {
+    /// A JSON array of keys.
+    Keys,
+    /// A JSON array of rows, each an array of the row's values in order.
+    Rows,
+}
+
+/// A list of keys (`… IN (` one parameter `)`) reading its keys from the JSON array `$first`
+/// as one array value: `= ANY` of an array is looked up in an index key by key, where a
+/// sub-select joined to the table could be planned as a scan of the whole table.
+fn json_keys(head: &str, row: &str, tail: &str, first: usize) -> Option<String> {
+    let key_type = match row {
+        "?" => "TEXT",
+        "CAST(? AS BIGINT)" => "BIGINT",
+        _ => return None,
+    };
+    let head = head.strip_suffix(" IN (")?;
+    let tail = tail.strip_prefix(')')?;
+    Some(format!(
+        "{head} = ANY(ARRAY(SELECT CAST(value AS {key_type}) \
+         FROM json_array_elements_text(CAST(CAST(${first} AS TEXT) AS JSON)))){tail}"
+    ))
+}
+
+/// A batched template whose rows are a `VALUES` list — `INSERT … VALUES (…), (…)`,
+/// `FROM (VALUES (…), (…)) AS v` or `IN (VALUES (…), (…))` — with its rows read from one JSON
+/// array of arrays (`$first`) instead: each row's `k`-th parameter becomes the row's `k`-th
+/// element, its expressions (casts, the clock) kept, its columns named as `VALUES` names them.
+fn json_rows(head: &str, row: &str, tail: &str, first: usize) -> Option<String> {
+    let inner = row.strip_prefix('(')?.strip_suffix(')')?;
+    // The row's expressions, split at its top-level commas.
+    let mut exprs = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (i, c) in inner.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                exprs.push(inner[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    exprs.push(inner[start..].trim());
+    let mut k = 0;
+    let columns: Vec<String> = exprs
+        .iter()
+        .enumerate()
+        .map(|(n, expr)| {
+            let mut out = String::new();
+            for part in expr.split_inclusive('?') {
+                match part.strip_suffix('?') {
+                    Some(text) => {
+                        out.push_str(text);
+                        out.push_str(&format!("(r.value ->> {k})"));
+                        k += 1;
+                    }
+                    None => out.push_str(part),
+                }
+            }
+            format!("{out} AS column{}", n + 1)
+        })
+        .collect();
+    let select = format!(
+        "SELECT {} FROM fl_rows(CAST(CAST(${first} AS TEXT) AS JSONB)) AS r(value)",
+        columns.join(", ")
+    );
+    if let Some(head) = head.strip_suffix("(VALUES ") {
+        let tail = tail.strip_prefix(')')?;
+        return Some(format!("{head}({select}){tail}"));
+    }
+    let head = head.strip_suffix("VALUES ")?;
+    Some(format!("{head}{select}{tail}"))
 }
 
 /// `$1`, `$2`, … of a template rendered as `?`.
@@ -116,52 +204,56 @@ fn anonymous(text: &str) -> Box<str> {
 
 impl Batched {
     fn render(backend: Backend, head: &str, row: &str, tail: &str, first: usize) -> Batched {
-        let anonymous_params = backend == Backend::Sqlite;
-        let text = |t: &str| {
-            let rendered = render(backend, t);
-            if anonymous_params {
-                anonymous(&rendered)
-            } else {
-                rendered
-            }
-        };
-        Batched {
-            head: text(head),
-            row: render(backend, row),
-            tail: text(tail),
-            first,
-            anonymous: anonymous_params,
+        if backend == Backend::Postgres {
+            let (json, sql) = match json_keys(head, row, tail, first) {
+                Some(sql) => (Json::Keys, sql),
+                None => (
+                    Json::Rows,
+                    json_rows(head, row, tail, first).unwrap_or_else(|| {
+                        panic!(
+                            "a batched statement is neither a list of keys nor of VALUES: {head}"
+                        )
+                    }),
+                ),
+            };
+            return Batched {
+                head: render(backend, &sql),
+                row: "".into(),
+                tail: "".into(),
+                json: Some(json),
+            };
         }
+        Batched {
+            head: anonymous(&render(backend, head)),
+            row: render(backend, row),
+            tail: anonymous(&render(backend, tail)),
+            json: None,
+        }
+    }
+
+    /// Whether this statement takes its keys as one JSON array (see `bind_keys!`).
+    pub(crate) fn keys_as_json(&self) -> bool {
+        self.json == Some(Json::Keys)
+    }
+
+    /// Whether this statement takes its rows as one JSON array of arrays (see `bind_rows!`).
+    pub(crate) fn rows_as_json(&self) -> bool {
+        self.json == Some(Json::Rows)
     }
 
     /// The statement for `rows` rows.
     pub(crate) fn rows(&self, rows: usize) -> String {
-        let per_row = self.row.matches('?').count();
-        let mut sql = String::with_capacity(self.head.len() + rows * (self.row.len() + 8));
+        if self.json.is_some() {
+            return self.head.to_string();
+        }
+        let mut sql = String::with_capacity(self.head.len() + rows * (self.row.len() + 2));
         sql.push_str(&self.head);
-        let mut n = self.first;
         for i in 0..rows {
             if i > 0 {
                 sql.push_str(", ");
             }
-            if self.anonymous {
-                sql.push_str(&self.row);
-                n += per_row;
-                continue;
-            }
-            for part in self.row.split_inclusive('?') {
-                match part.strip_suffix('?') {
-                    Some(text) => {
-                        sql.push_str(text);
-                        sql.push('$');
-                        sql.push_str(&n.to_string());
-                        n += 1;
-                    }
-                    None => sql.push_str(part),
-                }
-            }
+            sql.push_str(&self.row);
         }
-        debug_assert_eq!(n - self.first, rows * per_row);
         sql.push_str(&self.tail);
         sql
     }
@@ -533,7 +625,7 @@ catalogue! {
         insert_attempts: (
             "INSERT INTO attempts (job_id, attempt_no, epoch, worker_id, provider, \
              provider_request_id, started_at) VALUES ",
-            "(?, ?, ?, ?, ?, ?, ?)", "", 1
+            "(?, CAST(? AS BIGINT), CAST(? AS BIGINT), ?, ?, ?, CAST(? AS BIGINT))", "", 1
         ),
         /// The stored inputs of many jobs.
         inputs_of: (
@@ -561,7 +653,7 @@ catalogue! {
         insert_results: (
             "INSERT INTO results (result_ref, job_id, attempt_no, epoch, status, body, digest, \
              created_at) VALUES ",
-            "(?, ?, ?, ?, ?, ?, ?, ?)", "", 1
+            "(?, ?, CAST(? AS BIGINT), CAST(? AS BIGINT), ?, ?, ?, CAST(? AS BIGINT))", "", 1
         ),
         /// Attempts that produced their job's accepted result, each
         /// `(job_id, attempt_no, epoch, finished_at, result_ref)`.
@@ -623,7 +715,10 @@ catalogue! {
         insert_events: (
             "INSERT INTO events (job_id, seq, at, kind, epoch, actor, message_id, receive_count, \
              handle_hash, attempt_no, deadline_left_ms, detail) VALUES ",
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", "", 1
+            "(?, CAST(? AS BIGINT), CAST(? AS BIGINT), ?, CAST(? AS BIGINT), ?, ?, \
+             CAST(? AS BIGINT), ?, CAST(? AS BIGINT), CAST(? AS BIGINT), ?)",
+            "",
+            1
         ),
         /// One sequence number on each of many jobs.
         reserve_event_each: (
@@ -648,7 +743,7 @@ catalogue! {
         outbox_lock: (
             "UPDATE outbox SET locked_until = {now} + $1, send_attempts = send_attempts + 1 \
              WHERE id IN (",
-            "?",
+            "CAST(? AS BIGINT)",
             ") RETURNING id, job_id, reason",
             2
         ),
@@ -663,7 +758,7 @@ catalogue! {
         /// Dead-letter moves put on their jobs' timelines.
         dead_letters_noted: (
             "UPDATE queue_messages SET timeline_noted_at = {now} WHERE id IN (",
-            "?",
+            "CAST(? AS BIGINT)",
             ")",
             1
         ),
@@ -731,19 +826,70 @@ mod tests {
     }
 
     #[test]
-    fn batched_rows_number_their_parameters_after_the_shared_ones() {
+    fn on_postgres_batched_rows_are_one_json_array_after_the_shared_parameters() {
         let s = Statements::render(Backend::Postgres);
+        let rows = "FROM fl_rows(CAST(CAST(";
         let sql = s.renew_leases.rows(2);
         assert!(
-            sql.contains("IN (VALUES ($2, CAST($3 AS BIGINT)), ($4, CAST($5 AS BIGINT)))"),
+            sql.contains(
+                "AND (job_id, owner_epoch) IN (SELECT (r.value ->> 0) AS column1, \
+                 CAST((r.value ->> 1) AS BIGINT) AS column2 \
+                 FROM fl_rows(CAST(CAST($2 AS TEXT) AS JSONB)) AS r(value)) RETURNING"
+            ),
             "{sql}"
         );
         let sql = s.queue_insert.rows(2);
         assert!(sql.contains("SELECT $1, v.column1, v.column2, "), "{sql}");
         assert!(
-            sql.contains("+ $2 FROM (VALUES ($3, $4), ($5, $6)) AS v"),
+            sql.contains(
+                "+ $2 FROM (SELECT (r.value ->> 0) AS column1, (r.value ->> 1) AS column2 \
+                 FROM fl_rows(CAST(CAST($3 AS TEXT) AS JSONB)) AS r(value)) AS v"
+            ),
             "{sql}"
         );
+        let sql = s.create_each.rows(2);
+        assert!(
+            sql.contains(", drill_run) SELECT (r.value ->> 0) AS column1, "),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("fl_now_us() + CAST((r.value ->> 6) AS BIGINT) AS column8"),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("AS r(value) ON CONFLICT (tenant, idempotency_key) DO NOTHING"),
+            "{sql}"
+        );
+        let sql = s.claim_each.rows(2);
+        assert!(
+            sql.contains(
+                "AND job_id = ANY(ARRAY(SELECT CAST(value AS TEXT) \
+                 FROM json_array_elements_text(CAST(CAST($3 AS TEXT) AS JSON)))) RETURNING"
+            ),
+            "{sql}"
+        );
+        let sql = s.outbox_lock.rows(2);
+        assert!(
+            sql.contains("WHERE id = ANY(ARRAY(SELECT CAST(value AS BIGINT) "),
+            "{sql}"
+        );
+        // Every batched statement: one text whatever the number of rows, its rows one
+        // parameter.
+        for (name, head, row, tail, first) in Statements::batched_templates() {
+            let b = Batched::render(Backend::Postgres, &head, &row, &tail, first);
+            assert_eq!(b.rows(1), b.rows(300), "{name}");
+            assert!(b.keys_as_json() != b.rows_as_json(), "{name}");
+            let sql = b.rows(3);
+            assert!(
+                sql.contains(rows) || sql.contains("json_array_elements_text"),
+                "{name}"
+            );
+            assert!(
+                sql.contains(&format!("CAST(${first} AS TEXT)")),
+                "{name}: {sql}"
+            );
+            assert!(!sql.contains(&format!("${}", first + 1)), "{name}: {sql}");
+        }
     }
 
     #[test]

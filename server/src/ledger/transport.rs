@@ -52,10 +52,8 @@ impl Ledger {
             return Ok(());
         }
         let sql = self.sql.dead_letters_noted.rows(ids.len());
-        let mut query = sqlx::query(&sql);
-        for id in ids {
-            query = query.bind(*id);
-        }
+        let query = sqlx::query(&sql);
+        let query = bind_keys!(query, self.sql.dead_letters_noted, ids.iter().copied());
         query.execute(&self.writer).await?;
         Ok(())
     }

@@ -128,10 +128,12 @@ impl Ledger {
         let mut out = Vec::with_capacity(leases.len());
         for chunk in leases.chunks(RENEW_CHUNK) {
             let sql = self.sql.renew_leases.rows(chunk.len());
-            let mut query = sqlx::query_as::<_, RenewRow>(&sql).bind(micros(lease));
-            for (job_id, epoch) in chunk {
-                query = query.bind(job_id.as_str()).bind(*epoch);
-            }
+            let query = bind_rows!(
+                sqlx::query_as::<_, RenewRow>(&sql).bind(micros(lease)),
+                self.sql.renew_leases,
+                chunk,
+                |(job_id, epoch)| [job_id.as_str(), *epoch]
+            );
             let mut tx = self.begin_write().await?;
             let ids = chunk.iter().map(|(job_id, _)| job_id.as_str());
             lock_jobs(&self.sql, self.backend, &mut tx, ids).await?;

@@ -470,10 +470,8 @@ impl Ledger {
         let mut free = HashSet::with_capacity(ids.len());
         for chunk in ids.chunks(LOCK_CHUNK) {
             let sql = self.sql.lock_free_jobs.rows(chunk.len());
-            let mut query = sqlx::query_scalar::<_, String>(&sql);
-            for id in chunk {
-                query = query.bind(*id);
-            }
+            let query = sqlx::query_scalar::<_, String>(&sql);
+            let query = bind_keys!(query, self.sql.lock_free_jobs, chunk.iter().copied());
             free.extend(query.fetch_all(&mut *tx).await?);
         }
         Ok(Some(free))
@@ -486,10 +484,12 @@ impl Ledger {
     ) -> Result<Vec<Option<ClaimDone>>, LedgerError> {
         // Only the message's own tenant's job is claimed here (the rows are locked already).
         let sql = self.sql.tenants_of.rows(ops.len());
-        let mut query = sqlx::query_as::<_, (String, String)>(&sql);
-        for op in ops {
-            query = query.bind(op.job_id.as_str());
-        }
+        let query = sqlx::query_as::<_, (String, String)>(&sql);
+        let query = bind_keys!(
+            query,
+            self.sql.tenants_of,
+            ops.iter().map(|op| op.job_id.as_str())
+        );
         let tenants: HashMap<String, String> =
             query.fetch_all(&mut *tx).await?.into_iter().collect();
         // One statement per worker, lease and provider (in one worker, one of each).
@@ -506,12 +506,14 @@ impl Ledger {
         let mut rows: Vec<(usize, ClaimedRow)> = Vec::with_capacity(ops.len());
         for ((worker_id, lease, _), members) in &groups {
             let sql = self.sql.claim_each.rows(members.len());
-            let mut query = sqlx::query_as::<_, ClaimedRow>(&sql)
+            let query = sqlx::query_as::<_, ClaimedRow>(&sql)
                 .bind(*worker_id)
                 .bind(micros(*lease));
-            for &i in members {
-                query = query.bind(ops[i].job_id.as_str());
-            }
+            let query = bind_keys!(
+                query,
+                self.sql.claim_each,
+                members.iter().map(|&i| ops[i].job_id.as_str())
+            );
             let index: HashMap<&str, usize> = members
                 .iter()
                 .map(|&i| (ops[i].job_id.as_str(), i))
@@ -553,18 +555,20 @@ impl Ledger {
             })
             .collect();
         let sql = self.sql.insert_attempts.rows(claims.len());
-        let mut query = sqlx::query(&sql);
-        for (i, _, d) in &claims {
-            let job_id = ops[*i].job_id.as_str();
-            query = query
-                .bind(job_id)
-                .bind(d.attempt.attempt_no)
-                .bind(d.attempt.epoch)
-                .bind(ops[*i].worker_id.as_str())
-                .bind(ops[*i].provider.as_str())
-                .bind(d.attempt.client_request_id(job_id))
-                .bind(d.claimed.at);
-        }
+        let query = bind_rows!(
+            sqlx::query(&sql),
+            self.sql.insert_attempts,
+            &claims,
+            |(i, _, d)| [
+                ops[*i].job_id.as_str(),
+                d.attempt.attempt_no,
+                d.attempt.epoch,
+                ops[*i].worker_id.as_str(),
+                ops[*i].provider.as_str(),
+                d.attempt.client_request_id(&ops[*i].job_id),
+                d.claimed.at,
+            ]
+        );
         query.execute(&mut *tx).await?;
         let events: Vec<(usize, Reserved, Vec<NewEvent>)> = claims
             .iter()
@@ -589,10 +593,11 @@ impl Ledger {
             .collect();
         insert_events(&self.sql, tx, &place(ops, &events, |op| &op.job_id)).await?;
         let sql = self.sql.inputs_of.rows(claims.len());
-        let mut query = sqlx::query(&sql);
-        for (i, _, _) in &claims {
-            query = query.bind(ops[*i].job_id.as_str());
-        }
+        let query = bind_keys!(
+            sqlx::query(&sql),
+            self.sql.inputs_of,
+            claims.iter().map(|(i, _, _)| ops[*i].job_id.as_str())
+        );
         let mut inputs: HashMap<String, (String, String)> = HashMap::new();
         for row in query.fetch_all(&mut *tx).await? {
             inputs.insert(
@@ -601,10 +606,11 @@ impl Ledger {
             );
         }
         let sql = self.sql.jobs_of.rows(claims.len());
-        let mut query = sqlx::query(&sql);
-        for (i, _, _) in &claims {
-            query = query.bind(ops[*i].job_id.as_str());
-        }
+        let query = bind_keys!(
+            sqlx::query(&sql),
+            self.sql.jobs_of,
+            claims.iter().map(|(i, _, _)| ops[*i].job_id.as_str())
+        );
         let mut jobs: HashMap<String, Job> = HashMap::new();
         for row in query.fetch_all(&mut *tx).await? {
             let job = job_from_row(&row)?;
@@ -625,14 +631,17 @@ impl Ledger {
     ) -> Result<Vec<Option<Accepted>>, LedgerError> {
         let refs: Vec<String> = ops.iter().map(|_| new_result_ref()).collect();
         let sql = self.sql.accept_each.rows(ops.len());
-        let mut query = sqlx::query_as::<_, ReservedRow>(&sql);
-        for (op, result_ref) in ops.iter().zip(&refs) {
-            query = query
-                .bind(op.owner.job_id())
-                .bind(op.owner.epoch)
-                .bind(result_ref.as_str())
-                .bind(op.attempt_no);
-        }
+        let query = bind_rows!(
+            sqlx::query_as::<_, ReservedRow>(&sql),
+            self.sql.accept_each,
+            ops.iter().zip(&refs),
+            |(op, result_ref)| [
+                op.owner.job_id(),
+                op.owner.epoch,
+                result_ref.as_str(),
+                op.attempt_no,
+            ]
+        );
         // Two owners of one job may both be here: only the current epoch's row matches.
         let index: HashMap<(&str, i64), usize> = ops
             .iter()
@@ -652,31 +661,35 @@ impl Ledger {
             return Ok(ops.iter().map(|_| None).collect());
         }
         let sql = self.sql.insert_results.rows(accepted.len());
-        let mut query = sqlx::query(&sql);
-        for (i, r) in &accepted {
-            let op = &ops[*i];
-            query = query
-                .bind(refs[*i].as_str())
-                .bind(op.owner.job_id())
-                .bind(op.attempt_no)
-                .bind(op.owner.epoch)
-                .bind("accepted")
-                .bind(op.body.as_str())
-                .bind(body_digest(&op.body))
-                .bind(r.at);
-        }
+        let query = bind_rows!(
+            sqlx::query(&sql),
+            self.sql.insert_results,
+            &accepted,
+            |(i, r)| [
+                refs[*i].as_str(),
+                ops[*i].owner.job_id(),
+                ops[*i].attempt_no,
+                ops[*i].owner.epoch,
+                "accepted",
+                ops[*i].body.as_str(),
+                body_digest(&ops[*i].body),
+                r.at,
+            ]
+        );
         query.execute(&mut *tx).await?;
         let sql = self.sql.attempts_succeeded.rows(accepted.len());
-        let mut query = sqlx::query(&sql);
-        for (i, r) in &accepted {
-            let op = &ops[*i];
-            query = query
-                .bind(op.owner.job_id())
-                .bind(op.attempt_no)
-                .bind(op.owner.epoch)
-                .bind(r.at)
-                .bind(refs[*i].as_str());
-        }
+        let query = bind_rows!(
+            sqlx::query(&sql),
+            self.sql.attempts_succeeded,
+            &accepted,
+            |(i, r)| [
+                ops[*i].owner.job_id(),
+                ops[*i].attempt_no,
+                ops[*i].owner.epoch,
+                r.at,
+                refs[*i].as_str(),
+            ]
+        );
         query.execute(&mut *tx).await?;
         let events: Vec<(usize, Reserved, Vec<NewEvent>)> = accepted
             .iter()
@@ -706,21 +719,23 @@ impl Ledger {
             .map(|op| format!("ledger:job_inputs/{}", op.job_id))
             .collect();
         let sql = self.sql.create_each.rows(ops.len());
-        let mut query = sqlx::query_as::<_, ReservedRow>(&sql);
-        for (op, input_ref) in ops.iter().zip(&input_refs) {
-            let new = &op.new;
-            query = query
-                .bind(op.job_id.as_str())
-                .bind(new.tenant.as_str())
-                .bind(new.idempotency_key.as_str())
-                .bind(new.request_digest.as_str())
-                .bind(input_ref.as_str())
-                .bind(new.contract_version.as_str())
-                .bind(micros(new.deadline))
-                .bind(i64::from(new.max_attempts))
-                .bind(new.replay_policy.as_str())
-                .bind(new.drill_run.as_deref());
-        }
+        let query = bind_rows!(
+            sqlx::query_as::<_, ReservedRow>(&sql),
+            self.sql.create_each,
+            ops.iter().zip(&input_refs),
+            |(op, input_ref)| [
+                op.job_id.as_str(),
+                op.new.tenant.as_str(),
+                op.new.idempotency_key.as_str(),
+                op.new.request_digest.as_str(),
+                input_ref.as_str(),
+                op.new.contract_version.as_str(),
+                micros(op.new.deadline),
+                i64::from(op.new.max_attempts),
+                op.new.replay_policy.as_str(),
+                op.new.drill_run.as_deref(),
+            ]
+        );
         let index: HashMap<&str, usize> = ops
             .iter()
             .enumerate()
@@ -737,20 +752,24 @@ impl Ledger {
             return Ok(out);
         }
         let sql = self.sql.insert_inputs.rows(created.len());
-        let mut query = sqlx::query(&sql);
-        for (i, _) in &created {
-            let new = &ops[*i].new;
-            query = query
-                .bind(ops[*i].job_id.as_str())
-                .bind(new.input.to_string())
-                .bind(new.model.to_string());
-        }
+        let query = bind_rows!(
+            sqlx::query(&sql),
+            self.sql.insert_inputs,
+            &created,
+            |(i, _)| [
+                ops[*i].job_id.as_str(),
+                ops[*i].new.input.to_string(),
+                ops[*i].new.model.to_string(),
+            ]
+        );
         query.execute(&mut *tx).await?;
         let sql = self.sql.insert_first_sends.rows(created.len());
-        let mut query = sqlx::query(&sql);
-        for (i, r) in &created {
-            query = query.bind(ops[*i].job_id.as_str()).bind(r.at).bind(r.at);
-        }
+        let query = bind_rows!(
+            sqlx::query(&sql),
+            self.sql.insert_first_sends,
+            &created,
+            |(i, r)| [ops[*i].job_id.as_str(), r.at, r.at]
+        );
         query.execute(&mut *tx).await?;
         let events: Vec<(usize, Reserved, Vec<NewEvent>)> = created
             .iter()
@@ -761,10 +780,11 @@ impl Ledger {
             .collect();
         insert_events(&self.sql, tx, &place(ops, &events, |op| op.job_id.as_str())).await?;
         let sql = self.sql.jobs_of.rows(created.len());
-        let mut query = sqlx::query(&sql);
-        for (i, _) in &created {
-            query = query.bind(ops[*i].job_id.as_str());
-        }
+        let query = bind_keys!(
+            sqlx::query(&sql),
+            self.sql.jobs_of,
+            created.iter().map(|(i, _)| ops[*i].job_id.as_str())
+        );
         let jobs = query.fetch_all(&mut *tx).await?;
         for row in &jobs {
             let job = job_from_row(row)?;
@@ -781,10 +801,12 @@ impl Ledger {
         ops: &[DeleteOp],
     ) -> Result<Vec<Option<bool>>, LedgerError> {
         let sql = self.sql.queue_delete_each.rows(ops.len());
-        let mut query = sqlx::query_as::<_, (i64, String, String)>(&sql);
-        for (queue, id, hash) in ops {
-            query = query.bind(*id).bind(hash.as_str()).bind(queue.as_str());
-        }
+        let query = bind_rows!(
+            sqlx::query_as::<_, (i64, String, String)>(&sql),
+            self.sql.queue_delete_each,
+            ops,
+            |(queue, id, hash)| [*id, hash.as_str(), queue.as_str()]
+        );
         let gone: HashSet<(i64, String, String)> =
             query.fetch_all(&mut *tx).await?.into_iter().collect();
         Ok(ops

@@ -397,10 +397,7 @@ pub(crate) async fn lock_jobs<'a>(
     ids.dedup();
     for chunk in ids.chunks(EVENT_CHUNK) {
         let text = sql.lock_jobs.rows(chunk.len());
-        let mut query = sqlx::query(&text);
-        for id in chunk {
-            query = query.bind(*id);
-        }
+        let query = bind_keys!(sqlx::query(&text), sql.lock_jobs, chunk.iter().copied());
         query.execute(&mut *conn).await?;
     }
     Ok(())

@@ -74,16 +74,16 @@ impl Ledger {
             return Ok(Vec::new());
         }
         let sql = self.sql.outbox_lock.rows(ids.len());
-        let mut query = sqlx::query_as::<_, Locked>(&sql).bind(micros(lock));
-        for id in &ids {
-            query = query.bind(*id);
-        }
+        let query = sqlx::query_as::<_, Locked>(&sql).bind(micros(lock));
+        let query = bind_keys!(query, self.sql.outbox_lock, ids.iter().copied());
         let locked = query.fetch_all(&mut *tx).await?;
         let tenants_sql = self.sql.tenants_of.rows(locked.len());
-        let mut query = sqlx::query(&tenants_sql);
-        for row in &locked {
-            query = query.bind(row.job_id.as_str());
-        }
+        let query = sqlx::query(&tenants_sql);
+        let query = bind_keys!(
+            query,
+            self.sql.tenants_of,
+            locked.iter().map(|row| row.job_id.as_str())
+        );
         let tenants: HashMap<String, String> = query
             .fetch_all(&mut *tx)
             .await?
@@ -116,10 +116,12 @@ impl Ledger {
         let mut tx = self.begin_write().await?;
         for chunk in sent.chunks(DISPATCHED_CHUNK) {
             let sql = self.sql.outbox_dispatched.rows(chunk.len());
-            let mut query = sqlx::query(&sql);
-            for (item, message_id) in chunk {
-                query = query.bind(item.id).bind(message_id.as_str());
-            }
+            let query = bind_rows!(
+                sqlx::query(&sql),
+                self.sql.outbox_dispatched,
+                chunk,
+                |(item, message_id)| [item.id, message_id.as_str()]
+            );
             query.execute(&mut *tx).await?;
         }
         let events: Vec<_> = sent

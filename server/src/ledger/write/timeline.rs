@@ -93,11 +93,10 @@ impl Ledger {
         }
         for round in rounds {
             for chunk in round.chunks(RESERVE_CHUNK) {
-                let sql = self.sql.reserve_event_each.rows(chunk.len());
-                let mut query = sqlx::query_as::<_, ReservedOf>(&sql);
-                for (job_id, _) in chunk.iter().map(|e| (&e.0, &e.1)) {
-                    query = query.bind(job_id.as_str());
-                }
+                let batched = &self.sql.reserve_event_each;
+                let sql = batched.rows(chunk.len());
+                let query = sqlx::query_as::<_, ReservedOf>(&sql);
+                let query = bind_keys!(query, batched, chunk.iter().map(|e| e.0.as_str()));
                 let rows = query.fetch_all(&mut *tx).await?;
                 let by_job: HashMap<&str, &(String, NewEvent)> =
                     chunk.iter().map(|e| (e.0.as_str(), *e)).collect();
