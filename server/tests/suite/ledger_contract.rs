@@ -1064,7 +1064,7 @@ async fn a_client_retrying_the_same_request_in_a_loop_does_not_grow_the_timeline
 /// keys passed as one JSON array are held to the same: each key looked up in an index.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_write_by_key_looks_its_row_up_by_key_whatever_the_statistics_say() {
-    use sqlx::{Executor, Row};
+    use sqlx::Executor;
     if crate::helpers::skip_postgres() {
         return;
     }
@@ -1117,27 +1117,7 @@ async fn a_write_by_key_looks_its_row_up_by_key_whatever_the_statistics_say() {
         } else {
             continue;
         };
-        let params = (1..=2000)
-            .take_while(|n| sql.contains(&format!("${n}")))
-            .count();
-        conn.execute(format!("PREPARE by_key AS {sql}").as_str())
-            .await
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let nulls = vec!["NULL"; params].join(", ");
-        let execute = if params == 0 {
-            "EXPLAIN EXECUTE by_key".to_owned()
-        } else {
-            format!("EXPLAIN EXECUTE by_key({nulls})")
-        };
-        let plan: Vec<String> = sqlx::query(&execute)
-            .fetch_all(&mut *conn)
-            .await
-            .unwrap_or_else(|e| panic!("{name}: {e}"))
-            .iter()
-            .map(|row| row.get::<String, _>(0))
-            .collect();
-        conn.execute("DEALLOCATE by_key").await.unwrap();
-        let plan = plan.join("\n");
+        let plan = generic_plan(&mut conn, &name, &sql, "NULL").await;
         let by_key = plan
             .lines()
             .any(|line| line.contains("Index Cond: ") && line.contains(key));
@@ -1150,13 +1130,39 @@ async fn a_write_by_key_looks_its_row_up_by_key_whatever_the_statistics_say() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
 }
 
+/// The plan PostgreSQL keeps for `sql` whatever its parameters (with the connection's
+/// `plan_cache_mode = force_generic_plan`), each parameter given as `arg`.
+async fn generic_plan(conn: &mut sqlx::AnyConnection, name: &str, sql: &str, arg: &str) -> String {
+    use sqlx::{Executor, Row};
+    let params = (1..=2000)
+        .take_while(|n| sql.contains(&format!("${n}")))
+        .count();
+    conn.execute(format!("PREPARE planned AS {sql}").as_str())
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let execute = if params == 0 {
+        "EXPLAIN EXECUTE planned".to_owned()
+    } else {
+        format!("EXPLAIN EXECUTE planned({})", vec![arg; params].join(", "))
+    };
+    let plan: Vec<String> = sqlx::query(&execute)
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+        .iter()
+        .map(|row| row.get::<String, _>(0))
+        .collect();
+    conn.execute("DEALLOCATE planned").await.unwrap();
+    plan.join("\n")
+}
+
 /// Every scan for what is due now (visible messages, due sends, expired leases, passed
 /// deadlines) walks its index only up to the database clock on PostgreSQL. The clock is a
 /// volatile function, which an index scan cannot take as a bound: written bare, each poll
 /// walked every message in flight and every lease still held, evaluating the clock per row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scan_for_what_is_due_stops_at_the_clock() {
-    use sqlx::{Executor, Row};
+    use sqlx::Executor;
     if crate::helpers::skip_postgres() {
         return;
     }
@@ -1192,23 +1198,7 @@ async fn a_scan_for_what_is_due_stops_at_the_clock() {
         ("expired_leases", "owner_until"),
         ("past_deadline", "deadline_at"),
     ] {
-        let sql = &statements[name];
-        let params = (1..=20)
-            .take_while(|n| sql.contains(&format!("${n}")))
-            .count();
-        conn.execute(format!("PREPARE due AS {sql}").as_str())
-            .await
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let nulls = vec!["'1'"; params].join(", ");
-        let plan: Vec<String> = sqlx::query(&format!("EXPLAIN EXECUTE due({nulls})"))
-            .fetch_all(&mut *conn)
-            .await
-            .unwrap_or_else(|e| panic!("{name}: {e}"))
-            .iter()
-            .map(|row| row.get::<String, _>(0))
-            .collect();
-        conn.execute("DEALLOCATE due").await.unwrap();
-        let plan = plan.join("\n");
+        let plan = generic_plan(&mut conn, name, &statements[name], "'1'").await;
         let bounded = plan
             .lines()
             .any(|line| line.contains("Index Cond: ") && line.contains(column));
