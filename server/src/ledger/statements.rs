@@ -6,11 +6,9 @@
 //! lock where the backend has one (SQLite serialises writers anyway), `{skip_locked}` the same
 //! lock skipping rows another transaction holds, `{now_once}` the clock read once for the whole
 //! statement. They are filled in once, at connect; nothing
-//! is templated per call. A *batched* statement repeats one row group (`?` marks each of its
-//! parameters) as many times as a call has rows; only the `$n` numbering is built per call.
-//! On PostgreSQL a batched list of keys (`… IN (?)`, one key a row) is rendered once instead,
-//! taking the keys as one JSON array: each length of a list was a statement text of its own,
-//! parsed and planned again whenever it fell out of the connection's statement cache.
+//! is templated per call. A *batched* statement is written with one row group (`?` marks each
+//! of its parameters): SQLite repeats the group as many times as a call has rows, PostgreSQL
+//! takes the rows as one JSON array in one statement text (see [`Batched`]).
 //! Statements that read the same on both backends and need no clock stay beside the function
 //! that runs them.
 //!
@@ -36,31 +34,15 @@
 
 use super::dialect::Backend;
 
-/// Timeline events as rows of a JSON array (`$1`), each an object keyed by column: one
-/// statement text for any number of events, parsed and planned once per connection, where a
-/// `VALUES` list of twelve parameters a row is a new statement for every length.
-const POSTGRES_EVENT_ROWS: &str =
-    "json_to_recordset(CAST(CAST($1 AS TEXT) AS JSON)) AS x(job_id TEXT, \
-     seq BIGINT, at BIGINT, kind TEXT, epoch BIGINT, actor TEXT, message_id TEXT, \
-     receive_count BIGINT, handle_hash TEXT, attempt_no BIGINT, deadline_left_ms BIGINT, \
-     detail TEXT)";
-const SQLITE_EVENT_ROWS: &str = "(SELECT value ->> 'job_id' AS job_id, value ->> 'seq' AS seq, \
-     value ->> 'at' AS at, value ->> 'kind' AS kind, value ->> 'epoch' AS epoch, \
-     value ->> 'actor' AS actor, value ->> 'message_id' AS message_id, \
-     value ->> 'receive_count' AS receive_count, value ->> 'handle_hash' AS handle_hash, \
-     value ->> 'attempt_no' AS attempt_no, value ->> 'deadline_left_ms' AS deadline_left_ms, \
-     value ->> 'detail' AS detail FROM json_each($1)) AS x";
-
 /// Fills the dialect tokens of a template for `backend`.
 pub(crate) fn render(backend: Backend, template: &str) -> Box<str> {
-    let (now, now_once, least, for_update, skip_locked, event_rows) = match backend {
+    let (now, now_once, least, for_update, skip_locked) = match backend {
         Backend::Postgres => (
             "fl_now_us()",
             "(SELECT fl_now_us())",
             "LEAST",
             " FOR UPDATE",
             " FOR UPDATE SKIP LOCKED",
-            POSTGRES_EVENT_ROWS,
         ),
         // SQLite differs by necessity: no `now()` in microseconds, `MIN` is the scalar minimum,
         // and there are no row locks (one writer at a time holds the whole file).
@@ -70,7 +52,6 @@ pub(crate) fn render(backend: Backend, template: &str) -> Box<str> {
             "MIN",
             "",
             "",
-            SQLITE_EVENT_ROWS,
         ),
     };
     template
@@ -79,7 +60,6 @@ pub(crate) fn render(backend: Backend, template: &str) -> Box<str> {
         .replace("{least}", least)
         .replace("{for_update}", for_update)
         .replace("{skip_locked}", skip_locked)
-        .replace("{event_rows}", event_rows)
         .into_boxed_str()
 }
 
@@ -99,21 +79,16 @@ pub(crate) fn render(backend: Backend, template: &str) -> Box<str> {
 /// PostgreSQL's time in the pipeline benchmark). Bind through `bind_keys!` and `bind_rows!`,
 /// which take the rows either way.
 #[derive(Debug)]
-pub(crate) struct Batched {
-    /// SQLite's head, row group and tail; PostgreSQL's whole statement in `head`.
-    head: Box<str>,
-    row: Box<str>,
-    tail: Box<str>,
-    /// PostgreSQL's form of the rows, if this is PostgreSQL.
-    json: Option<Json>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Json {
-    /// A JSON array of keys.
-    Keys,
-    /// A JSON array of rows, each an array of the row's values in order.
-    Rows,
+pub(crate) enum Batched {
+    /// SQLite's: the row group repeated once per row between head and tail.
+    Repeated {
+        head: Box<str>,
+        row: Box<str>,
+        tail: Box<str>,
+    },
+    /// PostgreSQL's: one statement taking a JSON array of keys (`keys`), or of rows, each an
+    /// array of the row's values in order.
+    Json { sql: Box<str>, keys: bool },
 }
 
 /// A list of keys (`… IN (` one parameter `)`) reading its keys from the JSON array `$first`
@@ -204,57 +179,53 @@ fn anonymous(text: &str) -> Box<str> {
 
 impl Batched {
     fn render(backend: Backend, head: &str, row: &str, tail: &str, first: usize) -> Batched {
-        if backend == Backend::Postgres {
-            let (json, sql) = match json_keys(head, row, tail, first) {
-                Some(sql) => (Json::Keys, sql),
-                None => (
-                    Json::Rows,
-                    json_rows(head, row, tail, first).unwrap_or_else(|| {
-                        panic!(
-                            "a batched statement is neither a list of keys nor of VALUES: {head}"
-                        )
-                    }),
-                ),
-            };
-            return Batched {
-                head: render(backend, &sql),
-                row: "".into(),
-                tail: "".into(),
-                json: Some(json),
+        if backend == Backend::Sqlite {
+            return Batched::Repeated {
+                head: anonymous(&render(backend, head)),
+                row: render(backend, row),
+                tail: anonymous(&render(backend, tail)),
             };
         }
-        Batched {
-            head: anonymous(&render(backend, head)),
-            row: render(backend, row),
-            tail: anonymous(&render(backend, tail)),
-            json: None,
+        let (sql, keys) = match json_keys(head, row, tail, first) {
+            Some(sql) => (sql, true),
+            None => (
+                json_rows(head, row, tail, first).unwrap_or_else(|| {
+                    panic!("a batched statement is neither a list of keys nor of VALUES: {head}")
+                }),
+                false,
+            ),
+        };
+        Batched::Json {
+            sql: render(backend, &sql),
+            keys,
         }
     }
 
     /// Whether this statement takes its keys as one JSON array (see `bind_keys!`).
     pub(crate) fn keys_as_json(&self) -> bool {
-        self.json == Some(Json::Keys)
+        matches!(self, Batched::Json { keys: true, .. })
     }
 
     /// Whether this statement takes its rows as one JSON array of arrays (see `bind_rows!`).
     pub(crate) fn rows_as_json(&self) -> bool {
-        self.json == Some(Json::Rows)
+        matches!(self, Batched::Json { keys: false, .. })
     }
 
     /// The statement for `rows` rows.
     pub(crate) fn rows(&self, rows: usize) -> String {
-        if self.json.is_some() {
-            return self.head.to_string();
-        }
-        let mut sql = String::with_capacity(self.head.len() + rows * (self.row.len() + 2));
-        sql.push_str(&self.head);
+        let (head, row, tail) = match self {
+            Batched::Json { sql, .. } => return sql.to_string(),
+            Batched::Repeated { head, row, tail } => (head, row, tail),
+        };
+        let mut sql = String::with_capacity(head.len() + rows * (row.len() + 2));
+        sql.push_str(head);
         for i in 0..rows {
             if i > 0 {
                 sql.push_str(", ");
             }
-            sql.push_str(&self.row);
+            sql.push_str(row);
         }
-        sql.push_str(&self.tail);
+        sql.push_str(tail);
         sql
     }
 
@@ -287,8 +258,6 @@ macro_rules! catalogue {
         /// The rendered catalogue of one backend.
         #[derive(Debug)]
         pub(crate) struct Statements {
-            /// The backend they were rendered for.
-            pub(crate) backend: Backend,
             $( $(#[doc = $doc])* pub(crate) $name: Box<str>, )+
             $( $(#[doc = $bdoc])* pub(crate) $bname: Batched, )+
         }
@@ -296,7 +265,6 @@ macro_rules! catalogue {
         impl Statements {
             pub(crate) fn render(backend: Backend) -> Statements {
                 Statements {
-                    backend,
                     $( $name: render(backend, $sql), )+
                     $( $bname: Batched::render(backend, $head, $row, $tail, $first), )+
                 }
@@ -353,11 +321,6 @@ catalogue! {
 
         // timeline
 
-        /// Timeline events, any number of them, from one JSON array (`$1`): PostgreSQL's way.
-        insert_events_json: "INSERT INTO events (job_id, seq, at, kind, epoch, actor, message_id, \
-             receive_count, handle_hash, attempt_no, deadline_left_ms, detail) \
-             SELECT job_id, seq, at, kind, epoch, actor, message_id, receive_count, handle_hash, \
-             attempt_no, deadline_left_ms, detail FROM {event_rows}",
         /// Reserves `$2` event sequence numbers on one job without changing it.
         reserve_events: "UPDATE jobs SET next_event_seq = next_event_seq + $2 WHERE job_id = $1 \
              RETURNING next_event_seq - $2 AS seq, {now} AS at, owner_epoch AS epoch, deadline_at",
@@ -710,8 +673,7 @@ catalogue! {
             ") RETURNING id, handle_hash, queue",
             1
         ),
-        /// Timeline events, twelve parameters a row: SQLite's way (it parses a statement in
-        /// microseconds, and binds anonymous parameters faster than it reads JSON).
+        /// Timeline events, twelve parameters a row.
         insert_events: (
             "INSERT INTO events (job_id, seq, at, kind, epoch, actor, message_id, receive_count, \
              handle_hash, attempt_no, deadline_left_ms, detail) VALUES ",

@@ -36,7 +36,7 @@ use sqlx::{Any, AnyConnection, FromRow, Transaction};
 
 use super::model::{Job, NewEvent};
 use super::statements::Statements;
-use super::{Backend, Ledger, LedgerError, Refusal};
+use super::{Ledger, LedgerError, Refusal};
 use crate::job::JobState;
 
 /// Event details longer than this are replaced by a marker: events stay small.
@@ -276,8 +276,7 @@ pub(crate) struct Placed<'a> {
     pub(crate) event: &'a NewEvent,
 }
 
-/// One event's columns, as bound or as an object of [`Statements::insert_events_json`].
-#[derive(serde::Serialize)]
+/// One event's columns, as bound.
 struct EventRow<'a> {
     job_id: &'a str,
     seq: i64,
@@ -317,41 +316,33 @@ impl<'a> EventRow<'a> {
     }
 }
 
-/// Inserts placed events, up to 400 a statement: on PostgreSQL as one JSON array, on SQLite as
-/// a `VALUES` list.
+/// Inserts placed events, up to 400 a statement.
 pub(crate) async fn insert_events(
     sql: &Statements,
     conn: &mut AnyConnection,
     rows: &[Placed<'_>],
 ) -> Result<(), LedgerError> {
     for chunk in rows.chunks(EVENT_CHUNK) {
-        let rows = chunk.iter().map(EventRow::of);
-        if sql.backend == Backend::Postgres {
-            let rows = serde_json::to_string(&rows.collect::<Vec<_>>())
-                .map_err(|e| LedgerError::Invalid(format!("events as JSON: {e}")))?;
-            sqlx::query(&sql.insert_events_json)
-                .bind(rows)
-                .execute(&mut *conn)
-                .await?;
-            continue;
-        }
         let text = sql.insert_events.rows(chunk.len());
-        let mut query = sqlx::query(&text);
-        for e in rows {
-            query = query
-                .bind(e.job_id)
-                .bind(e.seq)
-                .bind(e.at)
-                .bind(e.kind)
-                .bind(e.epoch)
-                .bind(e.actor)
-                .bind(e.message_id)
-                .bind(e.receive_count)
-                .bind(e.handle_hash)
-                .bind(e.attempt_no)
-                .bind(e.deadline_left_ms)
-                .bind(e.detail);
-        }
+        let query = bind_rows!(
+            sqlx::query(&text),
+            sql.insert_events,
+            chunk.iter().map(EventRow::of),
+            |e| [
+                e.job_id,
+                e.seq,
+                e.at,
+                e.kind,
+                e.epoch,
+                e.actor,
+                e.message_id,
+                e.receive_count,
+                e.handle_hash,
+                e.attempt_no,
+                e.deadline_left_ms,
+                e.detail,
+            ]
+        );
         query.execute(&mut *conn).await?;
     }
     Ok(())
