@@ -23,7 +23,8 @@ cargo fmt --all --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test (SQLite, PostgreSQL at $PG_URL, SQS at $MOTO_URL, LiteLLM at $FENCELINE_TEST_LITELLM_URL)"
-cargo test --workspace --locked 2>&1 | tee "$logs/cargo.log"
+# A failed test ends its output with what it says went wrong, not with a backtrace.
+RUST_BACKTRACE=0 cargo test --workspace --locked 2>&1 | tee "$logs/cargo.log"
 
 echo "== API fuzzing from the OpenAPI document (schemathesis): no 5xx"
 FENCELINE_BIN_BUILT=1 scripts/fuzz.sh

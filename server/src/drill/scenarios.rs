@@ -443,7 +443,10 @@ async fn live_owner_suppresses_duplicate(ctx: &Ctx<'_>) -> Step {
             ctx.deadline(),
             3,
             vec![
-                Arm::once(F::ProviderLatency).hold(t.visibility),
+                // The copy goes out as the owner receives the message. The paused-worker
+                // scenarios of the same run may freeze both workers just then, so that no
+                // receiver sees the copy before they wake: the owner works on past that.
+                Arm::once(F::ProviderLatency).hold(t.visibility + ctx.pause()),
                 Arm::once(F::QueueReceiveDuplicate),
             ],
         )

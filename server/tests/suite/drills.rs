@@ -22,6 +22,41 @@ fn all(queue: DrillQueue) -> DrillRequest {
     }
 }
 
+/// What failed in a report, and only that: scenario, failed checks, notes and the timelines
+/// of its jobs, one line each, so that it survives a truncated test log.
+async fn failures(ledger: &Ledger, report: &Report) -> String {
+    let mut out = String::new();
+    for s in report
+        .scenarios
+        .iter()
+        .filter(|s| s.status != ScenarioStatus::Passed)
+    {
+        out += &format!("\n{} ({}):", s.kind.as_str(), s.status.as_str());
+        for c in s.checks.iter().filter(|c| !c.passed) {
+            out += &format!("\n  ✗ {}: {}", c.name, c.detail);
+        }
+        for n in &s.notes {
+            out += &format!("\n  note: {n}");
+        }
+        for j in &s.jobs {
+            out += &format!("\n  job: {j:?}\n  timeline:");
+            let events = ledger.events(&j.job_id, 0, 1000).await.unwrap_or_default();
+            let start = events.first().map_or(0, |e| e.at);
+            for e in &events {
+                out += &format!(
+                    " {}:{}@{}/{}+{}ms",
+                    e.seq,
+                    e.kind.as_str(),
+                    e.epoch,
+                    e.actor,
+                    (e.at - start) / 1000
+                );
+            }
+        }
+    }
+    out
+}
+
 /// Every check passed, and every piece of evidence is an event of the kind it claims, on a
 /// job the drill made.
 async fn assert_passed_with_real_evidence(ledger: &Ledger, report: &Report) {
@@ -82,7 +117,9 @@ async fn the_whole_catalogue_passes_on_the_embedded_queue_and_is_stored() {
     )
     .await
     .unwrap();
-    assert!(report.passed(), "{report:#?}");
+    if !report.passed() {
+        panic!("the drill failed:{}", failures(&ledger, &report).await);
+    }
     assert_eq!(report.scenarios.len(), DrillKind::ALL.len());
     assert_passed_with_real_evidence(&ledger, &report).await;
     assert!(
@@ -111,7 +148,9 @@ async fn the_whole_catalogue_passes_against_an_sqs_protocol_peer() {
     )
     .await
     .unwrap();
-    assert!(report.passed(), "{report:#?}");
+    if !report.passed() {
+        panic!("the drill failed:{}", failures(&ledger, &report).await);
+    }
     assert_passed_with_real_evidence(&ledger, &report).await;
     let stale = report
         .scenarios
@@ -145,7 +184,9 @@ async fn the_whole_catalogue_passes_through_the_openai_compatible_adapter() {
     let report = runner::run(&ledger, Environment::Development, request, |_| {})
         .await
         .unwrap();
-    assert!(report.passed(), "{report:#?}");
+    if !report.passed() {
+        panic!("the drill failed:{}", failures(&ledger, &report).await);
+    }
     assert_eq!(report.provider, "configured:openai");
     assert_passed_with_real_evidence(&ledger, &report).await;
 }
