@@ -1,4 +1,4 @@
-//! Running drills: a run gets its own queue (embedded, or an SQS queue made for it), two real
+//! Running drills: a run gets its own queue (embedded, or an SQS queue made for it), three real
 //! workers, a dispatcher for its own jobs and a reaper, runs its scenarios side by side, saves
 //! its progress as it goes and its verdict at the end, then takes its rig down.
 
@@ -162,7 +162,9 @@ impl Rig {
         let provider = FaultyProvider::new(model, faults.clone());
         let shutdown = CancellationToken::new();
         let mut tasks = tokio::task::JoinSet::new();
-        let workers = [format!("drill-{short}-a"), format!("drill-{short}-b")];
+        // Three workers: the two paused-worker scenarios each freeze the worker that claims
+        // their job, and every other scenario needs a worker that receives meanwhile.
+        let workers = ["a", "b", "c"].map(|w| format!("drill-{short}-{w}"));
         for id in &workers {
             let mut config = WorkerConfig::new(id.clone());
             config.timings = timings.clone();

@@ -132,6 +132,14 @@ impl Ctx<'_> {
         self.t().visibility * 30
     }
 
+    /// The deadline of a job whose message the scenario waits to see come back. SQS may hand
+    /// the same message to a second receiver while its owner works; that receiver pushes it
+    /// out to the job's deadline (so that it does not return while the owner works), and the
+    /// message comes back only then: that must fall inside the scenario's wait.
+    fn returning_deadline(&self) -> Duration {
+        self.limit() / 2
+    }
+
     /// How long the paused-worker scenarios freeze a worker: past visibility and lease.
     fn pause(&self) -> Duration {
         let t = self.t();
@@ -443,10 +451,7 @@ async fn live_owner_suppresses_duplicate(ctx: &Ctx<'_>) -> Step {
             ctx.deadline(),
             3,
             vec![
-                // The copy goes out as the owner receives the message. The paused-worker
-                // scenarios of the same run may freeze both workers just then, so that no
-                // receiver sees the copy before they wake: the owner works on past that.
-                Arm::once(F::ProviderLatency).hold(t.visibility + ctx.pause()),
+                Arm::once(F::ProviderLatency).hold(t.visibility),
                 Arm::once(F::QueueReceiveDuplicate),
             ],
         )
@@ -676,7 +681,7 @@ async fn commit_survives_failed_delete(ctx: &Ctx<'_>) -> Step {
     let job = ctx
         .submit(
             "delete-fails",
-            ctx.deadline(),
+            ctx.returning_deadline(),
             3,
             vec![Arm::once(F::QueueDelete)],
         )
@@ -732,7 +737,7 @@ async fn stale_receipt_handle_delete(ctx: &Ctx<'_>) -> Step {
     let job = ctx
         .submit(
             "stale-handle",
-            ctx.deadline(),
+            ctx.returning_deadline(),
             3,
             vec![Arm::once(F::QueueDeleteStaleHandle)],
         )

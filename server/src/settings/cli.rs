@@ -151,7 +151,7 @@ pub struct SoakCheckArgs {
 pub enum DrillCommand {
     /// The catalogue: each scenario, the faults it injects and what its verdict proves.
     List,
-    /// Run one scenario, or `all`, with two real workers on a queue of the run's own; the
+    /// Run one scenario, or `all`, with three real workers on a queue of the run's own; the
     /// report is stored in the ledger (the console shows it at /drills/<run>). Exits 0 only
     /// when every check passed.
     Run(DrillRunArgs),
