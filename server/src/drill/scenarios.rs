@@ -451,7 +451,10 @@ async fn live_owner_suppresses_duplicate(ctx: &Ctx<'_>) -> Step {
             ctx.deadline(),
             3,
             vec![
-                Arm::once(F::ProviderLatency).hold(t.visibility),
+                // The copy goes out as the owner receives the message. A worker frozen by a
+                // paused-worker scenario of the same run may take it in a receive it had open
+                // and hold it until it wakes: the owner works on past that.
+                Arm::once(F::ProviderLatency).hold(t.visibility + ctx.pause()),
                 Arm::once(F::QueueReceiveDuplicate),
             ],
         )
@@ -906,7 +909,9 @@ async fn deadline_exhausted(ctx: &Ctx<'_>) -> Step {
     let job = ctx
         .submit(
             "outlives-deadline",
-            t.visibility * 2,
+            // Room for the message to come back once if a frozen worker took it (see
+            // `live_owner_suppresses_duplicate`) and still be claimed before the deadline.
+            t.visibility * 3,
             3,
             vec![Arm::once(F::ProviderLatency).hold(t.visibility * 10)],
         )
