@@ -144,9 +144,22 @@ impl Ledger {
     /// up front (waiting up to the busy timeout), so a transaction that reads before it writes
     /// cannot fail with `SQLITE_BUSY_SNAPSHOT` when another process (`serve` beside a
     /// `worker`, `dlq-replay`) wrote the file in between.
+    ///
+    /// On PostgreSQL the `BEGIN` runs in a task of its own, so that a caller who gives up
+    /// while it is under way (a bound running out, a client hanging up) cannot leave its
+    /// connection inside a transaction: sqlx 0.8 counts a transaction only once `BEGIN` has
+    /// answered, and a connection dropped before that goes back to the pool with the
+    /// transaction open, where every later borrower's statements would run inside it. The
+    /// task always reads the answer; a transaction nobody waits for any more is dropped there
+    /// and rolled back.
     pub async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
         match self.backend {
-            Backend::Postgres => self.writer.begin().await,
+            Backend::Postgres => {
+                let writer = self.writer.clone();
+                tokio::spawn(async move { writer.begin().await })
+                    .await
+                    .map_err(|_| sqlx::Error::WorkerCrashed)?
+            }
             Backend::Sqlite => self.writer.begin_with("BEGIN IMMEDIATE").await,
         }
     }

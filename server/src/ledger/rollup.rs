@@ -190,7 +190,7 @@ impl Ledger {
             hour += HOUR;
         }
         for (a, b) in runs {
-            let mut tx = self.writer.begin().await?;
+            let mut tx = self.begin_write().await?;
             let sql = format!(
                 "INSERT INTO activity_hours (hour, series, bin, n) SELECT k, series, bin, n \
                  FROM ({}) c WHERE true ON CONFLICT DO NOTHING",

@@ -1398,3 +1398,56 @@ async fn the_overview_rollup_counts_closed_hours_once_and_agrees_with_counting_l
 }
 
 on_both_backends!(the_overview_rollup_counts_closed_hours_once_and_agrees_with_counting_live);
+
+/// A ledger write given up while its transaction is beginning (a heartbeat's bound running
+/// out, a client hanging up) leaves no pooled connection inside a transaction on PostgreSQL.
+/// One that did would run every later borrower's statements inside it, holding their locks,
+/// and lose them when the connection closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_given_up_while_its_transaction_begins_leaves_no_connection_inside_it() {
+    if crate::helpers::skip_postgres() {
+        return;
+    }
+    let (ledger, test_db) = fresh_ledger(Db::Postgres).await;
+    let raw = test_db.raw_pool().await;
+    let job_id = create(&ledger, new_job("acme", "given-up", json!(1))).await;
+    let (claimed, _) = ledger
+        .claim_and_start(&job_id, "w", LONG, None, "stub")
+        .await
+        .unwrap();
+    let leases = [(job_id.clone(), claimed.epoch)];
+    let inside = "SELECT count(*) FROM pg_stat_activity \
+                  WHERE datname = current_database() AND state LIKE 'idle in transaction%'";
+    // Give the renewal up after one, two, … polls: one of them falls between `BEGIN` going
+    // out and its answer coming back.
+    for polls in 1..=40 {
+        let mut renewal = Box::pin(ledger.renew_leases("w", &leases, LONG));
+        for _ in 0..polls {
+            let polled = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(std::future::Future::poll(renewal.as_mut(), cx))
+            })
+            .await;
+            if polled.is_ready() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        drop(renewal);
+        // What a dropped transaction owes (its rollback) is settled by the next borrower at
+        // the latest: use every connection the pool has once.
+        for _ in 0..4 {
+            ledger.job(&job_id).await.unwrap();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let left: i64 = sqlx::query_scalar(inside).fetch_one(&raw).await.unwrap();
+        assert_eq!(
+            left, 0,
+            "after a renewal given up at poll {polls}, a connection sits inside a transaction"
+        );
+    }
+    // And the ledger still works: a renewal that runs to its end is on the timeline.
+    ledger.renew_leases("w", &leases, LONG).await.unwrap();
+    assert!(kinds(&ledger, &job_id)
+        .await
+        .contains(&"lease_renewed".to_string()));
+}
