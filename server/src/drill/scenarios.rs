@@ -1220,17 +1220,35 @@ async fn attempt_budget_exhausted(ctx: &Ctx<'_>) -> Step {
             (gap / 1000, ctx.t().backoff(w[0].attempt_no))
         })
         .collect();
+    // What the ledger scheduled after each failure, beside what happened: a slow machine may
+    // space retries by more than the backoff even when none was scheduled.
+    let scheduled: Vec<i64> = view
+        .all(K::StateChanged)
+        .into_iter()
+        .filter(|e| detail_str(e, "to") == "retry_authorized")
+        .filter_map(|e| e.detail["retry_in_ms"].as_i64())
+        .collect();
     ctx.check(
         "attempts were spaced by the backoff",
         gaps.len() + 1 == budget as usize
+            && scheduled.len() == gaps.len()
             && gaps
                 .iter()
-                .all(|(gap_ms, backoff)| *gap_ms + 50 >= backoff.as_millis() as i64),
+                .zip(&scheduled)
+                .all(|((gap_ms, backoff), due_ms)| {
+                    let backoff = backoff.as_millis() as i64;
+                    *gap_ms + 50 >= backoff && *due_ms + 50 >= backoff
+                }),
         format!(
             "{} attempts; between them: {}",
             view.attempts.len(),
             gaps.iter()
-                .map(|(g, b)| format!("{g} ms (backoff {} ms)", b.as_millis()))
+                .zip(scheduled.iter().map(Some).chain(std::iter::repeat(None)))
+                .map(|((g, b), due)| format!(
+                    "{g} ms (backoff {} ms, retry scheduled in {})",
+                    b.as_millis(),
+                    due.map_or("—".to_string(), |d| format!("{d} ms"))
+                ))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
