@@ -1243,11 +1243,13 @@ async fn attempt_budget_exhausted(ctx: &Ctx<'_>) -> Step {
             "{} attempts; between them: {}",
             view.attempts.len(),
             gaps.iter()
-                .zip(scheduled.iter().map(Some).chain(std::iter::repeat(None)))
-                .map(|((g, b), due)| format!(
+                .enumerate()
+                .map(|(i, (g, b))| format!(
                     "{g} ms (backoff {} ms, retry scheduled in {})",
                     b.as_millis(),
-                    due.map_or("—".to_string(), |d| format!("{d} ms"))
+                    scheduled
+                        .get(i)
+                        .map_or("—".to_string(), |d| format!("{d} ms"))
                 ))
                 .collect::<Vec<_>>()
                 .join(", ")

@@ -39,19 +39,10 @@ async fn failures(ledger: &Ledger, report: &Report) -> String {
             out += &format!("\n  note: {n}");
         }
         for j in &s.jobs {
-            out += &format!("\n  job: {j:?}\n  timeline:");
-            let events = ledger.events(&j.job_id, 0, 1000).await.unwrap_or_default();
-            let start = events.first().map_or(0, |e| e.at);
-            for e in &events {
-                out += &format!(
-                    " {}:{}@{}/{}+{}ms",
-                    e.seq,
-                    e.kind.as_str(),
-                    e.epoch,
-                    e.actor,
-                    (e.at - start) / 1000
-                );
-            }
+            out += &format!(
+                "\n  job: {j:?}\n  timeline: {}",
+                crate::helpers::timeline(ledger, &j.job_id).await
+            );
         }
     }
     out

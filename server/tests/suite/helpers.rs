@@ -151,6 +151,27 @@ pub(crate) async fn create(ledger: &Ledger, new: NewJob) -> String {
 }
 
 /// The kinds of a job's whole timeline, in order.
+/// A job's timeline on one line for a failure message: `seq:kind@epoch/actor+ms` for each
+/// event, the milliseconds counted from its first.
+pub(crate) async fn timeline(ledger: &Ledger, job_id: &str) -> String {
+    let events = ledger.events(job_id, 0, 1000).await.unwrap_or_default();
+    let start = events.first().map_or(0, |e| e.at);
+    events
+        .iter()
+        .map(|e| {
+            format!(
+                "{}:{}@{}/{}+{}ms",
+                e.seq,
+                e.kind.as_str(),
+                e.epoch,
+                e.actor,
+                (e.at - start) / 1000
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 pub(crate) async fn kinds(ledger: &Ledger, job_id: &str) -> Vec<String> {
     ledger
         .events(job_id, 0, 1000)

@@ -89,27 +89,14 @@ async fn wait_all_succeeded(ledger: &Ledger, ids: &[String], limit: Duration) {
             }
             if tokio::time::Instant::now() >= until {
                 panic!(
-                    "{id} is still {}: {:?}",
+                    "{id} is still {}: {}",
                     job.state,
-                    timeline(ledger, id).await
+                    crate::helpers::timeline(ledger, id).await
                 );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-}
-
-/// A job's timeline as `kind@ms (actor)`, the milliseconds counted from its first event.
-async fn timeline(ledger: &Ledger, job_id: &str) -> Vec<String> {
-    let events = ledger.events(job_id, 0, 1000).await.expect("events");
-    let start = events.first().map(|e| e.at);
-    events
-        .iter()
-        .map(|e| {
-            let ms = start.map_or(0, |s| (e.at - s) / 1000);
-            format!("{}@{ms} ({})", e.kind, e.actor)
-        })
-        .collect()
 }
 
 /// Waits until the job's attempt has started (the model call is under way).
