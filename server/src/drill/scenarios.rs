@@ -490,8 +490,8 @@ async fn live_owner_suppresses_duplicate(ctx: &Ctx<'_>) -> Step {
     Ok(())
 }
 
-/// A pauses during its call until visibility and lease expire; the job is recovered; A wakes
-/// up and tries to commit. Returns the job and the recovery's epoch.
+/// A freezes once its call has come back, until visibility and lease expire; the job is
+/// recovered; A wakes up and tries to commit. Returns the job and the recovery's epoch.
 async fn paused_worker(ctx: &Ctx<'_>) -> Result<(String, i64), Stop> {
     let pause = ctx.pause();
     let job = ctx

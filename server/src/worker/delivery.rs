@@ -654,13 +654,6 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             input,
             model,
         };
-        if let Some(hold) = self.fault(job_id, FaultPoint::WorkerPause) {
-            if let Some(faults) = &self.config.faults {
-                let until = std::time::Instant::now() + hold;
-                faults.pause(job_id, &self.config.worker_id, until);
-                faults.pause_worker(&self.config.worker_id, until);
-            }
-        }
         let crash = self.fault(job_id, FaultPoint::WorkerCrash);
         let crashed = async {
             match crash {
@@ -685,14 +678,16 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             // The process died: the call is abandoned and nothing more is written or sent.
             () = crashed => return Outcome::Stopped("crashed".into()),
         };
-        // A frozen process resumes where it was, however long it was gone.
-        if let Some(until) = self
-            .config
-            .faults
-            .as_ref()
-            .and_then(|f| f.paused_until(job_id, &self.config.worker_id))
-        {
-            tokio::time::sleep_until(until.into()).await;
+        // A drill freezes the process once its call has come back, however long the call
+        // took: it renews nothing and receives nothing meanwhile, and resumes where it was,
+        // with an answer to commit.
+        if let Some(hold) = self.fault(job_id, FaultPoint::WorkerPause) {
+            if let Some(faults) = &self.config.faults {
+                let until = std::time::Instant::now() + hold;
+                faults.pause(job_id, &self.config.worker_id, until);
+                faults.pause_worker(&self.config.worker_id, until);
+                tokio::time::sleep_until(until.into()).await;
+            }
         }
         Box::pin(self.finish(job, owner, &attempt, result, delivery, dref)).await
     }

@@ -182,6 +182,32 @@ async fn the_whole_catalogue_passes_through_the_openai_compatible_adapter() {
     assert_passed_with_real_evidence(&ledger, &report).await;
 }
 
+/// A real model may take longer than the freeze the paused-worker scenarios impose: the
+/// frozen worker still wakes up holding an answer and tries to commit it.
+#[tokio::test]
+async fn a_paused_worker_whose_call_outlasts_its_freeze_still_tries_to_commit() {
+    use fenceline::provider::stub::{StubConfig, StubProvider};
+    let (ledger, _db) = fresh_ledger(Db::Sqlite).await;
+    let mut request = all(DrillQueue::Embedded);
+    request.kinds = vec![
+        DrillKind::PausedWorkerStaleEpoch,
+        DrillKind::UncertainAttemptRequiresDecision,
+    ];
+    // Longer than the compressed freeze (visibility + lease + three heartbeats, 6.1 s).
+    let slow = StubProvider::new(StubConfig {
+        latency: Duration::from_secs(7),
+        ..StubConfig::default()
+    });
+    request.provider = DrillProvider::Configured(fenceline::provider::AnyProvider::Stub(slow));
+    let report = runner::run(&ledger, Environment::Development, request, |_| {})
+        .await
+        .unwrap();
+    if !report.passed() {
+        panic!("the drill failed:{}", failures(&ledger, &report).await);
+    }
+    assert_passed_with_real_evidence(&ledger, &report).await;
+}
+
 #[tokio::test]
 async fn drills_are_refused_in_production_and_an_empty_run_is_refused() {
     let (ledger, _db) = fresh_ledger(Db::Sqlite).await;
