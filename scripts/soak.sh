@@ -160,4 +160,13 @@ echo "== faults and recoveries on the timelines"
 psql_q "SELECT kind || ': ' || count(*) FROM events e JOIN jobs j ON j.job_id = e.job_id WHERE j.tenant = 'soak' AND kind IN ('delete_failed', 'visibility_renewal_failed', 'lease_renewal_failed', 'lease_lost', 'duplicate_suppressed', 'delivery_deferred', 'recovery_claimed', 'result_rejected', 'decision_recorded', 'delivery_acked_terminal') GROUP BY kind ORDER BY kind" | sed 's/^/   /'
 echo "   redeliveries: $(psql_q "SELECT count(*) FROM events e JOIN jobs j ON j.job_id = e.job_id WHERE j.tenant = 'soak' AND e.kind = 'delivery_received' AND e.receive_count > 1")"
 echo "== verdict after ${took}s ($jobs jobs, $workers workers, $queue queue)"
-"$bin" soak check --tenant soak --expect "$jobs"
+status=0
+"$bin" soak check --tenant soak --expect "$jobs" | tee "$dir/verdict.txt" || status=$?
+if [ "$status" != 0 ]; then
+  # The timelines of the jobs the checker named (the first five), for whoever reads the log.
+  for job in $(grep -oE 'job_[0-9a-f-]{36}' "$dir/verdict.txt" | sort -u | head -5); do
+    echo "== timeline of $job: seq | ms since created | kind | epoch | actor | message | receives | detail"
+    psql_q "SELECT concat_ws(' | ', seq, at / 1000 - min(at / 1000) OVER (), kind, epoch, actor, coalesce(left(message_id, 8), '-'), coalesce(receive_count::text, '-'), detail) FROM events WHERE job_id = '$job' ORDER BY seq"
+  done
+fi
+exit "$status"

@@ -6,8 +6,14 @@
 //! - **two accepted results** — more than one `result_accepted`;
 //! - **stale-epoch commits accepted** — a `result_accepted` under an epoch older than one the
 //!   timeline had already reached;
-//! - **deletes before a durable outcome** — `message_deleted` while a provider attempt was
-//!   under way (started, with no outcome, recovery or lease loss recorded since);
+//! - **deletes before a durable outcome** — `message_deleted` under an epoch whose provider
+//!   attempt had no durable outcome yet (no `attempt_finished`, accepted result or state change
+//!   under that epoch, or a hand-back naming it), while the job was not terminal. A delete is
+//!   judged by the epoch it was made under: an owner that recorded its failure deletes its
+//!   message, and a copy of that message a second receiver took meanwhile (a standard queue
+//!   may deliver one at any time) goes with it, while the second owner works on under its own
+//!   lease and the outbox's re-dispatch. A stale owner deleting without an outcome is caught;
+//!   that copy's delete is not;
 //! - **second attempts after an uncertain one without a decision** — an `attempt_started`
 //!   after the job went `unknown` and before a `decision_recorded`;
 //! - **over budget** — more attempts than `max_attempts`;
@@ -145,17 +151,39 @@ impl Verdict {
             .or_default() += 1;
         let mut highest_epoch = 0;
         let mut accepted = 0;
-        let mut attempt_open = false;
+        // Epochs whose attempt has no durable outcome yet, and whether the job is terminal.
+        let mut undecided = std::collections::BTreeSet::new();
+        let mut terminal = false;
         let mut uncertain = false;
         let mut started = 0;
         let mut why_again: Option<String> = None;
         let (mut stale, mut early, mut unexplained) = (false, false, false);
         for e in events {
             match e.kind {
+                EventKind::AttemptStarted => {
+                    undecided.insert(e.epoch);
+                }
+                EventKind::AttemptFinished => {
+                    undecided.remove(&e.epoch);
+                }
+                EventKind::ResultAccepted => terminal = true,
+                EventKind::StateChanged => {
+                    undecided.remove(&e.epoch);
+                    if let Some(by) = e.detail["released_by_epoch"].as_i64() {
+                        undecided.remove(&by);
+                    }
+                    terminal |= e.detail["to"]
+                        .as_str()
+                        .and_then(|to| to.parse::<crate::job::JobState>().ok())
+                        .is_some_and(|to| to.is_terminal());
+                }
+                EventKind::MessageDeleted => early |= !terminal && undecided.contains(&e.epoch),
+                _ => {}
+            }
+            match e.kind {
                 EventKind::ResultAccepted => {
                     accepted += 1;
                     stale |= e.epoch < highest_epoch;
-                    attempt_open = false;
                 }
                 EventKind::AttemptStarted => {
                     unexplained |= uncertain;
@@ -166,20 +194,16 @@ impl Verdict {
                             .unwrap_or_else(|| "nothing recorded (unexplained)".to_owned());
                         *self.repeated_calls.entry(why).or_default() += 1;
                     }
-                    attempt_open = true;
                 }
                 EventKind::AttemptFinished => {
-                    attempt_open = false;
                     let outcome = e.detail["outcome"].as_str().unwrap_or("");
                     why_again = Some(format!("after an attempt that ended {outcome}"));
                 }
                 EventKind::RecoveryClaimed | EventKind::LeaseLost => {
-                    attempt_open = false;
                     why_again = Some(format!("after {}", e.kind.as_str().replace('_', " ")));
                 }
                 EventKind::StateChanged if e.detail["to"] == "unknown" => {
                     uncertain = true;
-                    attempt_open = false;
                 }
                 EventKind::DecisionRecorded => {
                     uncertain = false;
@@ -190,7 +214,6 @@ impl Verdict {
                         e.actor.split(':').next().unwrap_or("someone")
                     ));
                 }
-                EventKind::MessageDeleted => early |= attempt_open,
                 _ => {}
             }
             highest_epoch = highest_epoch.max(e.epoch);

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use fenceline::job::{Actor, EventKind};
-use fenceline::ledger::{Ledger, NewEvent};
+use fenceline::ledger::{Failure, Ledger, NewEvent};
 use serde_json::json;
 
 use crate::helpers::{as_owner, create, fresh_ledger, new_job, Db};
@@ -151,4 +151,77 @@ async fn the_checker_finds_each_planted_violation_on_its_job(db: Db) {
     assert!(!empty.holds());
 }
 
+/// A delete is judged by the epoch it was made under: an owner that recorded its failure deletes
+/// its message, even once a second owner has started on a copy of it; an owner whose attempt
+/// has no outcome does not, whether it still owns the job or was recovered from.
+async fn the_checker_judges_a_delete_by_the_epoch_it_was_made_under(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let retry = Failure::Retryable {
+        error_code: "rate_limited".into(),
+        backoff: Duration::ZERO,
+    };
+    let deleted = |epoch: i64, by: &str| {
+        NewEvent::new(EventKind::MessageDeleted, &Actor::Worker(by.into()))
+            .epoch(epoch)
+            .detail(json!({"reason": "planted"}))
+    };
+    // Owner a fails retryably, b claims the retry, and a's delete lands after b started
+    // (`copied`); or b deletes before its own outcome (`early`).
+    let mut second_owners = Vec::new();
+    for key in ["copied", "early"] {
+        let id = create(&ledger, new_job("soak", key, json!(key))).await;
+        let (a, _) = ledger
+            .claim_and_start(&id, "a", LONG, None, "stub")
+            .await
+            .unwrap();
+        ledger
+            .record_failure(&as_owner(&id, a.epoch, "a"), 1, &retry)
+            .await
+            .unwrap();
+        let (b, _) = ledger
+            .claim_and_start(&id, "b", LONG, None, "stub")
+            .await
+            .unwrap();
+        let (epoch, by) = if key == "copied" {
+            (a.epoch, "a")
+        } else {
+            (b.epoch, "b")
+        };
+        plant(&ledger, &id, deleted(epoch, by)).await;
+        ledger
+            .accept_result(&as_owner(&id, b.epoch, "b"), 2, "answer")
+            .await
+            .unwrap();
+        second_owners.push(id);
+    }
+    let [copied, early] = <[String; 2]>::try_from(second_owners).unwrap();
+    // Owner a's lease runs out, the job is recovered as `unknown`, and a deletes anyway.
+    let stale = create(&ledger, new_job("soak", "stale", json!(1))).await;
+    let (a, _) = ledger
+        .claim_and_start(&stale, "a", Duration::from_millis(50), None, "stub")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    ledger
+        .recovery_claim(&stale, &Actor::System, "lease_expired", false)
+        .await
+        .unwrap();
+    plant(&ledger, &stale, deleted(a.epoch, "a")).await;
+
+    let verdict = fenceline::soak::check(&ledger, Some("soak"), Some(3))
+        .await
+        .unwrap();
+    let text = verdict.render();
+    let mut expected = vec![early, stale];
+    expected.sort();
+    let mut found = verdict.deletes_before_outcome.clone();
+    found.sort();
+    assert_eq!(found, expected, "{text}");
+    assert!(!found.contains(&copied), "{text}");
+    assert!(verdict.lost.is_empty(), "{text}");
+    assert_eq!(verdict.by_state.get("succeeded"), Some(&2), "{text}");
+    assert_eq!(verdict.by_state.get("unknown"), Some(&1), "{text}");
+}
+
 on_both_backends!(the_checker_finds_each_planted_violation_on_its_job);
+on_both_backends!(the_checker_judges_a_delete_by_the_epoch_it_was_made_under);
