@@ -53,12 +53,8 @@ async fn signed_in(app: &TestApp, name: &str, role: Role, tenants: Option<&[Stri
 /// A job of `tenant` whose provider call may have happened: `unknown`, at the returned epoch.
 async fn unknown_job(ledger: &Ledger, tenant: &str, key: &str) -> (String, i64, i64) {
     let job_id = create(ledger, new_job(tenant, key, json!("input"))).await;
-    let a = ledger
-        .claim(&job_id, "w1", Duration::from_millis(100))
-        .await
-        .unwrap();
-    ledger
-        .start_attempt(&as_owner(&job_id, a.epoch, "w1"), "stub")
+    let (a, _) = ledger
+        .claim_and_start(&job_id, "w1", Duration::from_millis(100), None, "stub")
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;

@@ -259,12 +259,8 @@ async fn thirty_two_racing_claims_make_exactly_one_owner(db: Db) {
 async fn an_owner_fenced_by_a_recovery_claim_can_neither_renew_nor_start_nor_accept(db: Db) {
     let (ledger, _db) = fresh_ledger(db).await;
     let job_id = create(&ledger, new_job("acme", "fence", json!(1))).await;
-    let a = ledger
-        .claim(&job_id, "a", Duration::from_millis(300))
-        .await
-        .unwrap();
-    let attempt = ledger
-        .start_attempt(&as_owner(&job_id, a.epoch, "a"), "stub")
+    let (a, attempt) = ledger
+        .claim_and_start(&job_id, "a", Duration::from_millis(300), None, "stub")
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
@@ -335,12 +331,8 @@ async fn an_owner_fenced_by_a_recovery_claim_can_neither_renew_nor_start_nor_acc
 async fn an_accept_after_the_lease_or_the_deadline_is_refused_even_at_the_right_epoch(db: Db) {
     let (ledger, _db) = fresh_ledger(db).await;
     let job_id = create(&ledger, new_job("acme", "lease", json!(1))).await;
-    let a = ledger
-        .claim(&job_id, "a", Duration::from_millis(200))
-        .await
-        .unwrap();
-    let attempt = ledger
-        .start_attempt(&as_owner(&job_id, a.epoch, "a"), "stub")
+    let (a, attempt) = ledger
+        .claim_and_start(&job_id, "a", Duration::from_millis(200), None, "stub")
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -398,12 +390,8 @@ async fn an_accept_after_the_lease_or_the_deadline_is_refused_even_at_the_right_
 async fn an_uncertain_attempt_needs_a_recorded_decision_before_another_attempt(db: Db) {
     let (ledger, _db) = fresh_ledger(db).await;
     let job_id = create(&ledger, new_job("acme", "unknown", json!(1))).await;
-    let a = ledger
-        .claim(&job_id, "a", Duration::from_millis(200))
-        .await
-        .unwrap();
-    ledger
-        .start_attempt(&as_owner(&job_id, a.epoch, "a"), "stub")
+    let (a, _) = ledger
+        .claim_and_start(&job_id, "a", Duration::from_millis(200), None, "stub")
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -668,12 +656,8 @@ async fn only_a_replay_policy_job_may_be_retried_by_the_policy(db: Db) {
         let mut new = new_job("acme", policy.as_str(), json!(1));
         new.replay_policy = policy;
         let job_id = create(&ledger, new).await;
-        let a = ledger
-            .claim(&job_id, "a", Duration::from_millis(150))
-            .await
-            .unwrap();
-        ledger
-            .start_attempt(&as_owner(&job_id, a.epoch, "a"), "stub")
+        let _ = ledger
+            .claim_and_start(&job_id, "a", Duration::from_millis(150), None, "stub")
             .await
             .unwrap();
         jobs.push(job_id);
@@ -713,12 +697,8 @@ async fn only_a_replay_policy_job_may_be_retried_by_the_policy(db: Db) {
 async fn an_operator_can_resolve_an_unknown_job_as_succeeded_with_evidence(db: Db) {
     let (ledger, _db) = fresh_ledger(db).await;
     let job_id = create(&ledger, new_job("acme", "resolve", json!(1))).await;
-    let a = ledger
-        .claim(&job_id, "a", Duration::from_millis(150))
-        .await
-        .unwrap();
-    ledger
-        .start_attempt(&as_owner(&job_id, a.epoch, "a"), "stub")
+    let _ = ledger
+        .claim_and_start(&job_id, "a", Duration::from_millis(150), None, "stub")
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(250)).await;
@@ -806,12 +786,8 @@ async fn the_database_refuses_illegal_states_even_from_raw_sql(db: Db) {
             .is_err()
     );
 
-    let a = ledger
-        .claim(&job_id, "a", Duration::from_millis(100))
-        .await
-        .unwrap();
-    ledger
-        .start_attempt(&as_owner(&job_id, a.epoch, "a"), "stub")
+    let _ = ledger
+        .claim_and_start(&job_id, "a", Duration::from_millis(100), None, "stub")
         .await
         .unwrap();
     assert!(exec("UPDATE jobs SET owner_epoch = 0 WHERE job_id = $1")

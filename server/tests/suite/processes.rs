@@ -698,12 +698,8 @@ async fn on_call_decides_and_cancels_from_a_terminal_fenced_and_audited() {
         .await
         .unwrap();
     let job_id = create(&ledger, new_job("acme", "cli-decide", serde_json::json!(1))).await;
-    let a = ledger
-        .claim(&job_id, "w1", Duration::from_millis(100))
-        .await
-        .unwrap();
-    ledger
-        .start_attempt(&crate::helpers::as_owner(&job_id, a.epoch, "w1"), "stub")
+    let _ = ledger
+        .claim_and_start(&job_id, "w1", Duration::from_millis(100), None, "stub")
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;

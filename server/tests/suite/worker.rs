@@ -448,12 +448,8 @@ mod reaper {
         let job_id =
             crate::helpers::create(&ledger, new_job("acme", "vanished", serde_json::json!(1)))
                 .await;
-        let claimed = ledger
-            .claim(&job_id, "gone", Duration::from_millis(100))
-            .await
-            .unwrap();
-        let attempt = ledger
-            .start_attempt(&as_owner(&job_id, claimed.epoch, "gone"), "stub")
+        let (claimed, attempt) = ledger
+            .claim_and_start(&job_id, "gone", Duration::from_millis(100), None, "stub")
             .await
             .unwrap();
         let client_id = format!("{job_id}:{}", attempt.attempt_no);
