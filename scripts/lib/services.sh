@@ -1,6 +1,7 @@
 # Helpers that start throwaway services for tests and benchmarks. Source, don't run.
 # Every service lives in a temporary folder, listens on loopback only, and is stopped on exit.
 
+_fenceline_lib=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 _fenceline_cleanups=()
 _fenceline_cleanup() {
   local i
@@ -79,7 +80,9 @@ wait_http() {
   return 1
 }
 
-# start_moto: an SQS protocol peer (moto_server from PyPI, in a virtualenv) on loopback.
+# start_moto: an SQS protocol peer (moto_server from PyPI, in a virtualenv) on loopback,
+# through scripts/lib/moto_server.py: moto's server with its queues' message lists changed
+# under their own lock (moto 5.2.5 can lose a message sent during a delete; SQS never does).
 # Sets MOTO_URL and the AWS variables the SDK reads.
 start_moto() {
   local venv="${FENCELINE_VENV:-$HOME/.cache/fenceline/venv}"
@@ -87,7 +90,8 @@ start_moto() {
   local port dir
   port=$(free_port)
   dir=$(mktemp -d /tmp/fenceline-moto.XXXXXX)
-  "$venv/bin/moto_server" -H 127.0.0.1 -p "$port" >"$dir/moto.log" 2>&1 &
+  "$venv/bin/python3" "$_fenceline_lib/moto_server.py" -H 127.0.0.1 -p "$port" \
+    >"$dir/moto.log" 2>&1 &
   local pid=$!
   _fenceline_cleanups+=("kill $pid 2>/dev/null; rm -rf '$dir'")
   wait_http "http://127.0.0.1:$port/moto-api/" 100 "$dir/moto.log"
