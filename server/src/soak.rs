@@ -160,32 +160,13 @@ impl Verdict {
         let (mut stale, mut early, mut unexplained) = (false, false, false);
         for e in events {
             match e.kind {
-                EventKind::AttemptStarted => {
-                    undecided.insert(e.epoch);
-                }
-                EventKind::AttemptFinished => {
-                    undecided.remove(&e.epoch);
-                }
-                EventKind::ResultAccepted => terminal = true,
-                EventKind::StateChanged => {
-                    undecided.remove(&e.epoch);
-                    if let Some(by) = e.detail["released_by_epoch"].as_i64() {
-                        undecided.remove(&by);
-                    }
-                    terminal |= e.detail["to"]
-                        .as_str()
-                        .and_then(|to| to.parse::<crate::job::JobState>().ok())
-                        .is_some_and(|to| to.is_terminal());
-                }
-                EventKind::MessageDeleted => early |= !terminal && undecided.contains(&e.epoch),
-                _ => {}
-            }
-            match e.kind {
                 EventKind::ResultAccepted => {
                     accepted += 1;
                     stale |= e.epoch < highest_epoch;
+                    terminal = true;
                 }
                 EventKind::AttemptStarted => {
+                    undecided.insert(e.epoch);
                     unexplained |= uncertain;
                     started += 1;
                     if started > 1 {
@@ -196,14 +177,23 @@ impl Verdict {
                     }
                 }
                 EventKind::AttemptFinished => {
+                    undecided.remove(&e.epoch);
                     let outcome = e.detail["outcome"].as_str().unwrap_or("");
                     why_again = Some(format!("after an attempt that ended {outcome}"));
                 }
                 EventKind::RecoveryClaimed | EventKind::LeaseLost => {
                     why_again = Some(format!("after {}", e.kind.as_str().replace('_', " ")));
                 }
-                EventKind::StateChanged if e.detail["to"] == "unknown" => {
-                    uncertain = true;
+                EventKind::StateChanged => {
+                    undecided.remove(&e.epoch);
+                    if let Some(by) = e.detail["released_by_epoch"].as_i64() {
+                        undecided.remove(&by);
+                    }
+                    let to = e.detail["to"].as_str();
+                    terminal |= to
+                        .and_then(|to| to.parse::<crate::job::JobState>().ok())
+                        .is_some_and(|to| to.is_terminal());
+                    uncertain |= to == Some("unknown");
                 }
                 EventKind::DecisionRecorded => {
                     uncertain = false;
@@ -214,6 +204,7 @@ impl Verdict {
                         e.actor.split(':').next().unwrap_or("someone")
                     ));
                 }
+                EventKind::MessageDeleted => early |= !terminal && undecided.contains(&e.epoch),
                 _ => {}
             }
             highest_epoch = highest_epoch.max(e.epoch);

@@ -48,6 +48,17 @@ async fn failures(ledger: &Ledger, report: &Report) -> String {
     out
 }
 
+/// Runs `request` in development; a drill that did not pass fails the test with what failed.
+async fn run_passing(ledger: &Ledger, request: DrillRequest) -> Report {
+    let report = runner::run(ledger, Environment::Development, request, |_| {})
+        .await
+        .unwrap();
+    if !report.passed() {
+        panic!("the drill failed:{}", failures(ledger, &report).await);
+    }
+    report
+}
+
 /// Every check passed, and every piece of evidence is an event of the kind it claims, on a
 /// job the drill made.
 async fn assert_passed_with_real_evidence(ledger: &Ledger, report: &Report) {
@@ -100,17 +111,7 @@ async fn assert_passed_with_real_evidence(ledger: &Ledger, report: &Report) {
 async fn the_whole_catalogue_passes_on_the_embedded_queue_and_is_stored() {
     let (ledger, _db) = fresh_ledger(Db::Sqlite).await;
     let started = std::time::Instant::now();
-    let report = runner::run(
-        &ledger,
-        Environment::Development,
-        all(DrillQueue::Embedded),
-        |_| {},
-    )
-    .await
-    .unwrap();
-    if !report.passed() {
-        panic!("the drill failed:{}", failures(&ledger, &report).await);
-    }
+    let report = run_passing(&ledger, all(DrillQueue::Embedded)).await;
     assert_eq!(report.scenarios.len(), DrillKind::ALL.len());
     assert_passed_with_real_evidence(&ledger, &report).await;
     assert!(
@@ -131,17 +132,7 @@ async fn the_whole_catalogue_passes_against_an_sqs_protocol_peer() {
         return;
     }
     let (ledger, _db) = fresh_ledger(Db::Postgres).await;
-    let report = runner::run(
-        &ledger,
-        Environment::Development,
-        all(DrillQueue::Sqs),
-        |_| {},
-    )
-    .await
-    .unwrap();
-    if !report.passed() {
-        panic!("the drill failed:{}", failures(&ledger, &report).await);
-    }
+    let report = run_passing(&ledger, all(DrillQueue::Sqs)).await;
     assert_passed_with_real_evidence(&ledger, &report).await;
     let stale = report
         .scenarios
@@ -172,12 +163,7 @@ async fn the_whole_catalogue_passes_through_the_openai_compatible_adapter() {
     let (ledger, _db) = fresh_ledger(Db::Sqlite).await;
     let mut request = all(DrillQueue::Embedded);
     request.provider = DrillProvider::Configured(fenceline::provider::AnyProvider::OpenAi(adapter));
-    let report = runner::run(&ledger, Environment::Development, request, |_| {})
-        .await
-        .unwrap();
-    if !report.passed() {
-        panic!("the drill failed:{}", failures(&ledger, &report).await);
-    }
+    let report = run_passing(&ledger, request).await;
     assert_eq!(report.provider, "configured:openai");
     assert_passed_with_real_evidence(&ledger, &report).await;
 }
@@ -199,12 +185,7 @@ async fn a_paused_worker_whose_call_outlasts_its_freeze_still_tries_to_commit() 
         ..StubConfig::default()
     });
     request.provider = DrillProvider::Configured(fenceline::provider::AnyProvider::Stub(slow));
-    let report = runner::run(&ledger, Environment::Development, request, |_| {})
-        .await
-        .unwrap();
-    if !report.passed() {
-        panic!("the drill failed:{}", failures(&ledger, &report).await);
-    }
+    let report = run_passing(&ledger, request).await;
     assert_passed_with_real_evidence(&ledger, &report).await;
 }
 

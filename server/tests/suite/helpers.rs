@@ -150,7 +150,6 @@ pub(crate) async fn create(ledger: &Ledger, new: NewJob) -> String {
         .clone()
 }
 
-/// The kinds of a job's whole timeline, in order.
 /// A job's timeline on one line for a failure message: `seq:kind@epoch/actor+ms` for each
 /// event, the milliseconds counted from its first.
 pub(crate) async fn timeline(ledger: &Ledger, job_id: &str) -> String {
@@ -172,6 +171,7 @@ pub(crate) async fn timeline(ledger: &Ledger, job_id: &str) -> String {
         .join(" ")
 }
 
+/// The kinds of a job's whole timeline, in order.
 pub(crate) async fn kinds(ledger: &Ledger, job_id: &str) -> Vec<String> {
     ledger
         .events(job_id, 0, 1000)
