@@ -85,8 +85,8 @@ impl DrillKind {
                 "A copy of the message reaches a second worker while the first holds a valid lease."
             }
             DrillKind::PausedWorkerStaleEpoch => {
-                "Worker A freezes during its model call until visibility and lease have expired; \
-                 the job is recovered; A wakes up and tries to commit."
+                "Worker A's model call answers, then A freezes until visibility and lease have \
+                 expired; the job is recovered; A wakes up and tries to commit."
             }
             DrillKind::UncertainAttemptRequiresDecision => {
                 "Continues the paused-worker drill: the job is unknown and its message is \
