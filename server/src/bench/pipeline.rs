@@ -83,9 +83,15 @@ async fn fenceline_pipeline(
     use crate::worker::{dispatcher, Timings, Worker, WorkerConfig};
     use tokio_util::sync::CancellationToken;
 
-    let ledger = Ledger::connect(database_url, options).await?;
     let run = uuid::Uuid::now_v7().simple().to_string();
-    let queue = EmbeddedQueue::new(ledger.clone(), &format!("bench-{run}"), 5);
+    let name = format!("bench-{run}");
+    // As `serve` and `worker` run on the embedded queue: a new job's message goes in with it.
+    let options = LedgerOptions {
+        direct_queue: Some(name.clone()),
+        ..options.clone()
+    };
+    let ledger = Ledger::connect(database_url, &options).await?;
+    let queue = EmbeddedQueue::new(ledger.clone(), &name, 5);
     let stub = StubProvider::new(StubConfig::default());
     let stop = CancellationToken::new();
     let mut tasks = tokio::task::JoinSet::new();
@@ -100,9 +106,10 @@ async fn fenceline_pipeline(
         let stop = stop.clone();
         tasks.spawn(async move { worker.run(stop).await });
     }
+    // The dispatcher sends what is not sent at creation (retries); it polls as `serve`'s does.
     let (l, q, s) = (ledger.clone(), queue.clone(), stop.clone());
     tasks.spawn(async move {
-        dispatcher::run(l, q, Duration::from_millis(2), Default::default(), s).await
+        dispatcher::run(l, q, Duration::from_millis(100), Default::default(), s).await
     });
 
     let tenant = format!("bench-{run}");

@@ -22,8 +22,8 @@ pub enum FaultPoint {
     QueueReceiveDuplicate,
     /// The ledger lease renewal does not get through.
     LeaseRenew,
-    /// The worker process freezes (heartbeat included) from the start of the model call for
-    /// the armed duration; its work resumes where it was.
+    /// The worker process freezes (heartbeat included) for the armed duration once its model
+    /// call has come back; its work resumes where it was, with an answer to commit.
     WorkerPause,
     /// The worker process dies during the model call, after the armed duration: nothing more
     /// is written or sent by it.

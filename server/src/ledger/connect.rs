@@ -31,6 +31,11 @@ pub struct LedgerOptions {
     /// Coalesce concurrent callers' hot writes (claims, results, new jobs, transport events,
     /// embedded-queue deletes) into shared transactions.
     pub group_commit: bool,
+    /// The embedded queue (in this database) that jobs go to: a new job's message is then
+    /// written in the job's own transaction, its outbox row recorded as sent, and no
+    /// dispatcher round stands between submission and delivery. Jobs of drills still go
+    /// through their dispatcher lane, where their faults are armed.
+    pub direct_queue: Option<String>,
 }
 
 impl Default for LedgerOptions {
@@ -40,6 +45,7 @@ impl Default for LedgerOptions {
             acquire_timeout: Duration::from_secs(5),
             sqlite_sync: SqliteSync::Full,
             group_commit: true,
+            direct_queue: None,
         }
     }
 }
@@ -62,12 +68,7 @@ impl Ledger {
                     .acquire_timeout(options.acquire_timeout)
                     .connect(url)
                     .await?;
-                Ok(Ledger::new(
-                    pool.clone(),
-                    pool,
-                    backend,
-                    options.group_commit,
-                ))
+                Ok(Ledger::new(pool.clone(), pool, backend, options))
             }
             Backend::Sqlite => {
                 let sync = match options.sqlite_sync {
@@ -102,7 +103,7 @@ impl Ledger {
                     })
                     .connect(url)
                     .await?;
-                Ok(Ledger::new(writer, reader, backend, options.group_commit))
+                Ok(Ledger::new(writer, reader, backend, options))
             }
         }
     }

@@ -131,6 +131,16 @@ pub struct Ledger {
     group_commit: bool,
     /// The group-commit lanes, started on first use.
     groups: Arc<std::sync::OnceLock<write::Groups>>,
+    /// Where new jobs' messages go in their own transaction ([`LedgerOptions::direct_queue`]).
+    direct: Option<Arc<DirectQueue>>,
+}
+
+/// The embedded queue new jobs are sent to as they are created.
+#[derive(Debug)]
+pub(crate) struct DirectQueue {
+    pub(crate) name: String,
+    /// Woken after each commit that sent: the queue's long polls in this process.
+    pub(crate) sent: Arc<tokio::sync::Notify>,
 }
 
 impl std::fmt::Debug for Ledger {
@@ -142,15 +152,29 @@ impl std::fmt::Debug for Ledger {
 }
 
 impl Ledger {
-    fn new(writer: AnyPool, reader: AnyPool, backend: Backend, group_commit: bool) -> Ledger {
+    fn new(writer: AnyPool, reader: AnyPool, backend: Backend, options: &LedgerOptions) -> Ledger {
         Ledger {
             writer,
             reader,
             backend,
             sql: Arc::new(statements::Statements::render(backend)),
-            group_commit,
+            group_commit: options.group_commit,
             groups: Arc::default(),
+            direct: options.direct_queue.as_ref().map(|name| {
+                Arc::new(DirectQueue {
+                    name: name.clone(),
+                    sent: Arc::default(),
+                })
+            }),
         }
+    }
+
+    /// The wake-up of `queue`'s long polls when new jobs are sent to it directly.
+    pub(crate) fn direct_sends(&self, queue: &str) -> Option<Arc<tokio::sync::Notify>> {
+        self.direct
+            .as_ref()
+            .filter(|direct| direct.name == queue)
+            .map(|direct| Arc::clone(&direct.sent))
     }
 
     /// The same pools without lanes: what the lanes' own runners write through.

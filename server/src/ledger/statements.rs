@@ -311,8 +311,8 @@ catalogue! {
         /// A new job, unless the tenant already used the key.
         create_job: "INSERT INTO jobs (job_id, tenant, idempotency_key, request_digest, input_ref, \
              contract_version, state, deadline_at, max_attempts, replay_policy, created_at, \
-             updated_at, next_event_seq, drill_run) \
-             VALUES ($1, $2, $3, $4, $5, $6, 'ready', {now} + $7, $8, $9, {now}, {now}, 2, $10) \
+             updated_at, drill_run, next_event_seq) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'ready', {now} + $7, $8, $9, {now}, {now}, $10, $11) \
              ON CONFLICT (tenant, idempotency_key) DO NOTHING \
              RETURNING 1 AS seq, created_at AS at, owner_epoch AS epoch, deadline_at",
         /// Idempotency hits on a job's timeline in the last minute.
@@ -632,9 +632,9 @@ catalogue! {
         create_each: (
             "INSERT INTO jobs (job_id, tenant, idempotency_key, request_digest, input_ref, \
              contract_version, state, deadline_at, max_attempts, replay_policy, created_at, \
-             updated_at, next_event_seq, drill_run) VALUES ",
+             updated_at, drill_run, next_event_seq) VALUES ",
             "(?, ?, ?, ?, ?, ?, 'ready', {now} + CAST(? AS BIGINT), CAST(? AS BIGINT), ?, \
-             {now}, {now}, 2, ?)",
+             {now}, {now}, ?, CAST(? AS BIGINT))",
             " ON CONFLICT (tenant, idempotency_key) DO NOTHING \
              RETURNING job_id, 1 AS seq, created_at AS at, owner_epoch AS epoch, deadline_at",
             1
@@ -648,6 +648,14 @@ catalogue! {
         insert_first_sends: (
             "INSERT INTO outbox (job_id, epoch, reason, created_at, available_at) VALUES ",
             "(?, 0, 'created', CAST(? AS BIGINT), CAST(? AS BIGINT))", "", 1
+        ),
+        /// First sends of new jobs made in the jobs' own transaction (a queue in this
+        /// database): recorded as sent, with the message's id.
+        insert_sent_sends: (
+            "INSERT INTO outbox (job_id, epoch, reason, created_at, available_at, dispatched_at, \
+             message_id, send_attempts) VALUES ",
+            "(?, 0, 'created', CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS BIGINT), ?, 1)",
+            "", 1
         ),
         /// Visibility changes of many in-flight messages of one queue (`$1`), each checked
         /// against its handle and the visibility cap (`$2`) as [`Self::queue_change_visibility`]
@@ -811,7 +819,7 @@ mod tests {
         );
         let sql = s.create_each.rows(2);
         assert!(
-            sql.contains(", drill_run) SELECT (r.value ->> 0) AS column1, "),
+            sql.contains(", next_event_seq) SELECT (r.value ->> 0) AS column1, "),
             "{sql}"
         );
         assert!(

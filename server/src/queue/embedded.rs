@@ -65,6 +65,8 @@ impl EmbeddedQueue {
     /// The queue `name`; messages received more than `max_receive_count` times move to
     /// `name-dlq` on their next receive.
     pub fn new(ledger: Ledger, name: &str, max_receive_count: u32) -> Self {
+        // New jobs sent to this queue in their own transaction wake its long polls too.
+        let sent = ledger.direct_sends(name).unwrap_or_default();
         EmbeddedQueue {
             ledger,
             name: name.into(),
@@ -72,7 +74,7 @@ impl EmbeddedQueue {
                 format!("{name}-dlq").into(),
                 i64::from(max_receive_count.max(1)),
             )),
-            sent: Arc::new(Notify::new()),
+            sent,
         }
     }
 

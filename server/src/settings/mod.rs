@@ -184,6 +184,10 @@ impl Settings {
                         cli::SyncArg::Normal => SqliteSync::Normal,
                     },
                     group_commit: true,
+                    // The embedded queue lives in the ledger: a new job's message goes in
+                    // with the job.
+                    direct_queue: matches!(runtime.queue, QueueKind::Embedded)
+                        .then(|| runtime.queue_name.clone()),
                 },
             },
             http: HttpSettings {

@@ -111,13 +111,19 @@ pub(crate) fn options() -> LedgerOptions {
         acquire_timeout: Duration::from_secs(10),
         sqlite_sync: SqliteSync::Normal,
         group_commit: true,
+        direct_queue: None,
     }
 }
 
 /// A migrated ledger on a fresh database.
 pub(crate) async fn fresh_ledger(db: Db) -> (Ledger, TestDb) {
+    fresh_ledger_with(db, &options()).await
+}
+
+/// [`fresh_ledger`] opened with `options`.
+pub(crate) async fn fresh_ledger_with(db: Db, options: &LedgerOptions) -> (Ledger, TestDb) {
     let test_db = fresh_db(db).await;
-    let ledger = Ledger::connect(&test_db.url, &options())
+    let ledger = Ledger::connect(&test_db.url, options)
         .await
         .expect("connect the ledger");
     ledger.migrate().await.expect("migrate");
@@ -362,7 +368,12 @@ pub(crate) async fn fresh_queue(kind: QueueKind, max_receive_count: u32) -> Test
             } else {
                 Db::Postgres
             };
-            let (ledger, test_db) = fresh_ledger(db).await;
+            // As `serve` and `worker` open it: new jobs' messages go in with the jobs.
+            let options = LedgerOptions {
+                direct_queue: Some(name.clone()),
+                ..options()
+            };
+            let (ledger, test_db) = fresh_ledger_with(db, &options).await;
             TestQueue {
                 queue: AnyQueue::Embedded(EmbeddedQueue::new(
                     ledger.clone(),

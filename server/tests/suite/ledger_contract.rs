@@ -43,7 +43,81 @@ on_both_backends!(
     terminal_records_older_than_the_cutoff_are_pruned_and_live_jobs_never_are,
     a_release_after_the_deadline_is_refused_and_the_job_expires,
     a_client_retrying_the_same_request_in_a_loop_does_not_grow_the_timeline,
+    a_new_job_on_a_queue_in_the_ledger_is_sent_in_its_own_transaction,
 );
+
+/// With the embedded queue in the ledger's database, a new job's message goes in with the job:
+/// receivable at once with no dispatcher, `dispatched` on its timeline right after
+/// `job_created` naming that message, its outbox row recorded as sent. An idempotent replay
+/// sends nothing more, and a drill's job still waits for its dispatcher lane. Alone and in a
+/// group commit.
+async fn a_new_job_on_a_queue_in_the_ledger_is_sent_in_its_own_transaction(db: Db) {
+    use fenceline::job::EventKind;
+    use fenceline::ledger::Ledger;
+    use fenceline::queue::{embedded::EmbeddedQueue, Queue};
+    for group_commit in [false, true] {
+        let options = fenceline::ledger::LedgerOptions {
+            direct_queue: Some("jobs".into()),
+            group_commit,
+            ..crate::helpers::options()
+        };
+        let (ledger, test_db) = crate::helpers::fresh_ledger_with(db, &options).await;
+        let queue = EmbeddedQueue::new(ledger.clone(), "jobs", 5);
+        let job_id = create(&ledger, new_job("acme", "direct", json!({"doc": 1}))).await;
+        let again = create(&ledger, new_job("acme", "direct", json!({"doc": 1}))).await;
+        assert_eq!(again, job_id, "group commit {group_commit}");
+        let mut drill = new_job("acme", "drill", json!({"doc": 2}));
+        drill.drill_run = Some("run-1".into());
+        let drill_id = create(&ledger, drill).await;
+
+        // No dispatcher has run: the one message on the queue is the job's.
+        let got = queue
+            .receive(10, Duration::from_secs(30), Duration::from_millis(200))
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 1, "group commit {group_commit}: {got:?}");
+        let message: fenceline::worker::message::JobMessage =
+            serde_json::from_str(&got[0].body).unwrap();
+        assert_eq!(
+            (message.job_id.as_str(), message.tenant.as_str()),
+            (job_id.as_str(), "acme")
+        );
+        let events = ledger.events(&job_id, 0, 10).await.unwrap();
+        let seqs: Vec<(i64, EventKind)> = events.iter().map(|e| (e.seq, e.kind)).collect();
+        assert_eq!(
+            seqs,
+            [
+                (1, EventKind::JobCreated),
+                (2, EventKind::Dispatched),
+                (3, EventKind::IdempotencyHit)
+            ],
+            "group commit {group_commit}"
+        );
+        assert_eq!(events[1].detail["message_id"], got[0].message_id.as_str());
+        assert_eq!(events[1].detail["queue"], "embedded:jobs");
+        assert_eq!(events[1].detail["reason"], "created");
+        // The job's outbox row is sent; the drill's waits for its lane, and only there.
+        assert_eq!(ledger.outbox_pending().await.unwrap(), 1);
+        let lock = Duration::from_secs(30);
+        assert!(ledger.claim_outbox(10, lock, "").await.unwrap().is_empty());
+        let drills = ledger.claim_outbox(10, lock, "run-1").await.unwrap();
+        assert_eq!(
+            drills.iter().map(|i| i.job_id.as_str()).collect::<Vec<_>>(),
+            [drill_id.as_str()]
+        );
+        // The next event of the job follows them.
+        let later = Ledger::note_event(
+            &ledger,
+            &job_id,
+            fenceline::ledger::NewEvent::new(EventKind::DispatchFailed, &Actor::System),
+        );
+        later.await.unwrap();
+        let last = ledger.events(&job_id, 0, 10).await.unwrap();
+        assert_eq!(last.last().map(|e| e.seq), Some(4));
+        ledger.close().await;
+        drop(test_db);
+    }
+}
 
 async fn a_worker_claims_and_starts_in_one_step_with_its_delivery_on_the_timeline(db: Db) {
     use fenceline::job::EventKind;

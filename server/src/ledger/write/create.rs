@@ -4,11 +4,12 @@
 use serde_json::json;
 
 use super::group::CreateOp;
+use super::outbox::{dispatched_event, insert_outbox, send_new_in, NewSend};
 use super::{micros, Reserved};
 use crate::job::{Actor, EventKind, JobId};
 use crate::ledger::model::{Created, NewEvent, NewJob};
 use crate::ledger::read::{job_from_row, JOB_COLUMNS};
-use crate::ledger::{Ledger, LedgerError};
+use crate::ledger::{DirectQueue, Ledger, LedgerError};
 
 impl Ledger {
     /// Creates a job with its input and outbox row, idempotently per tenant and key.
@@ -32,7 +33,11 @@ impl Ledger {
             new: new.clone(),
             actor: actor.clone(),
         };
+        let direct = self.direct_for(&new);
         if let Some(job) = self.grouped_create(op).await {
+            if let Some(queue) = direct {
+                queue.sent.notify_waiters();
+            }
             return Ok(Created::New(job));
         }
         let input_ref = format!("ledger:job_inputs/{job_id}");
@@ -46,7 +51,8 @@ impl Ledger {
             .bind(micros(new.deadline))
             .bind(i64::from(new.max_attempts))
             .bind(new.replay_policy.as_str())
-            .bind(new.drill_run.as_deref());
+            .bind(new.drill_run.as_deref())
+            .bind(first_unreserved(direct));
         let Some(mut created) = self.try_guarded(job_id.as_str(), statement).await? else {
             return self.idempotent_replay(new, actor).await;
         };
@@ -57,8 +63,23 @@ impl Ledger {
             .execute(&mut *created.tx)
             .await?;
         let at = created.row.at;
-        super::outbox::insert_outbox(&mut created.tx, job_id.as_str(), 0, "created", at).await?;
-        created.commit(&[created_event(&new, actor)]).await?;
+        let mut events = vec![created_event(&new, actor)];
+        match direct {
+            Some(queue) => {
+                let send = NewSend {
+                    job_id: job_id.as_str(),
+                    tenant: &new.tenant,
+                    at,
+                };
+                let ids = send_new_in(&self.sql, &mut created.tx, queue, &[send]).await?;
+                events.push(sent_event(queue, &ids[0]));
+            }
+            None => insert_outbox(&mut created.tx, job_id.as_str(), 0, "created", at).await?,
+        }
+        created.commit(&events).await?;
+        if let Some(queue) = direct {
+            queue.sent.notify_waiters();
+        }
         let job = self
             .job(job_id.as_str())
             .await?
@@ -98,6 +119,29 @@ impl Ledger {
             })
         }
     }
+}
+
+impl Ledger {
+    /// The queue `new` is sent to in its own transaction, if any: a drill's jobs go through
+    /// their dispatcher lane, where the drill's faults are armed.
+    pub(super) fn direct_for(&self, new: &NewJob) -> Option<&DirectQueue> {
+        self.direct.as_deref().filter(|_| new.drill_run.is_none())
+    }
+}
+
+/// The first event number a new job leaves free: after `job_created`, and `dispatched` when
+/// it is sent at once.
+pub(super) fn first_unreserved(direct: Option<&DirectQueue>) -> i64 {
+    if direct.is_some() {
+        3
+    } else {
+        2
+    }
+}
+
+/// `dispatched` for a new job's message sent to `queue` in the job's own transaction.
+pub(super) fn sent_event(queue: &DirectQueue, message_id: &str) -> NewEvent {
+    dispatched_event(message_id, &format!("embedded:{}", queue.name), "created")
 }
 
 /// `job_created`, with what the job was made with.

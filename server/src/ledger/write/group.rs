@@ -24,6 +24,7 @@ use sha2::{Digest, Sha256};
 use sqlx::{AnyConnection, Row};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
+use super::outbox::{send_new_in, NewSend};
 use super::{insert_events, micros, new_result_ref, Placed, Reserved};
 use crate::job::{Actor, JobId, JobState};
 use crate::ledger::model::{Accepted, AttemptStarted, Claimed, Job, NewEvent, NewJob, Owner};
@@ -734,6 +735,7 @@ impl Ledger {
                 i64::from(op.new.max_attempts),
                 op.new.replay_policy.as_str(),
                 op.new.drill_run.as_deref(),
+                super::create::first_unreserved(self.direct_for(&op.new)),
             ]
         );
         let index: HashMap<&str, usize> = ops
@@ -763,19 +765,42 @@ impl Ledger {
             ]
         );
         query.execute(&mut *tx).await?;
-        let sql = self.sql.insert_first_sends.rows(created.len());
-        let query = bind_rows!(
-            sqlx::query(&sql),
-            self.sql.insert_first_sends,
-            &created,
-            |(i, r)| [ops[*i].job_id.as_str(), r.at, r.at]
-        );
-        query.execute(&mut *tx).await?;
+        // Jobs sent at once (a queue in this database) and jobs the dispatcher will send.
+        let (sent, queued): (Vec<_>, Vec<_>) = created
+            .iter()
+            .partition(|(i, _)| self.direct_for(&ops[*i].new).is_some());
+        if !queued.is_empty() {
+            let sql = self.sql.insert_first_sends.rows(queued.len());
+            let query = bind_rows!(
+                sqlx::query(&sql),
+                self.sql.insert_first_sends,
+                &queued,
+                |(i, r)| [ops[*i].job_id.as_str(), r.at, r.at]
+            );
+            query.execute(&mut *tx).await?;
+        }
+        let mut message_ids: HashMap<usize, String> = HashMap::new();
+        if let (Some(queue), false) = (self.direct.as_deref(), sent.is_empty()) {
+            let sends: Vec<NewSend<'_>> = sent
+                .iter()
+                .map(|(i, r)| NewSend {
+                    job_id: ops[*i].job_id.as_str(),
+                    tenant: &ops[*i].new.tenant,
+                    at: r.at,
+                })
+                .collect();
+            let ids = send_new_in(&self.sql, tx, queue, &sends).await?;
+            message_ids.extend(sent.iter().map(|(i, _)| *i).zip(ids));
+        }
         let events: Vec<(usize, Reserved, Vec<NewEvent>)> = created
             .iter()
             .map(|&(i, r)| {
                 let op = &ops[i];
-                (i, r, vec![super::create::created_event(&op.new, &op.actor)])
+                let mut events = vec![super::create::created_event(&op.new, &op.actor)];
+                if let (Some(queue), Some(id)) = (self.direct.as_deref(), message_ids.get(&i)) {
+                    events.push(super::create::sent_event(queue, id));
+                }
+                (i, r, events)
             })
             .collect();
         insert_events(&self.sql, tx, &place(ops, &events, |op| op.job_id.as_str())).await?;

@@ -10,7 +10,9 @@ use sqlx::{AnyConnection, Row};
 use super::micros;
 use crate::job::{Actor, EventKind};
 use crate::ledger::model::NewEvent;
-use crate::ledger::{Ledger, LedgerError};
+use crate::ledger::statements::Statements;
+use crate::ledger::{DirectQueue, Ledger, LedgerError};
+use crate::worker::message::JobMessage;
 
 /// An outbox row claimed for sending.
 #[derive(Debug, Clone)]
@@ -47,6 +49,59 @@ pub(super) async fn insert_outbox(
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+/// A new job sent in its own transaction: which job, whose, and when it was created.
+pub(super) struct NewSend<'a> {
+    pub(super) job_id: &'a str,
+    pub(super) tenant: &'a str,
+    pub(super) at: i64,
+}
+
+/// Sends new jobs' messages to `queue` inside their creating transaction, with their outbox
+/// rows recorded as sent; gives back each message's id, in order.
+pub(super) async fn send_new_in(
+    sql: &Statements,
+    conn: &mut AnyConnection,
+    queue: &DirectQueue,
+    sends: &[NewSend<'_>],
+) -> Result<Vec<String>, LedgerError> {
+    let messages: Vec<(String, String)> = sends
+        .iter()
+        .map(|send| {
+            (
+                uuid::Uuid::now_v7().to_string(),
+                JobMessage::body(send.job_id, send.tenant),
+            )
+        })
+        .collect();
+    let text = sql.queue_insert.rows(messages.len());
+    let query = bind_rows!(
+        sqlx::query(&text).bind(queue.name.as_str()).bind(0_i64),
+        sql.queue_insert,
+        &messages,
+        |(id, body)| [id.as_str(), body.as_str()]
+    );
+    query.execute(&mut *conn).await?;
+    let text = sql.insert_sent_sends.rows(sends.len());
+    let query = bind_rows!(
+        sqlx::query(&text),
+        sql.insert_sent_sends,
+        sends.iter().zip(&messages),
+        |(send, (id, _))| [send.job_id, send.at, send.at, send.at, id.as_str()]
+    );
+    query.execute(&mut *conn).await?;
+    Ok(messages.into_iter().map(|(id, _)| id).collect())
+}
+
+/// `dispatched`: the job's message `message_id` is on `queue` (as [`crate::queue::Queue::describe`]
+/// names it), sent for `reason`.
+pub(super) fn dispatched_event(message_id: &str, queue: &str, reason: &str) -> NewEvent {
+    NewEvent::new(EventKind::Dispatched, &Actor::System).detail(json!({
+        "message_id": message_id,
+        "queue": queue,
+        "reason": reason,
+    }))
 }
 
 /// Most outbox rows one statement marks sent.
@@ -129,11 +184,7 @@ impl Ledger {
             .map(|(item, message_id)| {
                 (
                     item.job_id.clone(),
-                    NewEvent::new(EventKind::Dispatched, &Actor::System).detail(json!({
-                        "message_id": message_id,
-                        "queue": queue,
-                        "reason": item.reason,
-                    })),
+                    dispatched_event(message_id, queue, &item.reason),
                 )
             })
             .collect();
