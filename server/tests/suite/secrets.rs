@@ -171,6 +171,16 @@ async fn planted_secrets_stay_out_of_logs_events_pages_and_exports() {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse::<u64>().ok());
     assert_eq!(succeeded, Some(1), "the worker counted its delivery");
+    let sent = metrics
+        .lines()
+        .find(|l| l.starts_with("fenceline_dispatched_total{result=\"sent\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<u64>().ok());
+    assert_eq!(
+        sent,
+        Some(1),
+        "the job's send, made as it was created, is counted"
+    );
     assert!(!metrics.contains(&job_id), "no job ids in metrics labels");
     let events = client
         .get(format!("{base}/api/v1/jobs/{job_id}/events?limit=1000"))

@@ -7,7 +7,7 @@ use super::group::CreateOp;
 use super::outbox::{dispatched_event, insert_outbox, send_new_in, NewSend};
 use super::{micros, Reserved};
 use crate::job::{Actor, EventKind, JobId};
-use crate::ledger::model::{Created, NewEvent, NewJob};
+use crate::ledger::model::{Created, Job, NewEvent, NewJob};
 use crate::ledger::read::{job_from_row, JOB_COLUMNS};
 use crate::ledger::{DirectQueue, Ledger, LedgerError};
 
@@ -126,6 +126,12 @@ impl Ledger {
     /// their dispatcher lane, where the drill's faults are armed.
     pub(super) fn direct_for(&self, new: &NewJob) -> Option<&DirectQueue> {
         self.direct.as_deref().filter(|_| new.drill_run.is_none())
+    }
+
+    /// Whether a job this ledger handle just created was sent as it was created (and so is
+    /// counted as sent by whoever created it, not by a dispatcher).
+    pub fn sent_at_creation(&self, job: &Job) -> bool {
+        self.direct.is_some() && job.drill_run.is_none()
     }
 }
 
