@@ -13,7 +13,7 @@ use super::gate::{check_form_token, flash, forbidden, plain, SignedIn};
 use super::AppState;
 use crate::job::{Actor, JobState};
 use crate::ledger::Job;
-use crate::ledger::{Created, Decision, LedgerError, Refusal};
+use crate::ledger::{Decision, LedgerError, Refusal};
 use crate::operators::{Operator, Role};
 
 #[derive(Deserialize)]
@@ -412,10 +412,10 @@ pub(super) async fn rerun(
     let actor = Actor::Operator(operator.name.clone());
     match state.ledger.run_again(&job_id, &actor, &form.reason).await {
         Ok(created) => {
-            let new = created.job();
-            if matches!(created, Created::New(_)) && state.ledger.sent_at_creation(new) {
+            if state.ledger.sent_at_creation(&created) {
                 state.metrics.dispatch(1, 0);
             }
+            let new = created.job();
             tracing::info!(operator = %operator.name, %job_id, new_job_id = %new.job_id, "job run again");
             flash(
                 &session,

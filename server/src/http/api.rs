@@ -156,13 +156,11 @@ pub(super) async fn create_job(
         drill_run: None,
     };
     let created = state.ledger.create_job(new, &Actor::Api(tenant)).await?;
-    let status = match &created {
-        Created::New(job) => {
-            if state.ledger.sent_at_creation(job) {
-                state.metrics.dispatch(1, 0);
-            }
-            StatusCode::CREATED
-        }
+    if state.ledger.sent_at_creation(&created) {
+        state.metrics.dispatch(1, 0);
+    }
+    let status = match created {
+        Created::New(_) => StatusCode::CREATED,
         Created::Existing(_) => StatusCode::OK,
     };
     let job = created.job();

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use sqlx::AnyConnection;
 
+use super::statements::Statements;
 use super::write::micros;
 use super::write::ReceiveOp;
 use super::{Ledger, LedgerError};
@@ -57,6 +58,26 @@ struct HandleState {
     in_flight: i64,
 }
 
+/// New messages `(message_id, body)` on `queue`, visible after `delay`, on `conn` (inside
+/// whatever transaction it is in).
+pub(crate) async fn queue_insert_in(
+    sql: &Statements,
+    conn: &mut AnyConnection,
+    queue: &str,
+    messages: &[(String, String)],
+    delay: Duration,
+) -> Result<(), LedgerError> {
+    let text = sql.queue_insert.rows(messages.len());
+    let query = bind_rows!(
+        sqlx::query(&text).bind(queue).bind(micros(delay)),
+        sql.queue_insert,
+        messages,
+        |(id, body)| [id.as_str(), body.as_str()]
+    );
+    query.execute(&mut *conn).await?;
+    Ok(())
+}
+
 impl Ledger {
     /// New messages `(message_id, body)` on `queue`, visible after `delay`.
     pub async fn queue_send(
@@ -68,15 +89,8 @@ impl Ledger {
         if messages.is_empty() {
             return Ok(());
         }
-        let sql = self.sql.queue_insert.rows(messages.len());
-        let query = bind_rows!(
-            sqlx::query(&sql).bind(queue).bind(micros(delay)),
-            self.sql.queue_insert,
-            messages,
-            |(id, body)| [id.as_str(), body.as_str()]
-        );
-        query.execute(&self.writer).await?;
-        Ok(())
+        let mut conn = self.writer.acquire().await?;
+        queue_insert_in(&self.sql, &mut conn, queue, messages, delay).await
     }
 
     /// A copy of a message (same id), visible after `delay`.

@@ -4,10 +4,10 @@
 use serde_json::json;
 
 use super::group::CreateOp;
-use super::outbox::{dispatched_event, insert_outbox, send_new_in, NewSend};
+use super::outbox::{insert_outbox, send_new_in, sent_event, NewSend};
 use super::{micros, Reserved};
 use crate::job::{Actor, EventKind, JobId};
-use crate::ledger::model::{Created, Job, NewEvent, NewJob};
+use crate::ledger::model::{Created, NewEvent, NewJob};
 use crate::ledger::read::{job_from_row, JOB_COLUMNS};
 use crate::ledger::{DirectQueue, Ledger, LedgerError};
 
@@ -28,16 +28,30 @@ impl Ledger {
         if new.max_attempts == 0 || new.max_attempts > 100 {
             return Err(LedgerError::Invalid("max_attempts must be 1..=100".into()));
         }
+        let direct = self.sends_directly(new.drill_run.as_deref());
+        let created = self.insert_job(job_id, new, actor, direct).await?;
+        // Committed: the queue's long polls in this process may take the message now.
+        if let (Created::New(_), Some(queue)) = (&created, direct) {
+            queue.sent.notify_waiters();
+        }
+        Ok(created)
+    }
+
+    /// The job's rows, in the next group commit or else in a transaction of their own, with
+    /// its message when it goes straight to `direct`.
+    async fn insert_job(
+        &self,
+        job_id: JobId,
+        new: NewJob,
+        actor: &Actor,
+        direct: Option<&DirectQueue>,
+    ) -> Result<Created, LedgerError> {
         let op = CreateOp {
             job_id: job_id.clone(),
             new: new.clone(),
             actor: actor.clone(),
         };
-        let direct = self.direct_for(&new);
         if let Some(job) = self.grouped_create(op).await {
-            if let Some(queue) = direct {
-                queue.sent.notify_waiters();
-            }
             return Ok(Created::New(job));
         }
         let input_ref = format!("ledger:job_inputs/{job_id}");
@@ -77,9 +91,6 @@ impl Ledger {
             None => insert_outbox(&mut created.tx, job_id.as_str(), 0, "created", at).await?,
         }
         created.commit(&events).await?;
-        if let Some(queue) = direct {
-            queue.sent.notify_waiters();
-        }
         let job = self
             .job(job_id.as_str())
             .await?
@@ -122,16 +133,19 @@ impl Ledger {
 }
 
 impl Ledger {
-    /// The queue `new` is sent to in its own transaction, if any: a drill's jobs go through
-    /// their dispatcher lane, where the drill's faults are armed.
-    pub(super) fn direct_for(&self, new: &NewJob) -> Option<&DirectQueue> {
-        self.direct.as_deref().filter(|_| new.drill_run.is_none())
+    /// The queue a new job of `drill_run` is sent to in its own transaction, if any: a
+    /// drill's jobs go through their dispatcher lane, where the drill's faults are armed.
+    pub(super) fn sends_directly(&self, drill_run: Option<&str>) -> Option<&DirectQueue> {
+        self.direct.as_deref().filter(|_| drill_run.is_none())
     }
 
-    /// Whether a job this ledger handle just created was sent as it was created (and so is
-    /// counted as sent by whoever created it, not by a dispatcher).
-    pub fn sent_at_creation(&self, job: &Job) -> bool {
-        self.direct.is_some() && job.drill_run.is_none()
+    /// Whether this ledger handle's create made a new job and sent it as it did (so that its
+    /// send is counted by whoever created it, there being no dispatcher to count it).
+    pub fn sent_at_creation(&self, created: &Created) -> bool {
+        match created {
+            Created::New(job) => self.sends_directly(job.drill_run.as_deref()).is_some(),
+            Created::Existing(_) => false,
+        }
     }
 }
 
@@ -143,11 +157,6 @@ pub(super) fn first_unreserved(direct: Option<&DirectQueue>) -> i64 {
     } else {
         2
     }
-}
-
-/// `dispatched` for a new job's message sent to `queue` in the job's own transaction.
-pub(super) fn sent_event(queue: &DirectQueue, message_id: &str) -> NewEvent {
-    dispatched_event(message_id, &format!("embedded:{}", queue.name), "created")
 }
 
 /// `job_created`, with what the job was made with.

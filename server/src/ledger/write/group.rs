@@ -735,7 +735,7 @@ impl Ledger {
                 i64::from(op.new.max_attempts),
                 op.new.replay_policy.as_str(),
                 op.new.drill_run.as_deref(),
-                super::create::first_unreserved(self.direct_for(&op.new)),
+                super::create::first_unreserved(self.sends_directly(op.new.drill_run.as_deref())),
             ]
         );
         let index: HashMap<&str, usize> = ops
@@ -766,9 +766,10 @@ impl Ledger {
         );
         query.execute(&mut *tx).await?;
         // Jobs sent at once (a queue in this database) and jobs the dispatcher will send.
-        let (sent, queued): (Vec<_>, Vec<_>) = created
-            .iter()
-            .partition(|(i, _)| self.direct_for(&ops[*i].new).is_some());
+        let (sent, queued): (Vec<_>, Vec<_>) = created.iter().partition(|(i, _)| {
+            self.sends_directly(ops[*i].new.drill_run.as_deref())
+                .is_some()
+        });
         if !queued.is_empty() {
             let sql = self.sql.insert_first_sends.rows(queued.len());
             let query = bind_rows!(
@@ -798,7 +799,7 @@ impl Ledger {
                 let op = &ops[i];
                 let mut events = vec![super::create::created_event(&op.new, &op.actor)];
                 if let (Some(queue), Some(id)) = (self.direct.as_deref(), message_ids.get(&i)) {
-                    events.push(super::create::sent_event(queue, id));
+                    events.push(super::outbox::sent_event(queue, id));
                 }
                 (i, r, events)
             })

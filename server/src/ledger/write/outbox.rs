@@ -10,8 +10,10 @@ use sqlx::{AnyConnection, Row};
 use super::micros;
 use crate::job::{Actor, EventKind};
 use crate::ledger::model::NewEvent;
+use crate::ledger::queue_store::queue_insert_in;
 use crate::ledger::statements::Statements;
 use crate::ledger::{DirectQueue, Ledger, LedgerError};
+use crate::queue::embedded;
 use crate::worker::message::JobMessage;
 
 /// An outbox row claimed for sending.
@@ -75,14 +77,7 @@ pub(super) async fn send_new_in(
             )
         })
         .collect();
-    let text = sql.queue_insert.rows(messages.len());
-    let query = bind_rows!(
-        sqlx::query(&text).bind(queue.name.as_str()).bind(0_i64),
-        sql.queue_insert,
-        &messages,
-        |(id, body)| [id.as_str(), body.as_str()]
-    );
-    query.execute(&mut *conn).await?;
+    queue_insert_in(sql, conn, &queue.name, &messages, Duration::ZERO).await?;
     let text = sql.insert_sent_sends.rows(sends.len());
     let query = bind_rows!(
         sqlx::query(&text),
@@ -94,9 +89,14 @@ pub(super) async fn send_new_in(
     Ok(messages.into_iter().map(|(id, _)| id).collect())
 }
 
+/// `dispatched` for a new job's message sent to `queue` in the job's own transaction.
+pub(super) fn sent_event(queue: &DirectQueue, message_id: &str) -> NewEvent {
+    dispatched_event(message_id, &embedded::describe(&queue.name), "created")
+}
+
 /// `dispatched`: the job's message `message_id` is on `queue` (as [`crate::queue::Queue::describe`]
 /// names it), sent for `reason`.
-pub(super) fn dispatched_event(message_id: &str, queue: &str, reason: &str) -> NewEvent {
+fn dispatched_event(message_id: &str, queue: &str, reason: &str) -> NewEvent {
     NewEvent::new(EventKind::Dispatched, &Actor::System).detail(json!({
         "message_id": message_id,
         "queue": queue,
