@@ -570,7 +570,9 @@ catalogue! {
             1
         ),
         /// Claims of many `ready`/`retry_authorized` jobs by one worker (`$1`) with a lease
-        /// of `$2`, each starting its first attempt of the epoch, three events reserved each.
+        /// of `$2`, each `(job_id, tenant)` — a job is claimed only for the tenant its message
+        /// named — starting its first attempt of the epoch, three events reserved each. Each
+        /// claimed job comes back whole, with its stored input and model.
         claim_each: (
             "UPDATE jobs SET state = 'running', owner_epoch = owner_epoch + 1, owner_id = $1, \
              owner_until = {least}({now} + $2, deadline_at), retry_at = NULL, \
@@ -578,10 +580,14 @@ catalogue! {
              updated_at = {now}, next_event_seq = next_event_seq + 3 \
              WHERE (state IN ('ready', 'retry_authorized')) IS TRUE AND deadline_at > {now} \
              AND attempt_count < max_attempts AND (retry_at IS NULL OR retry_at <= {now}) \
-             AND job_id IN (",
-            "?",
-            ") RETURNING job_id, owner_until, attempt_count, max_attempts, \
-             next_event_seq - 3 AS seq, updated_at AS at, owner_epoch AS epoch, deadline_at",
+             AND (job_id, tenant) IN (VALUES ",
+            "(?, ?)",
+            &format!(
+                ") RETURNING {}, next_event_seq - 3 AS seq, updated_at AS at, \
+                 (SELECT input FROM job_inputs WHERE job_inputs.job_id = jobs.job_id) AS input, \
+                 (SELECT model FROM job_inputs WHERE job_inputs.job_id = jobs.job_id) AS model",
+                super::read::JOB_COLUMNS
+            ),
             3
         ),
         /// Attempts recorded before their provider calls, seven parameters a row.
@@ -589,13 +595,6 @@ catalogue! {
             "INSERT INTO attempts (job_id, attempt_no, epoch, worker_id, provider, \
              provider_request_id, started_at) VALUES ",
             "(?, CAST(? AS BIGINT), CAST(? AS BIGINT), ?, ?, ?, CAST(? AS BIGINT))", "", 1
-        ),
-        /// The stored inputs of many jobs.
-        inputs_of: (
-            "SELECT job_id, input, model FROM job_inputs WHERE job_id IN (",
-            "?",
-            ")",
-            1
         ),
         /// The guarded commits of many owners' results, each
         /// `(job_id, epoch, result_ref, attempt_no)`.
@@ -833,8 +832,9 @@ mod tests {
         let sql = s.claim_each.rows(2);
         assert!(
             sql.contains(
-                "AND job_id = ANY(ARRAY(SELECT CAST(value AS TEXT) \
-                 FROM json_array_elements_text(CAST(CAST($3 AS TEXT) AS JSON)))) RETURNING"
+                "AND (job_id, tenant) IN (SELECT (r.value ->> 0) AS column1, \
+                 (r.value ->> 1) AS column2 FROM fl_rows(CAST(CAST($3 AS TEXT) AS JSONB)) \
+                 AS r(value)) RETURNING job_id, tenant,"
             ),
             "{sql}"
         );

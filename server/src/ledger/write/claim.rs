@@ -109,9 +109,7 @@ impl Ledger {
         let Some(done) = self.grouped_claim(op).await else {
             return Ok(None);
         };
-        let job = done
-            .job
-            .ok_or_else(|| LedgerError::Corrupt("claimed job vanished".into()))?;
+        let job = done.job;
         let input = match done.input {
             Some((input, model)) => Some((parse_json(&input)?, parse_json(&model)?)),
             None => None,

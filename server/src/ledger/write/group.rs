@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use sha2::{Digest, Sha256};
+use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
@@ -177,7 +178,7 @@ pub(crate) struct ClaimOp {
 /// A claim that went through, with the job's stored input and model (JSON text).
 pub(crate) struct ClaimDone {
     /// The job as the claim left it.
-    pub(crate) job: Option<Job>,
+    pub(crate) job: Job,
     pub(crate) claimed: Claimed,
     pub(crate) attempt: AttemptStarted,
     pub(crate) input: Option<(String, String)>,
@@ -253,14 +254,26 @@ impl Groups {
     }
 }
 
-#[derive(sqlx::FromRow)]
+/// A job a batched claim took, as the claim left it, with the place of its events and its
+/// stored input and model (JSON text).
 struct ClaimedRow {
-    job_id: String,
-    owner_until: i64,
-    attempt_count: i64,
-    max_attempts: i64,
-    #[sqlx(flatten)]
-    reserved: Reserved,
+    job: Job,
+    seq: i64,
+    at: i64,
+    input: Option<(String, String)>,
+}
+
+impl ClaimedRow {
+    fn from_row(row: &AnyRow) -> Result<ClaimedRow, LedgerError> {
+        let input: Option<String> = row.try_get("input")?;
+        let model: Option<String> = row.try_get("model")?;
+        Ok(ClaimedRow {
+            job: job_from_row(row)?,
+            seq: row.try_get("seq")?,
+            at: row.try_get("at")?,
+            input: input.zip(model),
+        })
+    }
 }
 
 #[derive(sqlx::FromRow)]
@@ -483,22 +496,10 @@ impl Ledger {
         tx: &mut AnyConnection,
         ops: &[ClaimOp],
     ) -> Result<Vec<Option<ClaimDone>>, LedgerError> {
-        // Only the message's own tenant's job is claimed here (the rows are locked already).
-        let sql = self.sql.tenants_of.rows(ops.len());
-        let query = sqlx::query_as::<_, (String, String)>(&sql);
-        let query = bind_keys!(
-            query,
-            self.sql.tenants_of,
-            ops.iter().map(|op| op.job_id.as_str())
-        );
-        let tenants: HashMap<String, String> =
-            query.fetch_all(&mut *tx).await?.into_iter().collect();
-        // One statement per worker, lease and provider (in one worker, one of each).
+        // One statement per worker, lease and provider (in one worker, one of each). Only the
+        // message's own tenant's job is claimed here (the rows are locked already).
         let mut groups: HashMap<(&str, Duration, &str), Vec<usize>> = HashMap::new();
         for (i, op) in ops.iter().enumerate() {
-            if tenants.get(&op.job_id) != Some(&op.tenant) {
-                continue;
-            }
             groups
                 .entry((&op.worker_id, op.lease, &op.provider))
                 .or_default()
@@ -507,20 +508,18 @@ impl Ledger {
         let mut rows: Vec<(usize, ClaimedRow)> = Vec::with_capacity(ops.len());
         for ((worker_id, lease, _), members) in &groups {
             let sql = self.sql.claim_each.rows(members.len());
-            let query = sqlx::query_as::<_, ClaimedRow>(&sql)
-                .bind(*worker_id)
-                .bind(micros(*lease));
-            let query = bind_keys!(
-                query,
-                self.sql.claim_each,
-                members.iter().map(|&i| ops[i].job_id.as_str())
-            );
+            let query = sqlx::query(&sql).bind(*worker_id).bind(micros(*lease));
+            let query = bind_rows!(query, self.sql.claim_each, members, |&i| [
+                ops[i].job_id.as_str(),
+                ops[i].tenant.as_str(),
+            ]);
             let index: HashMap<&str, usize> = members
                 .iter()
                 .map(|&i| (ops[i].job_id.as_str(), i))
                 .collect();
             for row in query.fetch_all(&mut *tx).await? {
-                if let Some(&i) = index.get(row.job_id.as_str()) {
+                let row = ClaimedRow::from_row(&row)?;
+                if let Some(&i) = index.get(row.job.job_id.as_str()) {
                     rows.push((i, row));
                 }
             }
@@ -532,25 +531,40 @@ impl Ledger {
         let claims: Vec<(usize, Reserved, ClaimDone)> = rows
             .into_iter()
             .map(|(i, row)| {
-                let r = row.reserved;
+                let ClaimedRow {
+                    job,
+                    seq,
+                    at,
+                    input,
+                } = row;
+                let r = Reserved {
+                    seq,
+                    at,
+                    epoch: job.owner_epoch,
+                    deadline_at: job.deadline_at,
+                };
                 let claimed = Claimed {
-                    owner: Owner::new(JobId::from_stored(row.job_id), r.epoch, &ops[i].worker_id),
+                    owner: Owner::new(
+                        JobId::from_stored(job.job_id.clone()),
+                        r.epoch,
+                        &ops[i].worker_id,
+                    ),
                     epoch: r.epoch,
-                    owner_until: row.owner_until,
+                    owner_until: job.owner_until.unwrap_or(r.deadline_at),
                     deadline_at: r.deadline_at,
                     at: r.at,
-                    attempt_count: row.attempt_count - 1,
-                    max_attempts: row.max_attempts,
+                    attempt_count: job.attempt_count - 1,
+                    max_attempts: job.max_attempts,
                 };
                 let attempt = AttemptStarted {
-                    attempt_no: row.attempt_count,
+                    attempt_no: job.attempt_count,
                     epoch: r.epoch,
                 };
                 let done = ClaimDone {
-                    job: None,
+                    job,
                     claimed,
                     attempt,
-                    input: None,
+                    input,
                 };
                 (i, r, done)
             })
@@ -593,33 +607,7 @@ impl Ledger {
             })
             .collect();
         insert_events(&self.sql, tx, &place(ops, &events, |op| &op.job_id)).await?;
-        let sql = self.sql.inputs_of.rows(claims.len());
-        let query = bind_keys!(
-            sqlx::query(&sql),
-            self.sql.inputs_of,
-            claims.iter().map(|(i, _, _)| ops[*i].job_id.as_str())
-        );
-        let mut inputs: HashMap<String, (String, String)> = HashMap::new();
-        for row in query.fetch_all(&mut *tx).await? {
-            inputs.insert(
-                row.try_get("job_id")?,
-                (row.try_get("input")?, row.try_get("model")?),
-            );
-        }
-        let sql = self.sql.jobs_of.rows(claims.len());
-        let query = bind_keys!(
-            sqlx::query(&sql),
-            self.sql.jobs_of,
-            claims.iter().map(|(i, _, _)| ops[*i].job_id.as_str())
-        );
-        let mut jobs: HashMap<String, Job> = HashMap::new();
-        for row in query.fetch_all(&mut *tx).await? {
-            let job = job_from_row(&row)?;
-            jobs.insert(job.job_id.clone(), job);
-        }
-        for (i, _, mut d) in claims {
-            d.input = inputs.remove(&ops[i].job_id);
-            d.job = jobs.remove(&ops[i].job_id);
+        for (i, _, d) in claims {
             done[i] = Some(d);
         }
         Ok(done)
