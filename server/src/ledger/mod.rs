@@ -30,42 +30,29 @@
 //! where through the ledger one store serves both backends, shares the SQLite writer (no second
 //! writer to contend with) and is tested with the rest of the ledger on both.
 
-/// Binds the keys of a batched key list (`$batched`, a [`statements::Batched`]) to `$query`:
-/// one JSON array where the statement takes them so (PostgreSQL), one parameter each
-/// otherwise.
+/// Binds the keys of a batched key list (`$batched`, a [`statements::Batched`]) to `$query`,
+/// as one JSON array.
 macro_rules! bind_keys {
     ($query:expr, $batched:expr, $keys:expr) => {{
-        let mut query = $query;
-        if $batched.keys_as_json() {
-            let keys: Vec<_> = $keys.into_iter().collect();
-            query = query.bind(serde_json::to_string(&keys).expect("keys serialise"));
-        } else {
-            for key in $keys {
-                query = query.bind(key);
-            }
-        }
-        query
+        debug_assert!(
+            $batched.keys_as_json(),
+            "a batched statement of rows bound as keys"
+        );
+        let keys: Vec<_> = $keys.into_iter().collect();
+        $query.bind(serde_json::to_string(&keys).expect("keys serialise"))
     }};
 }
 
 /// Binds the rows of a batched statement (`$batched`) to `$query`, each row's values listed
-/// in order: one JSON array of arrays where the statement takes them so (PostgreSQL), one
-/// parameter each otherwise.
+/// in order, as one JSON array of arrays.
 macro_rules! bind_rows {
     ($query:expr, $batched:expr, $rows:expr, |$row:pat_param| [$($value:expr),+ $(,)?]) => {{
-        let mut query = $query;
-        if $batched.rows_as_json() {
-            let rows: Vec<serde_json::Value> = $rows
-                .into_iter()
-                .map(|$row| serde_json::json!([$($value),+]))
-                .collect();
-            query = query.bind(serde_json::to_string(&rows).expect("rows serialise"));
-        } else {
-            for $row in $rows {
-                $(query = query.bind($value);)+
-            }
-        }
-        query
+        debug_assert!($batched.rows_as_json(), "a batched list of keys bound as rows");
+        let rows: Vec<serde_json::Value> = $rows
+            .into_iter()
+            .map(|$row| serde_json::json!([$($value),+]))
+            .collect();
+        $query.bind(serde_json::to_string(&rows).expect("rows serialise"))
     }};
 }
 

@@ -67,9 +67,9 @@ pub(crate) async fn queue_insert_in(
     messages: &[(String, String)],
     delay: Duration,
 ) -> Result<(), LedgerError> {
-    let text = sql.queue_insert.rows(messages.len());
+    let text = sql.queue_insert.sql();
     let query = bind_rows!(
-        sqlx::query(&text).bind(queue).bind(micros(delay)),
+        sqlx::query(text).bind(queue).bind(micros(delay)),
         sql.queue_insert,
         messages,
         |(id, body)| [id.as_str(), body.as_str()]
@@ -178,9 +178,9 @@ impl Ledger {
         let mut taken = Vec::with_capacity(taking.len());
         if !taking.is_empty() {
             // One statement takes them all, each with its own new handle.
-            let sql = self.sql.queue_take.rows(taking.len());
+            let sql = self.sql.queue_take.sql();
             let query = bind_rows!(
-                sqlx::query_as::<_, TakenMessage>(&sql).bind(micros(visibility)),
+                sqlx::query_as::<_, TakenMessage>(sql).bind(micros(visibility)),
                 self.sql.queue_take,
                 taking.iter().zip(handles),
                 |(id, hash)| [*id, hash.as_str()]
@@ -220,9 +220,9 @@ impl Ledger {
             return Ok(out);
         }
         let mut tx = self.begin_write().await?;
-        let sql = self.sql.queue_change_each.rows(changes.len());
+        let sql = self.sql.queue_change_each.sql();
         let query = bind_rows!(
-            sqlx::query_as::<_, (i64, String)>(&sql)
+            sqlx::query_as::<_, (i64, String)>(sql)
                 .bind(queue)
                 .bind(micros(cap)),
             self.sql.queue_change_each,

@@ -5,10 +5,12 @@
 //! database clock in microseconds, `{least}` the two-argument minimum, `{for_update}` a row
 //! lock where the backend has one (SQLite serialises writers anyway), `{skip_locked}` the same
 //! lock skipping rows another transaction holds, `{now_once}` the clock read once for the whole
-//! statement. They are filled in once, at connect; nothing
+//! statement, `{no_index}` before a column a backend must not look the rows up by (SQLite's
+//! unary `+`, its documented way to keep the planner off an index). They are filled in once,
+//! at connect; nothing
 //! is templated per call. A *batched* statement is written with one row group (`?` marks each
-//! of its parameters): SQLite repeats the group as many times as a call has rows, PostgreSQL
-//! takes the rows as one JSON array in one statement text (see [`Batched`]).
+//! of its parameters), and both backends take its rows as one JSON array in one statement text
+//! (see [`Batched`]).
 //! Statements that read the same on both backends and need no clock stay beside the function
 //! that runs them.
 //!
@@ -36,13 +38,14 @@ use super::dialect::Backend;
 
 /// Fills the dialect tokens of a template for `backend`.
 pub(crate) fn render(backend: Backend, template: &str) -> Box<str> {
-    let (now, now_once, least, for_update, skip_locked) = match backend {
+    let (now, now_once, least, for_update, skip_locked, no_index) = match backend {
         Backend::Postgres => (
             "fl_now_us()",
             "(SELECT fl_now_us())",
             "LEAST",
             " FOR UPDATE",
             " FOR UPDATE SKIP LOCKED",
+            "",
         ),
         // SQLite differs by necessity: no `now()` in microseconds, `MIN` is the scalar minimum,
         // and there are no row locks (one writer at a time holds the whole file).
@@ -52,6 +55,7 @@ pub(crate) fn render(backend: Backend, template: &str) -> Box<str> {
             "MIN",
             "",
             "",
+            "+",
         ),
     };
     template
@@ -60,41 +64,38 @@ pub(crate) fn render(backend: Backend, template: &str) -> Box<str> {
         .replace("{least}", least)
         .replace("{for_update}", for_update)
         .replace("{skip_locked}", skip_locked)
+        .replace("{no_index}", no_index)
         .into_boxed_str()
 }
 
-/// A statement over any number of rows of a call.
+/// A statement over any number of rows of a call: one statement text for any number of rows,
+/// which take one parameter after the shared ones — a JSON array of keys for a list of keys
+/// (`… IN (?)`), of arrays for rows of several values (a `VALUES` list). Bind through
+/// `bind_keys!` and `bind_rows!`.
 ///
-/// On SQLite its row group is repeated once per row, every parameter anonymous (`?`), in the
-/// order of binding: SQLite looks a numbered parameter's name up by walking the list of names,
-/// so binding thousands of `$n` costs time quadratic in their number, and anonymous ones skip
-/// the lookup. The shared parameters therefore appear once each, in order, before the rows (a
-/// unit test holds every batched statement to that).
+/// Each length of a list written out was a statement text of its own: on PostgreSQL about a
+/// thousand of them under load against a cache of a hundred prepared statements a connection,
+/// so nearly every batched statement was parsed and planned again (a sixth of PostgreSQL's time
+/// in the pipeline benchmark); on SQLite, whose one writer thread bounds the whole ledger, each
+/// batch's statements were parsed again and every value bound on its own (the group commit of
+/// the pipeline benchmark ran 12–18 % faster with the rows as one JSON array each).
 ///
-/// On PostgreSQL it is one statement text for any number of rows, which take one parameter
-/// after the shared ones: a JSON array — of keys for a list of keys (`… IN (?)`), of arrays for
-/// rows of several values (a `VALUES` list). Each length of a list was a statement text of its
-/// own, about a thousand of them under load against a cache of a hundred prepared statements a
-/// connection, so nearly every batched statement was parsed and planned again (a sixth of
-/// PostgreSQL's time in the pipeline benchmark). Bind through `bind_keys!` and `bind_rows!`,
-/// which take the rows either way.
+/// On SQLite every parameter is anonymous (`?`), in the order of binding: SQLite looks a
+/// numbered parameter's name up by walking the list of names. The shared parameters therefore
+/// appear once each, in order, before the rows (a unit test holds every batched statement to
+/// that).
 #[derive(Debug)]
-pub(crate) enum Batched {
-    /// SQLite's: the row group repeated once per row between head and tail.
-    Repeated {
-        head: Box<str>,
-        row: Box<str>,
-        tail: Box<str>,
-    },
-    /// PostgreSQL's: one statement taking a JSON array of keys (`keys`), or of rows, each an
-    /// array of the row's values in order.
-    Json { sql: Box<str>, keys: bool },
+pub(crate) struct Batched {
+    sql: Box<str>,
+    /// Whether its one parameter after the shared ones is a JSON array of keys (`bind_keys!`)
+    /// rather than of rows (`bind_rows!`).
+    keys: bool,
 }
 
 /// A list of keys (`… IN (` one parameter `)`) reading its keys from the JSON array `$first`
 /// as one array value: `= ANY` of an array is looked up in an index key by key, where a
 /// sub-select joined to the table could be planned as a scan of the whole table.
-fn json_keys(head: &str, row: &str, tail: &str, first: usize) -> Option<String> {
+fn json_keys(backend: Backend, head: &str, row: &str, tail: &str, first: usize) -> Option<String> {
     let key_type = match row {
         "?" => "TEXT",
         "CAST(? AS BIGINT)" => "BIGINT",
@@ -102,17 +103,22 @@ fn json_keys(head: &str, row: &str, tail: &str, first: usize) -> Option<String> 
     };
     let head = head.strip_suffix(" IN (")?;
     let tail = tail.strip_prefix(')')?;
-    Some(format!(
-        "{head} = ANY(ARRAY(SELECT CAST(value AS {key_type}) \
-         FROM json_array_elements_text(CAST(CAST(${first} AS TEXT) AS JSON)))){tail}"
-    ))
+    Some(match backend {
+        Backend::Postgres => format!(
+            "{head} = ANY(ARRAY(SELECT CAST(value AS {key_type}) \
+             FROM json_array_elements_text(CAST(CAST(${first} AS TEXT) AS JSON)))){tail}"
+        ),
+        Backend::Sqlite => {
+            format!("{head} IN (SELECT CAST(value AS {key_type}) FROM json_each(${first})){tail}")
+        }
+    })
 }
 
 /// A batched template whose rows are a `VALUES` list — `INSERT … VALUES (…), (…)`,
 /// `FROM (VALUES (…), (…)) AS v` or `IN (VALUES (…), (…))` — with its rows read from one JSON
 /// array of arrays (`$first`) instead: each row's `k`-th parameter becomes the row's `k`-th
 /// element, its expressions (casts, the clock) kept, its columns named as `VALUES` names them.
-fn json_rows(head: &str, row: &str, tail: &str, first: usize) -> Option<String> {
+fn json_rows(backend: Backend, head: &str, row: &str, tail: &str, first: usize) -> Option<String> {
     let inner = row.strip_prefix('(')?.strip_suffix(')')?;
     // The row's expressions, split at its top-level commas.
     let mut exprs = Vec::new();
@@ -148,16 +154,23 @@ fn json_rows(head: &str, row: &str, tail: &str, first: usize) -> Option<String> 
             format!("{out} AS column{}", n + 1)
         })
         .collect();
-    let select = format!(
-        "SELECT {} FROM fl_rows(CAST(CAST(${first} AS TEXT) AS JSONB)) AS r(value)",
-        columns.join(", ")
-    );
+    let rows = match backend {
+        Backend::Postgres => format!("fl_rows(CAST(CAST(${first} AS TEXT) AS JSONB)) AS r(value)"),
+        Backend::Sqlite => format!("json_each(${first}) AS r"),
+    };
+    let select = format!("SELECT {} FROM {rows}", columns.join(", "));
     if let Some(head) = head.strip_suffix("(VALUES ") {
         let tail = tail.strip_prefix(')')?;
         return Some(format!("{head}({select}){tail}"));
     }
     let head = head.strip_suffix("VALUES ")?;
-    Some(format!("{head}{select}{tail}"))
+    // SQLite reads `ON` after `INSERT … SELECT … FROM t` as the start of a join unless a
+    // `WHERE` ends the select.
+    let end = match backend {
+        Backend::Postgres => "",
+        Backend::Sqlite => " WHERE true",
+    };
+    Some(format!("{head}{select}{end}{tail}"))
 }
 
 /// `$1`, `$2`, … of a template rendered as `?`.
@@ -179,54 +192,35 @@ fn anonymous(text: &str) -> Box<str> {
 
 impl Batched {
     fn render(backend: Backend, head: &str, row: &str, tail: &str, first: usize) -> Batched {
-        if backend == Backend::Sqlite {
-            return Batched::Repeated {
-                head: anonymous(&render(backend, head)),
-                row: render(backend, row),
-                tail: anonymous(&render(backend, tail)),
-            };
-        }
-        let (sql, keys) = match json_keys(head, row, tail, first) {
+        let (sql, keys) = match json_keys(backend, head, row, tail, first) {
             Some(sql) => (sql, true),
             None => (
-                json_rows(head, row, tail, first).unwrap_or_else(|| {
+                json_rows(backend, head, row, tail, first).unwrap_or_else(|| {
                     panic!("a batched statement is neither a list of keys nor of VALUES: {head}")
                 }),
                 false,
             ),
         };
-        Batched::Json {
-            sql: render(backend, &sql),
-            keys,
-        }
+        let sql = match backend {
+            Backend::Postgres => render(backend, &sql),
+            Backend::Sqlite => anonymous(&render(backend, &sql)),
+        };
+        Batched { sql, keys }
     }
 
     /// Whether this statement takes its keys as one JSON array (see `bind_keys!`).
     pub(crate) fn keys_as_json(&self) -> bool {
-        matches!(self, Batched::Json { keys: true, .. })
+        self.keys
     }
 
     /// Whether this statement takes its rows as one JSON array of arrays (see `bind_rows!`).
     pub(crate) fn rows_as_json(&self) -> bool {
-        matches!(self, Batched::Json { keys: false, .. })
+        !self.keys
     }
 
-    /// The statement for `rows` rows.
-    pub(crate) fn rows(&self, rows: usize) -> String {
-        let (head, row, tail) = match self {
-            Batched::Json { sql, .. } => return sql.to_string(),
-            Batched::Repeated { head, row, tail } => (head, row, tail),
-        };
-        let mut sql = String::with_capacity(head.len() + rows * (row.len() + 2));
-        sql.push_str(head);
-        for i in 0..rows {
-            if i > 0 {
-                sql.push_str(", ");
-            }
-            sql.push_str(row);
-        }
-        sql.push_str(tail);
-        sql
+    /// The statement's text, the same for any number of rows.
+    pub(crate) fn sql(&self) -> &str {
+        &self.sql
     }
 
     /// The shared parameters' numbers in the order they appear (PostgreSQL rendering).
@@ -280,8 +274,7 @@ macro_rules! catalogue {
             pub(crate) fn all(&self) -> Vec<(String, String)> {
                 let mut out = vec![$( (stringify!($name).to_owned(), self.$name.to_string()), )+];
                 $(
-                    out.push((concat!(stringify!($bname), "[1]").to_owned(), self.$bname.rows(1)));
-                    out.push((concat!(stringify!($bname), "[3]").to_owned(), self.$bname.rows(3)));
+                    out.push((stringify!($bname).to_owned(), self.$bname.sql().to_owned()));
                 )+
                 out
             }
@@ -658,12 +651,14 @@ catalogue! {
         ),
         /// Visibility changes of many in-flight messages of one queue (`$1`), each checked
         /// against its handle and the visibility cap (`$2`) as [`Self::queue_change_visibility`]
-        /// checks one; the id and handle hash of each message it changed come back.
+        /// checks one; the id and handle hash of each message it changed come back. Each
+        /// message is looked up by its id: SQLite, counting the JSON rows as many, would
+        /// otherwise walk every message of the queue still in flight for each batch.
         queue_change_each: (
             "WITH s AS (SELECT CAST($1 AS TEXT) AS q, CAST($2 AS BIGINT) AS cap) \
              UPDATE queue_messages SET visible_at = {now} + v.column3 FROM s, (VALUES ",
             "(CAST(? AS BIGINT), ?, CAST(? AS BIGINT))",
-            ") AS v WHERE queue_messages.id = v.column1 AND queue_messages.queue = s.q \
+            ") AS v WHERE queue_messages.id = v.column1 AND {no_index}queue_messages.queue = s.q \
              AND queue_messages.handle_hash = v.column2 AND queue_messages.visible_at > {now} \
              AND {now} + v.column3 <= queue_messages.first_receive_at + s.cap \
              RETURNING queue_messages.id, queue_messages.handle_hash",
@@ -781,6 +776,7 @@ mod tests {
                     "{least}",
                     "{for_update}",
                     "{skip_locked}",
+                    "{no_index}",
                     "{event_rows}",
                     "{{",
                 ] {
@@ -798,7 +794,7 @@ mod tests {
     fn on_postgres_batched_rows_are_one_json_array_after_the_shared_parameters() {
         let s = Statements::render(Backend::Postgres);
         let rows = "FROM fl_rows(CAST(CAST(";
-        let sql = s.renew_leases.rows(2);
+        let sql = s.renew_leases.sql();
         assert!(
             sql.contains(
                 "AND (job_id, owner_epoch) IN (SELECT (r.value ->> 0) AS column1, \
@@ -807,7 +803,7 @@ mod tests {
             ),
             "{sql}"
         );
-        let sql = s.queue_insert.rows(2);
+        let sql = s.queue_insert.sql();
         assert!(sql.contains("SELECT $1, v.column1, v.column2, "), "{sql}");
         assert!(
             sql.contains(
@@ -816,7 +812,7 @@ mod tests {
             ),
             "{sql}"
         );
-        let sql = s.create_each.rows(2);
+        let sql = s.create_each.sql();
         assert!(
             sql.contains(", next_event_seq) SELECT (r.value ->> 0) AS column1, "),
             "{sql}"
@@ -829,7 +825,7 @@ mod tests {
             sql.contains("AS r(value) ON CONFLICT (tenant, idempotency_key) DO NOTHING"),
             "{sql}"
         );
-        let sql = s.claim_each.rows(2);
+        let sql = s.claim_each.sql();
         assert!(
             sql.contains(
                 "AND (job_id, tenant) IN (SELECT (r.value ->> 0) AS column1, \
@@ -838,7 +834,7 @@ mod tests {
             ),
             "{sql}"
         );
-        let sql = s.outbox_lock.rows(2);
+        let sql = s.outbox_lock.sql();
         assert!(
             sql.contains("WHERE id = ANY(ARRAY(SELECT CAST(value AS BIGINT) "),
             "{sql}"
@@ -847,9 +843,8 @@ mod tests {
         // parameter.
         for (name, head, row, tail, first) in Statements::batched_templates() {
             let b = Batched::render(Backend::Postgres, &head, &row, &tail, first);
-            assert_eq!(b.rows(1), b.rows(300), "{name}");
             assert!(b.keys_as_json() != b.rows_as_json(), "{name}");
-            let sql = b.rows(3);
+            let sql = b.sql();
             assert!(
                 sql.contains(rows) || sql.contains("json_array_elements_text"),
                 "{name}"
@@ -863,15 +858,29 @@ mod tests {
     }
 
     #[test]
-    fn on_sqlite_batched_parameters_are_anonymous_and_shared_ones_come_first_once_each() {
+    fn on_sqlite_batched_rows_are_one_anonymous_json_array_after_the_shared_parameters() {
         let s = Statements::render(Backend::Sqlite);
-        let sql = s.renew_leases.rows(2);
+        let sql = s.renew_leases.sql();
         assert!(!sql.contains('$'), "{sql}");
         assert!(
-            sql.contains("IN (VALUES (?, CAST(? AS BIGINT)), (?, CAST(? AS BIGINT)))"),
+            sql.contains(
+                "AND (job_id, owner_epoch) IN (SELECT (r.value ->> 0) AS column1, \
+                 CAST((r.value ->> 1) AS BIGINT) AS column2 FROM json_each(?) AS r) RETURNING"
+            ),
             "{sql}"
         );
-        assert_eq!(sql.matches('?').count(), 5, "{sql}");
+        assert_eq!(sql.matches('?').count(), 2, "{sql}");
+        // `INSERT … SELECT` ends its select before `ON CONFLICT`.
+        let sql = s.create_each.sql();
+        assert!(
+            sql.contains("FROM json_each(?) AS r WHERE true ON CONFLICT (tenant, idempotency_key)"),
+            "{sql}"
+        );
+        let sql = s.outbox_lock.sql();
+        assert!(
+            sql.contains("WHERE id IN (SELECT CAST(value AS BIGINT) FROM json_each(?))"),
+            "{sql}"
+        );
         // Anonymous parameters bind in the order they appear: every shared one must appear
         // once, in order, and none among the rows.
         for (name, head, row, tail, first) in Statements::batched_templates() {
@@ -879,6 +888,9 @@ mod tests {
             let expected: Vec<usize> = (1..first).collect();
             assert_eq!(shared, expected, "{name}");
             assert!(!row.contains('$'), "{name}: {row}");
+            let b = Batched::render(Backend::Sqlite, &head, &row, &tail, first);
+            assert_eq!(b.sql().matches('?').count(), first, "{name}: {}", b.sql());
+            assert!(b.sql().contains("json_each(?)"), "{name}: {}", b.sql());
         }
     }
 

@@ -51,8 +51,8 @@ impl Ledger {
         if ids.is_empty() {
             return Ok(());
         }
-        let sql = self.sql.dead_letters_noted.rows(ids.len());
-        let query = sqlx::query(&sql);
+        let sql = self.sql.dead_letters_noted.sql();
+        let query = sqlx::query(sql);
         let query = bind_keys!(query, self.sql.dead_letters_noted, ids.iter().copied());
         query.execute(&self.writer).await?;
         Ok(())

@@ -127,9 +127,9 @@ impl Ledger {
         let renewed_event = NewEvent::new(EventKind::LeaseRenewed, &actor);
         let mut out = Vec::with_capacity(leases.len());
         for chunk in leases.chunks(RENEW_CHUNK) {
-            let sql = self.sql.renew_leases.rows(chunk.len());
+            let sql = self.sql.renew_leases.sql();
             let query = bind_rows!(
-                sqlx::query_as::<_, RenewRow>(&sql).bind(micros(lease)),
+                sqlx::query_as::<_, RenewRow>(sql).bind(micros(lease)),
                 self.sql.renew_leases,
                 chunk,
                 |(job_id, epoch)| [job_id.as_str(), *epoch]

@@ -483,8 +483,8 @@ impl Ledger {
         ids.dedup();
         let mut free = HashSet::with_capacity(ids.len());
         for chunk in ids.chunks(LOCK_CHUNK) {
-            let sql = self.sql.lock_free_jobs.rows(chunk.len());
-            let query = sqlx::query_scalar::<_, String>(&sql);
+            let sql = self.sql.lock_free_jobs.sql();
+            let query = sqlx::query_scalar::<_, String>(sql);
             let query = bind_keys!(query, self.sql.lock_free_jobs, chunk.iter().copied());
             free.extend(query.fetch_all(&mut *tx).await?);
         }
@@ -507,8 +507,8 @@ impl Ledger {
         }
         let mut rows: Vec<(usize, ClaimedRow)> = Vec::with_capacity(ops.len());
         for ((worker_id, lease, _), members) in &groups {
-            let sql = self.sql.claim_each.rows(members.len());
-            let query = sqlx::query(&sql).bind(*worker_id).bind(micros(*lease));
+            let sql = self.sql.claim_each.sql();
+            let query = sqlx::query(sql).bind(*worker_id).bind(micros(*lease));
             let query = bind_rows!(query, self.sql.claim_each, members, |&i| [
                 ops[i].job_id.as_str(),
                 ops[i].tenant.as_str(),
@@ -569,9 +569,9 @@ impl Ledger {
                 (i, r, done)
             })
             .collect();
-        let sql = self.sql.insert_attempts.rows(claims.len());
+        let sql = self.sql.insert_attempts.sql();
         let query = bind_rows!(
-            sqlx::query(&sql),
+            sqlx::query(sql),
             self.sql.insert_attempts,
             &claims,
             |(i, _, d)| [
@@ -619,9 +619,9 @@ impl Ledger {
         ops: &[AcceptOp],
     ) -> Result<Vec<Option<Accepted>>, LedgerError> {
         let refs: Vec<String> = ops.iter().map(|_| new_result_ref()).collect();
-        let sql = self.sql.accept_each.rows(ops.len());
+        let sql = self.sql.accept_each.sql();
         let query = bind_rows!(
-            sqlx::query_as::<_, ReservedRow>(&sql),
+            sqlx::query_as::<_, ReservedRow>(sql),
             self.sql.accept_each,
             ops.iter().zip(&refs),
             |(op, result_ref)| [
@@ -649,9 +649,9 @@ impl Ledger {
         if accepted.is_empty() {
             return Ok(ops.iter().map(|_| None).collect());
         }
-        let sql = self.sql.insert_results.rows(accepted.len());
+        let sql = self.sql.insert_results.sql();
         let query = bind_rows!(
-            sqlx::query(&sql),
+            sqlx::query(sql),
             self.sql.insert_results,
             &accepted,
             |(i, r)| [
@@ -666,9 +666,9 @@ impl Ledger {
             ]
         );
         query.execute(&mut *tx).await?;
-        let sql = self.sql.attempts_succeeded.rows(accepted.len());
+        let sql = self.sql.attempts_succeeded.sql();
         let query = bind_rows!(
-            sqlx::query(&sql),
+            sqlx::query(sql),
             self.sql.attempts_succeeded,
             &accepted,
             |(i, r)| [
@@ -707,9 +707,9 @@ impl Ledger {
             .iter()
             .map(|op| format!("ledger:job_inputs/{}", op.job_id))
             .collect();
-        let sql = self.sql.create_each.rows(ops.len());
+        let sql = self.sql.create_each.sql();
         let query = bind_rows!(
-            sqlx::query_as::<_, ReservedRow>(&sql),
+            sqlx::query_as::<_, ReservedRow>(sql),
             self.sql.create_each,
             ops.iter().zip(&input_refs),
             |(op, input_ref)| [
@@ -741,9 +741,9 @@ impl Ledger {
         if created.is_empty() {
             return Ok(out);
         }
-        let sql = self.sql.insert_inputs.rows(created.len());
+        let sql = self.sql.insert_inputs.sql();
         let query = bind_rows!(
-            sqlx::query(&sql),
+            sqlx::query(sql),
             self.sql.insert_inputs,
             &created,
             |(i, _)| [
@@ -759,9 +759,9 @@ impl Ledger {
                 .is_some()
         });
         if !queued.is_empty() {
-            let sql = self.sql.insert_first_sends.rows(queued.len());
+            let sql = self.sql.insert_first_sends.sql();
             let query = bind_rows!(
-                sqlx::query(&sql),
+                sqlx::query(sql),
                 self.sql.insert_first_sends,
                 &queued,
                 |(i, r)| [ops[*i].job_id.as_str(), r.at, r.at]
@@ -793,9 +793,9 @@ impl Ledger {
             })
             .collect();
         insert_events(&self.sql, tx, &place(ops, &events, |op| op.job_id.as_str())).await?;
-        let sql = self.sql.jobs_of.rows(created.len());
+        let sql = self.sql.jobs_of.sql();
         let query = bind_keys!(
-            sqlx::query(&sql),
+            sqlx::query(sql),
             self.sql.jobs_of,
             created.iter().map(|(i, _)| ops[*i].job_id.as_str())
         );
@@ -814,9 +814,9 @@ impl Ledger {
         tx: &mut AnyConnection,
         ops: &[DeleteOp],
     ) -> Result<Vec<Option<bool>>, LedgerError> {
-        let sql = self.sql.queue_delete_each.rows(ops.len());
+        let sql = self.sql.queue_delete_each.sql();
         let query = bind_rows!(
-            sqlx::query_as::<_, (i64, String, String)>(&sql),
+            sqlx::query_as::<_, (i64, String, String)>(sql),
             self.sql.queue_delete_each,
             ops,
             |(queue, id, hash)| [*id, hash.as_str(), queue.as_str()]

@@ -323,9 +323,9 @@ pub(crate) async fn insert_events(
     rows: &[Placed<'_>],
 ) -> Result<(), LedgerError> {
     for chunk in rows.chunks(EVENT_CHUNK) {
-        let text = sql.insert_events.rows(chunk.len());
+        let text = sql.insert_events.sql();
         let query = bind_rows!(
-            sqlx::query(&text),
+            sqlx::query(text),
             sql.insert_events,
             chunk.iter().map(EventRow::of),
             |e| [
@@ -387,8 +387,8 @@ pub(crate) async fn lock_jobs<'a>(
     ids.sort_unstable();
     ids.dedup();
     for chunk in ids.chunks(EVENT_CHUNK) {
-        let text = sql.lock_jobs.rows(chunk.len());
-        let query = bind_keys!(sqlx::query(&text), sql.lock_jobs, chunk.iter().copied());
+        let text = sql.lock_jobs.sql();
+        let query = bind_keys!(sqlx::query(text), sql.lock_jobs, chunk.iter().copied());
         query.execute(&mut *conn).await?;
     }
     Ok(())

@@ -78,9 +78,9 @@ pub(super) async fn send_new_in(
         })
         .collect();
     queue_insert_in(sql, conn, &queue.name, &messages, Duration::ZERO).await?;
-    let text = sql.insert_sent_sends.rows(sends.len());
+    let text = sql.insert_sent_sends.sql();
     let query = bind_rows!(
-        sqlx::query(&text),
+        sqlx::query(text),
         sql.insert_sent_sends,
         sends.iter().zip(&messages),
         |(send, (id, _))| [send.job_id, send.at, send.at, send.at, id.as_str()]
@@ -128,12 +128,12 @@ impl Ledger {
             tx.commit().await?;
             return Ok(Vec::new());
         }
-        let sql = self.sql.outbox_lock.rows(ids.len());
-        let query = sqlx::query_as::<_, Locked>(&sql).bind(micros(lock));
+        let sql = self.sql.outbox_lock.sql();
+        let query = sqlx::query_as::<_, Locked>(sql).bind(micros(lock));
         let query = bind_keys!(query, self.sql.outbox_lock, ids.iter().copied());
         let locked = query.fetch_all(&mut *tx).await?;
-        let tenants_sql = self.sql.tenants_of.rows(locked.len());
-        let query = sqlx::query(&tenants_sql);
+        let tenants_sql = self.sql.tenants_of.sql();
+        let query = sqlx::query(tenants_sql);
         let query = bind_keys!(
             query,
             self.sql.tenants_of,
@@ -170,9 +170,9 @@ impl Ledger {
         }
         let mut tx = self.begin_write().await?;
         for chunk in sent.chunks(DISPATCHED_CHUNK) {
-            let sql = self.sql.outbox_dispatched.rows(chunk.len());
+            let sql = self.sql.outbox_dispatched.sql();
             let query = bind_rows!(
-                sqlx::query(&sql),
+                sqlx::query(sql),
                 self.sql.outbox_dispatched,
                 chunk,
                 |(item, message_id)| [item.id, message_id.as_str()]

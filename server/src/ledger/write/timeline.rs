@@ -94,8 +94,8 @@ impl Ledger {
         for round in rounds {
             for chunk in round.chunks(RESERVE_CHUNK) {
                 let batched = &self.sql.reserve_event_each;
-                let sql = batched.rows(chunk.len());
-                let query = sqlx::query_as::<_, ReservedOf>(&sql);
+                let sql = batched.sql();
+                let query = sqlx::query_as::<_, ReservedOf>(sql);
                 let query = bind_keys!(query, batched, chunk.iter().map(|e| e.0.as_str()));
                 let rows = query.fetch_all(&mut *tx).await?;
                 let by_job: HashMap<&str, &(String, NewEvent)> =
