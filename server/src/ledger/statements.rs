@@ -620,15 +620,19 @@ catalogue! {
              AND attempts.epoch = v.column3",
             1
         ),
-        /// New jobs, ten parameters a row; a row whose tenant already used its key is skipped.
+        /// New jobs, eleven parameters a row; a row whose tenant already used its key is skipped.
+        /// Each new job comes back whole.
         create_each: (
             "INSERT INTO jobs (job_id, tenant, idempotency_key, request_digest, input_ref, \
              contract_version, state, deadline_at, max_attempts, replay_policy, created_at, \
              updated_at, drill_run, next_event_seq) VALUES ",
             "(?, ?, ?, ?, ?, ?, 'ready', {now} + CAST(? AS BIGINT), CAST(? AS BIGINT), ?, \
              {now}, {now}, ?, CAST(? AS BIGINT))",
-            " ON CONFLICT (tenant, idempotency_key) DO NOTHING \
-             RETURNING job_id, 1 AS seq, created_at AS at, owner_epoch AS epoch, deadline_at",
+            &format!(
+                " ON CONFLICT (tenant, idempotency_key) DO NOTHING \
+                 RETURNING {}, 1 AS seq, created_at AS at",
+                super::read::JOB_COLUMNS
+            ),
             1
         ),
         /// Inputs of new jobs.
@@ -737,13 +741,6 @@ catalogue! {
         /// The tenants of many jobs.
         tenants_of: (
             "SELECT job_id, tenant FROM jobs WHERE job_id IN (",
-            "?",
-            ")",
-            1
-        ),
-        /// Many jobs, as [`super::read::JOB_COLUMNS`] reads them.
-        jobs_of: (
-            &format!("SELECT {} FROM jobs WHERE job_id IN (", super::read::JOB_COLUMNS),
             "?",
             ")",
             1

@@ -254,12 +254,29 @@ impl Groups {
     }
 }
 
-/// A job a batched claim took, as the claim left it, with the place of its events and its
-/// stored input and model (JSON text).
-struct ClaimedRow {
+/// A job a batched write created or claimed, as the write left it, with the place of its
+/// events.
+struct WrittenJob {
     job: Job,
-    seq: i64,
-    at: i64,
+    reserved: Reserved,
+}
+
+impl WrittenJob {
+    fn from_row(row: &AnyRow) -> Result<WrittenJob, LedgerError> {
+        let job = job_from_row(row)?;
+        let reserved = Reserved {
+            seq: row.try_get("seq")?,
+            at: row.try_get("at")?,
+            epoch: job.owner_epoch,
+            deadline_at: job.deadline_at,
+        };
+        Ok(WrittenJob { job, reserved })
+    }
+}
+
+/// A job a batched claim took, with its stored input and model (JSON text).
+struct ClaimedRow {
+    written: WrittenJob,
     input: Option<(String, String)>,
 }
 
@@ -268,9 +285,7 @@ impl ClaimedRow {
         let input: Option<String> = row.try_get("input")?;
         let model: Option<String> = row.try_get("model")?;
         Ok(ClaimedRow {
-            job: job_from_row(row)?,
-            seq: row.try_get("seq")?,
-            at: row.try_get("at")?,
+            written: WrittenJob::from_row(row)?,
             input: input.zip(model),
         })
     }
@@ -519,7 +534,7 @@ impl Ledger {
                 .collect();
             for row in query.fetch_all(&mut *tx).await? {
                 let row = ClaimedRow::from_row(&row)?;
-                if let Some(&i) = index.get(row.job.job_id.as_str()) {
+                if let Some(&i) = index.get(row.written.job.job_id.as_str()) {
                     rows.push((i, row));
                 }
             }
@@ -532,17 +547,9 @@ impl Ledger {
             .into_iter()
             .map(|(i, row)| {
                 let ClaimedRow {
-                    job,
-                    seq,
-                    at,
+                    written: WrittenJob { job, reserved: r },
                     input,
                 } = row;
-                let r = Reserved {
-                    seq,
-                    at,
-                    epoch: job.owner_epoch,
-                    deadline_at: job.deadline_at,
-                };
                 let claimed = Claimed {
                     owner: Owner::new(
                         JobId::from_stored(job.job_id.clone()),
@@ -709,7 +716,7 @@ impl Ledger {
             .collect();
         let sql = self.sql.create_each.sql();
         let query = bind_rows!(
-            sqlx::query_as::<_, ReservedRow>(sql),
+            sqlx::query(sql),
             self.sql.create_each,
             ops.iter().zip(&input_refs),
             |(op, input_ref)| [
@@ -731,12 +738,15 @@ impl Ledger {
             .enumerate()
             .map(|(i, op)| (op.job_id.as_str(), i))
             .collect();
-        let created: Vec<(usize, Reserved)> = query
-            .fetch_all(&mut *tx)
-            .await?
-            .into_iter()
-            .filter_map(|row| Some((*index.get(row.job_id.as_str())?, row.reserved)))
-            .collect();
+        let mut created: Vec<(usize, Reserved)> = Vec::with_capacity(ops.len());
+        let mut jobs: HashMap<usize, Job> = HashMap::with_capacity(ops.len());
+        for row in query.fetch_all(&mut *tx).await? {
+            let WrittenJob { job, reserved } = WrittenJob::from_row(&row)?;
+            if let Some(&i) = index.get(job.job_id.as_str()) {
+                created.push((i, reserved));
+                jobs.insert(i, job);
+            }
+        }
         let mut out: Vec<Option<Job>> = ops.iter().map(|_| None).collect();
         if created.is_empty() {
             return Ok(out);
@@ -793,18 +803,8 @@ impl Ledger {
             })
             .collect();
         insert_events(&self.sql, tx, &place(ops, &events, |op| op.job_id.as_str())).await?;
-        let sql = self.sql.jobs_of.sql();
-        let query = bind_keys!(
-            sqlx::query(sql),
-            self.sql.jobs_of,
-            created.iter().map(|(i, _)| ops[*i].job_id.as_str())
-        );
-        let jobs = query.fetch_all(&mut *tx).await?;
-        for row in &jobs {
-            let job = job_from_row(row)?;
-            if let Some(&i) = index.get(job.job_id.as_str()) {
-                out[i] = Some(job);
-            }
+        for (i, job) in jobs {
+            out[i] = Some(job);
         }
         Ok(out)
     }
