@@ -20,6 +20,8 @@ pub async fn ledger(
     let owners = args.owners.max(1);
     let mut options = options.clone();
     options.max_connections = options.max_connections.max(owners as u32);
+    // The fenced cycle alone: no queue in the ledger takes the new jobs' messages.
+    options.direct_queue = None;
     let ledger = Ledger::connect(database_url, &options).await?;
     ledger.migrate().await?;
 

@@ -25,10 +25,17 @@ pub async fn renewals(
     // Baseline: the same number of plain timers on this runtime, each due every `heartbeat`.
     let baseline = timer_lateness(args.in_flight, heartbeat, measure).await;
 
-    let ledger = Ledger::connect(database_url, options).await?;
-    ledger.migrate().await?;
     let run = uuid::Uuid::now_v7().simple().to_string();
-    let queue = EmbeddedQueue::new(ledger.clone(), &format!("renew-{run}"), 5);
+    let name = format!("renew-{run}");
+    // As `serve` and `worker` run on the embedded queue: a new job's message goes in with it,
+    // on this run's queue.
+    let options = LedgerOptions {
+        direct_queue: Some(name.clone()),
+        ..options.clone()
+    };
+    let ledger = Ledger::connect(database_url, &options).await?;
+    ledger.migrate().await?;
+    let queue = EmbeddedQueue::new(ledger.clone(), &name, 5);
     let hold = measure + heartbeat * 2 + Duration::from_secs(600);
     let stub = StubProvider::new(StubConfig {
         latency: hold,
