@@ -17,6 +17,7 @@ pub mod message;
 pub mod reaper;
 pub mod retention;
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -136,6 +137,8 @@ pub(crate) struct Shared<Q, P> {
     pub(crate) config: WorkerConfig,
     pub(crate) registry: heartbeat::Registry,
     pub(crate) stats: RenewalStats,
+    /// A delivery found the ledger unreachable: receiving waits until it answers again.
+    pub(crate) ledger_lost: std::sync::atomic::AtomicBool,
 }
 
 /// A worker: receive, examine, run, renew, commit, delete.
@@ -161,6 +164,7 @@ impl<Q: Queue, P: Provider> Worker<Q, P> {
                 config,
                 registry: heartbeat::Registry::default(),
                 stats: RenewalStats::default(),
+                ledger_lost: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -190,6 +194,27 @@ impl<Q: Queue, P: Provider> Worker<Q, P> {
         tokio::spawn(heartbeat::run(Arc::clone(&self.shared), shutdown))
     }
 
+    /// Waits until the ledger answers again, asking at growing intervals (up to 5 s); `false`
+    /// when `shutdown` came first.
+    async fn wait_for_ledger(&self, shutdown: &CancellationToken) -> bool {
+        let worker_id = &self.shared.config.worker_id;
+        tracing::warn!(%worker_id, "the ledger does not answer: receiving paused until it does");
+        let mut wait = Duration::from_millis(100);
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return false,
+                _ = tokio::time::sleep(wait) => {}
+            }
+            let ping = tokio::time::timeout(Duration::from_secs(5), self.shared.ledger.ping());
+            if matches!(ping.await, Ok(Ok(()))) {
+                self.shared.ledger_lost.store(false, Relaxed);
+                tracing::info!(%worker_id, "the ledger answers again: receiving");
+                return true;
+            }
+            wait = (wait * 2).min(Duration::from_secs(5));
+        }
+    }
+
     /// Receives and handles messages until `shutdown`, then stops receiving, lets in-flight
     /// work finish for up to `drain_timeout`, and hands back what is left: an attempt in
     /// flight leaves the job `unknown`, a claim without one goes back to `retry_authorized`.
@@ -217,6 +242,15 @@ impl<Q: Queue, P: Provider> Worker<Q, P> {
                     _ = shutdown.cancelled() => break,
                     _ = tokio::time::sleep_until(until.into()) => continue,
                 }
+            }
+            // The ledger stopped answering: no delivery can be examined, and each message
+            // received meanwhile would only spend one of its receives (towards the dead-letter
+            // queue) and sit out its visibility. Nothing is received until the ledger answers.
+            if self.shared.ledger_lost.load(Relaxed) {
+                if !self.wait_for_ledger(&shutdown).await {
+                    break;
+                }
+                continue;
             }
             let reserved: usize = asked.values().sum();
             let mut room = config.max_in_flight.saturating_sub(tasks.len() + reserved);
@@ -255,6 +289,9 @@ impl<Q: Queue, P: Provider> Worker<Q, P> {
                         tasks.spawn(async move {
                             let message_id = delivery.message_id.clone();
                             let outcome = worker.handle_delivery(delivery).await;
+                            if matches!(outcome, Outcome::LedgerUnavailable) {
+                                worker.shared.ledger_lost.store(true, Relaxed);
+                            }
                             worker.shared.config.metrics.delivery(outcome.label());
                             tracing::debug!(%message_id, ?outcome, "delivery handled");
                         });

@@ -1245,3 +1245,88 @@ async fn work_that_panics_stops_being_renewed_and_its_job_is_recovered_when_the_
     stop.cancel();
     while tasks.join_next().await.is_some() {}
 }
+
+/// The ledger lost mid-run (its database refusing connections for longer than several
+/// visibility timeouts) with a message on SQS: the worker stops receiving once a delivery
+/// finds the ledger unreachable, instead of receiving the message again each time its
+/// visibility lapses and walking it into the dead-letter queue, and takes it up again once the
+/// ledger answers. The job runs once, on the message's second receive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_stops_receiving_while_the_ledger_is_lost_and_resumes_when_it_answers() {
+    use fenceline::worker::{Timings, Worker, WorkerConfig};
+    use sqlx::{Connection, Executor};
+    if crate::helpers::skip_postgres() || crate::helpers::skip_sqs() {
+        return;
+    }
+    let (ledger, db) = crate::helpers::fresh_ledger(crate::helpers::Db::Postgres).await;
+    // Three receives and a message is dead-lettered: a worker receiving through the outage
+    // would have spent them all.
+    let test_queue = crate::helpers::fresh_queue(QueueKind::Sqs, 3).await;
+    let queue = test_queue.queue.clone();
+    let stub = fenceline::provider::stub::StubProvider::new(quick());
+    let mut config = WorkerConfig::new("w-outage".to_owned());
+    config.timings = Timings::compressed();
+    config.drain_timeout = Duration::from_millis(300);
+    let worker = Worker::new(ledger.clone(), queue.clone(), stub.clone(), config);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn({
+        let stop = stop.clone();
+        async move { worker.run(stop).await }
+    });
+    // Created with no dispatcher running: its message is sent by hand during the outage.
+    let job_id =
+        crate::helpers::create(&ledger, new_job("acme", "outage", serde_json::json!(1))).await;
+
+    let admin = std::env::var("FENCELINE_TEST_PG_URL").unwrap();
+    let name = db.url.rsplit('/').next().unwrap().to_owned();
+    let mut conn = sqlx::PgConnection::connect(&admin).await.unwrap();
+    conn.execute(format!("ALTER DATABASE {name} ALLOW_CONNECTIONS false").as_str())
+        .await
+        .unwrap();
+    conn.execute(
+        format!("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'")
+            .as_str(),
+    )
+    .await
+    .unwrap();
+    assert!(ledger.ping().await.is_err(), "the ledger is lost");
+    queue
+        .send(&JobMessage::body(&job_id, "acme"), Duration::ZERO)
+        .await
+        .unwrap();
+    // Four visibility timeouts (2 s each) without the ledger.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    conn.execute(format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true").as_str())
+        .await
+        .unwrap();
+
+    let until = tokio::time::Instant::now() + Duration::from_secs(30);
+    let job = loop {
+        let job = ledger.job(&job_id).await.ok().flatten();
+        if let Some(job) = job.filter(|j| j.state == JobState::Succeeded) {
+            break job;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the job did not run once the ledger answered: {}",
+            crate::helpers::timeline(&ledger, &job_id).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(job.attempt_count, 1);
+    assert_eq!(stub.calls_for(&job_id), 1);
+    let events = ledger.events(&job_id, 0, 100).await.unwrap();
+    let receives: Vec<u32> = events
+        .iter()
+        .filter(|e| e.kind == "delivery_received")
+        .filter_map(|e| e.delivery.as_ref().map(|d| d.receive_count as u32))
+        .collect();
+    // Received once in the outage (nothing recorded: the ledger was not there), then once after
+    // it; a third receive only if noticing the loss took a whole visibility timeout.
+    assert!(
+        receives.len() == 1 && (2..=3).contains(&receives[0]),
+        "receive counts on the timeline: {receives:?}"
+    );
+    stop.cancel();
+    running.await.unwrap();
+}
