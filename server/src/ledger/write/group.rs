@@ -26,7 +26,7 @@ use sqlx::{AnyConnection, Row};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
 use super::outbox::{send_new_in, NewSend};
-use super::{insert_events, micros, new_result_ref, Placed, Reserved};
+use super::{event_rows, insert_event_rows, micros, new_result_ref, Placed, Reserved};
 use crate::job::{Actor, JobId, JobState};
 use crate::ledger::model::{Accepted, AttemptStarted, Claimed, Job, NewEvent, NewJob, Owner};
 use crate::ledger::read::job_from_row;
@@ -404,26 +404,29 @@ impl Ledger {
             (accepts, slots[1]) = only_free(accepts, &mut slots[1], &free, |op| op.owner.job_id());
             (events, slots[3]) = only_free(events, &mut slots[3], &free, |op| &op.0);
         }
+        // The events of every write in it, inserted together last.
+        let mut events_out: Vec<serde_json::Value> = Vec::new();
         let mut answer = |kind: usize, done: Vec<Option<Done>>| {
             for (&i, done) in slots[kind].iter().zip(done) {
                 out[i] = done;
             }
         };
         if !claims.is_empty() {
-            let done = self.claim_many(&mut tx, &claims).await?;
+            let done = self.claim_many(&mut tx, &claims, &mut events_out).await?;
             answer(0, done.into_iter().map(|d| d.map(Done::Claim)).collect());
         }
         if !accepts.is_empty() {
-            let done = self.accept_many(&mut tx, &accepts).await?;
+            let done = self.accept_many(&mut tx, &accepts, &mut events_out).await?;
             answer(1, done.into_iter().map(|d| d.map(Done::Accept)).collect());
         }
         if !creates.is_empty() {
-            let done = self.create_many(&mut tx, &creates).await?;
+            let done = self.create_many(&mut tx, &creates, &mut events_out).await?;
             answer(2, done.into_iter().map(|d| d.map(Done::Create)).collect());
         }
         if !events.is_empty() {
             // Their rows were locked (or skipped) above.
-            self.record_events_locked(&mut tx, &events).await?;
+            self.record_events_locked(&mut tx, &events, &mut events_out)
+                .await?;
             answer(3, events.iter().map(|_| Some(Done::Event)).collect());
         }
         if !deletes.is_empty() {
@@ -432,6 +435,7 @@ impl Ledger {
         }
         let received = self.receive_many(&mut tx, &receives).await?;
         answer(5, received);
+        insert_event_rows(&self.sql, &mut tx, &events_out).await?;
         tx.commit().await?;
         Ok(out)
     }
@@ -510,6 +514,7 @@ impl Ledger {
         &self,
         tx: &mut AnyConnection,
         ops: &[ClaimOp],
+        events_out: &mut Vec<serde_json::Value>,
     ) -> Result<Vec<Option<ClaimDone>>, LedgerError> {
         // One statement per worker, lease and provider (in one worker, one of each). Only the
         // message's own tenant's job is claimed here (the rows are locked already).
@@ -613,7 +618,7 @@ impl Ledger {
                 (*i, *r, events)
             })
             .collect();
-        insert_events(&self.sql, tx, &place(ops, &events, |op| &op.job_id)).await?;
+        events_out.extend(event_rows(&place(ops, &events, |op| &op.job_id)));
         for (i, _, d) in claims {
             done[i] = Some(d);
         }
@@ -624,6 +629,7 @@ impl Ledger {
         &self,
         tx: &mut AnyConnection,
         ops: &[AcceptOp],
+        events_out: &mut Vec<serde_json::Value>,
     ) -> Result<Vec<Option<Accepted>>, LedgerError> {
         let refs: Vec<String> = ops.iter().map(|_| new_result_ref()).collect();
         let sql = self.sql.accept_each.sql();
@@ -696,7 +702,7 @@ impl Ledger {
                 (i, r, events.to_vec())
             })
             .collect();
-        insert_events(&self.sql, tx, &place(ops, &events, |op| op.owner.job_id())).await?;
+        events_out.extend(event_rows(&place(ops, &events, |op| op.owner.job_id())));
         let mut out: Vec<Option<Accepted>> = ops.iter().map(|_| None).collect();
         let mut refs: Vec<Option<String>> = refs.into_iter().map(Some).collect();
         for (i, _) in accepted {
@@ -709,6 +715,7 @@ impl Ledger {
         &self,
         tx: &mut AnyConnection,
         ops: &[CreateOp],
+        events_out: &mut Vec<serde_json::Value>,
     ) -> Result<Vec<Option<Job>>, LedgerError> {
         let input_refs: Vec<String> = ops
             .iter()
@@ -802,7 +809,7 @@ impl Ledger {
                 (i, r, events)
             })
             .collect();
-        insert_events(&self.sql, tx, &place(ops, &events, |op| op.job_id.as_str())).await?;
+        events_out.extend(event_rows(&place(ops, &events, |op| op.job_id.as_str())));
         for (i, job) in jobs {
             out[i] = Some(job);
         }

@@ -322,13 +322,16 @@ pub(crate) async fn insert_events(
     conn: &mut AnyConnection,
     rows: &[Placed<'_>],
 ) -> Result<(), LedgerError> {
-    for chunk in rows.chunks(EVENT_CHUNK) {
-        let text = sql.insert_events.sql();
-        let query = bind_rows!(
-            sqlx::query(text),
-            sql.insert_events,
-            chunk.iter().map(EventRow::of),
-            |e| [
+    insert_event_rows(sql, conn, &event_rows(rows)).await
+}
+
+/// Placed events as `insert_events` binds them, one JSON array each: a group commit gathers
+/// those of all its writes and inserts them together, last.
+pub(crate) fn event_rows(rows: &[Placed<'_>]) -> Vec<serde_json::Value> {
+    rows.iter()
+        .map(EventRow::of)
+        .map(|e| {
+            json!([
                 e.job_id,
                 e.seq,
                 e.at,
@@ -341,9 +344,24 @@ pub(crate) async fn insert_events(
                 e.attempt_no,
                 e.deadline_left_ms,
                 e.detail,
-            ]
-        );
-        query.execute(&mut *conn).await?;
+            ])
+        })
+        .collect()
+}
+
+/// Inserts events bound by [`event_rows`], up to 400 a statement.
+pub(crate) async fn insert_event_rows(
+    sql: &Statements,
+    conn: &mut AnyConnection,
+    rows: &[serde_json::Value],
+) -> Result<(), LedgerError> {
+    debug_assert!(sql.insert_events.rows_as_json());
+    for chunk in rows.chunks(EVENT_CHUNK) {
+        let rows = serde_json::to_string(chunk).expect("rows serialise");
+        sqlx::query(sql.insert_events.sql())
+            .bind(rows)
+            .execute(&mut *conn)
+            .await?;
     }
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use sqlx::AnyConnection;
 
-use super::{insert_events, lock_jobs, Placed, Reserved};
+use super::{event_rows, insert_event_rows, lock_jobs, Placed, Reserved};
 use crate::ledger::model::NewEvent;
 use crate::ledger::{Ledger, LedgerError, Refusal};
 
@@ -70,14 +70,18 @@ impl Ledger {
     ) -> Result<(), LedgerError> {
         let ids = events.iter().map(|(job_id, _)| job_id.as_str());
         lock_jobs(&self.sql, self.backend, &mut *tx, ids).await?;
-        self.record_events_locked(tx, events).await
+        let mut rows = Vec::new();
+        self.record_events_locked(tx, events, &mut rows).await?;
+        insert_event_rows(&self.sql, tx, &rows).await
     }
 
-    /// [`Ledger::record_events_in`] for a transaction that holds the jobs' rows already.
+    /// [`Ledger::record_events_in`] for a transaction that holds the jobs' rows already: the
+    /// events' numbers reserved, their rows added to `rows` for the caller to insert.
     pub(crate) async fn record_events_locked(
         &self,
         tx: &mut AnyConnection,
         events: &[(String, NewEvent)],
+        rows: &mut Vec<serde_json::Value>,
     ) -> Result<(), LedgerError> {
         // Several events for one job each need their own sequence number: place them in
         // rounds, each round holding at most one event per job.
@@ -97,10 +101,10 @@ impl Ledger {
                 let sql = batched.sql();
                 let query = sqlx::query_as::<_, ReservedOf>(sql);
                 let query = bind_keys!(query, batched, chunk.iter().map(|e| e.0.as_str()));
-                let rows = query.fetch_all(&mut *tx).await?;
+                let reserved = query.fetch_all(&mut *tx).await?;
                 let by_job: HashMap<&str, &(String, NewEvent)> =
                     chunk.iter().map(|e| (e.0.as_str(), *e)).collect();
-                let placed: Vec<Placed<'_>> = rows
+                let placed: Vec<Placed<'_>> = reserved
                     .iter()
                     .filter_map(|row| {
                         let entry = by_job.get(row.job_id.as_str())?;
@@ -114,7 +118,7 @@ impl Ledger {
                         })
                     })
                     .collect();
-                insert_events(&self.sql, &mut *tx, &placed).await?;
+                rows.extend(event_rows(&placed));
             }
         }
         Ok(())
