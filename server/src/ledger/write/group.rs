@@ -516,17 +516,15 @@ impl Ledger {
         ops: &[ClaimOp],
         events_out: &mut Vec<serde_json::Value>,
     ) -> Result<Vec<Option<ClaimDone>>, LedgerError> {
-        // One statement per worker, lease and provider (in one worker, one of each). Only the
-        // message's own tenant's job is claimed here (the rows are locked already).
-        let mut groups: HashMap<(&str, Duration, &str), Vec<usize>> = HashMap::new();
+        // One statement per worker and lease (in one worker, one of each); the provider is
+        // each attempt's own. Only the message's own tenant's job is claimed here (the rows
+        // are locked already).
+        let mut groups: HashMap<(&str, Duration), Vec<usize>> = HashMap::new();
         for (i, op) in ops.iter().enumerate() {
-            groups
-                .entry((&op.worker_id, op.lease, &op.provider))
-                .or_default()
-                .push(i);
+            groups.entry((&op.worker_id, op.lease)).or_default().push(i);
         }
         let mut rows: Vec<(usize, ClaimedRow)> = Vec::with_capacity(ops.len());
-        for ((worker_id, lease, _), members) in &groups {
+        for ((worker_id, lease), members) in &groups {
             let sql = self.sql.claim_each.sql();
             let query = sqlx::query(sql).bind(*worker_id).bind(micros(*lease));
             let query = bind_rows!(query, self.sql.claim_each, members, |&i| [

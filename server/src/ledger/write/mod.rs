@@ -41,7 +41,7 @@ use crate::job::JobState;
 
 /// Event details longer than this are replaced by a marker: events stay small.
 const DETAIL_MAX: usize = 2048;
-/// Largest number of events in one multi-row insert (12 parameters each).
+/// Largest number of events one insert takes (its rows one JSON array).
 const EVENT_CHUNK: usize = 400;
 
 pub(crate) fn micros(d: Duration) -> i64 {
