@@ -97,7 +97,7 @@ pub use rollup::{Activity, FINISHED, HOUR, REDELIVERED};
 pub use tokens::{valid_tenant, TokenInfo};
 pub use transport::{DeadLetterMove, RejectedMessage};
 pub use unknown::{UnknownForRetrieval, UnknownJob};
-pub use write::{GroupStats, OutboxItem};
+pub use write::{AcceptDelete, GroupStats, LedgerMessage, OutboxItem};
 
 use std::sync::Arc;
 
@@ -162,6 +162,11 @@ impl Ledger {
             .as_ref()
             .filter(|direct| direct.name == queue)
             .map(|direct| Arc::clone(&direct.sent))
+    }
+
+    /// Whether `other` is a handle on this very ledger (a clone of it, lanes or not).
+    pub fn is_same(&self, other: &Ledger) -> bool {
+        Arc::ptr_eq(&self.sql, &other.sql)
     }
 
     /// The same pools without lanes: what the lanes' own runners write through.

@@ -590,17 +590,19 @@ catalogue! {
             "(?, CAST(? AS BIGINT), CAST(? AS BIGINT), ?, ?, ?, CAST(? AS BIGINT))", "", 1
         ),
         /// The guarded commits of many owners' results, each
-        /// `(job_id, epoch, result_ref, attempt_no)`.
+        /// `(job_id, epoch, result_ref, attempt_no, events)`, reserving `events` places on the
+        /// timeline. `seq` comes back as the place after them (SQLite's `RETURNING` cannot
+        /// read the rows it joins).
         accept_each: (
             "UPDATE jobs SET state = 'succeeded', result_ref = v.column3, pending_attempt = NULL, \
              error_code = NULL, terminal_at = {now}, updated_at = {now}, \
-             next_event_seq = next_event_seq + 2 FROM (VALUES ",
-            "(?, CAST(? AS BIGINT), ?, CAST(? AS BIGINT))",
+             next_event_seq = next_event_seq + v.column5 FROM (VALUES ",
+            "(?, CAST(? AS BIGINT), ?, CAST(? AS BIGINT), CAST(? AS BIGINT))",
             ") AS v WHERE jobs.job_id = v.column1 AND jobs.owner_epoch = v.column2 \
              AND (jobs.state = 'running') IS TRUE AND jobs.owner_until > {now} \
              AND jobs.deadline_at > {now} \
              AND jobs.pending_attempt = v.column4 \
-             RETURNING jobs.job_id AS job_id, jobs.next_event_seq - 2 AS seq, \
+             RETURNING jobs.job_id AS job_id, jobs.next_event_seq AS seq, \
              jobs.updated_at AS at, jobs.owner_epoch AS epoch, jobs.deadline_at AS deadline_at",
             1
         ),

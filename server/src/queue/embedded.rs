@@ -15,10 +15,10 @@ use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
 use super::{
-    check_batch, per_entry, BatchResult, Deleted, Delivery, Depth, Queue, QueueError,
+    check_batch, per_entry, BatchResult, DeletePlan, Deleted, Delivery, Depth, Queue, QueueError,
     ReceiptHandle, MAX_BATCH, MAX_VISIBILITY, MAX_WAIT, VISIBILITY_CAP,
 };
-use crate::ledger::{Ledger, LedgerError, VisibilityChange};
+use crate::ledger::{Ledger, LedgerError, LedgerMessage, VisibilityChange};
 
 /// How often a long poll looks again when no send in this process woke it.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
@@ -348,6 +348,15 @@ impl Queue for EmbeddedQueue {
             .into_iter()
             .map(|r| r.map(|_| ()))
             .collect())
+    }
+
+    fn delete_plan(&self, ledger: &Ledger, receipt: &ReceiptHandle) -> DeletePlan {
+        match parse_handle(receipt) {
+            Ok((id, secret)) if ledger.is_same(&self.ledger) => {
+                DeletePlan::WithOutcome(LedgerMessage::new(&self.name, id, &secret_hash(secret)))
+            }
+            _ => DeletePlan::Apart,
+        }
     }
 
     async fn depth(&self) -> Result<Depth, QueueError> {

@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use super::{BatchResult, Deleted, Delivery, Depth, Queue, QueueError, ReceiptHandle};
+use super::{BatchResult, DeletePlan, Deleted, Delivery, Depth, Queue, QueueError, ReceiptHandle};
 use crate::drill::faults::{FaultPoint, Faults};
+use crate::ledger::Ledger;
 
 /// Fractions in `0.0..=1.0` of the calls that fail.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -257,6 +258,18 @@ impl<Q: Queue> Queue for FaultyQueue<Q> {
             return Ok(Deleted::Reported);
         }
         self.inner.delete_known(receipt).await
+    }
+
+    /// A drill's per-job faults arm a delete by the time it is made: its queue deletes apart.
+    /// A rate is drawn here, once for the delete to come.
+    fn delete_plan(&self, ledger: &Ledger, receipt: &ReceiptHandle) -> DeletePlan {
+        if self.faults.is_some() {
+            return DeletePlan::Apart;
+        }
+        if self.fires(&receipt.fingerprint(), self.plan().delete_timeout, 0) {
+            return DeletePlan::Injected(Err(QueueError::Timeout));
+        }
+        self.inner.delete_plan(ledger, receipt)
     }
 
     async fn delete_batch(&self, receipts: &[ReceiptHandle]) -> Result<BatchResult, QueueError> {

@@ -18,6 +18,8 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
+use crate::ledger::Ledger;
+
 /// SQS's caps, which both implementations keep.
 pub const MAX_BATCH: usize = 10;
 
@@ -152,6 +154,19 @@ pub enum Deleted {
     NothingDeleted,
 }
 
+/// How the delete of a delivery goes once its job's outcome is being recorded
+/// ([`Queue::delete_plan`]).
+#[derive(Debug)]
+pub enum DeletePlan {
+    /// Through the queue, after the outcome is durable.
+    Apart,
+    /// In the ledger's transaction that records the outcome: the queue is a table of that
+    /// ledger, so the message goes exactly when the outcome becomes durable, never before.
+    WithOutcome(crate::ledger::LedgerMessage),
+    /// What the delete comes to without being made: a fault injected in its place.
+    Injected(Result<Deleted, QueueError>),
+}
+
 /// The outcome of each entry of a batch request, in request order.
 pub type BatchResult = Vec<Result<(), QueueError>>;
 
@@ -265,6 +280,14 @@ pub trait Queue: Clone + Send + Sync + 'static {
         receipts: &[ReceiptHandle],
     ) -> impl Future<Output = Result<BatchResult, QueueError>> + Send;
 
+    /// How to delete the delivery behind `receipt` once `ledger` records its job's outcome.
+    /// By default apart, through [`Queue::delete_known`]; a queue kept in that very ledger
+    /// lets the outcome's transaction delete it.
+    fn delete_plan(&self, ledger: &Ledger, receipt: &ReceiptHandle) -> DeletePlan {
+        let _ = (ledger, receipt);
+        DeletePlan::Apart
+    }
+
     /// Approximate counts.
     fn depth(&self) -> impl Future<Output = Result<Depth, QueueError>> + Send;
 
@@ -349,6 +372,10 @@ impl Queue for AnyQueue {
 
     async fn delete_batch(&self, receipts: &[ReceiptHandle]) -> Result<BatchResult, QueueError> {
         dispatch!(self, q => q.delete_batch(receipts).await)
+    }
+
+    fn delete_plan(&self, ledger: &Ledger, receipt: &ReceiptHandle) -> DeletePlan {
+        dispatch!(self, q => q.delete_plan(ledger, receipt))
     }
 
     async fn depth(&self) -> Result<Depth, QueueError> {

@@ -14,12 +14,12 @@ use crate::drill::faults::FaultPoint;
 use crate::drill::sabotage::Safeguard;
 use crate::job::{Actor, EventKind, JobState};
 use crate::ledger::{
-    AttemptStarted, DeliveryRef, Failure, Job, LedgerError, NewEvent, Owner, Refusal,
+    AcceptDelete, AttemptStarted, DeliveryRef, Failure, Job, LedgerError, NewEvent, Owner, Refusal,
     RejectedMessage, ReplayPolicy,
 };
 use crate::metrics::DeliveryOutcome;
 use crate::provider::{Progress, Provider, ProviderOutcome, ProviderRequest, Retrieval};
-use crate::queue::{Deleted, Delivery, Queue, MAX_VISIBILITY};
+use crate::queue::{DeletePlan, Deleted, Delivery, Queue, QueueError, MAX_VISIBILITY};
 
 /// A claim that made this worker the owner, with its first attempt recorded.
 struct Started {
@@ -163,10 +163,34 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         reason: &str,
     ) {
         let result = self.queue.delete_known(&delivery.receipt).await;
+        self.deleted(job_id, &result, dref, epoch, reason).await;
+    }
+
+    /// Counts and records what a delete came to.
+    async fn deleted(
+        &self,
+        job_id: &str,
+        result: &Result<Deleted, QueueError>,
+        dref: &DeliveryRef,
+        epoch: Option<i64>,
+        reason: &str,
+    ) {
         self.config
             .metrics
             .delete(matches!(result, Ok(Deleted::Reported)));
-        let event = match &result {
+        self.event(job_id, self.delete_event(result, dref, epoch, reason))
+            .await;
+    }
+
+    /// The event of a delete that came to `result`.
+    fn delete_event(
+        &self,
+        result: &Result<Deleted, QueueError>,
+        dref: &DeliveryRef,
+        epoch: Option<i64>,
+        reason: &str,
+    ) -> NewEvent {
+        let event = match result {
             Ok(Deleted::Reported) => NewEvent::new(EventKind::MessageDeleted, &self.actor())
                 .detail(json!({ "reason": reason })),
             // The queue knows this handle was outdated: the message remains, and its next
@@ -183,11 +207,11 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 "uncertain": error.is_uncertain(),
             })),
         };
-        let mut event = event.delivery(dref.clone());
-        if let Some(epoch) = epoch {
-            event = event.epoch(epoch);
+        let event = event.delivery(dref.clone());
+        match epoch {
+            Some(epoch) => event.epoch(epoch),
+            None => event,
         }
-        self.event(job_id, event).await;
     }
 
     async fn reject(
@@ -806,13 +830,55 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 return Outcome::Succeeded;
             }
         }
+        // On the embedded queue the delete goes in the accept's own transaction.
+        let plan = self.queue.delete_plan(&self.ledger, &delivery.receipt);
+        let reason = "succeeded";
         // A transient ledger error is retried while the lease may still be valid; a refusal
         // is final and is never followed by an unconditional write.
         for retry in 0..3u32 {
-            match self.ledger.accept_result(owner, attempt_no, answer).await {
-                Ok(_) => {
-                    self.delete(job_id, delivery, dref, Some(epoch), "succeeded")
-                        .await;
+            let accepted = match &plan {
+                DeletePlan::WithOutcome(message) => {
+                    let delete = AcceptDelete {
+                        message: message.clone(),
+                        deleted: self.delete_event(
+                            &Ok(Deleted::Reported),
+                            dref,
+                            Some(epoch),
+                            reason,
+                        ),
+                        not_deleted: self.delete_event(
+                            &Ok(Deleted::NothingDeleted),
+                            dref,
+                            Some(epoch),
+                            reason,
+                        ),
+                    };
+                    self.ledger
+                        .accept_result_deleting(owner, attempt_no, answer, delete)
+                        .await
+                }
+                _ => self
+                    .ledger
+                    .accept_result(owner, attempt_no, answer)
+                    .await
+                    .map(|accepted| (accepted, None)),
+            };
+            match accepted {
+                Ok((_, Some(deleted))) => {
+                    self.config.metrics.delete(deleted);
+                    return Outcome::Succeeded;
+                }
+                Ok((_, None)) => {
+                    match &plan {
+                        DeletePlan::Injected(result) => {
+                            self.deleted(job_id, result, dref, Some(epoch), reason)
+                                .await;
+                        }
+                        _ => {
+                            self.delete(job_id, delivery, dref, Some(epoch), reason)
+                                .await
+                        }
+                    }
                     return Outcome::Succeeded;
                 }
                 Err(LedgerError::Refused { refusal, .. }) => {

@@ -44,6 +44,7 @@ on_both_backends!(
     a_release_after_the_deadline_is_refused_and_the_job_expires,
     a_client_retrying_the_same_request_in_a_loop_does_not_grow_the_timeline,
     a_new_job_on_a_queue_in_the_ledger_is_sent_in_its_own_transaction,
+    an_accepted_result_deletes_its_embedded_delivery_in_its_own_transaction,
 );
 
 /// With the embedded queue in the ledger's database, a new job's message goes in with the job:
@@ -1548,4 +1549,206 @@ async fn a_write_given_up_while_its_transaction_begins_leaves_no_connection_insi
     assert!(kinds(&ledger, &job_id)
         .await
         .contains(&"lease_renewed".to_string()));
+}
+
+/// On the embedded queue the result and the delete of its delivery are one transaction: the
+/// message goes exactly when the result is durable, `message_deleted` right after
+/// `result_accepted` at the same instant. A refused result deletes nothing; an outdated handle
+/// deletes nothing and says so. A queue that injects delete faults, or a ledger without group
+/// commit, leaves the delete to the caller.
+async fn an_accepted_result_deletes_its_embedded_delivery_in_its_own_transaction(db: Db) {
+    use fenceline::drill::faults::Faults;
+    use fenceline::job::EventKind;
+    use fenceline::ledger::{AcceptDelete, Ledger, LedgerMessage, NewEvent};
+    use fenceline::queue::embedded::EmbeddedQueue;
+    use fenceline::queue::faults::{FaultPlan, FaultyQueue};
+    use fenceline::queue::{DeletePlan, Delivery, Queue};
+    use fenceline::worker::message::JobMessage;
+
+    const WAIT: Duration = Duration::from_secs(2);
+    let (ledger, test_db) = fresh_ledger(db).await;
+    let queue = EmbeddedQueue::new(ledger.clone(), "jobs", 5);
+    let actor = Actor::Worker("a".into());
+    let delete = |message: LedgerMessage| AcceptDelete {
+        message,
+        deleted: NewEvent::new(EventKind::MessageDeleted, &actor),
+        not_deleted: NewEvent::new(EventKind::DeleteFailed, &actor),
+    };
+    let in_ledger = |ledger: &Ledger, queue: &EmbeddedQueue, delivery: &Delivery| match queue
+        .delete_plan(ledger, &delivery.receipt)
+    {
+        DeletePlan::WithOutcome(message) => message,
+        other => panic!("a delivery of the ledger's own queue is deleted with it: {other:?}"),
+    };
+    async fn job_with_delivery(
+        ledger: &Ledger,
+        queue: &EmbeddedQueue,
+        key: &str,
+        visibility: Duration,
+    ) -> (String, Delivery) {
+        let job_id = create(ledger, new_job("acme", key, json!(1))).await;
+        queue
+            .send(&JobMessage::body(&job_id, "acme"), Duration::ZERO)
+            .await
+            .unwrap();
+        let mut got = queue.receive(1, visibility, WAIT).await.unwrap();
+        assert_eq!(got.len(), 1);
+        (job_id, got.remove(0))
+    }
+    let depth = |queue: &EmbeddedQueue| {
+        let queue = queue.clone();
+        async move {
+            let d = queue.depth().await.unwrap();
+            d.visible + d.in_flight
+        }
+    };
+
+    // Accepted: the message is gone with it.
+    let (job_id, delivery) = job_with_delivery(&ledger, &queue, "with", LONG).await;
+    let (a, attempt) = ledger
+        .claim_and_start(&job_id, "a", LONG, None, "stub")
+        .await
+        .unwrap();
+    let (_, deleted) = ledger
+        .accept_result_deleting(
+            &as_owner(&job_id, a.epoch, "a"),
+            attempt.attempt_no,
+            "answer",
+            delete(in_ledger(&ledger, &queue, &delivery)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(deleted, Some(true));
+    assert_eq!(depth(&queue).await, 0, "the message went with the result");
+    let events = ledger.events(&job_id, 0, 100).await.unwrap();
+    let accepted = events.iter().find(|e| e.kind == "result_accepted").unwrap();
+    let gone = events.iter().find(|e| e.kind == "message_deleted").unwrap();
+    assert_eq!(
+        (gone.seq, gone.at, gone.epoch),
+        (accepted.seq + 1, accepted.at, a.epoch),
+        "in the same transaction, right after the acceptance"
+    );
+    assert_eq!(events.last().unwrap().seq, gone.seq);
+
+    // Refused (fenced out by a recovery): nothing is deleted.
+    let (job_id, delivery) = job_with_delivery(&ledger, &queue, "fenced", LONG).await;
+    let (a, attempt) = ledger
+        .claim_and_start(&job_id, "a", Duration::from_millis(300), None, "stub")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    ledger
+        .recovery_claim(&job_id, &Actor::Worker("b".into()), "lease_expired", false)
+        .await
+        .unwrap();
+    let refused = ledger
+        .accept_result_deleting(
+            &as_owner(&job_id, a.epoch, "a"),
+            attempt.attempt_no,
+            "late",
+            delete(in_ledger(&ledger, &queue, &delivery)),
+        )
+        .await;
+    assert_eq!(
+        refusal(refused),
+        Refusal::StaleEpoch {
+            expected: a.epoch,
+            found: a.epoch + 1
+        }
+    );
+    assert_eq!(depth(&queue).await, 1, "a refused result deletes nothing");
+    let kinds_now = kinds(&ledger, &job_id).await;
+    assert!(!kinds_now
+        .iter()
+        .any(|k| k == "message_deleted" || k == "delete_failed"));
+
+    // Overtaken: the message was received again under a new handle.
+    let (job_id, first) =
+        job_with_delivery(&ledger, &queue, "overtaken", Duration::from_millis(200)).await;
+    let (a, attempt) = ledger
+        .claim_and_start(&job_id, "a", LONG, None, "stub")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let before = depth(&queue).await;
+    let again = queue.receive(10, LONG, WAIT).await.unwrap();
+    assert!(again.iter().any(|d| d.message_id == first.message_id));
+    let (_, deleted) = ledger
+        .accept_result_deleting(
+            &as_owner(&job_id, a.epoch, "a"),
+            attempt.attempt_no,
+            "answer",
+            delete(in_ledger(&ledger, &queue, &first)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(deleted, Some(false));
+    assert_eq!(depth(&queue).await, before, "the newer delivery keeps it");
+    let events = ledger.events(&job_id, 0, 100).await.unwrap();
+    assert_eq!(job_state(&ledger, &job_id).await, JobState::Succeeded);
+    let last = events.last().unwrap();
+    assert_eq!(last.kind, "delete_failed");
+    assert!(!events.iter().any(|e| e.kind == "message_deleted"));
+
+    // A queue that injects delete faults keeps them: a drill's deletes apart, a rate's drawn.
+    let (_, delivery) = job_with_delivery(&ledger, &queue, "faults", LONG).await;
+    let drilled = FaultyQueue::with_faults(queue.clone(), Faults::default());
+    assert!(matches!(
+        drilled.delete_plan(&ledger, &delivery.receipt),
+        DeletePlan::Apart
+    ));
+    let lossy = FaultyQueue::new(queue.clone());
+    lossy.arm(FaultPlan {
+        delete_timeout: 1.0,
+        ..FaultPlan::default()
+    });
+    assert!(matches!(
+        lossy.delete_plan(&ledger, &delivery.receipt),
+        DeletePlan::Injected(Err(_))
+    ));
+    lossy.disarm();
+    assert!(matches!(
+        lossy.delete_plan(&ledger, &delivery.receipt),
+        DeletePlan::WithOutcome(_)
+    ));
+
+    // Without group commit the result goes alone and the caller deletes.
+    let alone = Ledger::connect(
+        test_db.url.as_str(),
+        &fenceline::ledger::LedgerOptions {
+            group_commit: false,
+            ..crate::helpers::options()
+        },
+    )
+    .await
+    .unwrap();
+    let queue_alone = EmbeddedQueue::new(alone.clone(), "jobs", 5);
+    let (job_id, delivery) = job_with_delivery(&alone, &queue_alone, "alone", LONG).await;
+    assert!(
+        matches!(
+            queue.delete_plan(&alone, &delivery.receipt),
+            DeletePlan::Apart
+        ),
+        "another ledger handle's queue is not this transaction's"
+    );
+    let (a, attempt) = alone
+        .claim_and_start(&job_id, "a", LONG, None, "stub")
+        .await
+        .unwrap();
+    let (_, deleted) = alone
+        .accept_result_deleting(
+            &as_owner(&job_id, a.epoch, "a"),
+            attempt.attempt_no,
+            "answer",
+            delete(in_ledger(&alone, &queue_alone, &delivery)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(deleted, None);
+    assert_eq!(job_state(&alone, &job_id).await, JobState::Succeeded);
+    alone.close().await;
+}
+
+async fn job_state(ledger: &fenceline::ledger::Ledger, job_id: &str) -> JobState {
+    ledger.job(job_id).await.unwrap().unwrap().state
 }

@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::group::AcceptOp;
+use super::group::{AcceptDelete, AcceptOp};
 use super::{insert_result, new_result_ref, Intent, NewResult, Reserved};
 use crate::job::{Actor, EventKind};
 use crate::ledger::model::{Accepted, NewEvent, Owner};
@@ -24,8 +24,9 @@ impl Ledger {
             owner: owner.clone(),
             attempt_no,
             body: body.to_owned(),
+            delete: None,
         };
-        if let Some(accepted) = self.grouped_accept(op).await {
+        if let Some((accepted, _)) = self.grouped_accept(op).await {
             return Ok(accepted);
         }
         let job_id = owner.job_id();
@@ -66,6 +67,31 @@ impl Ledger {
             .commit(&accept_events(&owner.actor(), attempt_no, &result_ref))
             .await?;
         Ok(Accepted { result_ref })
+    }
+
+    /// [`Ledger::accept_result`], with the delete of the delivery the result came from, a
+    /// message of this ledger's own queue, in the same transaction: the message goes exactly
+    /// when the result becomes durable, and the delete's event follows the acceptance on the
+    /// timeline. `Some(deleted)` when the delete went with it (`false`: the handle was
+    /// outdated and nothing was deleted); `None` when it did not (no group commit, or the
+    /// result went alone): then the caller deletes apart, as after [`Ledger::accept_result`].
+    pub async fn accept_result_deleting(
+        &self,
+        owner: &Owner,
+        attempt_no: i64,
+        body: &str,
+        delete: AcceptDelete,
+    ) -> Result<(Accepted, Option<bool>), LedgerError> {
+        let op = AcceptOp {
+            owner: owner.clone(),
+            attempt_no,
+            body: body.to_owned(),
+            delete: Some(delete),
+        };
+        if let Some(done) = self.grouped_accept(op).await {
+            return Ok(done);
+        }
+        Ok((self.accept_result(owner, attempt_no, body).await?, None))
     }
 
     async fn reject_result(

@@ -189,6 +189,17 @@ pub(crate) struct AcceptOp {
     pub(crate) owner: Owner,
     pub(crate) attempt_no: i64,
     pub(crate) body: String,
+    /// The delivery to delete once the result is accepted, in the same transaction.
+    pub(crate) delete: Option<AcceptDelete>,
+}
+
+/// The delete that goes with an accepted result: the message of one of the ledger's own
+/// queues, and the event on the job's timeline for each answer (deleted, or nothing to delete
+/// under that handle).
+pub struct AcceptDelete {
+    pub message: LedgerMessage,
+    pub deleted: NewEvent,
+    pub not_deleted: NewEvent,
 }
 
 /// A new job with its id and who asked.
@@ -200,6 +211,17 @@ pub(crate) struct CreateOp {
 
 /// A delete of an embedded queue's message: `(queue, id, hash of the handle)`.
 pub(crate) type DeleteOp = (String, i64, String);
+
+/// A message of one of the ledger's own queues (the embedded queue), as a delivery's handle
+/// names it: what a transaction of that ledger can delete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerMessage(pub(crate) DeleteOp);
+
+impl LedgerMessage {
+    pub(crate) fn new(queue: &str, id: i64, handle_hash: &str) -> LedgerMessage {
+        LedgerMessage((queue.to_owned(), id, handle_hash.to_owned()))
+    }
+}
 
 /// A receive from an embedded queue: takes visible messages under the offered handles.
 pub(crate) struct ReceiveOp {
@@ -223,7 +245,8 @@ pub(crate) enum Op {
 pub(crate) enum Done {
     Receive(Vec<TakenMessage>),
     Claim(ClaimDone),
-    Accept(Accepted),
+    /// With whether the delivery it carried was deleted.
+    Accept(Accepted, Option<bool>),
     Create(Job),
     Event,
     Delete(bool),
@@ -337,9 +360,9 @@ impl Ledger {
         }
     }
 
-    pub(crate) async fn grouped_accept(&self, op: AcceptOp) -> Option<Accepted> {
+    pub(crate) async fn grouped_accept(&self, op: AcceptOp) -> Option<(Accepted, Option<bool>)> {
         match self.grouped(Op::Accept(op)).await? {
-            Done::Accept(accepted) => Some(accepted),
+            Done::Accept(accepted, deleted) => Some((accepted, deleted)),
             _ => None,
         }
     }
@@ -415,9 +438,13 @@ impl Ledger {
             let done = self.claim_many(&mut tx, &claims, &mut events_out).await?;
             answer(0, done.into_iter().map(|d| d.map(Done::Claim)).collect());
         }
+        // Accepted results whose delivery goes in this transaction: the accept's index and
+        // the place of its delete's event.
+        let mut deleting: Vec<(usize, Reserved)> = Vec::new();
+        let mut accepted: Vec<Option<Accepted>> = Vec::new();
+        let mut accepted_gone: Vec<Option<bool>> = accepts.iter().map(|_| None).collect();
         if !accepts.is_empty() {
-            let done = self.accept_many(&mut tx, &accepts, &mut events_out).await?;
-            answer(1, done.into_iter().map(|d| d.map(Done::Accept)).collect());
+            (accepted, deleting) = self.accept_many(&mut tx, &accepts, &mut events_out).await?;
         }
         if !creates.is_empty() {
             let done = self.create_many(&mut tx, &creates, &mut events_out).await?;
@@ -429,9 +456,41 @@ impl Ledger {
                 .await?;
             answer(3, events.iter().map(|_| Some(Done::Event)).collect());
         }
-        if !deletes.is_empty() {
-            let done = self.delete_many(&mut tx, &deletes).await?;
+        if !deletes.is_empty() || !deleting.is_empty() {
+            // Plain deletes and accepted results' deliveries in one statement.
+            let plain = deletes.len();
+            deletes.extend(deleting.iter().map(|&(i, _)| {
+                let delete = accepts[i].delete.as_ref().expect("an accept that deletes");
+                delete.message.0.clone()
+            }));
+            let mut done = self.delete_many(&mut tx, &deletes).await?;
+            let folded = done.split_off(plain);
+            let events: Vec<(usize, Reserved, Vec<NewEvent>)> = deleting
+                .iter()
+                .zip(folded)
+                .map(|(&(i, r), deleted)| {
+                    let delete = accepts[i].delete.as_ref().expect("an accept that deletes");
+                    let deleted = deleted == Some(true);
+                    accepted_gone[i] = Some(deleted);
+                    let event = if deleted {
+                        &delete.deleted
+                    } else {
+                        &delete.not_deleted
+                    };
+                    (i, r, vec![event.clone()])
+                })
+                .collect();
+            events_out.extend(event_rows(&place(&accepts, &events, |op| {
+                op.owner.job_id()
+            })));
             answer(4, done.into_iter().map(|d| d.map(Done::Delete)).collect());
+        }
+        if !accepts.is_empty() {
+            let done = accepted
+                .into_iter()
+                .zip(accepted_gone)
+                .map(|(a, gone)| a.map(|a| Done::Accept(a, gone)));
+            answer(1, done.collect());
         }
         let received = self.receive_many(&mut tx, &receives).await?;
         answer(5, received);
@@ -628,8 +687,10 @@ impl Ledger {
         tx: &mut AnyConnection,
         ops: &[AcceptOp],
         events_out: &mut Vec<serde_json::Value>,
-    ) -> Result<Vec<Option<Accepted>>, LedgerError> {
+    ) -> Result<AcceptedMany, LedgerError> {
         let refs: Vec<String> = ops.iter().map(|_| new_result_ref()).collect();
+        // The attempt finished, the result accepted, and the delivery's delete if it goes too.
+        let places = |op: &AcceptOp| 2 + i64::from(op.delete.is_some());
         let sql = self.sql.accept_each.sql();
         let query = bind_rows!(
             sqlx::query_as::<_, ReservedRow>(sql),
@@ -640,6 +701,7 @@ impl Ledger {
                 op.owner.epoch,
                 result_ref.as_str(),
                 op.attempt_no,
+                places(op),
             ]
         );
         // Two owners of one job may both be here: only the current epoch's row matches.
@@ -654,11 +716,13 @@ impl Ledger {
             .into_iter()
             .filter_map(|row| {
                 let i = *index.get(&(row.job_id.as_str(), row.reserved.epoch))?;
-                Some((i, row.reserved))
+                let mut reserved = row.reserved;
+                reserved.seq -= places(&ops[i]);
+                Some((i, reserved))
             })
             .collect();
         if accepted.is_empty() {
-            return Ok(ops.iter().map(|_| None).collect());
+            return Ok((ops.iter().map(|_| None).collect(), Vec::new()));
         }
         let sql = self.sql.insert_results.sql();
         let query = bind_rows!(
@@ -703,10 +767,20 @@ impl Ledger {
         events_out.extend(event_rows(&place(ops, &events, |op| op.owner.job_id())));
         let mut out: Vec<Option<Accepted>> = ops.iter().map(|_| None).collect();
         let mut refs: Vec<Option<String>> = refs.into_iter().map(Some).collect();
-        for (i, _) in accepted {
+        let mut deleting = Vec::new();
+        for (i, reserved) in accepted {
             out[i] = refs[i].take().map(|result_ref| Accepted { result_ref });
+            if ops[i].delete.is_some() {
+                deleting.push((
+                    i,
+                    Reserved {
+                        seq: reserved.seq + 2,
+                        ..reserved
+                    },
+                ));
+            }
         }
-        Ok(out)
+        Ok((out, deleting))
     }
 
     async fn create_many(
@@ -834,6 +908,10 @@ impl Ledger {
             .collect())
     }
 }
+
+/// What a batch of accepts did: each one's accepted result, and the accepted ones that delete
+/// their delivery, with the place on the timeline their delete's event takes.
+type AcceptedMany = (Vec<Option<Accepted>>, Vec<(usize, Reserved)>);
 
 /// The writes (and their answer slots) whose job rows this transaction locked.
 fn only_free<T>(

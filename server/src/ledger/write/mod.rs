@@ -22,7 +22,7 @@ mod recovery;
 mod rerun;
 mod timeline;
 
-pub use group::GroupStats;
+pub use group::{AcceptDelete, GroupStats, LedgerMessage};
 pub(crate) use group::{Groups, ReceiveOp};
 pub use outbox::OutboxItem;
 
