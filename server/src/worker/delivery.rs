@@ -833,31 +833,29 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         // On the embedded queue the delete goes in the accept's own transaction.
         let plan = self.queue.delete_plan(&self.ledger, &delivery.receipt);
         let reason = "succeeded";
+        let with_outcome = match &plan {
+            DeletePlan::WithOutcome(message) => Some(AcceptDelete {
+                message: message.clone(),
+                deleted: self.delete_event(&Ok(Deleted::Reported), dref, Some(epoch), reason),
+                not_deleted: self.delete_event(
+                    &Ok(Deleted::NothingDeleted),
+                    dref,
+                    Some(epoch),
+                    reason,
+                ),
+            }),
+            _ => None,
+        };
         // A transient ledger error is retried while the lease may still be valid; a refusal
         // is final and is never followed by an unconditional write.
         for retry in 0..3u32 {
-            let accepted = match &plan {
-                DeletePlan::WithOutcome(message) => {
-                    let delete = AcceptDelete {
-                        message: message.clone(),
-                        deleted: self.delete_event(
-                            &Ok(Deleted::Reported),
-                            dref,
-                            Some(epoch),
-                            reason,
-                        ),
-                        not_deleted: self.delete_event(
-                            &Ok(Deleted::NothingDeleted),
-                            dref,
-                            Some(epoch),
-                            reason,
-                        ),
-                    };
+            let accepted = match &with_outcome {
+                Some(delete) => {
                     self.ledger
-                        .accept_result_deleting(owner, attempt_no, answer, delete)
+                        .accept_result_deleting(owner, attempt_no, answer, delete.clone())
                         .await
                 }
-                _ => self
+                None => self
                     .ledger
                     .accept_result(owner, attempt_no, answer)
                     .await

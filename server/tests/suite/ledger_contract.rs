@@ -1559,7 +1559,7 @@ async fn a_write_given_up_while_its_transaction_begins_leaves_no_connection_insi
 async fn an_accepted_result_deletes_its_embedded_delivery_in_its_own_transaction(db: Db) {
     use fenceline::drill::faults::Faults;
     use fenceline::job::EventKind;
-    use fenceline::ledger::{AcceptDelete, Ledger, LedgerMessage, NewEvent};
+    use fenceline::ledger::{AcceptDelete, Ledger, NewEvent};
     use fenceline::queue::embedded::EmbeddedQueue;
     use fenceline::queue::faults::{FaultPlan, FaultyQueue};
     use fenceline::queue::{DeletePlan, Delivery, Queue};
@@ -1568,18 +1568,29 @@ async fn an_accepted_result_deletes_its_embedded_delivery_in_its_own_transaction
     const WAIT: Duration = Duration::from_secs(2);
     let (ledger, test_db) = fresh_ledger(db).await;
     let queue = EmbeddedQueue::new(ledger.clone(), "jobs", 5);
-    let actor = Actor::Worker("a".into());
-    let delete = |message: LedgerMessage| AcceptDelete {
-        message,
-        deleted: NewEvent::new(EventKind::MessageDeleted, &actor),
-        not_deleted: NewEvent::new(EventKind::DeleteFailed, &actor),
-    };
-    let in_ledger = |ledger: &Ledger, queue: &EmbeddedQueue, delivery: &Delivery| match queue
-        .delete_plan(ledger, &delivery.receipt)
-    {
-        DeletePlan::WithOutcome(message) => message,
-        other => panic!("a delivery of the ledger's own queue is deleted with it: {other:?}"),
-    };
+    /// Owner `a` at `epoch` accepts `body`, with the delete of `delivery` in its transaction.
+    async fn accept_deleting(
+        ledger: &Ledger,
+        queue: &EmbeddedQueue,
+        (job_id, epoch, attempt_no): (&str, i64, i64),
+        body: &str,
+        delivery: &Delivery,
+    ) -> Result<(fenceline::ledger::Accepted, Option<bool>), LedgerError> {
+        let actor = Actor::Worker("a".into());
+        let message = match queue.delete_plan(ledger, &delivery.receipt) {
+            DeletePlan::WithOutcome(message) => message,
+            other => panic!("a delivery of the ledger's own queue is deleted with it: {other:?}"),
+        };
+        let delete = AcceptDelete {
+            message,
+            deleted: NewEvent::new(EventKind::MessageDeleted, &actor),
+            not_deleted: NewEvent::new(EventKind::DeleteFailed, &actor),
+        };
+        let owner = as_owner(job_id, epoch, "a");
+        ledger
+            .accept_result_deleting(&owner, attempt_no, body, delete)
+            .await
+    }
     async fn job_with_delivery(
         ledger: &Ledger,
         queue: &EmbeddedQueue,
@@ -1609,15 +1620,15 @@ async fn an_accepted_result_deletes_its_embedded_delivery_in_its_own_transaction
         .claim_and_start(&job_id, "a", LONG, None, "stub")
         .await
         .unwrap();
-    let (_, deleted) = ledger
-        .accept_result_deleting(
-            &as_owner(&job_id, a.epoch, "a"),
-            attempt.attempt_no,
-            "answer",
-            delete(in_ledger(&ledger, &queue, &delivery)),
-        )
-        .await
-        .unwrap();
+    let (_, deleted) = accept_deleting(
+        &ledger,
+        &queue,
+        (&job_id, a.epoch, attempt.attempt_no),
+        "answer",
+        &delivery,
+    )
+    .await
+    .unwrap();
     assert_eq!(deleted, Some(true));
     assert_eq!(depth(&queue).await, 0, "the message went with the result");
     let events = ledger.events(&job_id, 0, 100).await.unwrap();
@@ -1641,14 +1652,14 @@ async fn an_accepted_result_deletes_its_embedded_delivery_in_its_own_transaction
         .recovery_claim(&job_id, &Actor::Worker("b".into()), "lease_expired", false)
         .await
         .unwrap();
-    let refused = ledger
-        .accept_result_deleting(
-            &as_owner(&job_id, a.epoch, "a"),
-            attempt.attempt_no,
-            "late",
-            delete(in_ledger(&ledger, &queue, &delivery)),
-        )
-        .await;
+    let refused = accept_deleting(
+        &ledger,
+        &queue,
+        (&job_id, a.epoch, attempt.attempt_no),
+        "late",
+        &delivery,
+    )
+    .await;
     assert_eq!(
         refusal(refused),
         Refusal::StaleEpoch {
@@ -1673,15 +1684,15 @@ async fn an_accepted_result_deletes_its_embedded_delivery_in_its_own_transaction
     let before = depth(&queue).await;
     let again = queue.receive(10, LONG, WAIT).await.unwrap();
     assert!(again.iter().any(|d| d.message_id == first.message_id));
-    let (_, deleted) = ledger
-        .accept_result_deleting(
-            &as_owner(&job_id, a.epoch, "a"),
-            attempt.attempt_no,
-            "answer",
-            delete(in_ledger(&ledger, &queue, &first)),
-        )
-        .await
-        .unwrap();
+    let (_, deleted) = accept_deleting(
+        &ledger,
+        &queue,
+        (&job_id, a.epoch, attempt.attempt_no),
+        "answer",
+        &first,
+    )
+    .await
+    .unwrap();
     assert_eq!(deleted, Some(false));
     assert_eq!(depth(&queue).await, before, "the newer delivery keeps it");
     let events = ledger.events(&job_id, 0, 100).await.unwrap();
@@ -1735,15 +1746,15 @@ async fn an_accepted_result_deletes_its_embedded_delivery_in_its_own_transaction
         .claim_and_start(&job_id, "a", LONG, None, "stub")
         .await
         .unwrap();
-    let (_, deleted) = alone
-        .accept_result_deleting(
-            &as_owner(&job_id, a.epoch, "a"),
-            attempt.attempt_no,
-            "answer",
-            delete(in_ledger(&alone, &queue_alone, &delivery)),
-        )
-        .await
-        .unwrap();
+    let (_, deleted) = accept_deleting(
+        &alone,
+        &queue_alone,
+        (&job_id, a.epoch, attempt.attempt_no),
+        "answer",
+        &delivery,
+    )
+    .await
+    .unwrap();
     assert_eq!(deleted, None);
     assert_eq!(job_state(&alone, &job_id).await, JobState::Succeeded);
     alone.close().await;

@@ -29,6 +29,16 @@ impl Ledger {
         if let Some((accepted, _)) = self.grouped_accept(op).await {
             return Ok(accepted);
         }
+        self.accept_alone(owner, attempt_no, body).await
+    }
+
+    /// [`Ledger::accept_result`] in a transaction of its own.
+    async fn accept_alone(
+        &self,
+        owner: &Owner,
+        attempt_no: i64,
+        body: &str,
+    ) -> Result<Accepted, LedgerError> {
         let job_id = owner.job_id();
         let result_ref = new_result_ref();
         let statement = sqlx::query_as::<_, Reserved>(&self.sql.accept)
@@ -91,7 +101,7 @@ impl Ledger {
         if let Some(done) = self.grouped_accept(op).await {
             return Ok(done);
         }
-        Ok((self.accept_result(owner, attempt_no, body).await?, None))
+        Ok((self.accept_alone(owner, attempt_no, body).await?, None))
     }
 
     async fn reject_result(
@@ -154,8 +164,15 @@ impl Ledger {
     }
 }
 
+/// How many events an accepted result records ([`accept_events`]).
+pub(super) const ACCEPT_EVENTS: usize = 2;
+
 /// The events of an accepted result: the attempt finished, the result accepted.
-pub(super) fn accept_events(actor: &Actor, attempt_no: i64, result_ref: &str) -> [NewEvent; 2] {
+pub(super) fn accept_events(
+    actor: &Actor,
+    attempt_no: i64,
+    result_ref: &str,
+) -> [NewEvent; ACCEPT_EVENTS] {
     [
         NewEvent::new(EventKind::AttemptFinished, actor)
             .attempt(attempt_no)

@@ -25,6 +25,7 @@ use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
+use super::accept::{accept_events, ACCEPT_EVENTS};
 use super::outbox::{send_new_in, NewSend};
 use super::{event_rows, insert_event_rows, micros, new_result_ref, Placed, Reserved};
 use crate::job::{Actor, JobId, JobState};
@@ -196,6 +197,7 @@ pub(crate) struct AcceptOp {
 /// The delete that goes with an accepted result: the message of one of the ledger's own
 /// queues, and the event on the job's timeline for each answer (deleted, or nothing to delete
 /// under that handle).
+#[derive(Debug, Clone)]
 pub struct AcceptDelete {
     pub message: LedgerMessage,
     pub deleted: NewEvent,
@@ -690,7 +692,7 @@ impl Ledger {
     ) -> Result<AcceptedMany, LedgerError> {
         let refs: Vec<String> = ops.iter().map(|_| new_result_ref()).collect();
         // The attempt finished, the result accepted, and the delivery's delete if it goes too.
-        let places = |op: &AcceptOp| 2 + i64::from(op.delete.is_some());
+        let places = |op: &AcceptOp| (ACCEPT_EVENTS + usize::from(op.delete.is_some())) as i64;
         let sql = self.sql.accept_each.sql();
         let query = bind_rows!(
             sqlx::query_as::<_, ReservedRow>(sql),
@@ -759,8 +761,7 @@ impl Ledger {
             .iter()
             .map(|&(i, r)| {
                 let op = &ops[i];
-                let events =
-                    super::accept::accept_events(&op.owner.actor(), op.attempt_no, &refs[i]);
+                let events = accept_events(&op.owner.actor(), op.attempt_no, &refs[i]);
                 (i, r, events.to_vec())
             })
             .collect();
@@ -774,7 +775,7 @@ impl Ledger {
                 deleting.push((
                     i,
                     Reserved {
-                        seq: reserved.seq + 2,
+                        seq: reserved.seq + ACCEPT_EVENTS as i64,
                         ..reserved
                     },
                 ));
