@@ -87,8 +87,8 @@ pub use drills::{DrillRunRow, OutboxSend};
 pub use error::{LedgerError, Refusal};
 pub use model::{
     handle_hash, Accepted, Attempt, AttemptOutcome, AttemptStarted, Claimed, Created, Decision,
-    DecisionRecord, DeliveryRef, Event, Failure, FailureOutcome, Job, JobFilter, JobPage, NewEvent,
-    NewJob, Owner, Recovered, Renewal, ReplayPolicy,
+    DecisionRecord, DeliveryRef, Event, EventSlot, Failure, FailureOutcome, Job, JobFilter,
+    JobPage, NewEvent, NewJob, Owner, Recovered, Renewal, ReplayPolicy,
 };
 pub use operators::{Credentials, FailureScope};
 pub use queue_store::{QueueDepth, TakenMessage, VisibilityChange};

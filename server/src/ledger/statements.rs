@@ -17,7 +17,7 @@
 //! A write that names its job by key states the job's expected state as `(state …) IS TRUE`,
 //! which means the same in a `WHERE` (a null is not true either way). Written bare, `state =
 //! 'running'` implies the predicates of the partial indexes the reaper scans by
-//! (`jobs_lease_due`, `jobs_deadline_due`), and a PostgreSQL planner whose statistics count
+//! (`jobs_deadline_due`, and SQLite's `jobs_lease_due`), and a PostgreSQL planner whose statistics count
 //! few live jobs — a fresh ledger, one just vacuumed, one whose finished jobs outnumber a
 //! burst of new ones — then walks every live job in such an index to find the one it names
 //! (1.7 ms instead of 0.02 with 10,000 jobs waiting). Wrapped, the condition implies nothing,
@@ -28,7 +28,10 @@
 //! function, evaluated per row, which an index scan cannot take as a bound: compared with it
 //! bare, each receive poll walked every message in flight and each reaper pass every lease
 //! still held. Read once (a sub-select PostgreSQL runs before the scan), it bounds the index
-//! walk; `a_scan_for_what_is_due_stops_at_the_clock` holds those scans to that.
+//! walk; `a_scan_for_what_is_due_stops_at_the_clock` holds those scans to that. The one
+//! exception is PostgreSQL's scan for expired leases, which has no index on the lease's
+//! expiry (so that a lease renewal stays on its page, migration 0013) and reads the running
+//! jobs only.
 //!
 //! The suite's `every_statement_of_the_catalogue_prepares` prepares each one, without
 //! parameter types, against migrated PostgreSQL and SQLite databases: a parameter whose type
@@ -291,6 +294,22 @@ macro_rules! reserved {
             $n,
             " AS seq, updated_at AS at, owner_epoch AS epoch, deadline_at"
         )
+    };
+}
+
+/// The lease renewal's head reserving `$n` events, and (`returning $n`) its tail.
+macro_rules! renew_leases {
+    ($n:literal) => {
+        concat!(
+            "UPDATE jobs SET owner_until = {least}({now} + $1, deadline_at), \
+             updated_at = {now}, next_event_seq = next_event_seq + ",
+            $n,
+            " WHERE (state = 'running') IS TRUE AND owner_until > {now} AND deadline_at > {now} \
+             AND (job_id, owner_epoch) IN (VALUES "
+        )
+    };
+    (returning $n:literal) => {
+        concat!(") RETURNING job_id, owner_until, ", reserved!($n))
     };
 }
 
@@ -699,14 +718,13 @@ catalogue! {
             1
         ),
         /// Lease renewals of many owners (`$1` the lease), each `(job_id, epoch)`.
-        renew_leases: (
-            "UPDATE jobs SET owner_until = {least}({now} + $1, deadline_at), \
-             updated_at = {now}, next_event_seq = next_event_seq + 1 \
-             WHERE (state = 'running') IS TRUE AND owner_until > {now} AND deadline_at > {now} \
-             AND (job_id, owner_epoch) IN (VALUES ",
+        renew_leases: (renew_leases!(1), "(?, CAST(? AS BIGINT))", renew_leases!(returning 1), 2),
+        /// [`Statements::renew_leases`] reserving a second place after each `lease_renewed`,
+        /// for the visibility renewal that went beside it.
+        renew_leases_then_one: (
+            renew_leases!(2),
             "(?, CAST(? AS BIGINT))",
-            ") RETURNING job_id, owner_until, next_event_seq - 1 AS seq, updated_at AS at, \
-             owner_epoch AS epoch, deadline_at",
+            renew_leases!(returning 2),
             2
         ),
         /// Outbox rows held for `$1` by one dispatcher.

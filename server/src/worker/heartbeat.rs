@@ -16,7 +16,7 @@ use crate::drill::sabotage::Safeguard;
 
 use super::Shared;
 use crate::job::{Actor, EventKind};
-use crate::ledger::{DeliveryRef, NewEvent};
+use crate::ledger::{DeliveryRef, EventSlot, NewEvent};
 use crate::provider::{Progress, Provider};
 use crate::queue::{Queue, ReceiptHandle, VISIBILITY_CAP};
 
@@ -329,7 +329,7 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
             bound,
             shared
                 .ledger
-                .renew_leases(&shared.config.worker_id, &leases, t.lease),
+                .renew_leases_then(&shared.config.worker_id, &leases, t.lease),
         )
         .await
         {
@@ -359,7 +359,18 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
         shared.stats.record(u32::try_from(late).unwrap_or(u32::MAX));
     }
 
-    let mut events = Vec::with_capacity(due.len());
+    // Each visibility outcome goes in the place its lease renewal reserved after
+    // `lease_renewed`; a job whose lease was not renewed gets a place of its own.
+    let mut slots: HashMap<(&str, i64), EventSlot> = HashMap::new();
+    if let Ok(renewals) = &lease {
+        for renewal in renewals {
+            if let Some(slot) = &renewal.then {
+                slots.insert((slot.job_id(), renewal.epoch), slot.clone());
+            }
+        }
+    }
+    let mut in_slots = Vec::with_capacity(due.len());
+    let mut events = Vec::new();
     {
         use crate::metrics::{Outcome, RenewalKind};
         let metrics = &shared.config.metrics;
@@ -394,12 +405,17 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
             Some((_, Err(error))) => NewEvent::new(EventKind::VisibilityRenewalFailed, &actor)
                 .detail(json!({ "error": error.code(), "uncertain": error.is_uncertain() })),
         };
-        events.push((
-            d.job_id.clone(),
-            event.epoch(d.epoch).delivery(d.delivery.clone()),
-        ));
+        let event = event.epoch(d.epoch).delivery(d.delivery.clone());
+        match slots.remove(&(d.job_id.as_str(), d.epoch)) {
+            Some(slot) => in_slots.push((slot, event)),
+            None => events.push((d.job_id.clone(), event)),
+        }
     }
-    match tokio::time::timeout(bound, shared.ledger.record_events(&events)).await {
+    let recorded = async {
+        shared.ledger.record_in_slots(&in_slots).await?;
+        shared.ledger.record_events(&events).await
+    };
+    match tokio::time::timeout(bound, recorded).await {
         Ok(Ok(())) => {}
         Ok(Err(error)) => tracing::warn!(%error, "could not record visibility renewals"),
         Err(_) => tracing::warn!("recording visibility renewals timed out"),

@@ -35,6 +35,7 @@ on_both_backends!(
     retryable_failures_back_off_and_end_in_failed_terminal_when_the_budget_is_spent,
     a_fatal_failure_is_terminal_at_once,
     many_leases_renew_in_one_call_and_each_refusal_says_why,
+    a_lease_renewal_keeps_the_next_place_for_the_visibility_renewal_beside_it,
     only_a_replay_policy_job_may_be_retried_by_the_policy,
     an_operator_can_resolve_an_unknown_job_as_succeeded_with_evidence,
     the_database_refuses_illegal_states_even_from_raw_sql,
@@ -724,6 +725,90 @@ async fn many_leases_renew_in_one_call_and_each_refusal_says_why(db: Db) {
     );
 }
 
+/// The heartbeat's lease renewal reserves the place right after its `lease_renewed` for the
+/// visibility renewal that went beside it, and that outcome goes there later without touching
+/// the job's row: the place holds however many events come meanwhile. A refused lease
+/// reserves nothing; a plain renewal reserves no place.
+async fn a_lease_renewal_keeps_the_next_place_for_the_visibility_renewal_beside_it(db: Db) {
+    use fenceline::job::EventKind;
+    use fenceline::ledger::NewEvent;
+    let (ledger, _db) = fresh_ledger(db).await;
+    let mut leases = Vec::new();
+    for i in 0..3 {
+        let job_id = create(&ledger, new_job("acme", &format!("slot-{i}"), json!(i))).await;
+        let lease = if i == 2 {
+            Duration::from_millis(150)
+        } else {
+            LONG
+        };
+        let claimed = ledger.claim(&job_id, "w", lease).await.unwrap();
+        leases.push((job_id, claimed.epoch));
+    }
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    ledger
+        .recovery_claim(&leases[2].0, &Actor::System, "lease_expired", true)
+        .await
+        .unwrap();
+    let renewals = ledger.renew_leases_then("w", &leases, LONG).await.unwrap();
+    assert!(renewals[0].outcome.is_ok() && renewals[1].outcome.is_ok());
+    assert!(renewals[2].outcome.is_err());
+    assert_eq!(renewals[2].then, None, "a refused lease reserves nothing");
+    let slots: Vec<_> = renewals[..2]
+        .iter()
+        .map(|r| r.then.clone().expect("a place after lease_renewed"))
+        .collect();
+    for (slot, (job_id, _)) in slots.iter().zip(&leases) {
+        assert_eq!((slot.job_id(), slot.seq()), (job_id.as_str(), 4));
+    }
+    // Something else happens to the first job before the visibility outcome is known.
+    let worker = Actor::Worker("w".into());
+    let seq = ledger
+        .record_event(
+            &leases[0].0,
+            &NewEvent::new(EventKind::DuplicateSuppressed, &worker),
+        )
+        .await
+        .unwrap();
+    assert_eq!(seq, 5, "the reserved place is not given to another event");
+    let filled: Vec<_> = slots
+        .into_iter()
+        .map(|slot| {
+            let event = NewEvent::new(EventKind::VisibilityRenewed, &worker)
+                .epoch(1)
+                .detail(json!({ "timeout_ms": 1000 }));
+            (slot, event)
+        })
+        .collect();
+    ledger.record_in_slots(&filled).await.unwrap();
+    assert_eq!(
+        kinds(&ledger, &leases[0].0).await,
+        [
+            "job_created",
+            "claimed",
+            "lease_renewed",
+            "visibility_renewed",
+            "duplicate_suppressed"
+        ]
+    );
+    let events = ledger.events(&leases[1].0, 0, 100).await.unwrap();
+    let (lease, visibility) = (&events[2], &events[3]);
+    assert_eq!((lease.seq, visibility.seq), (3, 4));
+    assert_eq!(visibility.kind, "visibility_renewed");
+    assert_eq!(visibility.at, lease.at, "the place's time is the renewal's");
+    assert_eq!(visibility.epoch, 1);
+    // A plain renewal reserves no place: the next event follows its `lease_renewed`.
+    let plain = ledger.renew_leases("w", &leases[1..2], LONG).await.unwrap();
+    assert_eq!(plain[0].then, None);
+    let seq = ledger
+        .record_event(
+            &leases[1].0,
+            &NewEvent::new(EventKind::DuplicateSuppressed, &worker),
+        )
+        .await
+        .unwrap();
+    assert_eq!(seq, 6);
+}
+
 async fn only_a_replay_policy_job_may_be_retried_by_the_policy(db: Db) {
     let (ledger, _db) = fresh_ledger(db).await;
     let mut jobs = Vec::new();
@@ -1255,10 +1340,12 @@ async fn generic_plan(conn: &mut sqlx::AnyConnection, name: &str, sql: &str, arg
     plan.join("\n")
 }
 
-/// Every scan for what is due now (visible messages, due sends, expired leases, passed
-/// deadlines) walks its index only up to the database clock on PostgreSQL. The clock is a
-/// volatile function, which an index scan cannot take as a bound: written bare, each poll
-/// walked every message in flight and every lease still held, evaluating the clock per row.
+/// Every scan for what is due now (visible messages, due sends, passed deadlines) walks its
+/// index only up to the database clock on PostgreSQL. The clock is a volatile function, which
+/// an index scan cannot take as a bound: written bare, each poll walked every message in
+/// flight, evaluating the clock per row. The lease's expiry has no index there (a renewal
+/// must stay on its page): the scan for expired leases reads the running jobs by their state,
+/// never the finished ones.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scan_for_what_is_due_stops_at_the_clock() {
     use sqlx::Executor;
@@ -1276,6 +1363,12 @@ async fn a_scan_for_what_is_due_stops_at_the_clock() {
          deadline_at, max_attempts) \
          SELECT 'job-' || g, 'acme', 'key-' || g, 'd', 'r', 'v1', 'running', 1, 'w', \
          9000000000000000, 0, 0, 9000000000000000, 3 FROM generate_series(1, 6000) AS g",
+        // Many more finished, as a ledger keeps them until retention.
+        "INSERT INTO jobs (job_id, tenant, idempotency_key, request_digest, input_ref, \
+         contract_version, state, owner_epoch, created_at, updated_at, deadline_at, \
+         max_attempts, terminal_at) \
+         SELECT 'done-' || g, 'acme', 'done-' || g, 'd', 'r', 'v1', 'failed_terminal', 1, 0, 0, 0, \
+         3, 0 FROM generate_series(1, 60000) AS g",
         "INSERT INTO queue_messages (queue, message_id, body, sent_at, visible_at, handle_hash) \
          SELECT 'work', 'm-' || g, '{}', 0, 9000000000000000, '0123abcd' \
          FROM generate_series(1, 6000) AS g",
@@ -1294,7 +1387,7 @@ async fn a_scan_for_what_is_due_stops_at_the_clock() {
         ("queue_any_visible", "visible_at"),
         ("queue_visible", "visible_at"),
         ("outbox_due", "available_at"),
-        ("expired_leases", "owner_until"),
+        ("expired_leases", "state"),
         ("past_deadline", "deadline_at"),
     ] {
         let plan = generic_plan(&mut conn, name, &statements[name], "'1'").await;

@@ -101,6 +101,21 @@ async fn a_call_longer_than_visibility_renews_visibility_and_lease_and_is_not_re
     assert_eq!(rig.stub.calls_for(&job_id), 1);
     assert!(count_kind(&rig.ledger, &job_id, "visibility_renewed").await >= 3);
     assert!(count_kind(&rig.ledger, &job_id, "lease_renewed").await >= 3);
+    // Each visibility renewal sits in the place its lease renewal kept for it, and no place
+    // is left empty.
+    let events = rig.ledger.events(&job_id, 0, 500).await.unwrap();
+    for (n, pair) in events.windows(2).enumerate() {
+        assert_eq!(
+            pair[1].seq,
+            pair[0].seq + 1,
+            "no gap after #{}",
+            pair[0].seq
+        );
+        if pair[1].kind == "visibility_renewed" {
+            assert_eq!(pair[0].kind, "lease_renewed", "before #{}", pair[1].seq);
+            assert_eq!(pair[0].at, pair[1].at, "at #{n}");
+        }
+    }
     assert_eq!(
         count_kind(&rig.ledger, &job_id, "delivery_received").await,
         1

@@ -9,7 +9,7 @@ use sqlx::AnyConnection;
 
 use super::{insert_events, lock_jobs, micros, reserves, Intent, Placed, Reserved};
 use crate::job::{Actor, EventKind};
-use crate::ledger::model::{AttemptStarted, NewEvent, Owner, Renewal};
+use crate::ledger::model::{AttemptStarted, EventSlot, NewEvent, Owner, Renewal};
 use crate::ledger::{Ledger, LedgerError, Refusal};
 
 /// Largest number of jobs renewed by one statement.
@@ -123,14 +123,44 @@ impl Ledger {
         leases: &[(String, i64)],
         lease: Duration,
     ) -> Result<Vec<Renewal>, LedgerError> {
+        self.renew_leases_reserving(worker_id, leases, lease, false)
+            .await
+    }
+
+    /// [`Ledger::renew_leases`] that also reserves, for each lease renewed, the timeline
+    /// place right after its `lease_renewed` ([`Renewal::then`]): the heartbeat fills it with
+    /// the outcome of the visibility renewal that went beside it
+    /// ([`Ledger::record_in_slots`]), without locking or updating the job's row again. Both
+    /// renewals still go side by side; only the event's place is taken early.
+    pub async fn renew_leases_then(
+        &self,
+        worker_id: &str,
+        leases: &[(String, i64)],
+        lease: Duration,
+    ) -> Result<Vec<Renewal>, LedgerError> {
+        self.renew_leases_reserving(worker_id, leases, lease, true)
+            .await
+    }
+
+    async fn renew_leases_reserving(
+        &self,
+        worker_id: &str,
+        leases: &[(String, i64)],
+        lease: Duration,
+        then: bool,
+    ) -> Result<Vec<Renewal>, LedgerError> {
+        let statement = if then {
+            &self.sql.renew_leases_then_one
+        } else {
+            &self.sql.renew_leases
+        };
         let actor = Actor::Worker(worker_id.to_owned());
         let renewed_event = NewEvent::new(EventKind::LeaseRenewed, &actor);
         let mut out = Vec::with_capacity(leases.len());
         for chunk in leases.chunks(RENEW_CHUNK) {
-            let sql = self.sql.renew_leases.sql();
             let query = bind_rows!(
-                sqlx::query_as::<_, RenewRow>(sql).bind(micros(lease)),
-                self.sql.renew_leases,
+                sqlx::query_as::<_, RenewRow>(statement.sql()).bind(micros(lease)),
+                statement,
                 chunk,
                 |(job_id, epoch)| [job_id.as_str(), *epoch]
             );
@@ -181,11 +211,19 @@ impl Ledger {
                         Err(refusal)
                     }
                 };
+                let slot = granted.filter(|_| then).map(|row| EventSlot {
+                    job_id: row.job_id.clone(),
+                    seq: row.reserved.seq + 1,
+                    at: row.reserved.at,
+                    epoch: row.reserved.epoch,
+                    deadline_at: row.reserved.deadline_at,
+                });
                 out.push(Renewal {
                     job_id: job_id.clone(),
                     epoch: *epoch,
                     outcome,
                     at: granted.map_or(0, |row| row.reserved.at),
+                    then: slot,
                 });
             }
         }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use sqlx::AnyConnection;
 
 use super::{event_rows, insert_event_rows, lock_jobs, Placed, Reserved};
-use crate::ledger::model::NewEvent;
+use crate::ledger::model::{EventSlot, NewEvent};
 use crate::ledger::{Ledger, LedgerError, Refusal};
 
 /// Most jobs whose sequence numbers one statement reserves.
@@ -57,6 +57,33 @@ impl Ledger {
         }
         let mut tx = self.begin_write().await?;
         self.record_events_in(&mut tx, events).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Puts each event in the place a write reserved for it ([`EventSlot`]), in one
+    /// transaction: the places are the caller's alone, so the jobs' rows are neither locked
+    /// nor updated. A place is filled once; the event's number and time are the place's.
+    pub async fn record_in_slots(
+        &self,
+        events: &[(EventSlot, NewEvent)],
+    ) -> Result<(), LedgerError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let placed: Vec<Placed<'_>> = events
+            .iter()
+            .map(|(slot, event)| Placed {
+                job_id: &slot.job_id,
+                seq: slot.seq,
+                at: slot.at,
+                epoch: slot.epoch,
+                deadline_at: slot.deadline_at,
+                event,
+            })
+            .collect();
+        let mut tx = self.begin_write().await?;
+        insert_event_rows(&self.sql, &mut tx, &event_rows(&placed)).await?;
         tx.commit().await?;
         Ok(())
     }
