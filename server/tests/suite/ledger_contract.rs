@@ -681,12 +681,18 @@ async fn a_fatal_failure_is_terminal_at_once(db: Db) {
     );
 }
 
-async fn many_leases_renew_in_one_call_and_each_refusal_says_why(db: Db) {
-    let (ledger, _db) = fresh_ledger(db).await;
+/// `n` jobs claimed by worker `w`, each `(job_id, epoch)`; the lease of job `fenced` ran out
+/// and a recovery fenced its owner out (epoch 2), the others hold long leases.
+async fn claimed_with_one_fenced_out(
+    ledger: &fenceline::ledger::Ledger,
+    label: &str,
+    n: usize,
+    fenced: usize,
+) -> Vec<(String, i64)> {
     let mut leases = Vec::new();
-    for i in 0..5 {
-        let job_id = create(&ledger, new_job("acme", &format!("renew-{i}"), json!(i))).await;
-        let lease = if i == 0 {
+    for i in 0..n {
+        let job_id = create(ledger, new_job("acme", &format!("{label}-{i}"), json!(i))).await;
+        let lease = if i == fenced {
             Duration::from_millis(150)
         } else {
             LONG
@@ -696,9 +702,15 @@ async fn many_leases_renew_in_one_call_and_each_refusal_says_why(db: Db) {
     }
     tokio::time::sleep(Duration::from_millis(250)).await;
     ledger
-        .recovery_claim(&leases[0].0, &Actor::System, "lease_expired", true)
+        .recovery_claim(&leases[fenced].0, &Actor::System, "lease_expired", true)
         .await
         .unwrap();
+    leases
+}
+
+async fn many_leases_renew_in_one_call_and_each_refusal_says_why(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let leases = claimed_with_one_fenced_out(&ledger, "renew", 5, 0).await;
     let before = ledger
         .job(&leases[1].0)
         .await
@@ -733,22 +745,7 @@ async fn a_lease_renewal_keeps_the_next_place_for_the_visibility_renewal_beside_
     use fenceline::job::EventKind;
     use fenceline::ledger::NewEvent;
     let (ledger, _db) = fresh_ledger(db).await;
-    let mut leases = Vec::new();
-    for i in 0..3 {
-        let job_id = create(&ledger, new_job("acme", &format!("slot-{i}"), json!(i))).await;
-        let lease = if i == 2 {
-            Duration::from_millis(150)
-        } else {
-            LONG
-        };
-        let claimed = ledger.claim(&job_id, "w", lease).await.unwrap();
-        leases.push((job_id, claimed.epoch));
-    }
-    tokio::time::sleep(Duration::from_millis(250)).await;
-    ledger
-        .recovery_claim(&leases[2].0, &Actor::System, "lease_expired", true)
-        .await
-        .unwrap();
+    let leases = claimed_with_one_fenced_out(&ledger, "slot", 3, 2).await;
     let renewals = ledger.renew_leases_then("w", &leases, LONG).await.unwrap();
     assert!(renewals[0].outcome.is_ok() && renewals[1].outcome.is_ok());
     assert!(renewals[2].outcome.is_err());
