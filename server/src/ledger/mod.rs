@@ -97,7 +97,7 @@ pub use rollup::{Activity, FINISHED, HOUR, REDELIVERED};
 pub use tokens::{valid_tenant, TokenInfo};
 pub use transport::{DeadLetterMove, RejectedMessage};
 pub use unknown::{UnknownForRetrieval, UnknownJob};
-pub use write::{AcceptDelete, GroupStats, LedgerMessage, OutboxItem};
+pub use write::{AcceptDelete, GroupStats, LedgerMessage, OutboxItem, RenewBoth};
 
 use std::sync::Arc;
 

@@ -220,6 +220,26 @@ impl Ledger {
             return Ok(out);
         }
         let mut tx = self.begin_write().await?;
+        let out = self
+            .queue_change_visibility_in(&mut tx, queue, changes, cap)
+            .await?;
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    /// [`Ledger::queue_change_visibility`] inside a transaction of the caller's (a lease
+    /// renewal's, when the queue is this ledger's own).
+    pub(crate) async fn queue_change_visibility_in(
+        &self,
+        conn: &mut AnyConnection,
+        queue: &str,
+        changes: &[(i64, String, Duration)],
+        cap: Duration,
+    ) -> Result<Vec<VisibilityChange>, LedgerError> {
+        let mut out = Vec::with_capacity(changes.len());
+        if changes.is_empty() {
+            return Ok(out);
+        }
         let sql = self.sql.queue_change_each.sql();
         let query = bind_rows!(
             sqlx::query_as::<_, (i64, String)>(sql)
@@ -231,17 +251,16 @@ impl Ledger {
         );
         // A message's row holds one handle: at most one entry per id can have changed it.
         let changed: std::collections::HashMap<i64, String> =
-            query.fetch_all(&mut *tx).await?.into_iter().collect();
+            query.fetch_all(&mut *conn).await?.into_iter().collect();
         for (id, hash, timeout) in changes {
             out.push(if changed.get(id) == Some(hash) {
                 VisibilityChange::Changed
             } else {
                 // Refused (or not found): the one-message path says why.
-                self.change_one(&mut tx, queue, *id, hash, *timeout, cap)
+                self.change_one(&mut *conn, queue, *id, hash, *timeout, cap)
                     .await?
             });
         }
-        tx.commit().await?;
         Ok(out)
     }
 

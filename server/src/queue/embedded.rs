@@ -20,6 +20,16 @@ use super::{
 };
 use crate::ledger::{Ledger, LedgerError, LedgerMessage, VisibilityChange};
 
+/// What a visibility change made in the ledger comes to, as SQS would answer it.
+pub(crate) fn visibility_answer(change: VisibilityChange) -> Result<(), QueueError> {
+    match change {
+        VisibilityChange::Changed => Ok(()),
+        VisibilityChange::UnknownHandle => Err(QueueError::InvalidReceiptHandle),
+        VisibilityChange::NotInFlight => Err(QueueError::MessageNotInflight),
+        VisibilityChange::CapExceeded => Err(QueueError::VisibilityCapExceeded),
+    }
+}
+
 /// How often a long poll looks again when no send in this process woke it.
 const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// Most messages one statement sends or changes.
@@ -183,14 +193,9 @@ impl EmbeddedQueue {
             .map_err(unavailable)?;
         let mut changed = changed.into_iter();
         for result in results.iter_mut().filter(|r| r.is_ok()) {
-            *result = match changed.next() {
-                Some(VisibilityChange::Changed) => Ok(()),
-                Some(VisibilityChange::UnknownHandle) | None => {
-                    Err(QueueError::InvalidReceiptHandle)
-                }
-                Some(VisibilityChange::NotInFlight) => Err(QueueError::MessageNotInflight),
-                Some(VisibilityChange::CapExceeded) => Err(QueueError::VisibilityCapExceeded),
-            };
+            *result = changed
+                .next()
+                .map_or(Err(QueueError::InvalidReceiptHandle), visibility_answer);
         }
         Ok(results)
     }
@@ -356,6 +361,20 @@ impl Queue for EmbeddedQueue {
                 DeletePlan::WithOutcome(LedgerMessage::new(&self.name, id, &secret_hash(secret)))
             }
             _ => DeletePlan::Apart,
+        }
+    }
+
+    fn visibility_in(
+        &self,
+        ledger: &Ledger,
+        receipt: &ReceiptHandle,
+        timeout: Duration,
+    ) -> Option<LedgerMessage> {
+        match parse_handle(receipt) {
+            Ok((id, secret)) if timeout <= MAX_VISIBILITY && ledger.is_same(&self.ledger) => {
+                Some(LedgerMessage::new(&self.name, id, &secret_hash(secret)))
+            }
+            _ => None,
         }
     }
 

@@ -248,6 +248,20 @@ impl<Q: Queue> Queue for FaultyQueue<Q> {
         self.delete_known(receipt).await.map(|_| ())
     }
 
+    /// A queue with a drill's faults, or with visibility changes failing at a rate, changes
+    /// visibility apart, where those faults are injected.
+    fn visibility_in(
+        &self,
+        ledger: &Ledger,
+        receipt: &ReceiptHandle,
+        timeout: Duration,
+    ) -> Option<crate::ledger::LedgerMessage> {
+        if self.faults.is_some() || self.plan().visibility_timeout > 0.0 {
+            return None;
+        }
+        self.inner.visibility_in(ledger, receipt, timeout)
+    }
+
     async fn delete_known(&self, receipt: &ReceiptHandle) -> Result<Deleted, QueueError> {
         if self.fires_for(receipt, FaultPoint::QueueDelete)
             || self.fires(&receipt.fingerprint(), self.plan().delete_timeout, 0)

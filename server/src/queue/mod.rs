@@ -288,6 +288,19 @@ pub trait Queue: Clone + Send + Sync + 'static {
         DeletePlan::Apart
     }
 
+    /// The message behind `receipt` when its visibility can change to `timeout` in `ledger`'s
+    /// own transaction renewing its job's lease (a queue kept in that very ledger); `None`, the
+    /// default, when it changes through the queue, beside the lease renewal.
+    fn visibility_in(
+        &self,
+        ledger: &Ledger,
+        receipt: &ReceiptHandle,
+        timeout: Duration,
+    ) -> Option<crate::ledger::LedgerMessage> {
+        let _ = (ledger, receipt, timeout);
+        None
+    }
+
     /// Approximate counts.
     fn depth(&self) -> impl Future<Output = Result<Depth, QueueError>> + Send;
 
@@ -376,6 +389,15 @@ impl Queue for AnyQueue {
 
     fn delete_plan(&self, ledger: &Ledger, receipt: &ReceiptHandle) -> DeletePlan {
         dispatch!(self, q => q.delete_plan(ledger, receipt))
+    }
+
+    fn visibility_in(
+        &self,
+        ledger: &Ledger,
+        receipt: &ReceiptHandle,
+        timeout: Duration,
+    ) -> Option<crate::ledger::LedgerMessage> {
+        dispatch!(self, q => q.visibility_in(ledger, receipt, timeout))
     }
 
     async fn depth(&self) -> Result<Depth, QueueError> {

@@ -16,9 +16,12 @@ use crate::drill::sabotage::Safeguard;
 
 use super::Shared;
 use crate::job::{Actor, EventKind};
-use crate::ledger::{DeliveryRef, EventSlot, NewEvent};
+use crate::ledger::{
+    DeliveryRef, EventSlot, LedgerError, NewEvent, RenewBoth, Renewal, VisibilityChange,
+};
+use crate::metrics::{Outcome, RenewalKind};
 use crate::provider::{Progress, Provider};
-use crate::queue::{Queue, ReceiptHandle, VISIBILITY_CAP};
+use crate::queue::{Queue, QueueError, ReceiptHandle, VISIBILITY_CAP};
 
 /// Why a job's local work must stop.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -311,101 +314,209 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
         .heartbeat
         .max(t.lease.saturating_sub(t.margin))
         .max(Duration::from_millis(500));
-    let visibility = renew_visibility(shared, &due);
-    // A drill's `lease.renew` fault keeps a job's renewal from getting through.
-    let leases: Vec<(String, i64)> = due
-        .iter()
-        .filter(|d| {
-            shared.config.faults.as_ref().is_none_or(|f| {
-                f.fire(&d.job_id, crate::drill::faults::FaultPoint::LeaseRenew)
-                    .is_none()
+    // Where the queue is a table of the ledger itself, a job's visibility changes in the
+    // transaction that renews its lease, each still its own compare-and-set; elsewhere (SQS,
+    // injected faults) the two go side by side. A drill's `lease.renew` fault keeps a job's
+    // lease renewal from getting through, and its visibility apart.
+    let mut apart = Vec::new();
+    let mut leases = Vec::new();
+    let mut together = Vec::new();
+    let mut both = Vec::new();
+    for d in due {
+        let lease_faulted = shared.config.faults.as_ref().is_some_and(|f| {
+            f.fire(&d.job_id, crate::drill::faults::FaultPoint::LeaseRenew)
+                .is_some()
+        });
+        let in_ledger = (!lease_faulted)
+            .then(|| {
+                let timeout = d.visibility.unwrap_or_default();
+                shared
+                    .queue
+                    .visibility_in(&shared.ledger, &d.receipt, timeout)
             })
-        })
-        .map(|d| (d.job_id.clone(), d.epoch))
-        .collect();
+            .flatten();
+        match in_ledger {
+            Some(message) => {
+                both.push(RenewBoth {
+                    job_id: d.job_id.clone(),
+                    epoch: d.epoch,
+                    visibility: d.visibility.map(|timeout| (message, timeout)),
+                });
+                together.push(d);
+            }
+            None => {
+                if !lease_faulted {
+                    leases.push((d.job_id.clone(), d.epoch));
+                }
+                apart.push(d);
+            }
+        }
+    }
     let asked = Instant::now();
-    let lease = async {
-        match tokio::time::timeout(
-            bound,
-            shared
-                .ledger
-                .renew_leases_then(&shared.config.worker_id, &leases, t.lease),
-        )
-        .await
-        {
+    let apart_renewed = renew_apart(shared, &apart, &leases, bound);
+    let together_renewed = async {
+        if both.is_empty() {
+            return Ok(Vec::new());
+        }
+        let event = |i: usize, change: Option<&VisibilityChange>| {
+            let d: &Due = &together[i];
+            let outcome = change.map(|c| {
+                let timeout = d.visibility.unwrap_or_default();
+                (timeout, crate::queue::embedded::visibility_answer(*c))
+            });
+            visibility_event(&actor, d, outcome)
+        };
+        let renewed = shared.ledger.renew_leases_with_visibility(
+            &shared.config.worker_id,
+            &both,
+            t.lease,
+            VISIBILITY_CAP,
+            event,
+        );
+        match tokio::time::timeout(bound, renewed).await {
             Ok(result) => result,
-            Err(_) => Err(crate::ledger::LedgerError::TimedOut),
+            Err(_) => Err(LedgerError::TimedOut),
         }
     };
-    let visibility = async {
-        let out = visibility.await;
-        (out, asked.elapsed())
-    };
-    let lease = async {
-        let out = lease.await;
-        (out, asked.elapsed())
-    };
-    let ((visibility, visibility_took), (lease, lease_took)) = tokio::join!(visibility, lease);
-    tracing::debug!(
-        jobs = due.len(),
-        ?visibility_took,
-        ?lease_took,
-        "heartbeat round"
-    );
+    let ((visibility, lease), together_renewed) = tokio::join!(apart_renewed, together_renewed);
     // Lateness counts until both renewals have answered, not until they were asked.
     let done = Instant::now();
-    for d in &due {
+    for d in apart.iter().chain(&together) {
         let late = done.duration_since(d.scheduled).as_millis();
         shared.stats.record(u32::try_from(late).unwrap_or(u32::MAX));
     }
+    tracing::debug!(
+        apart = apart.len(),
+        together = together.len(),
+        took = ?done.duration_since(asked),
+        "heartbeat round"
+    );
+    record_apart(shared, &actor, &apart, visibility, &lease, bound).await;
+    apply_leases(shared, asked, lease, apart.len());
 
-    // Each visibility outcome goes in the place its lease renewal reserved after
-    // `lease_renewed`; a job whose lease was not renewed gets a place of its own.
+    let metrics = &shared.config.metrics;
+    let lease = match together_renewed {
+        Ok(renewed) => {
+            let mut renewals = Vec::with_capacity(renewed.len());
+            for (renewal, change) in renewed {
+                if let Some(change) = change {
+                    let result = match change {
+                        VisibilityChange::Changed => Outcome::Ok,
+                        _ => Outcome::Failed,
+                    };
+                    metrics.renewal(RenewalKind::Visibility, result, 1);
+                }
+                renewals.push(renewal);
+            }
+            Ok(renewals)
+        }
+        Err(error) => {
+            // Neither is known to have happened: each visibility outcome is recorded as
+            // uncertain, in a place of its own.
+            let queue_error = match error {
+                LedgerError::TimedOut => QueueError::Timeout,
+                ref other => QueueError::Unavailable(format!("ledger database: {other}")),
+            };
+            let events: Vec<(String, NewEvent)> = together
+                .iter()
+                .map(|d| {
+                    let timeout = d.visibility.unwrap_or_default();
+                    let outcome = d.visibility.map(|_| (timeout, Err(queue_error.clone())));
+                    if outcome.is_some() {
+                        metrics.renewal(RenewalKind::Visibility, Outcome::Uncertain, 1);
+                    }
+                    (d.job_id.clone(), visibility_event(&actor, d, outcome))
+                })
+                .collect();
+            match tokio::time::timeout(bound, shared.ledger.record_events(&events)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => tracing::warn!(%error, "could not record visibility renewals"),
+                Err(_) => tracing::warn!("recording visibility renewals timed out"),
+            }
+            Err(error)
+        }
+    };
+    apply_leases(shared, asked, lease, together.len());
+}
+
+/// Visibility through the queue and leases in the ledger, side by side.
+async fn renew_apart<Q: Queue, P: Provider>(
+    shared: &Shared<Q, P>,
+    due: &[Due],
+    leases: &[(String, i64)],
+    bound: Duration,
+) -> (Vec<VisibilityOutcome>, Result<Vec<Renewal>, LedgerError>) {
+    if due.is_empty() {
+        return (Vec::new(), Ok(Vec::new()));
+    }
+    let visibility = renew_visibility(shared, due);
+    let lease = async {
+        let renewed = shared.ledger.renew_leases_then(
+            &shared.config.worker_id,
+            leases,
+            shared.config.timings.lease,
+        );
+        match tokio::time::timeout(bound, renewed).await {
+            Ok(result) => result,
+            Err(_) => Err(LedgerError::TimedOut),
+        }
+    };
+    tokio::join!(visibility, lease)
+}
+
+/// The event for a visibility renewal's outcome (`None`: not asked, the cap or the deadline
+/// reached).
+fn visibility_event(actor: &Actor, d: &Due, outcome: VisibilityOutcome) -> NewEvent {
+    let event = match outcome {
+        None => NewEvent::new(EventKind::VisibilityRenewalFailed, actor)
+            .detail(json!({ "reason": "cap_or_deadline", "uncertain": false })),
+        Some((timeout, Ok(()))) => {
+            NewEvent::new(EventKind::VisibilityRenewed, actor).detail(json!({
+                "timeout_ms": timeout.as_millis() as i64,
+                "deadline_left_ms": d.deadline_left.as_millis() as i64,
+            }))
+        }
+        Some((_, Err(error))) => NewEvent::new(EventKind::VisibilityRenewalFailed, actor)
+            .detail(json!({ "error": error.code(), "uncertain": error.is_uncertain() })),
+    };
+    event.epoch(d.epoch).delivery(d.delivery.clone())
+}
+
+/// Metrics and events of the renewals made side by side: each visibility outcome goes in the
+/// place its lease renewal reserved after `lease_renewed`; a job whose lease was not renewed
+/// gets a place of its own.
+async fn record_apart<Q: Queue, P: Provider>(
+    shared: &Shared<Q, P>,
+    actor: &Actor,
+    due: &[Due],
+    visibility: Vec<VisibilityOutcome>,
+    lease: &Result<Vec<Renewal>, LedgerError>,
+    bound: Duration,
+) {
+    if due.is_empty() {
+        return;
+    }
     let mut slots: HashMap<(&str, i64), EventSlot> = HashMap::new();
-    if let Ok(renewals) = &lease {
+    if let Ok(renewals) = lease {
         for renewal in renewals {
             if let Some(slot) = &renewal.then {
                 slots.insert((slot.job_id(), renewal.epoch), slot.clone());
             }
         }
     }
+    let metrics = &shared.config.metrics;
+    for outcome in visibility.iter().flatten() {
+        let result = match &outcome.1 {
+            Ok(()) => Outcome::Ok,
+            Err(e) if e.is_uncertain() => Outcome::Uncertain,
+            Err(_) => Outcome::Failed,
+        };
+        metrics.renewal(RenewalKind::Visibility, result, 1);
+    }
     let mut in_slots = Vec::with_capacity(due.len());
     let mut events = Vec::new();
-    {
-        use crate::metrics::{Outcome, RenewalKind};
-        let metrics = &shared.config.metrics;
-        for outcome in visibility.iter().flatten() {
-            let result = match &outcome.1 {
-                Ok(()) => Outcome::Ok,
-                Err(e) if e.is_uncertain() => Outcome::Uncertain,
-                Err(_) => Outcome::Failed,
-            };
-            metrics.renewal(RenewalKind::Visibility, result, 1);
-        }
-        match &lease {
-            Ok(renewals) => {
-                let ok = renewals.iter().filter(|r| r.outcome.is_ok()).count() as u64;
-                metrics.renewal(RenewalKind::Lease, Outcome::Ok, ok);
-                let refused = renewals.len() as u64 - ok;
-                metrics.renewal(RenewalKind::Lease, Outcome::Refused, refused);
-            }
-            Err(_) => metrics.renewal(RenewalKind::Lease, Outcome::Failed, due.len() as u64),
-        }
-    }
     for (d, outcome) in due.iter().zip(visibility) {
-        let event = match outcome {
-            None => NewEvent::new(EventKind::VisibilityRenewalFailed, &actor)
-                .detail(json!({ "reason": "cap_or_deadline", "uncertain": false })),
-            Some((timeout, Ok(()))) => {
-                NewEvent::new(EventKind::VisibilityRenewed, &actor).detail(json!({
-                    "timeout_ms": timeout.as_millis() as i64,
-                    "deadline_left_ms": d.deadline_left.as_millis() as i64,
-                }))
-            }
-            Some((_, Err(error))) => NewEvent::new(EventKind::VisibilityRenewalFailed, &actor)
-                .detail(json!({ "error": error.code(), "uncertain": error.is_uncertain() })),
-        };
-        let event = event.epoch(d.epoch).delivery(d.delivery.clone());
+        let event = visibility_event(actor, d, outcome);
         match slots.remove(&(d.job_id.as_str(), d.epoch)) {
             Some(slot) => in_slots.push((slot, event)),
             None => events.push((d.job_id.clone(), event)),
@@ -420,9 +531,26 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
         Ok(Err(error)) => tracing::warn!(%error, "could not record visibility renewals"),
         Err(_) => tracing::warn!("recording visibility renewals timed out"),
     }
+}
 
+/// What the lease renewals of `asked` came to: each renewed lease confirmed on this worker's
+/// clock, each refused one's work stopped.
+fn apply_leases<Q: Queue, P: Provider>(
+    shared: &Shared<Q, P>,
+    asked: Instant,
+    lease: Result<Vec<Renewal>, LedgerError>,
+    jobs: usize,
+) {
+    if jobs == 0 {
+        return;
+    }
+    let metrics = &shared.config.metrics;
     match lease {
         Ok(renewals) => {
+            let ok = renewals.iter().filter(|r| r.outcome.is_ok()).count() as u64;
+            metrics.renewal(RenewalKind::Lease, Outcome::Ok, ok);
+            let refused = renewals.len() as u64 - ok;
+            metrics.renewal(RenewalKind::Lease, Outcome::Refused, refused);
             let mut entries = shared.registry.0.lock().expect("registry lock");
             for renewal in renewals {
                 let Some(entry) = entries.get_mut(&(renewal.job_id.clone(), renewal.epoch)) else {
@@ -437,9 +565,10 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
             }
         }
         Err(error) => {
+            metrics.renewal(RenewalKind::Lease, Outcome::Failed, jobs as u64);
             // Not renewed: the lease runs on what was last confirmed, and the bounds check
             // stops the work before that runs out.
-            tracing::warn!(%error, jobs = due.len(), "lease renewal failed");
+            tracing::warn!(%error, jobs, "lease renewal failed");
         }
     }
 }

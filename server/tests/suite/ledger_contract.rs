@@ -36,6 +36,7 @@ on_both_backends!(
     a_fatal_failure_is_terminal_at_once,
     many_leases_renew_in_one_call_and_each_refusal_says_why,
     a_lease_renewal_keeps_the_next_place_for_the_visibility_renewal_beside_it,
+    on_a_queue_in_the_ledger_a_lease_and_its_visibility_renew_in_one_transaction,
     only_a_replay_policy_job_may_be_retried_by_the_policy,
     an_operator_can_resolve_an_unknown_job_as_succeeded_with_evidence,
     the_database_refuses_illegal_states_even_from_raw_sql,
@@ -735,6 +736,159 @@ async fn many_leases_renew_in_one_call_and_each_refusal_says_why(db: Db) {
         kinds(&ledger, &leases[3].0).await,
         ["job_created", "claimed", "lease_renewed"]
     );
+}
+
+/// With the embedded queue in the ledger's database, a delivery's visibility changes in the
+/// transaction that renews its job's lease, and the outcome takes the place right after
+/// `lease_renewed`, at the same instant. Each is still its own compare-and-set: an outdated
+/// handle leaves the lease renewed, a fenced-out owner's lease is refused while the visibility
+/// it asked for is changed, and each says why.
+async fn on_a_queue_in_the_ledger_a_lease_and_its_visibility_renew_in_one_transaction(db: Db) {
+    use fenceline::job::EventKind;
+    use fenceline::ledger::{NewEvent, RenewBoth, VisibilityChange};
+    use fenceline::queue::{embedded::EmbeddedQueue, Queue, ReceiptHandle, VISIBILITY_CAP};
+    let options = fenceline::ledger::LedgerOptions {
+        direct_queue: Some("jobs".into()),
+        ..crate::helpers::options()
+    };
+    let (ledger, test_db) = crate::helpers::fresh_ledger_with(db, &options).await;
+    let queue = EmbeddedQueue::new(ledger.clone(), "jobs", 5);
+    let leases = claimed_with_one_fenced_out(&ledger, "both", 4, 3).await;
+    let got = queue
+        .receive(10, Duration::from_secs(30), Duration::from_millis(200))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 4, "{got:?}");
+    let receipt = |job_id: &str| {
+        got.iter()
+            .find(|d| d.body.contains(job_id))
+            .map(|d| d.receipt.clone())
+            .unwrap()
+    };
+    let message_id = |receipt: &ReceiptHandle| -> i64 {
+        receipt.expose().split_once('.').unwrap().0.parse().unwrap()
+    };
+    let raw = test_db.raw_pool().await;
+    let visible_at = |id: i64| {
+        let raw = raw.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT visible_at FROM queue_messages WHERE id = $1")
+                .bind(id)
+                .fetch_one(&raw)
+                .await
+                .unwrap()
+        }
+    };
+    let minute = Duration::from_secs(60);
+    // 0: as it should be; 1: a handle this message no longer has; 2: no visibility asked
+    // (deadline or cap reached); 3: its owner fenced out, its handle still the latest.
+    let outdated = ReceiptHandle::new(format!(
+        "{}.{}",
+        message_id(&receipt(&leases[1].0)),
+        "0".repeat(32)
+    ));
+    let asked = [
+        Some(receipt(&leases[0].0)),
+        Some(outdated),
+        None,
+        Some(receipt(&leases[3].0)),
+    ];
+    let mut renewals = Vec::new();
+    for ((job_id, epoch), asked) in leases.iter().zip(&asked) {
+        let visibility = asked.as_ref().map(|r| {
+            let message = queue
+                .visibility_in(&ledger, r, minute)
+                .expect("a message of this ledger");
+            (message, minute)
+        });
+        renewals.push(RenewBoth {
+            job_id: job_id.clone(),
+            epoch: *epoch,
+            visibility,
+        });
+    }
+    let before: Vec<i64> = [0, 3]
+        .iter()
+        .map(|&i| message_id(asked[i].as_ref().unwrap()))
+        .collect();
+    let before_at = (visible_at(before[0]).await, visible_at(before[1]).await);
+    let worker = Actor::Worker("w".into());
+    let out = ledger
+        .renew_leases_with_visibility("w", &renewals, LONG, VISIBILITY_CAP, |i, change| {
+            let kind = match change {
+                Some(VisibilityChange::Changed) => EventKind::VisibilityRenewed,
+                _ => EventKind::VisibilityRenewalFailed,
+            };
+            NewEvent::new(kind, &worker).detail(json!({ "i": i, "change": format!("{change:?}") }))
+        })
+        .await
+        .unwrap();
+    let changes: Vec<Option<VisibilityChange>> = out.iter().map(|(_, c)| *c).collect();
+    assert_eq!(
+        changes,
+        [
+            Some(VisibilityChange::Changed),
+            Some(VisibilityChange::UnknownHandle),
+            None,
+            Some(VisibilityChange::Changed)
+        ]
+    );
+    for (renewal, _) in &out[..3] {
+        assert!(renewal.outcome.is_ok(), "{renewal:?}");
+        assert_eq!(renewal.then, None, "nothing left to fill later");
+    }
+    assert_eq!(
+        out[3].0.outcome,
+        Err(Refusal::StaleEpoch {
+            expected: 1,
+            found: 2
+        })
+    );
+    // Both changed messages are hidden for the minute asked, the fenced-out owner's too.
+    let after_at = (visible_at(before[0]).await, visible_at(before[1]).await);
+    assert!(
+        after_at.0 >= before_at.0 + 25_000_000,
+        "{before_at:?} {after_at:?}"
+    );
+    assert!(
+        after_at.1 >= before_at.1 + 25_000_000,
+        "{before_at:?} {after_at:?}"
+    );
+    for (i, outcome) in [
+        (0, "visibility_renewed"),
+        (1, "visibility_renewal_failed"),
+        (2, "visibility_renewal_failed"),
+    ] {
+        let events = ledger.events(&leases[i].0, 0, 100).await.unwrap();
+        let tail: Vec<(i64, &str)> = events[3..]
+            .iter()
+            .map(|e| (e.seq, e.kind.as_str()))
+            .collect();
+        assert_eq!(tail, [(4, "lease_renewed"), (5, outcome)], "job {i}");
+        assert_eq!(events[4].at, events[3].at, "job {i}: the same instant");
+        assert_eq!(events[4].epoch, 1, "job {i}");
+        assert_eq!(events[4].detail["i"], i, "job {i}");
+    }
+    let events = ledger.events(&leases[1].0, 0, 100).await.unwrap();
+    assert_eq!(events[4].detail["change"], "Some(UnknownHandle)");
+    let events = ledger.events(&leases[2].0, 0, 100).await.unwrap();
+    assert_eq!(events[4].detail["change"], "None");
+    // The refused lease says why, then its visibility's outcome, each in a place of its own.
+    let fenced = kinds(&ledger, &leases[3].0).await;
+    assert_eq!(
+        fenced[fenced.len() - 2..],
+        ["lease_renewal_failed", "visibility_renewed"],
+        "{fenced:?}"
+    );
+    // The next event of a renewed job follows them.
+    let seq = ledger
+        .record_event(
+            &leases[0].0,
+            &NewEvent::new(EventKind::DuplicateSuppressed, &worker),
+        )
+        .await
+        .unwrap();
+    assert_eq!(seq, 6);
 }
 
 /// The heartbeat's lease renewal reserves the place right after its `lease_renewed` for the

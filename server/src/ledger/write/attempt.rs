@@ -10,7 +10,18 @@ use sqlx::AnyConnection;
 use super::{insert_events, lock_jobs, micros, reserves, Intent, Placed, Reserved};
 use crate::job::{Actor, EventKind};
 use crate::ledger::model::{AttemptStarted, EventSlot, NewEvent, Owner, Renewal};
-use crate::ledger::{Ledger, LedgerError, Refusal};
+use crate::ledger::{Ledger, LedgerError, LedgerMessage, Refusal, VisibilityChange};
+
+/// A lease to renew with its delivery's visibility, the message being one of the ledger's own
+/// queue's ([`Ledger::renew_leases_with_visibility`]).
+#[derive(Debug, Clone)]
+pub struct RenewBoth {
+    pub job_id: String,
+    pub epoch: i64,
+    /// The message and the visibility timeout to give it; `None` when none is asked (the
+    /// deadline or the 12-hour cap reached).
+    pub visibility: Option<(LedgerMessage, Duration)>,
+}
 
 /// Largest number of jobs renewed by one statement.
 const RENEW_CHUNK: usize = 400;
@@ -140,6 +151,128 @@ impl Ledger {
     ) -> Result<Vec<Renewal>, LedgerError> {
         self.renew_leases_reserving(worker_id, leases, lease, true)
             .await
+    }
+
+    /// One heartbeat's renewals for jobs whose deliveries are messages of this ledger's own
+    /// queue: for each, the visibility change, the lease renewal, `lease_renewed` and the
+    /// visibility's outcome right after it, in one transaction a chunk. Each renewal is still
+    /// its own compare-and-set: a refused visibility change leaves the lease renewed and a
+    /// refused lease leaves the visibility changed. `visibility_event(i, change)` gives the
+    /// event for the outcome of `renewals[i]`'s visibility (`None` when none was asked).
+    ///
+    /// A refused lease gets `lease_renewal_failed` and its visibility event after the commit,
+    /// each in a place of its own, as [`Ledger::renew_leases`] records it.
+    pub async fn renew_leases_with_visibility(
+        &self,
+        worker_id: &str,
+        renewals: &[RenewBoth],
+        lease: Duration,
+        cap: Duration,
+        visibility_event: impl Fn(usize, Option<&VisibilityChange>) -> NewEvent,
+    ) -> Result<Vec<(Renewal, Option<VisibilityChange>)>, LedgerError> {
+        let statement = &self.sql.renew_leases_then_one;
+        let actor = Actor::Worker(worker_id.to_owned());
+        let renewed_event = NewEvent::new(EventKind::LeaseRenewed, &actor);
+        let mut out = Vec::with_capacity(renewals.len());
+        for (c, chunk) in renewals.chunks(RENEW_CHUNK).enumerate() {
+            let first = c * RENEW_CHUNK;
+            let mut tx = self.begin_write().await?;
+            // The jobs first, in one order, as every write that locks jobs and messages does.
+            let ids = chunk.iter().map(|r| r.job_id.as_str());
+            lock_jobs(&self.sql, self.backend, &mut tx, ids).await?;
+            let mut changes: Vec<Option<VisibilityChange>> = vec![None; chunk.len()];
+            let mut queues: Vec<&str> = chunk
+                .iter()
+                .filter_map(|r| r.visibility.as_ref().map(|(m, _)| m.queue()))
+                .collect();
+            queues.sort_unstable();
+            queues.dedup();
+            for queue in queues {
+                let (at, asked): (Vec<usize>, Vec<(i64, String, Duration)>) = chunk
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, r)| {
+                        let (message, timeout) = r.visibility.as_ref()?;
+                        let (q, id, hash) = &message.0;
+                        (q == queue).then(|| (i, (*id, hash.clone(), *timeout)))
+                    })
+                    .unzip();
+                let answers = self
+                    .queue_change_visibility_in(&mut tx, queue, &asked, cap)
+                    .await?;
+                for (i, answer) in at.into_iter().zip(answers) {
+                    changes[i] = Some(answer);
+                }
+            }
+            let rows = bind_rows!(
+                sqlx::query_as::<_, RenewRow>(statement.sql()).bind(micros(lease)),
+                statement,
+                chunk,
+                |r| [r.job_id.as_str(), r.epoch]
+            )
+            .fetch_all(&mut *tx)
+            .await?;
+            let renewed: HashMap<(&str, i64), &RenewRow> = rows
+                .iter()
+                .map(|row| ((row.job_id.as_str(), row.reserved.epoch), row))
+                .collect();
+            let mut events = Vec::with_capacity(rows.len() * 2);
+            for (i, r) in chunk.iter().enumerate() {
+                if let Some(row) = renewed.get(&(r.job_id.as_str(), r.epoch)) {
+                    let lease_ms = (row.owner_until - row.reserved.at) / 1000;
+                    let event = renewed_event
+                        .clone()
+                        .detail(json!({ "lease_ms": lease_ms }));
+                    events.push((*row, 0, event));
+                    events.push((*row, 1, visibility_event(first + i, changes[i].as_ref())));
+                }
+            }
+            let placed: Vec<Placed<'_>> = events
+                .iter()
+                .map(|(row, then, event)| Placed {
+                    job_id: &row.job_id,
+                    seq: row.reserved.seq + then,
+                    at: row.reserved.at,
+                    epoch: row.reserved.epoch,
+                    deadline_at: row.reserved.deadline_at,
+                    event,
+                })
+                .collect();
+            insert_events(&self.sql, &mut tx, &placed).await?;
+            tx.commit().await?;
+            for (i, (r, change)) in chunk.iter().zip(changes).enumerate() {
+                let granted = renewed.get(&(r.job_id.as_str(), r.epoch));
+                let outcome = match granted {
+                    Some(row) => Ok(row.owner_until),
+                    None => {
+                        let refusal = self
+                            .refusal(&r.job_id, Intent::Owner { epoch: r.epoch })
+                            .await?;
+                        if refusal != Refusal::NotFound {
+                            let failed = NewEvent::new(EventKind::LeaseRenewalFailed, &actor)
+                                .epoch(r.epoch)
+                                .detail(json!({ "reason": refusal.code() }));
+                            let visibility = visibility_event(first + i, change.as_ref());
+                            self.record_events(&[
+                                (r.job_id.clone(), failed),
+                                (r.job_id.clone(), visibility),
+                            ])
+                            .await?;
+                        }
+                        Err(refusal)
+                    }
+                };
+                let renewal = Renewal {
+                    job_id: r.job_id.clone(),
+                    epoch: r.epoch,
+                    outcome,
+                    at: granted.map_or(0, |row| row.reserved.at),
+                    then: None,
+                };
+                out.push((renewal, change));
+            }
+        }
+        Ok(out)
     }
 
     async fn renew_leases_reserving(

@@ -215,13 +215,17 @@ pub(crate) struct CreateOp {
 pub(crate) type DeleteOp = (String, i64, String);
 
 /// A message of one of the ledger's own queues (the embedded queue), as a delivery's handle
-/// names it: what a transaction of that ledger can delete.
+/// names it: what a transaction of that ledger can delete, or renew the visibility of.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LedgerMessage(pub(crate) DeleteOp);
 
 impl LedgerMessage {
     pub(crate) fn new(queue: &str, id: i64, handle_hash: &str) -> LedgerMessage {
         LedgerMessage((queue.to_owned(), id, handle_hash.to_owned()))
+    }
+
+    pub(crate) fn queue(&self) -> &str {
+        &self.0 .0
     }
 }
 

@@ -22,6 +22,7 @@ mod recovery;
 mod rerun;
 mod timeline;
 
+pub use attempt::RenewBoth;
 pub use group::{AcceptDelete, GroupStats, LedgerMessage};
 pub(crate) use group::{Groups, ReceiveOp};
 pub use outbox::OutboxItem;
