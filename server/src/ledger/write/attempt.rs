@@ -42,6 +42,20 @@ struct RenewRow {
     reserved: Reserved,
 }
 
+impl RenewRow {
+    /// `event` in the place `then` after this renewal's `lease_renewed`.
+    fn place<'a>(&'a self, then: i64, event: &'a NewEvent) -> Placed<'a> {
+        Placed {
+            job_id: &self.job_id,
+            seq: self.reserved.seq + then,
+            at: self.reserved.at,
+            epoch: self.reserved.epoch,
+            deadline_at: self.reserved.deadline_at,
+            event,
+        }
+    }
+}
+
 pub(super) async fn insert_attempt(
     conn: &mut AnyConnection,
     job_id: &str,
@@ -229,14 +243,7 @@ impl Ledger {
             }
             let placed: Vec<Placed<'_>> = events
                 .iter()
-                .map(|(row, then, event)| Placed {
-                    job_id: &row.job_id,
-                    seq: row.reserved.seq + then,
-                    at: row.reserved.at,
-                    epoch: row.reserved.epoch,
-                    deadline_at: row.reserved.deadline_at,
-                    event,
-                })
+                .map(|(row, then, event)| row.place(*then, event))
                 .collect();
             insert_events(&self.sql, &mut tx, &placed).await?;
             tx.commit().await?;
@@ -245,20 +252,10 @@ impl Ledger {
                 let outcome = match granted {
                     Some(row) => Ok(row.owner_until),
                     None => {
+                        let visibility = visibility_event(first + i, change.as_ref());
                         let refusal = self
-                            .refusal(&r.job_id, Intent::Owner { epoch: r.epoch })
+                            .lease_refused(&actor, &r.job_id, r.epoch, Some(visibility))
                             .await?;
-                        if refusal != Refusal::NotFound {
-                            let failed = NewEvent::new(EventKind::LeaseRenewalFailed, &actor)
-                                .epoch(r.epoch)
-                                .detail(json!({ "reason": refusal.code() }));
-                            let visibility = visibility_event(first + i, change.as_ref());
-                            self.record_events(&[
-                                (r.job_id.clone(), failed),
-                                (r.job_id.clone(), visibility),
-                            ])
-                            .await?;
-                        }
                         Err(refusal)
                     }
                 };
@@ -273,6 +270,30 @@ impl Ledger {
             }
         }
         Ok(out)
+    }
+
+    /// Why the lease of `job_id` at `epoch` was not renewed, put on its timeline as
+    /// `lease_renewal_failed`, followed by `then` (the outcome of the visibility renewal that
+    /// went with it), unless the job is gone.
+    async fn lease_refused(
+        &self,
+        actor: &Actor,
+        job_id: &str,
+        epoch: i64,
+        then: Option<NewEvent>,
+    ) -> Result<Refusal, LedgerError> {
+        let refusal = self.refusal(job_id, Intent::Owner { epoch }).await?;
+        if refusal != Refusal::NotFound {
+            let failed = NewEvent::new(EventKind::LeaseRenewalFailed, actor)
+                .epoch(epoch)
+                .detail(json!({ "reason": refusal.code() }));
+            let events: Vec<(String, NewEvent)> = std::iter::once(failed)
+                .chain(then)
+                .map(|event| (job_id.to_owned(), event))
+                .collect();
+            self.record_events(&events).await?;
+        }
+        Ok(refusal)
     }
 
     async fn renew_leases_reserving(
@@ -312,14 +333,7 @@ impl Ledger {
             let placed: Vec<Placed<'_>> = rows
                 .iter()
                 .zip(&events)
-                .map(|(row, event)| Placed {
-                    job_id: &row.job_id,
-                    seq: row.reserved.seq,
-                    at: row.reserved.at,
-                    epoch: row.reserved.epoch,
-                    deadline_at: row.reserved.deadline_at,
-                    event,
-                })
+                .map(|(row, event)| row.place(0, event))
                 .collect();
             insert_events(&self.sql, &mut tx, &placed).await?;
             tx.commit().await?;
@@ -331,18 +345,7 @@ impl Ledger {
                 let granted = renewed.get(&(job_id.as_str(), *epoch));
                 let outcome = match granted {
                     Some(row) => Ok(row.owner_until),
-                    None => {
-                        let refusal = self
-                            .refusal(job_id, Intent::Owner { epoch: *epoch })
-                            .await?;
-                        if refusal != Refusal::NotFound {
-                            let event = NewEvent::new(EventKind::LeaseRenewalFailed, &actor)
-                                .epoch(*epoch)
-                                .detail(json!({ "reason": refusal.code() }));
-                            self.record_event(job_id, &event).await?;
-                        }
-                        Err(refusal)
-                    }
+                    None => Err(self.lease_refused(&actor, job_id, *epoch, None).await?),
                 };
                 let slot = granted.filter(|_| then).map(|row| EventSlot {
                     job_id: row.job_id.clone(),
