@@ -18,7 +18,7 @@ use super::{
     check_batch, per_entry, BatchResult, DeletePlan, Deleted, Delivery, Depth, Queue, QueueError,
     ReceiptHandle, MAX_BATCH, MAX_VISIBILITY, MAX_WAIT, VISIBILITY_CAP,
 };
-use crate::ledger::{Ledger, LedgerError, LedgerMessage, VisibilityChange};
+use crate::ledger::{Ledger, LedgerMessage, VisibilityChange};
 
 /// What a visibility change made in the ledger comes to, as SQS would answer it.
 pub(crate) fn visibility_answer(change: VisibilityChange) -> Result<(), QueueError> {
@@ -53,7 +53,7 @@ fn secret_hash(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
 }
 
-fn unavailable(error: LedgerError) -> QueueError {
+pub(crate) fn unavailable(error: impl std::fmt::Display) -> QueueError {
     QueueError::Unavailable(format!("ledger database: {error}"))
 }
 

@@ -400,11 +400,8 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
             let mut renewals = Vec::with_capacity(renewed.len());
             for (renewal, change) in renewed {
                 if let Some(change) = change {
-                    let result = match change {
-                        VisibilityChange::Changed => Outcome::Ok,
-                        _ => Outcome::Failed,
-                    };
-                    metrics.renewal(RenewalKind::Visibility, result, 1);
+                    let answer = crate::queue::embedded::visibility_answer(change);
+                    metrics.renewal(RenewalKind::Visibility, counted_as(&answer), 1);
                 }
                 renewals.push(renewal);
             }
@@ -415,7 +412,7 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
             // uncertain, in a place of its own.
             let queue_error = match error {
                 LedgerError::TimedOut => QueueError::Timeout,
-                ref other => QueueError::Unavailable(format!("ledger database: {other}")),
+                ref other => crate::queue::embedded::unavailable(other),
             };
             let events: Vec<(String, NewEvent)> = together
                 .iter()
@@ -428,11 +425,7 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
                     (d.job_id.clone(), visibility_event(&actor, d, outcome))
                 })
                 .collect();
-            match tokio::time::timeout(bound, shared.ledger.record_events(&events)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(error)) => tracing::warn!(%error, "could not record visibility renewals"),
-                Err(_) => tracing::warn!("recording visibility renewals timed out"),
-            }
+            record_within(bound, shared.ledger.record_events(&events)).await;
             Err(error)
         }
     };
@@ -505,13 +498,8 @@ async fn record_apart<Q: Queue, P: Provider>(
         }
     }
     let metrics = &shared.config.metrics;
-    for outcome in visibility.iter().flatten() {
-        let result = match &outcome.1 {
-            Ok(()) => Outcome::Ok,
-            Err(e) if e.is_uncertain() => Outcome::Uncertain,
-            Err(_) => Outcome::Failed,
-        };
-        metrics.renewal(RenewalKind::Visibility, result, 1);
+    for (_, answer) in visibility.iter().flatten() {
+        metrics.renewal(RenewalKind::Visibility, counted_as(answer), 1);
     }
     let mut in_slots = Vec::with_capacity(due.len());
     let mut events = Vec::new();
@@ -526,10 +514,28 @@ async fn record_apart<Q: Queue, P: Provider>(
         shared.ledger.record_in_slots(&in_slots).await?;
         shared.ledger.record_events(&events).await
     };
+    record_within(bound, recorded).await;
+}
+
+/// Visibility renewals' events, recorded within `bound`; a failure is logged, never retried
+/// (the next round renews again).
+async fn record_within(
+    bound: Duration,
+    recorded: impl std::future::Future<Output = Result<(), LedgerError>>,
+) {
     match tokio::time::timeout(bound, recorded).await {
         Ok(Ok(())) => {}
         Ok(Err(error)) => tracing::warn!(%error, "could not record visibility renewals"),
         Err(_) => tracing::warn!("recording visibility renewals timed out"),
+    }
+}
+
+/// How a visibility renewal's answer counts in the metrics.
+fn counted_as(answer: &Result<(), QueueError>) -> Outcome {
+    match answer {
+        Ok(()) => Outcome::Ok,
+        Err(e) if e.is_uncertain() => Outcome::Uncertain,
+        Err(_) => Outcome::Failed,
     }
 }
 
