@@ -73,14 +73,14 @@ async fn main() -> anyhow::Result<()> {
             let ledger = Ledger::connect(url, options).await?;
             ledger.migrate().await?;
             println!(
-                "{:<12}  {:<20}  {:<16}  {:<27}  revoked",
-                "id", "tenant", "name", "created"
+                "{:<12}  {:<30}  {:<16}  {:<27}  revoked",
+                "id", "acts as", "name", "created"
             );
             for t in ledger.list_tokens().await? {
                 println!(
-                    "{:<12}  {:<20}  {:<16}  {:<27}  {}",
+                    "{:<12}  {:<30}  {:<16}  {:<27}  {}",
                     t.id,
-                    t.tenant,
+                    t.acts_as.to_string(),
                     t.name,
                     fenceline::time::rfc3339_us(t.created_at),
                     t.revoked_at.map_or("-".into(), fenceline::time::rfc3339_us)
@@ -92,7 +92,10 @@ async fn main() -> anyhow::Result<()> {
             let ledger = Ledger::connect(url, options).await?;
             ledger.migrate().await?;
             let t = ledger.revoke_token(id).await?;
-            println!("revoked token {} ({}, tenant {})", t.id, t.name, t.tenant);
+            println!(
+                "revoked token {} ({}, acting as {})",
+                t.id, t.name, t.acts_as
+            );
             Ok(())
         }
         Command::Operator(command) => {

@@ -94,7 +94,7 @@ pub use operators::{Credentials, FailureScope};
 pub use queue_store::{QueueDepth, TakenMessage, VisibilityChange};
 pub use retention::{Pruned, RetentionRun};
 pub use rollup::{Activity, FINISHED, HOUR, REDELIVERED};
-pub use tokens::{valid_tenant, TokenInfo};
+pub use tokens::{valid_tenant, ActsAs, TokenInfo};
 pub use transport::{DeadLetterMove, RejectedMessage};
 pub use unknown::{UnknownForRetrieval, UnknownJob};
 pub use write::{AcceptDelete, GroupStats, LedgerMessage, OutboxItem, RenewBoth};

@@ -500,6 +500,8 @@ catalogue! {
              VALUES ($1, $2, $3, {now})",
         revoke_token: "UPDATE api_tokens SET revoked_at = {now} \
              WHERE substr(token_hash, 1, 12) = $1 AND revoked_at IS NULL",
+        revoke_operator_token: "UPDATE operator_tokens SET revoked_at = {now} \
+             WHERE substr(token_hash, 1, 12) = $1 AND revoked_at IS NULL",
 
         // operators, sessions, sign-in failures
 

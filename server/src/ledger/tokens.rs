@@ -15,10 +15,28 @@ const TOKEN_ID_LEN: usize = 12;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenInfo {
     pub id: String,
-    pub tenant: String,
+    /// Whom requests with the token act as.
+    pub acts_as: ActsAs,
     pub name: String,
     pub created_at: i64,
     pub revoked_at: Option<i64>,
+}
+
+/// Whom an API token acts as: a tenant submitting jobs, or an operator deciding and cancelling
+/// under its role and tenants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ActsAs {
+    Tenant(String),
+    Operator(String),
+}
+
+impl std::fmt::Display for ActsAs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ActsAs::Tenant(tenant) => write!(f, "tenant {tenant}"),
+            ActsAs::Operator(operator) => write!(f, "operator {operator}"),
+        }
+    }
 }
 
 fn token_hash(token: &str) -> String {
@@ -54,21 +72,28 @@ impl Ledger {
         Ok(token)
     }
 
-    /// Every token's public face: its id (the start of its hash), tenant, name, creation and
-    /// revocation times. Never the token.
+    /// Every token's public face, tenants' and operators': its id (the start of its hash),
+    /// whom it acts as, name, creation and revocation times. Never the token.
     pub async fn list_tokens(&self) -> Result<Vec<TokenInfo>, LedgerError> {
         let rows = sqlx::query(
-            "SELECT token_hash, tenant, name, created_at, revoked_at FROM api_tokens \
-             ORDER BY created_at, token_hash",
+            "SELECT token_hash, tenant, NULL AS operator, name, created_at, revoked_at \
+             FROM api_tokens UNION ALL \
+             SELECT token_hash, NULL AS tenant, operator, name, created_at, revoked_at \
+             FROM operator_tokens ORDER BY created_at, token_hash",
         )
         .fetch_all(&self.reader)
         .await?;
         rows.iter()
             .map(|row| {
                 let hash: String = row.try_get("token_hash")?;
+                let tenant: Option<String> = row.try_get("tenant")?;
+                let acts_as = match tenant {
+                    Some(tenant) => ActsAs::Tenant(tenant),
+                    None => ActsAs::Operator(row.try_get("operator")?),
+                };
                 Ok(TokenInfo {
                     id: hash[..TOKEN_ID_LEN].to_owned(),
-                    tenant: row.try_get("tenant")?,
+                    acts_as,
                     name: row.try_get("name")?,
                     created_at: row.try_get("created_at")?,
                     revoked_at: row.try_get("revoked_at")?,
@@ -77,8 +102,8 @@ impl Ledger {
             .collect()
     }
 
-    /// Revokes the one live token whose id is `id` (as `token list` shows it). Requests with
-    /// it are refused from then on.
+    /// Revokes the one live token, a tenant's or an operator's, whose id is `id` (as `token
+    /// list` shows it). Requests with it are refused from then on.
     pub async fn revoke_token(&self, id: &str) -> Result<TokenInfo, LedgerError> {
         let id = id.trim().to_ascii_lowercase();
         if id.len() != TOKEN_ID_LEN || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -86,11 +111,16 @@ impl Ledger {
                 "a token id is the {TOKEN_ID_LEN} hex characters `fenceline token list` shows"
             )));
         }
-        let revoked = sqlx::query(&self.sql.revoke_token)
-            .bind(&id)
-            .execute(&self.writer)
-            .await?
-            .rows_affected();
+        let mut tx = self.begin_write().await?;
+        let mut revoked = 0;
+        for sql in [&self.sql.revoke_token, &self.sql.revoke_operator_token] {
+            revoked += sqlx::query(sql)
+                .bind(&id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        }
+        tx.commit().await?;
         if revoked == 0 {
             return Err(LedgerError::Invalid(format!("no live token with id {id}")));
         }

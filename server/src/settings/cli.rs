@@ -377,9 +377,11 @@ pub enum TokenCommand {
         #[arg(long, default_value = "default")]
         name: String,
     },
-    /// List tokens (id, tenant, name, created, revoked); never the tokens themselves.
+    /// List tokens, tenants' and operators' (id, whom it acts as, name, created, revoked);
+    /// never the tokens themselves.
     List,
-    /// Revoke a token by the id `token list` shows; requests with it are refused from then on.
+    /// Revoke a token, a tenant's or an operator's, by the id `token list` shows; requests with
+    /// it are refused from then on.
     Revoke { id: String },
 }
 
@@ -417,7 +419,8 @@ pub enum OperatorCommand {
     Enable { name: String },
     /// Make an API token that acts as this operator (role and tenants) for automation:
     /// `POST /api/v1/jobs/{id}/decisions` and `/cancel`. Shown once; only its hash is stored.
-    /// It stops working when the operator is disabled.
+    /// It stops working when the operator is disabled or the token is revoked (`fenceline
+    /// token list`, `fenceline token revoke`).
     Token {
         name: String,
         /// What the token is for, e.g. `reconciler`.

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use fenceline::job::{Actor, JobState};
-use fenceline::ledger::{Ledger, Refusal};
+use fenceline::ledger::{ActsAs, Ledger, Refusal};
 use fenceline::operators::{hash_password, Role};
 use fenceline::settings::Environment;
 use serde_json::json;
@@ -811,6 +811,26 @@ async fn automation_acts_over_the_api_with_an_operator_token_under_its_role_and_
     assert_eq!(
         ledger.job(&job_id).await.unwrap().unwrap().state,
         JobState::Unknown
+    );
+    // A revoked token stops working at once; the operator's other tokens go on.
+    let spare = ledger.add_operator_token("olga", "spare").await.unwrap();
+    assert_eq!(
+        post(spare.clone(), "decisions".into(), retry(epoch - 1))
+            .await
+            .0,
+        409
+    );
+    let listed = ledger.list_tokens().await.unwrap();
+    let id = &listed.iter().find(|t| t.name == "spare").unwrap().id;
+    let revoked = ledger.revoke_token(id).await.unwrap();
+    assert_eq!(revoked.acts_as, ActsAs::Operator("olga".into()));
+    assert!(revoked.revoked_at.is_some());
+    assert_eq!(post(spare, "decisions".into(), retry(epoch)).await.0, 401);
+    assert_eq!(
+        post(olga.clone(), "decisions".into(), retry(epoch - 1))
+            .await
+            .0,
+        409
     );
     let (status, body) = post(olga.clone(), "decisions".into(), retry(epoch)).await;
     assert_eq!(status, 200, "{body}");

@@ -503,6 +503,14 @@ async fn tokens_are_listed_without_their_secret_and_a_revoked_one_is_refused() {
     let bin = env!("CARGO_BIN_EXE_fenceline");
     let token = crate::helpers::cli_token(&db.url, "acme").await;
     let _other = crate::helpers::cli_token(&db.url, "globex").await;
+    ledger
+        .add_operator("olga", fenceline::operators::Role::Operator, None, "x")
+        .await
+        .unwrap();
+    let automation = ledger
+        .add_operator_token("olga", "reconciler")
+        .await
+        .unwrap();
     assert_eq!(
         ledger.tenant_for_token(&token).await.unwrap().as_deref(),
         Some("acme")
@@ -515,10 +523,41 @@ async fn tokens_are_listed_without_their_secret_and_a_revoked_one_is_refused() {
     assert!(list.status.success());
     let listed = String::from_utf8_lossy(&list.stdout).into_owned();
     assert!(
-        listed.contains("acme") && listed.contains("globex"),
+        listed.contains("tenant acme") && listed.contains("tenant globex"),
         "{listed}"
     );
     assert!(!listed.contains(&token), "the secret is never shown again");
+    assert!(
+        !listed.contains(&automation),
+        "the secret is never shown again"
+    );
+    // An operator's token is listed and revoked the same way.
+    let operator_id = listed
+        .lines()
+        .find(|l| l.contains("operator olga") && l.contains("reconciler"))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("{listed}"))
+        .to_owned();
+    let revoke = Command::new(bin)
+        .args(["token", "revoke", &operator_id, "--database-url", &db.url])
+        .output()
+        .await
+        .unwrap();
+    assert!(revoke.status.success(), "{revoke:?}");
+    assert!(
+        String::from_utf8_lossy(&revoke.stdout).contains("acting as operator olga"),
+        "{revoke:?}"
+    );
+    assert!(ledger
+        .operator_for_token(&automation)
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(
+        ledger.tenant_for_token(&token).await.unwrap().as_deref(),
+        Some("acme"),
+        "revoking an operator's token leaves the tenants' alone"
+    );
     let id = listed
         .lines()
         .find(|l| l.contains("acme"))
@@ -541,7 +580,7 @@ async fn tokens_are_listed_without_their_secret_and_a_revoked_one_is_refused() {
         !again.status.success(),
         "a revoked token cannot be revoked twice"
     );
-    assert_eq!(ledger.list_tokens().await.unwrap().len(), 2);
+    assert_eq!(ledger.list_tokens().await.unwrap().len(), 3);
 }
 
 #[tokio::test]
