@@ -12,6 +12,13 @@ use fenceline::settings::{
 };
 use fenceline::startup::{runtime, shutdown_signal, Application, Supervisor};
 
+/// mimalloc instead of the system's allocator: the worker, group commit and SQLite's writer
+/// allocate and free a row's values, JSON parameters and results from several threads at
+/// once, where glibc's allocator spent about two fifths of this process's CPU in the pipeline
+/// benchmark (see docs/benchmarks.md, "The allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Logs to standard error as `FENCELINE_LOG` asks (never the session library's spans below
 /// warnings); with `count_statements`, also counts every SQL statement the process runs.
 fn init_tracing(count_statements: bool) {
