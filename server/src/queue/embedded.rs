@@ -8,6 +8,7 @@
 //! drills it can also deliver a copy of a message, during visibility or after deletion, as a
 //! standard queue sometimes does.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,6 +48,9 @@ pub struct EmbeddedQueue {
     name: Arc<str>,
     dead_letter: Option<(Arc<str>, i64)>,
     sent: Arc<Notify>,
+    /// The last receive took as many messages as it asked for: more are likely visible, so
+    /// the next receive takes at once instead of looking first.
+    backlog: Arc<AtomicBool>,
 }
 
 fn secret_hash(secret: &str) -> String {
@@ -90,6 +94,7 @@ impl EmbeddedQueue {
                 i64::from(max_receive_count.max(1)),
             )),
             sent,
+            backlog: Arc::default(),
         }
     }
 
@@ -285,14 +290,18 @@ impl Queue for EmbeddedQueue {
         let until = tokio::time::Instant::now() + wait;
         loop {
             let notified = self.sent.notified();
-            // An idle poll only reads: the write transaction is taken when there is work.
-            let visible = self
-                .ledger
-                .queue_any_visible(&self.name)
-                .await
-                .map_err(unavailable)?;
+            // An idle poll only reads: the write transaction is taken when there is work, or
+            // straight away while the last receive came back full.
+            let visible = self.backlog.load(Ordering::Relaxed)
+                || self
+                    .ledger
+                    .queue_any_visible(&self.name)
+                    .await
+                    .map_err(unavailable)?;
             let deliveries = if visible {
-                self.receive_now(max, visibility).await?
+                let taken = self.receive_now(max, visibility).await?;
+                self.backlog.store(taken.len() == max, Ordering::Relaxed);
+                taken
             } else {
                 Vec::new()
             };
@@ -397,6 +406,7 @@ impl Queue for EmbeddedQueue {
             name: dlq.clone(),
             dead_letter: None,
             sent: Arc::new(Notify::new()),
+            backlog: Arc::default(),
         })
     }
 }

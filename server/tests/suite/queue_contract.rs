@@ -23,6 +23,7 @@ on_every_queue!(
     a_malformed_handle_is_refused,
     a_visibility_change_past_the_twelve_hour_cap_is_an_error_not_clamped,
     depth_counts_visible_and_in_flight_messages,
+    a_long_poll_after_a_full_receive_waits_for_the_next_message,
 );
 
 async fn receive_one(queue: &AnyQueue, visibility: Duration) -> Option<fenceline::queue::Delivery> {
@@ -292,4 +293,34 @@ mod stale_handles {
         }
         an_outdated_handle_deletes_nothing_and_cannot_extend(QueueKind::EmbeddedPostgres).await
     }
+}
+
+/// A receive that got all it asked for, then one that finds nothing at once: the second still
+/// waits for a message sent while it waits, rather than coming back empty.
+async fn a_long_poll_after_a_full_receive_waits_for_the_next_message(kind: QueueKind) {
+    let t = fresh_queue(kind, 10).await;
+    t.queue
+        .send(r#"{"job_id":"a"}"#, Duration::ZERO)
+        .await
+        .unwrap();
+    let first = receive_one(&t.queue, SHORT).await.expect("the message");
+    let queue = t.queue.clone();
+    let sender = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        queue
+            .send(r#"{"job_id":"b"}"#, Duration::ZERO)
+            .await
+            .unwrap()
+    });
+    let started = std::time::Instant::now();
+    let got = t
+        .queue
+        .receive(1, SHORT, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let sent = sender.await.unwrap();
+    assert_eq!(got.len(), 1, "the message sent during the wait");
+    assert_eq!(got[0].message_id, sent);
+    assert_ne!(got[0].message_id, first.message_id);
+    assert!(started.elapsed() >= Duration::from_millis(300));
 }
