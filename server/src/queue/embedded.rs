@@ -98,6 +98,15 @@ impl EmbeddedQueue {
         }
     }
 
+    /// The message `receipt` names, when this queue is a table of `ledger` itself: what that
+    /// ledger's own transactions can delete or change the visibility of.
+    fn in_ledger(&self, ledger: &Ledger, receipt: &ReceiptHandle) -> Option<LedgerMessage> {
+        let (id, secret) = parse_handle(receipt).ok()?;
+        ledger
+            .is_same(&self.ledger)
+            .then(|| LedgerMessage::new(&self.name, id, &secret_hash(secret)))
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -365,12 +374,8 @@ impl Queue for EmbeddedQueue {
     }
 
     fn delete_plan(&self, ledger: &Ledger, receipt: &ReceiptHandle) -> DeletePlan {
-        match parse_handle(receipt) {
-            Ok((id, secret)) if ledger.is_same(&self.ledger) => {
-                DeletePlan::WithOutcome(LedgerMessage::new(&self.name, id, &secret_hash(secret)))
-            }
-            _ => DeletePlan::Apart,
-        }
+        self.in_ledger(ledger, receipt)
+            .map_or(DeletePlan::Apart, DeletePlan::WithOutcome)
     }
 
     fn visibility_in(
@@ -379,12 +384,8 @@ impl Queue for EmbeddedQueue {
         receipt: &ReceiptHandle,
         timeout: Duration,
     ) -> Option<LedgerMessage> {
-        match parse_handle(receipt) {
-            Ok((id, secret)) if timeout <= MAX_VISIBILITY && ledger.is_same(&self.ledger) => {
-                Some(LedgerMessage::new(&self.name, id, &secret_hash(secret)))
-            }
-            _ => None,
-        }
+        self.in_ledger(ledger, receipt)
+            .filter(|_| timeout <= MAX_VISIBILITY)
     }
 
     async fn depth(&self) -> Result<Depth, QueueError> {

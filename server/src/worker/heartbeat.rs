@@ -373,10 +373,7 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
             VISIBILITY_CAP,
             event,
         );
-        match tokio::time::timeout(bound, renewed).await {
-            Ok(result) => result,
-            Err(_) => Err(LedgerError::TimedOut),
-        }
+        within(bound, renewed).await
     };
     let ((visibility, lease), together_renewed) = tokio::join!(apart_renewed, together_renewed);
     // Lateness counts until both renewals have answered, not until they were asked.
@@ -449,10 +446,7 @@ async fn renew_apart<Q: Queue, P: Provider>(
             leases,
             shared.config.timings.lease,
         );
-        match tokio::time::timeout(bound, renewed).await {
-            Ok(result) => result,
-            Err(_) => Err(LedgerError::TimedOut),
-        }
+        within(bound, renewed).await
     };
     tokio::join!(visibility, lease)
 }
@@ -515,6 +509,16 @@ async fn record_apart<Q: Queue, P: Provider>(
         shared.ledger.record_events(&events).await
     };
     record_within(bound, recorded).await;
+}
+
+/// A lease renewal's answer, or [`LedgerError::TimedOut`] when none came within `bound`.
+async fn within<T>(
+    bound: Duration,
+    renewed: impl std::future::Future<Output = Result<T, LedgerError>>,
+) -> Result<T, LedgerError> {
+    tokio::time::timeout(bound, renewed)
+        .await
+        .unwrap_or(Err(LedgerError::TimedOut))
 }
 
 /// Visibility renewals' events, recorded within `bound`; a failure is logged, never retried

@@ -881,13 +881,7 @@ async fn on_a_queue_in_the_ledger_a_lease_and_its_visibility_renew_in_one_transa
         "{fenced:?}"
     );
     // The next event of a renewed job follows them.
-    let seq = ledger
-        .record_event(
-            &leases[0].0,
-            &NewEvent::new(EventKind::DuplicateSuppressed, &worker),
-        )
-        .await
-        .unwrap();
+    let seq = unrelated_event(&ledger, &leases[0].0).await;
     assert_eq!(seq, 6);
 }
 
@@ -913,13 +907,7 @@ async fn a_lease_renewal_keeps_the_next_place_for_the_visibility_renewal_beside_
     }
     // Something else happens to the first job before the visibility outcome is known.
     let worker = Actor::Worker("w".into());
-    let seq = ledger
-        .record_event(
-            &leases[0].0,
-            &NewEvent::new(EventKind::DuplicateSuppressed, &worker),
-        )
-        .await
-        .unwrap();
+    let seq = unrelated_event(&ledger, &leases[0].0).await;
     assert_eq!(seq, 5, "the reserved place is not given to another event");
     let filled: Vec<_> = slots
         .into_iter()
@@ -950,13 +938,7 @@ async fn a_lease_renewal_keeps_the_next_place_for_the_visibility_renewal_beside_
     // A plain renewal reserves no place: the next event follows its `lease_renewed`.
     let plain = ledger.renew_leases("w", &leases[1..2], LONG).await.unwrap();
     assert_eq!(plain[0].then, None);
-    let seq = ledger
-        .record_event(
-            &leases[1].0,
-            &NewEvent::new(EventKind::DuplicateSuppressed, &worker),
-        )
-        .await
-        .unwrap();
+    let seq = unrelated_event(&ledger, &leases[1].0).await;
     assert_eq!(seq, 6);
 }
 
@@ -2006,4 +1988,13 @@ async fn an_accepted_result_deletes_its_embedded_delivery_in_its_own_transaction
 
 async fn job_state(ledger: &fenceline::ledger::Ledger, job_id: &str) -> JobState {
     ledger.job(job_id).await.unwrap().unwrap().state
+}
+
+/// Records an event that follows no renewal on `job_id`'s timeline; its place.
+async fn unrelated_event(ledger: &fenceline::ledger::Ledger, job_id: &str) -> i64 {
+    use fenceline::job::EventKind;
+    use fenceline::ledger::NewEvent;
+    let worker = Actor::Worker("w".into());
+    let event = NewEvent::new(EventKind::DuplicateSuppressed, &worker);
+    ledger.record_event(job_id, &event).await.unwrap()
 }

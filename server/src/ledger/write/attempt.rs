@@ -43,6 +43,19 @@ struct RenewRow {
 }
 
 impl RenewRow {
+    /// This renewal's `lease_renewed`, from `base`, with the lease it granted.
+    fn renewed(&self, base: &NewEvent) -> NewEvent {
+        let lease_ms = (self.owner_until - self.reserved.at) / 1000;
+        base.clone().detail(json!({ "lease_ms": lease_ms }))
+    }
+
+    /// Renewed rows by `(job_id, epoch)`, as their renewals were asked.
+    fn by_owner(rows: &[RenewRow]) -> HashMap<(&str, i64), &RenewRow> {
+        rows.iter()
+            .map(|row| ((row.job_id.as_str(), row.reserved.epoch), row))
+            .collect()
+    }
+
     /// `event` in the place `then` after this renewal's `lease_renewed`.
     fn place<'a>(&'a self, then: i64, event: &'a NewEvent) -> Placed<'a> {
         Placed {
@@ -226,18 +239,11 @@ impl Ledger {
             )
             .fetch_all(&mut *tx)
             .await?;
-            let renewed: HashMap<(&str, i64), &RenewRow> = rows
-                .iter()
-                .map(|row| ((row.job_id.as_str(), row.reserved.epoch), row))
-                .collect();
+            let renewed = RenewRow::by_owner(&rows);
             let mut events = Vec::with_capacity(rows.len() * 2);
             for (i, r) in chunk.iter().enumerate() {
                 if let Some(row) = renewed.get(&(r.job_id.as_str(), r.epoch)) {
-                    let lease_ms = (row.owner_until - row.reserved.at) / 1000;
-                    let event = renewed_event
-                        .clone()
-                        .detail(json!({ "lease_ms": lease_ms }));
-                    events.push((*row, 0, event));
+                    events.push((*row, 0, row.renewed(&renewed_event)));
                     events.push((*row, 1, visibility_event(first + i, changes[i].as_ref())));
                 }
             }
@@ -322,14 +328,8 @@ impl Ledger {
             let ids = chunk.iter().map(|(job_id, _)| job_id.as_str());
             lock_jobs(&self.sql, self.backend, &mut tx, ids).await?;
             let rows = query.fetch_all(&mut *tx).await?;
-            let events: Vec<NewEvent> = rows
-                .iter()
-                .map(|row| {
-                    renewed_event
-                        .clone()
-                        .detail(json!({ "lease_ms": (row.owner_until - row.reserved.at) / 1000 }))
-                })
-                .collect();
+            let events: Vec<NewEvent> =
+                rows.iter().map(|row| row.renewed(&renewed_event)).collect();
             let placed: Vec<Placed<'_>> = rows
                 .iter()
                 .zip(&events)
@@ -337,10 +337,7 @@ impl Ledger {
                 .collect();
             insert_events(&self.sql, &mut tx, &placed).await?;
             tx.commit().await?;
-            let renewed: HashMap<(&str, i64), &RenewRow> = rows
-                .iter()
-                .map(|row| ((row.job_id.as_str(), row.reserved.epoch), row))
-                .collect();
+            let renewed = RenewRow::by_owner(&rows);
             for (job_id, epoch) in chunk {
                 let granted = renewed.get(&(job_id.as_str(), *epoch));
                 let outcome = match granted {
