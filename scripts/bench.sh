@@ -38,13 +38,24 @@ if [ "$which" = all ] || [ "$which" = pipeline ]; then
   fenceline=$(echo "$out" | awk -F'|' '/^\| fenceline, group commit/ { gsub(/[^0-9]/, "", $5); print $5 }')
   peer=scripts/peers/graphile-worker
   (cd "$peer" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  ratios=()
   for mode in preinserted live; do
     line=$(node "$peer/run.js" "$(fresh_pg)" "$jobs" "$mode")
     echo "$line"
     peer_rate=$(echo "$line" | grep -Eo '[0-9]+ jobs/s' | tr -dc '0-9')
-    echo "   Fenceline / graphile-worker ($mode): $(python3 -c "print(f'{$fenceline / $peer_rate:.2f}')")x"
+    ratio=$(python3 -c "print(f'{$fenceline / $peer_rate:.2f}')")
+    ratios+=("$ratio")
+    echo "   Fenceline / graphile-worker ($mode): ${ratio}x"
   done
-  "$bin" bench pipeline --database-url "$(fresh_sqlite)" --sqlite-synchronous full --jobs "$jobs"
+  out=$("$bin" bench pipeline --database-url "$(fresh_sqlite)" --sqlite-synchronous full --jobs "$jobs")
+  echo "$out"
+  lite=$(echo "$out" | awk -F'|' '/^\| fenceline, group commit/ { gsub(/[^0-9]/, "", $5); print $5 }')
+  # The bar (docs/benchmarks.md, quality.md): each figure against its target, met or not.
+  verdict() { python3 -c "print('met' if $1 >= $2 else 'not met')"; }
+  echo
+  echo "bar: PostgreSQL $fenceline jobs/s (target >= 4000): $(verdict "$fenceline" 4000)"
+  echo "bar: SQLite $lite jobs/s (target >= 5000): $(verdict "$lite" 5000)"
+  echo "bar: graphile-worker drained ${ratios[0]}x, live ${ratios[1]}x (target >= 2x both): $(verdict "min(${ratios[0]}, ${ratios[1]})" 2)"
 fi
 if [ "$which" = all ] || [ "$which" = console ]; then
   "$bin" bench console --database-url "$(fresh_pg)"
