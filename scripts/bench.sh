@@ -33,9 +33,11 @@ if [ "$which" = all ] || [ "$which" = pipeline ]; then
   # the same number of no-op jobs at concurrency 16, both ways: pre-inserted then drained, and
   # added while its workers run.
   jobs=${PIPELINE_JOBS:-10000}
+  # The group-commit rate (jobs/s) from a `bench pipeline` table on standard input.
+  group_rate() { awk -F'|' '/^\| fenceline, group commit/ { gsub(/[^0-9]/, "", $5); print $5 }'; }
   out=$("$bin" bench pipeline --database-url "$(fresh_pg)" --jobs "$jobs")
   echo "$out"
-  fenceline=$(echo "$out" | awk -F'|' '/^\| fenceline, group commit/ { gsub(/[^0-9]/, "", $5); print $5 }')
+  fenceline=$(echo "$out" | group_rate)
   peer=scripts/peers/graphile-worker
   (cd "$peer" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
   ratios=()
@@ -49,7 +51,7 @@ if [ "$which" = all ] || [ "$which" = pipeline ]; then
   done
   out=$("$bin" bench pipeline --database-url "$(fresh_sqlite)" --sqlite-synchronous full --jobs "$jobs")
   echo "$out"
-  lite=$(echo "$out" | awk -F'|' '/^\| fenceline, group commit/ { gsub(/[^0-9]/, "", $5); print $5 }')
+  lite=$(echo "$out" | group_rate)
   # The bar (docs/benchmarks.md, quality.md): each figure against its target, met or not.
   verdict() { python3 -c "print('met' if $1 >= $2 else 'not met')"; }
   echo
