@@ -1447,6 +1447,22 @@ async fn on_sqlite_a_batched_statement_finds_its_rows_by_key() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// The bundled SQLite is built without memory statistics (`.cargo/config.toml`): with them,
+/// every allocation of the ledger's one writer takes a process-wide mutex.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bundled_sqlite_keeps_no_memory_statistics() {
+    let (_ledger, test_db) = fresh_ledger(Db::Sqlite).await;
+    let raw = test_db.raw_pool().await;
+    let options: Vec<String> = sqlx::query_scalar("PRAGMA compile_options")
+        .fetch_all(&raw)
+        .await
+        .unwrap();
+    assert!(
+        options.iter().any(|o| o == "DEFAULT_MEMSTATUS=0"),
+        "{options:?}"
+    );
+}
+
 /// The plan PostgreSQL keeps for `sql` whatever its parameters (with the connection's
 /// `plan_cache_mode = force_generic_plan`), each parameter given as `arg`.
 async fn generic_plan(conn: &mut sqlx::AnyConnection, name: &str, sql: &str, arg: &str) -> String {
