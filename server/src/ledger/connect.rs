@@ -12,6 +12,14 @@ use super::{Ledger, LedgerError};
 static POSTGRES_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 
+/// How long PostgreSQL lets a session of the ledger sit inside a transaction between two
+/// statements before it ends the session, rolling the transaction back. A ledger transaction
+/// only ever waits on the database, never on a model or a queue, so a live process leaves
+/// none open for long; a process paused in one (SIGSTOP, a frozen VM) would otherwise keep its
+/// rows locked for as long as the pause lasts — the job's row, which the replacement must claim,
+/// and its message, which the replacement's receive skips while it is locked.
+const IDLE_IN_TRANSACTION: &str = "SET idle_in_transaction_session_timeout = '5s'";
+
 /// SQLite durability level. `Full` makes every acknowledged write survive a power cut; `Normal`
 /// (in WAL) may lose the last transactions on power loss but never corrupts the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -66,6 +74,12 @@ impl Ledger {
                 let pool = AnyPoolOptions::new()
                     .max_connections(options.max_connections)
                     .acquire_timeout(options.acquire_timeout)
+                    .after_connect(|conn, _| {
+                        Box::pin(async move {
+                            conn.execute(IDLE_IN_TRANSACTION).await?;
+                            Ok(())
+                        })
+                    })
                     .connect(url)
                     .await?;
                 Ok(Ledger::new(pool.clone(), pool, backend, options))

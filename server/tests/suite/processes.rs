@@ -218,6 +218,58 @@ async fn a_worker_paused_past_its_lease_cannot_commit_or_delete_and_its_replacem
     drop((a, b));
 }
 
+/// A worker paused with one of its transactions open — between two statements of a lease
+/// renewal, its rows locked — does not hold its job up: the database ends the transaction, and
+/// the replacement recovers the job as from any paused owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_paused_inside_a_transaction_does_not_hold_up_its_replacement() {
+    if skip_postgres() {
+        return;
+    }
+    let (ledger, db) = fresh_ledger(Db::Postgres).await;
+    let job_id = create(
+        &ledger,
+        new_job("acme", "paused-inside", serde_json::json!(1)),
+    )
+    .await;
+    let a = WorkerProcess::spawn(&db.url, "A", 120_000, &[]);
+    wait_for_attempt(&ledger, &job_id).await;
+    // Pause A at moment after moment until it is caught inside a transaction that has written.
+    let raw = db.raw_pool().await;
+    let until = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut tries = 0u32;
+    loop {
+        a.signal(Signal::SIGSTOP);
+        let open: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND state = 'idle in transaction' AND backend_xid IS NOT NULL",
+        )
+        .fetch_one(&raw)
+        .await
+        .unwrap();
+        if open > 0 {
+            break;
+        }
+        a.signal(Signal::SIGCONT);
+        tries += 1;
+        assert!(
+            tokio::time::Instant::now() < until,
+            "A was never caught inside a transaction ({tries} tries)"
+        );
+        tokio::time::sleep(Duration::from_micros(300 + u64::from(tries % 7) * 200)).await;
+    }
+    let b = WorkerProcess::spawn(&db.url, "B", 100, &[]);
+    wait_until(&ledger, &job_id, Duration::from_secs(30), "recovery", |k| {
+        k.iter().any(|k| k == "recovery_claimed")
+    })
+    .await;
+    let recovered = ledger.job(&job_id).await.unwrap().unwrap();
+    assert_eq!(recovered.state, JobState::Unknown);
+    assert_eq!(recovered.owner_epoch, 2);
+    a.signal(Signal::SIGCONT);
+    drop((a, b));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_killed_mid_call_leaves_a_job_the_reaper_moves_to_unknown_with_its_evidence() {
     if skip_postgres() {
