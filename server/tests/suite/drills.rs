@@ -489,8 +489,15 @@ async fn every_drill_fails_when_the_safeguard_it_proves_is_switched_off() {
                 .iter()
                 .any(|name| catcher.split('|').any(|c| name.contains(c)));
         if !caught {
+            // What each check found, with its evidence: enough to tell why the safeguard's
+            // absence went unseen.
+            let found: Vec<String> = scenario
+                .checks
+                .iter()
+                .map(|c| format!("{} ({}): {} {:?}", c.name, c.passed, c.detail, c.evidence))
+                .collect();
             wrong.push(format!(
-                "{} with {safeguard:?} off: expected a failed check about {catcher:?}, failed {failed:?}",
+                "{} with {safeguard:?} off: expected a failed check about {catcher:?}, failed {failed:?}; {found:#?}",
                 kind.as_str()
             ));
         }
