@@ -6,7 +6,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use fenceline::job::JobState;
-use fenceline::ledger::{AttemptOutcome, Ledger};
+use fenceline::ledger::{AttemptOutcome, Job, Ledger};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
@@ -111,6 +111,15 @@ async fn wait_for_attempt(ledger: &Ledger, job_id: &str) {
     .await
 }
 
+/// Waits until another worker's recovery claim is on the job's timeline; returns the job then.
+async fn wait_for_recovery(ledger: &Ledger, job_id: &str, limit: Duration) -> Job {
+    wait_until(ledger, job_id, limit, "recovery", |k| {
+        k.iter().any(|k| k == "recovery_claimed")
+    })
+    .await;
+    ledger.job(job_id).await.unwrap().unwrap()
+}
+
 async fn wait_until(
     ledger: &Ledger,
     job_id: &str,
@@ -162,11 +171,7 @@ async fn a_worker_paused_past_its_lease_cannot_commit_or_delete_and_its_replacem
     wait_for_attempt(&ledger, &job_id).await;
     a.signal(Signal::SIGSTOP);
     let b = WorkerProcess::spawn(&db.url, "B", 100, &[]);
-    wait_until(&ledger, &job_id, Duration::from_secs(20), "recovery", |k| {
-        k.iter().any(|k| k == "recovery_claimed")
-    })
-    .await;
-    let recovered = ledger.job(&job_id).await.unwrap().unwrap();
+    let recovered = wait_for_recovery(&ledger, &job_id, Duration::from_secs(20)).await;
     assert_eq!(
         recovered.state,
         JobState::Unknown,
@@ -259,11 +264,7 @@ async fn a_worker_paused_inside_a_transaction_does_not_hold_up_its_replacement()
         tokio::time::sleep(Duration::from_micros(300 + u64::from(tries % 7) * 200)).await;
     }
     let b = WorkerProcess::spawn(&db.url, "B", 100, &[]);
-    wait_until(&ledger, &job_id, Duration::from_secs(30), "recovery", |k| {
-        k.iter().any(|k| k == "recovery_claimed")
-    })
-    .await;
-    let recovered = ledger.job(&job_id).await.unwrap().unwrap();
+    let recovered = wait_for_recovery(&ledger, &job_id, Duration::from_secs(30)).await;
     assert_eq!(recovered.state, JobState::Unknown);
     assert_eq!(recovered.owner_epoch, 2);
     a.signal(Signal::SIGCONT);
