@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use fenceline::drill::runner::{self, DrillProvider, DrillQueue, DrillRequest, DrillTimings};
-use fenceline::drill::{DrillKind, Report, ScenarioStatus};
+use fenceline::drill::{Check, DrillKind, Report, ScenarioStatus};
 use fenceline::ledger::{DrillRunRow, Ledger};
 use fenceline::operators::Role;
 use fenceline::settings::Environment;
@@ -440,7 +440,10 @@ fn sabotage_of(kind: DrillKind) -> (fenceline::drill::sabotage::Safeguard, &'sta
             (S::SuppressLiveOwnerCopies, "deferred to A's valid lease")
         }
         DrillKind::LeaseRenewalFailure => (S::StopOnUnconfirmedLease, "recorded lease_lost"),
-        DrillKind::DeadlineExhausted => (S::CapRenewalsAtDeadline, "renewals stopped"),
+        DrillKind::DeadlineExhausted => (
+            S::CapRenewalsAtDeadline,
+            "renewals stopped: asked past the deadline",
+        ),
         DrillKind::DeliveryAfterDelete => (
             S::AckTerminalWithoutInference,
             "acknowledged without inference",
@@ -478,11 +481,17 @@ fn unseen(kind: DrillKind, report: &Report) -> Option<String> {
         .filter(|c| !c.passed)
         .map(|c| c.name.as_str())
         .collect();
+    // A catcher is a part of the check's name, or `name part: finding part` when the check
+    // can also fail for not reaching its moment.
+    let catches = |c: &Check| {
+        catcher.split('|').any(|part| match part.split_once(": ") {
+            Some((name, finding)) => c.name.contains(name) && c.detail.contains(finding),
+            None => c.name.contains(part),
+        })
+    };
     let caught = !report.passed()
         && scenario.status == ScenarioStatus::Failed
-        && failed
-            .iter()
-            .any(|name| catcher.split('|').any(|c| name.contains(c)));
+        && scenario.checks.iter().any(|c| !c.passed && catches(c));
     if caught {
         return None;
     }
@@ -500,7 +509,8 @@ fn unseen(kind: DrillKind, report: &Report) -> Option<String> {
 /// Every drill side by side, each with its safeguard off. A drill whose safeguard went unseen
 /// runs once more, alone: under a loaded machine a scenario can miss the moment its safeguard
 /// matters (`deadline-exhausted`'s worker may stop on an unconfirmed lease before the last
-/// stretch of the deadline, where a capped visibility request differs from an uncapped one).
+/// stretch of the deadline, where a capped visibility request differs from an uncapped one;
+/// its check then fails as not put to the test, which is not the safeguard caught).
 /// A check that cannot fail fails both runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_drill_fails_when_the_safeguard_it_proves_is_switched_off() {
