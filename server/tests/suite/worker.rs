@@ -1345,3 +1345,201 @@ async fn a_worker_stops_receiving_while_the_ledger_is_lost_and_resumes_when_it_a
     stop.cancel();
     running.await.unwrap();
 }
+
+/// The outbox dispatcher against a queue that answers slowly, or stops answering.
+mod slow_sends {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::helpers::{create, fresh_ledger, new_job, Db};
+    use fenceline::ledger::Ledger;
+    use fenceline::queue::embedded::EmbeddedQueue;
+    use fenceline::queue::{BatchResult, Delivery, Depth, QueueError, ReceiptHandle};
+    use fenceline::worker::dispatcher::{self, Lane};
+    use tokio_util::sync::CancellationToken;
+
+    /// The embedded queue behind a slow link: every send request takes `delay`, and the ones
+    /// after the first `answered` never come back (a dispatcher that dies waiting). Records
+    /// every body it delivered to the queue.
+    #[derive(Clone)]
+    struct Slow {
+        inner: EmbeddedQueue,
+        delay: Duration,
+        answered: usize,
+        requests: Arc<AtomicUsize>,
+        hung: Arc<tokio::sync::Notify>,
+        sent: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl Slow {
+        fn new(inner: EmbeddedQueue, delay: Duration, answered: usize) -> Slow {
+            Slow {
+                inner,
+                delay,
+                answered,
+                requests: Arc::default(),
+                hung: Arc::default(),
+                sent: Arc::default(),
+            }
+        }
+
+        /// Bodies the queue received more than once.
+        fn sent_twice(&self) -> Vec<String> {
+            let mut seen = HashMap::<String, usize>::new();
+            for body in self.sent.lock().unwrap().iter() {
+                *seen.entry(body.clone()).or_default() += 1;
+            }
+            seen.into_iter()
+                .filter(|(_, n)| *n > 1)
+                .map(|(b, _)| b)
+                .collect()
+        }
+    }
+
+    impl Queue for Slow {
+        fn describe(&self) -> String {
+            self.inner.describe()
+        }
+
+        async fn send(&self, body: &str, delay: Duration) -> Result<String, QueueError> {
+            self.inner.send(body, delay).await
+        }
+
+        async fn send_batch(
+            &self,
+            bodies: &[String],
+        ) -> Result<Vec<Result<String, QueueError>>, QueueError> {
+            if self.requests.fetch_add(1, Ordering::SeqCst) >= self.answered {
+                self.hung.notify_one();
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(self.delay).await;
+            let out = self.inner.send_batch(bodies).await;
+            self.sent.lock().unwrap().extend(bodies.iter().cloned());
+            out
+        }
+
+        async fn receive(
+            &self,
+            max: usize,
+            visibility: Duration,
+            wait: Duration,
+        ) -> Result<Vec<Delivery>, QueueError> {
+            self.inner.receive(max, visibility, wait).await
+        }
+
+        async fn change_visibility(
+            &self,
+            receipt: &ReceiptHandle,
+            timeout: Duration,
+        ) -> Result<(), QueueError> {
+            self.inner.change_visibility(receipt, timeout).await
+        }
+
+        async fn change_visibility_batch(
+            &self,
+            entries: &[(ReceiptHandle, Duration)],
+        ) -> Result<BatchResult, QueueError> {
+            self.inner.change_visibility_batch(entries).await
+        }
+
+        async fn delete(&self, receipt: &ReceiptHandle) -> Result<(), QueueError> {
+            self.inner.delete(receipt).await
+        }
+
+        async fn delete_batch(
+            &self,
+            receipts: &[ReceiptHandle],
+        ) -> Result<BatchResult, QueueError> {
+            self.inner.delete_batch(receipts).await
+        }
+
+        async fn depth(&self) -> Result<Depth, QueueError> {
+            self.inner.depth().await
+        }
+
+        fn dead_letters(&self) -> Option<Self> {
+            None
+        }
+    }
+
+    async fn jobs_waiting_to_be_sent(n: usize) -> (Ledger, crate::helpers::TestDb) {
+        let (ledger, db) = fresh_ledger(Db::Sqlite).await;
+        for i in 0..n {
+            create(
+                &ledger,
+                new_job("acme", &format!("k{i}"), serde_json::json!(i)),
+            )
+            .await;
+        }
+        assert_eq!(ledger.outbox_pending().await.unwrap(), n as i64);
+        (ledger, db)
+    }
+
+    /// A round of 500 rows takes 5 s on this link, longer than the 3 s its rows are held. Two
+    /// dispatchers share the outbox: each job must still be sent once, and recorded.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_dispatchers_over_a_slow_queue_send_each_job_once() {
+        let (ledger, _db) = jobs_waiting_to_be_sent(500).await;
+        let inner = EmbeddedQueue::new(ledger.clone(), "slow", 5);
+        let queue = Slow::new(inner, Duration::from_millis(100), usize::MAX);
+        let lane = Lane {
+            lock: Duration::from_secs(3),
+            ..Lane::default()
+        };
+        let stop = CancellationToken::new();
+        let mut dispatchers = tokio::task::JoinSet::new();
+        for _ in 0..2 {
+            let (ledger, queue, lane, stop) =
+                (ledger.clone(), queue.clone(), lane.clone(), stop.clone());
+            dispatchers.spawn(async move {
+                let idle = Duration::from_millis(20);
+                dispatcher::run_lane(ledger, queue, idle, Default::default(), lane, stop).await
+            });
+        }
+        let until = tokio::time::Instant::now() + Duration::from_secs(40);
+        while ledger.outbox_pending().await.unwrap() > 0 {
+            assert!(
+                tokio::time::Instant::now() < until,
+                "the outbox never emptied"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        stop.cancel();
+        while dispatchers.join_next().await.is_some() {}
+        let twice = queue.sent_twice();
+        assert!(
+            twice.is_empty(),
+            "{} of 500 jobs sent more than once, e.g. {:?}",
+            twice.len(),
+            twice.first()
+        );
+        assert_eq!(queue.sent.lock().unwrap().len(), 500);
+    }
+
+    /// The link stops answering after 15 requests (150 messages) and the dispatcher dies
+    /// waiting: what the queue acknowledged before is recorded as sent, not sent again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dispatcher_that_dies_mid_round_has_recorded_what_the_queue_acknowledged() {
+        let (ledger, _db) = jobs_waiting_to_be_sent(300).await;
+        let inner = EmbeddedQueue::new(ledger.clone(), "hangs", 5);
+        let queue = Slow::new(inner, Duration::ZERO, 15);
+        let round = tokio::spawn({
+            let (ledger, queue) = (ledger.clone(), queue.clone());
+            async move { dispatcher::dispatch_once(&ledger, &queue, 500, &Default::default()).await }
+        });
+        tokio::time::timeout(Duration::from_secs(20), queue.hung.notified())
+            .await
+            .expect("the dispatcher reached the request that hangs");
+        round.abort();
+        let acknowledged = queue.sent.lock().unwrap().len();
+        assert_eq!(acknowledged, 150);
+        let unrecorded = ledger.outbox_pending().await.unwrap();
+        assert!(
+            300 - unrecorded >= 100,
+            "{} of the {acknowledged} messages the queue acknowledged are recorded as sent",
+            300 - unrecorded
+        );
+    }
+}
