@@ -745,13 +745,6 @@ catalogue! {
             ") AS v WHERE outbox.id = v.column1",
             1
         ),
-        /// Outbox rows a dispatcher held and hands back unsent, due again at once.
-        outbox_release: (
-            "UPDATE outbox SET locked_until = NULL WHERE id IN (",
-            "CAST(? AS BIGINT)",
-            ")",
-            1
-        ),
         /// Dead-letter moves put on their jobs' timelines.
         dead_letters_noted: (
             "UPDATE queue_messages SET timeline_noted_at = {now} WHERE id IN (",

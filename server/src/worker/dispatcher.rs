@@ -1,7 +1,7 @@
-//! The outbox dispatcher: sends due outbox rows to the queue and marks them dispatched, a piece
-//! at a time. A crash between a send and its mark re-sends that piece after its rows' lock
-//! lapses; duplicates carry the same job id and are harmless. Safe in several processes: rows
-//! are claimed with a lock, and a round hands back what it has not sent by half of it.
+//! The outbox dispatcher: sends due outbox rows to the queue and marks them dispatched, a round
+//! of at most [`ROUND`] rows at a time. A crash between the send and the mark re-sends after the
+//! rows' lock lapses; duplicates carry the same job id and are harmless. Safe in several
+//! processes: rows are claimed with a lock.
 
 use std::time::Duration;
 
@@ -9,17 +9,17 @@ use tokio_util::sync::CancellationToken;
 
 use super::message::JobMessage;
 use crate::drill::faults::{FaultPoint, Faults};
-use crate::ledger::{Ledger, LedgerError, OutboxItem};
+use crate::ledger::{Ledger, LedgerError};
 use crate::metrics::Metrics;
 use crate::queue::Queue;
 
 /// How long a claimed row is held before another dispatcher may send it again.
 const LOCK: Duration = Duration::from_secs(30);
-/// Most outbox rows one round claims.
-const ROUND: u32 = 500;
-/// Rows sent, then recorded, at a time (ten requests to SQS): what a dispatcher that dies
-/// mid-round can leave sent but unrecorded, to be sent again once their lock lapses.
-const PIECE: usize = 100;
+/// Most outbox rows one round claims, sends (ten requests to SQS, side by side) and records:
+/// what a dispatcher that dies mid-round can leave sent but unrecorded, to be sent again once
+/// their lock lapses. Small enough that a round ends well inside its lock even on a slow queue,
+/// and that several dispatchers share a backlog instead of one holding it.
+const ROUND: u32 = 100;
 
 /// Which outbox rows a dispatcher sends, and how.
 #[derive(Debug, Clone)]
@@ -60,7 +60,6 @@ pub async fn dispatch_lane<Q: Queue>(
     metrics: &Metrics,
     lane: &Lane,
 ) -> Result<usize, LedgerError> {
-    let started = tokio::time::Instant::now();
     let mut items = ledger
         .claim_outbox(limit, lane.lock, &lane.drill_run)
         .await?;
@@ -73,35 +72,6 @@ pub async fn dispatch_lane<Q: Queue>(
                 .is_none()
         });
     }
-    // Sent and recorded a piece at a time: a slow queue, a lost database or a dispatcher that
-    // dies mid-round leaves at most one piece sent but unrecorded.
-    let mut sent = 0;
-    let mut rest = &items[..];
-    while !rest.is_empty() {
-        let held = started.elapsed();
-        if held >= lane.lock / 2 {
-            // Past half the rows' hold, the rest go back, due at once, rather than be sent
-            // while their lock lapses and another dispatcher sends them too. Past the whole
-            // hold they are free already, perhaps taken: left alone.
-            if held < lane.lock {
-                ledger.release_outbox(rest).await?;
-            }
-            break;
-        }
-        let (piece, after) = rest.split_at(rest.len().min(PIECE));
-        sent += send_piece(ledger, queue, metrics, piece).await?;
-        rest = after;
-    }
-    Ok(sent)
-}
-
-/// Sends `items` and records each outcome: sent rows marked dispatched, the others due again.
-async fn send_piece<Q: Queue>(
-    ledger: &Ledger,
-    queue: &Q,
-    metrics: &Metrics,
-    items: &[OutboxItem],
-) -> Result<usize, LedgerError> {
     let bodies: Vec<String> = items
         .iter()
         .map(|item| JobMessage::body(&item.job_id, &item.tenant))

@@ -1519,7 +1519,7 @@ mod slow_sends {
     }
 
     /// The link stops answering after 15 requests (150 messages) and the dispatcher dies
-    /// waiting: what the queue acknowledged before is recorded as sent, not sent again.
+    /// waiting: the round the queue acknowledged whole is recorded as sent, not sent again.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_dispatcher_that_dies_mid_round_has_recorded_what_the_queue_acknowledged() {
         let (ledger, _db) = jobs_waiting_to_be_sent(300).await;
@@ -1527,19 +1527,20 @@ mod slow_sends {
         let queue = Slow::new(inner, Duration::ZERO, 15);
         let round = tokio::spawn({
             let (ledger, queue) = (ledger.clone(), queue.clone());
-            async move { dispatcher::dispatch_once(&ledger, &queue, 500, &Default::default()).await }
+            let (idle, stop) = (Duration::from_millis(20), CancellationToken::new());
+            async move { dispatcher::run(ledger, queue, idle, Default::default(), stop).await }
         });
         tokio::time::timeout(Duration::from_secs(20), queue.hung.notified())
             .await
             .expect("the dispatcher reached the request that hangs");
         round.abort();
+        // The first round's hundred were all answered; of the second's, the requests before
+        // the one that hangs may or may not have been by now.
         let acknowledged = queue.sent.lock().unwrap().len();
-        assert_eq!(acknowledged, 150);
-        let unrecorded = ledger.outbox_pending().await.unwrap();
+        let recorded = 300 - ledger.outbox_pending().await.unwrap();
         assert!(
-            300 - unrecorded >= 100,
-            "{} of the {acknowledged} messages the queue acknowledged are recorded as sent",
-            300 - unrecorded
+            recorded == 100 && (100..=150).contains(&acknowledged),
+            "{recorded} of the {acknowledged} messages the queue acknowledged are recorded as sent"
         );
     }
 }

@@ -193,21 +193,6 @@ impl Ledger {
         Ok(())
     }
 
-    /// Hands rows this dispatcher claimed back unsent: due again at once, for any dispatcher.
-    pub async fn release_outbox(&self, items: &[OutboxItem]) -> Result<(), LedgerError> {
-        if items.is_empty() {
-            return Ok(());
-        }
-        let sql = self.sql.outbox_release.sql();
-        let query = bind_keys!(
-            sqlx::query(sql),
-            self.sql.outbox_release,
-            items.iter().map(|item| item.id)
-        );
-        query.execute(&self.writer).await?;
-        Ok(())
-    }
-
     /// An outbox row could not be sent: try again after `retry_in`, with `dispatch_failed`.
     pub async fn dispatch_failed(
         &self,
