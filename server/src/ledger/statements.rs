@@ -734,7 +734,7 @@ catalogue! {
             "UPDATE outbox SET locked_until = {now} + $1, send_attempts = send_attempts + 1 \
              WHERE id IN (",
             "CAST(? AS BIGINT)",
-            ") RETURNING id, job_id, reason",
+            ") RETURNING id, job_id, reason, send_attempts",
             2
         ),
         /// Outbox rows sent, each `(id, message_id)`.

@@ -43,40 +43,6 @@ pub(crate) fn per_entry<T>(
     }
 }
 
-/// Runs `request` on each [`MAX_BATCH`] chunk of `entries`, the requests side by side; each
-/// entry gets its chunk's answer. A request that panicked leaves its entries uncertain (a
-/// timeout).
-fn side_by_side<Q, E, T, F, Fut>(
-    queue: &Q,
-    entries: Vec<E>,
-    request: F,
-) -> impl Future<Output = Vec<Result<T, QueueError>>> + Send
-where
-    Q: Queue,
-    E: Clone + Send + 'static,
-    T: Clone + Send + 'static,
-    F: Fn(Q, Vec<E>) -> Fut + Send,
-    Fut: Future<Output = Result<Vec<Result<T, QueueError>>, QueueError>> + Send + 'static,
-{
-    let queue = queue.clone();
-    async move {
-        let mut requests = tokio::task::JoinSet::new();
-        for (at, chunk) in entries.chunks(MAX_BATCH).enumerate() {
-            let (n, answer) = (chunk.len(), request(queue.clone(), chunk.to_vec()));
-            requests.spawn(async move { (at * MAX_BATCH, per_entry(n, answer.await)) });
-        }
-        let mut out: Vec<Result<T, QueueError>> = vec![Err(QueueError::Timeout); entries.len()];
-        while let Some(joined) = requests.join_next().await {
-            if let Ok((first, results)) = joined {
-                for (slot, result) in out[first..].iter_mut().zip(results) {
-                    *slot = result;
-                }
-            }
-        }
-        out
-    }
-}
-
 /// A visibility chain ends 12 hours after the first receive; renewals do not restart it.
 pub const VISIBILITY_CAP: Duration = Duration::from_secs(12 * 3600);
 /// Longest single visibility timeout.
@@ -222,16 +188,19 @@ pub trait Queue: Clone + Send + Sync + 'static {
         bodies: &[String],
     ) -> impl Future<Output = Result<Vec<Result<String, QueueError>>, QueueError>> + Send;
 
-    /// Sends any number of messages, [`MAX_BATCH`] a request, the requests side by side; each
-    /// entry gets its message id or its error. The embedded queue writes them all in one
-    /// statement.
+    /// Sends any number of messages, [`MAX_BATCH`] a request; each entry gets its message id
+    /// or its error. The embedded queue writes them all in one statement.
     fn send_all(
         &self,
         bodies: &[String],
     ) -> impl Future<Output = Vec<Result<String, QueueError>>> + Send {
-        side_by_side(self, bodies.to_vec(), |queue, chunk| async move {
-            queue.send_batch(&chunk).await
-        })
+        async move {
+            let mut out = Vec::with_capacity(bodies.len());
+            for chunk in bodies.chunks(MAX_BATCH) {
+                out.extend(per_entry(chunk.len(), self.send_batch(chunk).await));
+            }
+            out
+        }
     }
 
     /// Receives up to `max` (≤ 10) messages, hiding them for `visibility`, waiting up to
@@ -263,9 +232,28 @@ pub trait Queue: Clone + Send + Sync + 'static {
         &self,
         entries: Vec<(ReceiptHandle, Duration)>,
     ) -> impl Future<Output = Vec<Result<(), QueueError>>> + Send {
-        side_by_side(self, entries, |queue, chunk| async move {
-            queue.change_visibility_batch(&chunk).await
-        })
+        let queue = self.clone();
+        async move {
+            let mut requests = tokio::task::JoinSet::new();
+            let mut out: Vec<Result<(), QueueError>> =
+                vec![Err(QueueError::Timeout); entries.len()];
+            for (at, chunk) in entries.chunks(MAX_BATCH).enumerate() {
+                let (queue, chunk) = (queue.clone(), chunk.to_vec());
+                requests.spawn(async move {
+                    let answer = queue.change_visibility_batch(&chunk).await;
+                    (at * MAX_BATCH, per_entry(chunk.len(), answer))
+                });
+            }
+            while let Some(joined) = requests.join_next().await {
+                // A request that panicked leaves its entries uncertain (a timeout).
+                if let Ok((first, results)) = joined {
+                    for (slot, result) in out[first..].iter_mut().zip(results) {
+                        *slot = result;
+                    }
+                }
+            }
+            out
+        }
     }
 
     /// Deletes the delivery. With an outdated handle this may succeed without deleting, as on

@@ -15,11 +15,19 @@ use crate::queue::Queue;
 
 /// How long a claimed row is held before another dispatcher may send it again.
 const LOCK: Duration = Duration::from_secs(30);
-/// Most outbox rows one round claims, sends (ten requests to SQS, side by side) and records:
+/// Most outbox rows one round claims, sends (ten requests to SQS) and records:
 /// what a dispatcher that dies mid-round can leave sent but unrecorded, to be sent again once
 /// their lock lapses. Small enough that a round ends well inside its lock even on a slow queue,
 /// and that several dispatchers share a backlog instead of one holding it.
 const ROUND: u32 = 100;
+
+/// How long a row whose send failed waits before the next try: a second after the first
+/// failure, doubled with each one after, at most a minute. A queue that is struggling (sends
+/// timing out) is not asked again at once for everything it could not take.
+fn retry_after(send_attempts: i64) -> Duration {
+    let doublings = u32::try_from(send_attempts.saturating_sub(1).clamp(0, 6)).unwrap_or(0);
+    Duration::from_secs(1 << doublings).min(Duration::from_secs(60))
+}
 
 /// Which outbox rows a dispatcher sends, and how.
 #[derive(Debug, Clone)]
@@ -82,9 +90,8 @@ pub async fn dispatch_lane<Q: Queue>(
         match result {
             Ok(message_id) => sent.push((item.clone(), message_id)),
             Err(error) => {
-                ledger
-                    .dispatch_failed(item, error.code(), Duration::from_secs(1))
-                    .await?
+                let retry_in = retry_after(item.send_attempts);
+                ledger.dispatch_failed(item, error.code(), retry_in).await?
             }
         }
     }
@@ -126,5 +133,18 @@ pub async fn run_lane<Q: Queue>(
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(pause) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_send_waits_longer_each_time_up_to_a_minute() {
+        let waits: Vec<u64> = (1..=9).map(|n| retry_after(n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(retry_after(0), Duration::from_secs(1));
+        assert_eq!(retry_after(i64::MAX), Duration::from_secs(60));
     }
 }

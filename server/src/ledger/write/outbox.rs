@@ -23,6 +23,8 @@ pub struct OutboxItem {
     pub job_id: String,
     pub tenant: String,
     pub reason: String,
+    /// Rounds that have claimed the row to send it, this one included.
+    pub send_attempts: i64,
 }
 
 #[derive(sqlx::FromRow)]
@@ -30,6 +32,7 @@ struct Locked {
     id: i64,
     job_id: String,
     reason: String,
+    send_attempts: i64,
 }
 
 /// A send of `job_id` at `epoch`, due at `available_at`.
@@ -153,6 +156,7 @@ impl Ledger {
                 tenant: tenants.get(&row.job_id).cloned().unwrap_or_default(),
                 job_id: row.job_id,
                 reason: row.reason,
+                send_attempts: row.send_attempts,
             })
             .collect();
         items.sort_by_key(|item| item.id);
