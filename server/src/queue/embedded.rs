@@ -37,6 +37,9 @@ const POLL_INTERVAL: Duration = Duration::from_millis(50);
 const CHUNK: usize = 500;
 
 /// How [`Queue::describe`] names the embedded queue `name`.
+/// Messages one dispatcher round writes, in one statement.
+const SEND_ROUND: usize = 500;
+
 pub(crate) fn describe(name: &str) -> String {
     format!("embedded:{name}")
 }
@@ -250,6 +253,10 @@ impl EmbeddedQueue {
 impl Queue for EmbeddedQueue {
     fn describe(&self) -> String {
         describe(&self.name)
+    }
+
+    fn send_round(&self) -> usize {
+        SEND_ROUND
     }
 
     async fn send(&self, body: &str, delay: Duration) -> Result<String, QueueError> {

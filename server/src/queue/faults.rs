@@ -159,6 +159,10 @@ impl<Q: Queue> Queue for FaultyQueue<Q> {
         self.inner.describe()
     }
 
+    fn send_round(&self) -> usize {
+        self.inner.send_round()
+    }
+
     async fn send(&self, body: &str, delay: Duration) -> Result<String, QueueError> {
         self.inner.send(body, delay).await
     }

@@ -188,6 +188,13 @@ pub trait Queue: Clone + Send + Sync + 'static {
         bodies: &[String],
     ) -> impl Future<Output = Result<Vec<Result<String, QueueError>>, QueueError>> + Send;
 
+    /// Most messages an outbox dispatcher's round sends: what one request carries, so that a
+    /// round lasts one request and is recorded before the next. The embedded queue writes a
+    /// round of any size in one statement.
+    fn send_round(&self) -> usize {
+        MAX_BATCH
+    }
+
     /// Sends any number of messages, [`MAX_BATCH`] a request; each entry gets its message id
     /// or its error. The embedded queue writes them all in one statement.
     fn send_all(
@@ -327,6 +334,10 @@ macro_rules! dispatch {
 impl Queue for AnyQueue {
     fn describe(&self) -> String {
         dispatch!(self, q => q.describe())
+    }
+
+    fn send_round(&self) -> usize {
+        dispatch!(self, q => q.send_round())
     }
 
     async fn send(&self, body: &str, delay: Duration) -> Result<String, QueueError> {

@@ -1,7 +1,10 @@
 //! The outbox dispatcher: sends due outbox rows to the queue and marks them dispatched, a round
-//! of at most [`ROUND`] rows at a time. A crash between the send and the mark re-sends after the
-//! rows' lock lapses; duplicates carry the same job id and are harmless. Safe in several
-//! processes: rows are claimed with a lock.
+//! at a time. A round is what one request to the queue carries ([`Queue::send_round`]: ten
+//! messages on SQS), so it lasts one request, well inside its rows' lock, and is recorded before
+//! the next: a slow queue, a lost database or a dispatcher that dies leaves at most one round
+//! sent but unrecorded, sent again after its lock lapses (duplicates carry the same job id and
+//! are harmless), and several dispatchers share a backlog. Safe in several processes: rows are
+//! claimed with a lock.
 
 use std::time::Duration;
 
@@ -15,11 +18,6 @@ use crate::queue::Queue;
 
 /// How long a claimed row is held before another dispatcher may send it again.
 const LOCK: Duration = Duration::from_secs(30);
-/// Most outbox rows one round claims, sends (ten requests to SQS) and records:
-/// what a dispatcher that dies mid-round can leave sent but unrecorded, to be sent again once
-/// their lock lapses. Small enough that a round ends well inside its lock even on a slow queue,
-/// and that several dispatchers share a backlog instead of one holding it.
-const ROUND: u32 = 100;
 
 /// How long a row whose send failed waits before the next try: a second after the first
 /// failure, doubled with each one after, at most a minute. A queue that is struggling (sends
@@ -120,8 +118,9 @@ pub async fn run_lane<Q: Queue>(
     lane: Lane,
     shutdown: CancellationToken,
 ) {
+    let round = u32::try_from(queue.send_round()).unwrap_or(u32::MAX);
     loop {
-        let pause = match dispatch_lane(&ledger, &queue, ROUND, &metrics, &lane).await {
+        let pause = match dispatch_lane(&ledger, &queue, round, &metrics, &lane).await {
             Ok(0) => idle,
             Ok(_) => Duration::ZERO,
             Err(error) => {
