@@ -36,10 +36,10 @@ const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// Most messages one statement sends or changes.
 const CHUNK: usize = 500;
 
-/// How [`Queue::describe`] names the embedded queue `name`.
 /// Messages one dispatcher round writes, in one statement.
 const SEND_ROUND: usize = 500;
 
+/// How [`Queue::describe`] names the embedded queue `name`.
 pub(crate) fn describe(name: &str) -> String {
     format!("embedded:{name}")
 }
