@@ -36,9 +36,6 @@ const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// Most messages one statement sends or changes.
 const CHUNK: usize = 500;
 
-/// Messages one dispatcher round writes, in one statement.
-const SEND_ROUND: usize = 500;
-
 /// How [`Queue::describe`] names the embedded queue `name`.
 pub(crate) fn describe(name: &str) -> String {
     format!("embedded:{name}")
@@ -256,7 +253,7 @@ impl Queue for EmbeddedQueue {
     }
 
     fn send_round(&self) -> usize {
-        SEND_ROUND
+        CHUNK
     }
 
     async fn send(&self, body: &str, delay: Duration) -> Result<String, QueueError> {
