@@ -23,8 +23,11 @@ const LOCK: Duration = Duration::from_secs(30);
 /// failure, doubled with each one after, at most a minute. A queue that is struggling (sends
 /// timing out) is not asked again at once for everything it could not take.
 fn retry_after(send_attempts: i64) -> Duration {
-    let doublings = u32::try_from(send_attempts.saturating_sub(1).clamp(0, 6)).unwrap_or(0);
-    Duration::from_secs(1 << doublings).min(Duration::from_secs(60))
+    super::doubled(
+        Duration::from_secs(1),
+        send_attempts,
+        Duration::from_secs(60),
+    )
 }
 
 /// Which outbox rows a dispatcher sends, and how.

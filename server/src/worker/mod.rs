@@ -87,13 +87,14 @@ impl Timings {
 
     /// The backoff before attempt `attempt_no + 1`.
     pub fn backoff(&self, attempt_no: i64) -> Duration {
-        let shift = u32::try_from(attempt_no.saturating_sub(1))
-            .unwrap_or(0)
-            .min(16);
-        self.backoff_base
-            .saturating_mul(1 << shift)
-            .min(self.backoff_max)
+        doubled(self.backoff_base, attempt_no, self.backoff_max)
     }
+}
+
+/// `base` after the first of `n` tries, doubled for each one after, at most `max`.
+pub(crate) fn doubled(base: Duration, n: i64, max: Duration) -> Duration {
+    let shift = u32::try_from(n.saturating_sub(1).clamp(0, 16)).unwrap_or(0);
+    base.saturating_mul(1 << shift).min(max)
 }
 
 #[derive(Debug, Clone)]
