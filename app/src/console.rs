@@ -93,6 +93,8 @@ pub struct Overview {
     pub charts: Vec<Chart>,
     pub retention: String,
     pub queue: String,
+    /// Drill jobs in the ledger, which the tiles and charts leave out.
+    pub drill_jobs: i64,
 }
 
 /// Filters of the jobs list. `q` finds a job by id or idempotency key.

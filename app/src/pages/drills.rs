@@ -54,7 +54,8 @@ pub fn DrillsPage() -> impl IntoView {
         <p class="lead">
             "A drill runs real jobs through the real worker, ledger and queue code with faults injected "
             "on its own jobs only, on a queue of its own, and proves the invariants from the ledger's "
-            "events. Drill jobs belong to the tenant "<code>"drill"</code>"; "
+            "events. Drill jobs belong to the tenant "<code>"drill"</code>", and the overview's "
+            "counts and charts and the metrics' job gauge leave them out; "
             "the CLI runs the same catalogue: "<code>"fenceline drill run all"</code>"."
         </p>
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>

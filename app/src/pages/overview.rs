@@ -51,6 +51,19 @@ pub fn OverviewPage() -> impl IntoView {
                                     {format!("Queue: {}. ", o.queue)}
                                     {o.retention}
                                 </p>
+                                {(o.drill_jobs > 0).then(|| view! {
+                                    <p class="muted">
+                                        {format!(
+                                            "The {} drill {} (tenant drill) {} left out of these counts and the charts below: \
+                                             a drill makes its jobs fail, get rejected or end unknown on purpose. ",
+                                            o.drill_jobs,
+                                            if o.drill_jobs == 1 { "job" } else { "jobs" },
+                                            if o.drill_jobs == 1 { "is" } else { "are" },
+                                        )}
+                                        <a href="/drills">"Drill runs"</a>" · "
+                                        <a href="/jobs?tenant=drill">"their jobs"</a>
+                                    </p>
+                                })}
                             </section>
                             <section aria-labelledby="charts">
                                 <h2 id="charts">"Activity"</h2>

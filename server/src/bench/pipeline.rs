@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::{submit_jobs, Measurement, Report, SUBMITTERS};
-use crate::ledger::{GroupStats, Ledger, LedgerError, LedgerOptions};
+use crate::ledger::{Drills, GroupStats, Ledger, LedgerError, LedgerOptions};
 
 /// `fenceline bench pipeline`: the naive table, then Fenceline with each write in its own
 /// transaction, then with group commit, on one database.
@@ -128,7 +128,9 @@ async fn fenceline_pipeline(
     // the database being measured: each poll waits a quarter of the time the rest should take
     // at the rate so far (at least 10 ms, at most 500), about twenty polls a run.
     loop {
-        let counts = ledger.count_by_state(Some(&tenant)).await?;
+        let counts = ledger
+            .count_by_state(Some(&tenant), Drills::Counted)
+            .await?;
         let done: i64 = counts
             .iter()
             .filter(|(s, _)| s.is_terminal())
@@ -150,7 +152,7 @@ async fn fenceline_pipeline(
     stop.cancel();
     while tasks.join_next().await.is_some() {}
     let succeeded = ledger
-        .count_by_state(Some(&tenant))
+        .count_by_state(Some(&tenant), Drills::Counted)
         .await?
         .into_iter()
         .find(|(s, _)| *s == crate::job::JobState::Succeeded)

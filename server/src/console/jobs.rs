@@ -4,7 +4,7 @@ use fenceline_app::components::BadParameter;
 use fenceline_app::console::{JobsPage, JobsQuery};
 
 use crate::job::{JobId, JobState};
-use crate::ledger::{JobFilter, LedgerError};
+use crate::ledger::{Drills, JobFilter, LedgerError};
 
 use super::format::job_row;
 use super::{LedgerConsole, PAGE_JOBS};
@@ -32,7 +32,9 @@ impl LedgerConsole {
                 .unwrap_or_else(|| wanted.to_owned())
         });
         let tenants = self.tenants_for(tenant.as_deref());
-        let capped = self.counts_in(tenants.as_deref(), CAP).await?;
+        let capped = self
+            .counts_in(tenants.as_deref(), CAP, Drills::Counted)
+            .await?;
         let shown = |n: i64, over: bool| {
             let digits = n.to_string();
             let mut grouped = String::new();

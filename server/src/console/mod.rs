@@ -28,7 +28,7 @@ use fenceline_app::console::{
     Timeline, TimelineQuery, UnknownPage, Window,
 };
 
-use crate::ledger::{Ledger, LedgerError};
+use crate::ledger::{Drills, Ledger, LedgerError};
 
 /// Runs of at least this many same-kind events fold into one row.
 const FOLD_MIN: i64 = 4;
@@ -138,16 +138,21 @@ impl LedgerConsole {
         &self,
         tenants: Option<&[String]>,
         cap: i64,
+        drills: Drills,
     ) -> Result<Vec<(crate::job::JobState, i64, bool)>, LedgerError> {
         let Some(tenants) = tenants else {
-            return self.ledger.count_by_state_capped(None, cap).await;
+            return self.ledger.count_by_state_capped(None, cap, drills).await;
         };
         let mut sums: Vec<(crate::job::JobState, i64, bool)> = crate::job::JobState::ALL
             .into_iter()
             .map(|s| (s, 0, false))
             .collect();
         for tenant in tenants {
-            for (state, n, over) in self.ledger.count_by_state_capped(Some(tenant), cap).await? {
+            for (state, n, over) in self
+                .ledger
+                .count_by_state_capped(Some(tenant), cap, drills)
+                .await?
+            {
                 if let Some(sum) = sums.iter_mut().find(|(s, _, _)| *s == state) {
                     sum.1 += n;
                     sum.2 |= over;

@@ -4,7 +4,7 @@ use fenceline_app::console::{Chart, Figure, Overview, Window};
 
 use super::{charts, plot};
 use crate::job::{EventKind, JobState};
-use crate::ledger::{LedgerError, FINISHED, REDELIVERED};
+use crate::ledger::{Drills, LedgerError, FINISHED, REDELIVERED};
 
 use super::format::ago;
 use super::LedgerConsole;
@@ -40,7 +40,7 @@ impl LedgerConsole {
     pub(super) async fn build_overview(&self, window: Window) -> Result<Overview, LedgerError> {
         // Exact up to 10,000 per state (fast at any size), like the jobs list.
         let counts: Vec<(JobState, i64)> = self
-            .counts_in(self.tenants.as_deref(), 10_000)
+            .counts_in(self.tenants.as_deref(), 10_000, Drills::Apart)
             .await?
             .into_iter()
             .map(|(s, n, _)| (s, n))
@@ -174,6 +174,12 @@ impl LedgerConsole {
             },
             retention: self.retention_note().await?,
             queue: self.queue.description.clone(),
+            // Only an operator who may see the drill tenant's jobs hears of them.
+            drill_jobs: if self.tenants.is_some() {
+                0
+            } else {
+                self.ledger.drill_job_count().await?
+            },
         })
     }
 }

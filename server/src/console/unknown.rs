@@ -3,7 +3,7 @@
 use fenceline_app::console::{UnknownPage, UnknownRow};
 
 use crate::job::JobState;
-use crate::ledger::LedgerError;
+use crate::ledger::{Drills, LedgerError};
 
 use super::format::{ago, left};
 use super::LedgerConsole;
@@ -62,7 +62,7 @@ impl LedgerConsole {
             });
         }
         let total = self
-            .counts_in(self.tenants.as_deref(), 10_000)
+            .counts_in(self.tenants.as_deref(), 10_000, Drills::Counted)
             .await?
             .into_iter()
             .find(|(state, _, _)| *state == JobState::Unknown)

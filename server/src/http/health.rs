@@ -8,6 +8,7 @@ use axum::response::IntoResponse;
 use axum::Json;
 
 use super::AppState;
+use crate::ledger::Drills;
 use crate::metrics::LedgerGauges;
 
 /// The process is up.
@@ -76,7 +77,11 @@ pub(super) async fn metrics(
             .into_response();
     }
     let ledger = &state.ledger;
-    let counts = tokio::time::timeout(Duration::from_secs(5), ledger.count_by_state(None)).await;
+    let counts = tokio::time::timeout(
+        Duration::from_secs(5),
+        ledger.count_by_state(None, Drills::Apart),
+    )
+    .await;
     let gauges = match counts {
         Ok(Ok(jobs_by_state)) => Some(LedgerGauges {
             jobs_by_state,

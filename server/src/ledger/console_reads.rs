@@ -10,6 +10,26 @@ use super::read::{event_from_row, job_from_row, JOB_COLUMNS};
 use super::{Job, Ledger, LedgerError};
 use crate::job::EventKind;
 
+/// Whether a count takes in drill jobs (those with a `drill_run`). The overview and the
+/// metrics leave them apart: a drill's jobs are its evidence, made to fail, be rejected or
+/// end `unknown`, and counted with the service's work they would raise its failure figures
+/// and alerts after every drill. The jobs list counts them, since it lists them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drills {
+    Counted,
+    Apart,
+}
+
+impl Drills {
+    /// What a count's `WHERE` on `jobs` adds: nothing, or ` AND drill_run IS NULL`.
+    pub(super) fn condition(self) -> &'static str {
+        match self {
+            Drills::Counted => "",
+            Drills::Apart => " AND drill_run IS NULL",
+        }
+    }
+}
+
 /// What a run of the timeline is made of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunKind {
@@ -271,27 +291,35 @@ impl Ledger {
         &self,
         tenant: Option<&str>,
         cap: i64,
+        drills: Drills,
     ) -> Result<Vec<(crate::job::JobState, i64, bool)>, LedgerError> {
         let mut counting = tokio::task::JoinSet::new();
+        let apart = drills.condition();
         for (i, state) in crate::job::JobState::ALL.into_iter().enumerate() {
             let (pool, tenant) = (self.reader.clone(), tenant.map(str::to_owned));
+            let tenant_sql = format!(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE tenant = $1 AND state = $2{apart} LIMIT $3) AS c"
+            );
+            let all_sql = format!(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE state = $1{apart} LIMIT $2) AS c"
+            );
             counting.spawn(async move {
                 let n: Result<i64, sqlx::Error> = match tenant {
-                    Some(t) => sqlx::query_scalar(
-                        "SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE tenant = $1 AND state = $2 LIMIT $3) AS c",
-                    )
-                    .bind(t)
-                    .bind(state.as_str())
-                    .bind(cap + 1)
-                    .fetch_one(&pool)
-                    .await,
-                    None => sqlx::query_scalar(
-                        "SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE state = $1 LIMIT $2) AS c",
-                    )
-                    .bind(state.as_str())
-                    .bind(cap + 1)
-                    .fetch_one(&pool)
-                    .await,
+                    Some(t) => {
+                        sqlx::query_scalar(&tenant_sql)
+                            .bind(t)
+                            .bind(state.as_str())
+                            .bind(cap + 1)
+                            .fetch_one(&pool)
+                            .await
+                    }
+                    None => {
+                        sqlx::query_scalar(&all_sql)
+                            .bind(state.as_str())
+                            .bind(cap + 1)
+                            .fetch_one(&pool)
+                            .await
+                    }
                 };
                 (i, state, n)
             });
@@ -308,6 +336,15 @@ impl Ledger {
             .into_iter()
             .map(|(_, s, n, over)| (s, n, over))
             .collect())
+    }
+
+    /// How many drill jobs the ledger holds (those the overview leaves apart).
+    pub async fn drill_job_count(&self) -> Result<i64, LedgerError> {
+        Ok(
+            sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE drill_run IS NOT NULL")
+                .fetch_one(&self.reader)
+                .await?,
+        )
     }
 
     /// Finds jobs by exact job id, or by idempotency key in any tenant.

@@ -264,24 +264,28 @@ impl Ledger {
         Ok(JobPage { jobs, next })
     }
 
-    /// How many jobs are in each state (all seven, zeros included).
+    /// How many jobs are in each state (all seven, zeros included), drill jobs counted or not.
     pub async fn count_by_state(
         &self,
         tenant: Option<&str>,
+        drills: super::Drills,
     ) -> Result<Vec<(JobState, i64)>, LedgerError> {
+        let apart = drills.condition();
         let rows = match tenant {
             Some(tenant) => {
-                sqlx::query(
-                    "SELECT state, COUNT(*) AS n FROM jobs WHERE tenant = $1 GROUP BY state",
-                )
+                sqlx::query(&format!(
+                    "SELECT state, COUNT(*) AS n FROM jobs WHERE tenant = $1{apart} GROUP BY state"
+                ))
                 .bind(tenant)
                 .fetch_all(&self.reader)
                 .await?
             }
             None => {
-                sqlx::query("SELECT state, COUNT(*) AS n FROM jobs GROUP BY state")
-                    .fetch_all(&self.reader)
-                    .await?
+                sqlx::query(&format!(
+                    "SELECT state, COUNT(*) AS n FROM jobs WHERE true{apart} GROUP BY state"
+                ))
+                .fetch_all(&self.reader)
+                .await?
             }
         };
         let mut counts: Vec<(JobState, i64)> = JobState::ALL.iter().map(|s| (*s, 0)).collect();

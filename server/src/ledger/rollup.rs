@@ -14,7 +14,7 @@ use std::collections::{BTreeSet, HashMap};
 use sqlx::Row;
 
 use super::console_reads::kind_list;
-use super::{Ledger, LedgerError};
+use super::{Backend, Ledger, LedgerError};
 use crate::job::EventKind;
 
 /// An hour, in µs.
@@ -116,12 +116,37 @@ fn took_bin() -> String {
 
 const TRIES: &str = "CASE WHEN attempt_count >= 5 THEN 5 ELSE attempt_count END";
 
+/// Leaves out the events of drill jobs, which the overview keeps apart ([`super::Drills`]).
+/// The drill jobs are few and found by `jobs_drill_run`: PostgreSQL hashes them once for an
+/// anti-join (spilling to disk rather than probing row by row, however many there are);
+/// SQLite builds the list once and probes it, about twice as fast there as a look-up of each
+/// event's job.
+fn not_drill(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Postgres => {
+            "NOT EXISTS (SELECT 1 FROM jobs d WHERE d.job_id = events.job_id \
+             AND d.drill_run IS NOT NULL)"
+        }
+        Backend::Sqlite => "job_id NOT IN (SELECT job_id FROM jobs WHERE drill_run IS NOT NULL)",
+    }
+}
+
 /// Every series' counts as rows of `(k, series, bin, n)`: events and finished jobs whose time
-/// column `c` satisfies `range(c)`, grouped by `key(c)`. Rolling hours up and counting the open
-/// stretch live are this one statement with different keys and ranges.
-fn counts(key: impl Fn(&str) -> String, range: impl Fn(&str) -> String) -> String {
-    let (ke, re) = (key("at"), range("at"));
-    let (kj, rj) = (key("terminal_at"), range("terminal_at"));
+/// column `c` satisfies `range(c)`, grouped by `key(c)`, drill jobs left out. Rolling hours up
+/// and counting the open stretch live are this one statement with different keys and ranges.
+fn counts(
+    backend: Backend,
+    key: impl Fn(&str) -> String,
+    range: impl Fn(&str) -> String,
+) -> String {
+    let (ke, re) = (
+        key("at"),
+        format!("{} AND {}", range("at"), not_drill(backend)),
+    );
+    let (kj, rj) = (
+        key("terminal_at"),
+        format!("{} AND drill_run IS NULL", range("terminal_at")),
+    );
     let (kinds, took) = (kind_list(&ACTIVITY_KINDS), took_bin());
     format!(
         "SELECT {ke} AS k, kind AS series, 0 AS bin, COUNT(*) AS n FROM events \
@@ -195,6 +220,7 @@ impl Ledger {
                 "INSERT INTO activity_hours (hour, series, bin, n) SELECT k, series, bin, n \
                  FROM ({}) c WHERE true ON CONFLICT DO NOTHING",
                 counts(
+                    self.backend(),
                     |c| format!("{c} - {c} % {HOUR}"),
                     |c| format!("{c} >= $1 AND {c} < $2"),
                 )
@@ -244,7 +270,11 @@ impl Ledger {
         count: usize,
         from: i64,
     ) -> Result<(), LedgerError> {
-        let sql = counts(|c| format!("({c} - $1) / $2"), |c| format!("{c} >= $3"));
+        let sql = counts(
+            self.backend(),
+            |c| format!("({c} - $1) / $2"),
+            |c| format!("{c} >= $3"),
+        );
         let rows = sqlx::query(&sql)
             .bind(origin)
             .bind(width)

@@ -30,6 +30,7 @@ on_both_backends!(
     a_terminal_job_runs_again_as_a_new_linked_job_and_stays_terminal,
     a_bulk_decision_fences_each_job_on_its_own,
     one_dead_letter_is_replayed_after_inspection_or_dropped_by_an_operator_of_its_tenant,
+    the_overview_leaves_drill_jobs_out_of_its_counts_and_says_so,
 );
 
 const PASSWORD: &str = "correct horse battery staple";
@@ -356,6 +357,41 @@ async fn an_operator_limited_to_a_tenant_neither_sees_nor_acts_on_another(db: Db
         app.ledger.job(&theirs).await.unwrap().unwrap().state,
         JobState::Unknown
     );
+}
+
+/// The tile of a state on the overview: its count.
+fn tile(page: &str, state: &str) -> Option<i64> {
+    let link = page.find(&format!("href=\"/jobs?state={state}\""))?;
+    let count = &page[link..];
+    let start = count.find("tile-count\">")? + "tile-count\">".len();
+    count[start..].split('<').next()?.trim().parse().ok()
+}
+
+async fn the_overview_leaves_drill_jobs_out_of_its_counts_and_says_so(db: Db) {
+    let app = spawn_app(db).await;
+    create(&app.ledger, new_job("acme", "served", json!(1))).await;
+    let mut drill = new_job(fenceline::drill::DRILL_TENANT, "drilled", json!(2));
+    drill.drill_run = Some("run-1".into());
+    create(&app.ledger, drill).await;
+    let mut olga = signed_in(&app, "olga", Role::Operator, None).await;
+    let page = olga.page("/").await;
+    assert_eq!(tile(&page, "ready"), Some(1), "{page}");
+    assert!(
+        page.contains("The 1 drill job (tenant drill) is left out of these counts"),
+        "{page}"
+    );
+    assert!(page.contains("href=\"/jobs?tenant=drill\""), "{page}");
+    // The jobs list lists the drill's job, and counts it.
+    let list = olga.page("/jobs?state=ready").await;
+    assert!(
+        list.contains("drilled") || list.contains(">drill<"),
+        "{list}"
+    );
+    let acme = ["acme".to_owned()];
+    let mut ana = signed_in(&app, "ana", Role::Operator, Some(&acme)).await;
+    let page = ana.page("/").await;
+    assert_eq!(tile(&page, "ready"), Some(1), "{page}");
+    assert!(!page.contains("drill job"), "{page}");
 }
 
 async fn decide(

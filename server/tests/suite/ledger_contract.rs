@@ -1175,7 +1175,10 @@ async fn jobs_and_timelines_page_by_keyset(db: Db) {
         .unwrap();
     assert_eq!(running.jobs.len(), 1);
     assert_eq!(running.jobs[0].job_id, ids[2]);
-    let counts = ledger.count_by_state(Some("acme")).await.unwrap();
+    let counts = ledger
+        .count_by_state(Some("acme"), fenceline::ledger::Drills::Counted)
+        .await
+        .unwrap();
     assert_eq!(counts.len(), 7);
     assert!(counts.contains(&(JobState::Ready, 6)));
     assert!(counts.contains(&(JobState::Running, 1)));
@@ -1739,6 +1742,96 @@ async fn the_overview_rollup_counts_closed_hours_once_and_agrees_with_counting_l
 }
 
 on_both_backends!(the_overview_rollup_counts_closed_hours_once_and_agrees_with_counting_live);
+
+/// Drill jobs are a drill's evidence, not the service's work: the overview's tiles and charts
+/// and the metrics' job gauge leave them out (live and in rolled-up hours alike), and say how
+/// many there are; the jobs list still counts them, since it lists them.
+async fn drill_jobs_are_left_out_of_the_overview_and_the_job_gauge(db: Db) {
+    use fenceline::job::{EventKind, JobState};
+    use fenceline::ledger::{Drills, NewEvent, FINISHED, HOUR};
+    let (ledger, test_db) = fresh_ledger(db).await;
+    let raw = test_db.raw_pool().await;
+    let now = ledger.now_us().await.unwrap();
+    let origin = (now / HOUR - 24) * HOUR;
+    let served = create(&ledger, new_job("acme", "served", json!(1))).await;
+    let mut drill = new_job(fenceline::drill::DRILL_TENANT, "drilled", json!(2));
+    drill.drill_run = Some("run-1".into());
+    let drilled = create(&ledger, drill).await;
+    let suppressed = NewEvent::new(EventKind::DuplicateSuppressed, &Actor::Worker("w".into()));
+    for id in [&served, &drilled] {
+        ledger.record_event(id, &suppressed).await.unwrap();
+    }
+    // A finished job of each kind, an hour and a half ago.
+    for (key, tenant, run) in [
+        ("old-served", "acme", None),
+        ("old-drilled", "drill", Some("run-1")),
+    ] {
+        let at = now - HOUR - HOUR / 2;
+        sqlx::query(
+            "INSERT INTO jobs (job_id, tenant, idempotency_key, request_digest, input_ref, \
+             contract_version, state, owner_epoch, deadline_at, attempt_count, max_attempts, \
+             created_at, updated_at, terminal_at, next_event_seq, drill_run) \
+             VALUES ($1, $2, $3, 'd', 'seed', 'seed', 'expired', 1, $4, 1, 3, $5, $6, $6, 1, $7)",
+        )
+        .bind(format!("job_{}", uuid::Uuid::now_v7()))
+        .bind(tenant)
+        .bind(key)
+        .bind(at + 60_000_000)
+        .bind(at - 30_000_000)
+        .bind(at)
+        .bind(run)
+        .execute(&raw)
+        .await
+        .unwrap();
+    }
+    let total =
+        |a: &fenceline::ledger::Activity, series: &str| a.of(series, 25).iter().sum::<i64>();
+    let check = |a: &fenceline::ledger::Activity, how: &str| {
+        assert_eq!(total(a, "job_created"), 1, "{how}: {a:?}");
+        assert_eq!(total(a, "duplicate_suppressed"), 1, "{how}: {a:?}");
+        assert_eq!(total(a, &format!("{FINISHED}expired")), 1, "{how}: {a:?}");
+        assert_eq!(a.took.iter().sum::<i64>(), 1, "{how}: {a:?}");
+        assert_eq!(a.tries.iter().sum::<i64>(), 1, "{how}: {a:?}");
+    };
+    check(
+        &ledger.activity(origin + 1, HOUR, 25).await.unwrap(),
+        "live",
+    );
+    // The same once the events are in closed hours and rolled up.
+    sqlx::query("UPDATE events SET at = at - $1")
+        .bind(2 * HOUR)
+        .execute(&raw)
+        .await
+        .unwrap();
+    let rolled = ledger.activity(origin, HOUR, 25).await.unwrap();
+    assert!(rolled.rolled_until > now - 2 * HOUR, "{rolled:?}");
+    check(&rolled, "rolled up");
+    check(
+        &ledger.activity(origin, HOUR, 25).await.unwrap(),
+        "read back",
+    );
+
+    let of = |counts: &[(JobState, i64, bool)], state: JobState| {
+        counts.iter().find(|c| c.0 == state).map(|c| c.1)
+    };
+    let apart = ledger
+        .count_by_state_capped(None, 100, Drills::Apart)
+        .await
+        .unwrap();
+    assert_eq!(of(&apart, JobState::Ready), Some(1), "{apart:?}");
+    assert_eq!(of(&apart, JobState::Expired), Some(1), "{apart:?}");
+    let listed = ledger
+        .count_by_state_capped(None, 100, Drills::Counted)
+        .await
+        .unwrap();
+    assert_eq!(of(&listed, JobState::Ready), Some(2), "{listed:?}");
+    assert_eq!(of(&listed, JobState::Expired), Some(2), "{listed:?}");
+    let gauge = ledger.count_by_state(None, Drills::Apart).await.unwrap();
+    assert!(gauge.contains(&(JobState::Ready, 1)), "{gauge:?}");
+    assert!(gauge.contains(&(JobState::Expired, 1)), "{gauge:?}");
+    assert_eq!(ledger.drill_job_count().await.unwrap(), 2);
+}
+on_both_backends!(drill_jobs_are_left_out_of_the_overview_and_the_job_gauge);
 
 /// A ledger write given up while its transaction is beginning (a heartbeat's bound running
 /// out, a client hanging up) leaves no pooled connection inside a transaction on PostgreSQL.
