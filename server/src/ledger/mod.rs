@@ -80,7 +80,8 @@ mod write;
 pub use audit::{AuditEntry, AuditFilter};
 pub use connect::{LedgerOptions, SqliteSync};
 pub use console_reads::{
-    detail_text, Bucket, DeadLetter, Drills, Run, RunKind, RENEWAL_KINDS, TRANSPORT_KINDS,
+    detail_text, Bucket, DeadLetter, Drills, Run, RunKind, DRILL_JOBS_BY_STATE, RENEWAL_KINDS,
+    TRANSPORT_KINDS,
 };
 pub use dialect::Backend;
 pub use drills::{DrillRunRow, OutboxSend};

@@ -1450,6 +1450,30 @@ async fn on_sqlite_a_batched_statement_finds_its_rows_by_key() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// The overview takes drill jobs off its counts ([`fenceline::ledger::Drills`]) after finding
+/// them through their own index: a drill's jobs are few, whatever the number of jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_sqlite_drill_jobs_are_found_by_their_own_index() {
+    use sqlx::Row;
+    let (ledger, test_db) = fresh_ledger(Db::Sqlite).await;
+    ledger.seed_generated_jobs("many", 20_000).await.unwrap();
+    // No `ANALYZE`: the embedded ledger runs on SQLite's default estimates.
+    let raw = test_db.raw_pool().await;
+    let sql = fenceline::ledger::DRILL_JOBS_BY_STATE.replace("$1", "NULL");
+    let plan: Vec<String> = sqlx::query(&format!("EXPLAIN QUERY PLAN {sql}"))
+        .fetch_all(&raw)
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.get::<String, _>("detail"))
+        .collect();
+    assert!(
+        plan.iter().any(|l| l.contains("jobs_drill_run"))
+            && !plan.iter().any(|l| l.starts_with("SCAN jobs")),
+        "{plan:?}"
+    );
+}
+
 /// The bundled SQLite is built without memory statistics (`.cargo/config.toml`): with them,
 /// every allocation of the ledger's one writer takes a process-wide mutex.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
