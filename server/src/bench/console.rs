@@ -111,9 +111,11 @@ pub async fn console(
     let long = seed_timeline(&ledger, "bench-timeline", args.events, "renewals").await?;
     let alternating = seed_timeline(&ledger, "bench-timeline", args.events, "alternating").await?;
     let seeded_events = started.elapsed();
-    if ledger.backend() == crate::ledger::Backend::Postgres {
-        ledger.analyze().await?;
-    }
+    // The generated rows as autovacuum leaves them within a minute or so: analysed, and
+    // vacuumed, which marks their pages all-visible. Unvacuumed, no index-only scan pays on
+    // PostgreSQL, and the capped state counts walk the table instead (25.6 ms a state over
+    // 1,000,000 jobs, against 5.5 ms through `jobs_state_id`).
+    ledger.bench_settle().await?;
     let mut settings = settings.clone();
     settings.http.bind = ([127, 0, 0, 1], 0).into();
     settings.http.max_body_bytes = 1 << 20;

@@ -49,10 +49,4 @@ impl Ledger {
             .await?;
         Ok(())
     }
-
-    /// Refreshes the planner's statistics (after generating data).
-    pub async fn analyze(&self) -> Result<(), LedgerError> {
-        sqlx::query("ANALYZE").execute(&self.writer).await?;
-        Ok(())
-    }
 }
