@@ -138,7 +138,7 @@ struct Inner {
     armed: HashMap<String, Vec<Arm>>,
     /// Receipt fingerprints of armed jobs' deliveries, so transport calls find their job.
     receipts: HashMap<String, String>,
-    /// Each armed job's first receipt: the delivery its first owner holds.
+    /// Each armed job's first owner's receipt: the one its first claim came with.
     first_receipts: HashMap<String, String>,
     /// Frozen work, by job and worker: only the worker that froze holds still.
     paused: HashMap<(String, String), Instant>,
@@ -253,6 +253,16 @@ impl Faults {
             inner
                 .receipts
                 .insert(fingerprint.to_owned(), job_id.to_owned());
+        }
+    }
+
+    /// Remembers the receipt a claim of an armed job came with; the first is the first
+    /// owner's. Not the first receipt received: a worker frozen by another scenario of the
+    /// run can hold that one unexamined while another worker receives the message again and
+    /// claims the job.
+    pub fn note_claim(&self, fingerprint: &str, job_id: &str) {
+        let mut inner = self.lock();
+        if inner.armed.contains_key(job_id) {
             inner
                 .first_receipts
                 .entry(job_id.to_owned())
@@ -260,7 +270,7 @@ impl Faults {
         }
     }
 
-    /// Whether a receipt is its job's first: the delivery the first owner holds.
+    /// Whether a receipt is its job's first owner's: the one its first claim came with.
     pub fn is_first_receipt(&self, fingerprint: &str) -> bool {
         let inner = self.lock();
         inner
@@ -362,6 +372,27 @@ mod tests {
         assert_eq!(faults.job_of_receipt("aaaa").as_deref(), Some("job_a"));
         faults.disarm("job_a");
         assert_eq!(faults.job_of_receipt("aaaa"), None);
+    }
+
+    /// The first owner's receipt is the one its first claim came with, not the first one
+    /// received: a worker frozen by another scenario can hold the first receipt unexamined
+    /// while a second worker receives the message again and owns the job.
+    #[test]
+    fn the_first_owners_receipt_is_the_one_that_claimed() {
+        let faults = Faults::default();
+        faults.arm("job_a", Arm::always(FaultPoint::QueueChangeVisibility));
+        faults.note_receipt("frozen", "job_a");
+        faults.note_receipt("owner", "job_a");
+        assert!(!faults.is_first_receipt("owner"), "no claim yet");
+        faults.note_claim("owner", "job_a");
+        faults.note_receipt("copy", "job_a");
+        faults.note_claim("copy", "job_a");
+        assert!(faults.is_first_receipt("owner"));
+        assert!(!faults.is_first_receipt("frozen"));
+        assert!(
+            !faults.is_first_receipt("copy"),
+            "a later claim is not the first owner's"
+        );
     }
 
     #[test]

@@ -615,6 +615,10 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             attempt,
             input,
         } = started;
+        // A drill's faults aimed at the job's first owner find it by this receipt.
+        if let Some(faults) = &self.config.faults {
+            faults.note_claim(&delivery.receipt.fingerprint(), &job.job_id);
+        }
         let job_id = job.job_id.as_str();
         let epoch = claimed.epoch;
         let progress = Progress::default();
