@@ -115,7 +115,6 @@ const RUNS: &str = "WITH keyed AS ( \
         SELECT kind, MIN(seq) AS first_seq, MAX(seq) AS last_seq, MIN(at) AS first_at, \
         MAX(at) AS last_at FROM numbered GROUP BY kind, grp)";
 
-/// Rows of `(kind column, bucket, n)` as buckets, each kind parsed into `K`.
 /// Drill jobs per state, of one tenant (`$1`) or all (`$1` null), found by `jobs_drill_run`: a
 /// drill's jobs are few. Grouped by an expression, not the column: grouped by `state`, SQLite
 /// (on its default estimates) walks `jobs_state_id` — every job, in state order, to save a
@@ -134,6 +133,7 @@ pub(super) fn without(
     (n - drills).max(0)
 }
 
+/// Rows of `(kind column, bucket, n)` as buckets, each kind parsed into `K`.
 fn buckets_from<K>(
     rows: &[sqlx::any::AnyRow],
     kind_col: &str,
@@ -359,15 +359,7 @@ impl Ledger {
             .bind(tenant)
             .fetch_all(&self.reader)
             .await?;
-        rows.iter()
-            .map(|row| {
-                let state: String = row.try_get("state")?;
-                let state = state.parse().map_err(|e: crate::job::ParseStateError| {
-                    LedgerError::Corrupt(e.to_string())
-                })?;
-                Ok((state, row.try_get("n")?))
-            })
-            .collect()
+        super::read::state_counts(&rows)
     }
 
     /// How many drill jobs the ledger holds (those the overview leaves apart).

@@ -291,12 +291,7 @@ impl Ledger {
             super::Drills::Apart => self.drill_jobs_by_state(tenant).await?,
         };
         let mut counts: Vec<(JobState, i64)> = JobState::ALL.iter().map(|s| (*s, 0)).collect();
-        for row in rows {
-            let state: String = row.try_get("state")?;
-            let n: i64 = row.try_get("n")?;
-            let state: JobState = state
-                .parse()
-                .map_err(|e: crate::job::ParseStateError| LedgerError::Corrupt(e.to_string()))?;
+        for (state, n) in state_counts(&rows)? {
             if let Some(slot) = counts.iter_mut().find(|(s, _)| *s == state) {
                 slot.1 = super::console_reads::without(n, &drill_jobs, state);
             }
@@ -317,4 +312,19 @@ impl Ledger {
 /// A stored JSON text column, read back.
 pub(crate) fn parse_json(text: &str) -> Result<Value, LedgerError> {
     serde_json::from_str(text).map_err(|e| LedgerError::Corrupt(e.to_string()))
+}
+
+/// Rows of `(state, n)`, each state parsed.
+pub(super) fn state_counts(
+    rows: &[sqlx::any::AnyRow],
+) -> Result<Vec<(JobState, i64)>, LedgerError> {
+    rows.iter()
+        .map(|row| {
+            let state: String = row.try_get("state")?;
+            let state = state
+                .parse()
+                .map_err(|e: crate::job::ParseStateError| LedgerError::Corrupt(e.to_string()))?;
+            Ok((state, row.try_get("n")?))
+        })
+        .collect()
 }
