@@ -46,7 +46,21 @@ fn init_tracing(count_statements: bool) {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            // One line, the causes after the context, as the settings' errors are: a refused
+            // command is the operator's to read, and a backtrace (which `RUST_BACKTRACE` in the
+            // environment would print under anyhow's own report) only hides the reason.
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the command the command line names.
+async fn run() -> anyhow::Result<()> {
     let (cli, settings) = match Settings::load() {
         Ok(loaded) => loaded,
         Err(fenceline::settings::SettingsError::Cli(error)) => error.exit(),

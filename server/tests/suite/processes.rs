@@ -655,6 +655,37 @@ async fn boolean_settings_from_the_environment_accept_one_and_yes() {
     }
 }
 
+#[tokio::test]
+async fn a_command_that_fails_says_why_in_one_line_without_a_backtrace() {
+    let db = crate::helpers::fresh_db(Db::Sqlite).await;
+    // A user's mistake (no such drill) and a refusal by the ledger (no such token): each is
+    // one `error:` line and a failed exit, even with backtraces asked for in the environment.
+    let cases: [(&[&str], &str); 2] = [
+        (
+            &["drill", "run", "no-such-drill"],
+            "error: no drill is called \"no-such-drill\"",
+        ),
+        (
+            &["token", "revoke", "0123456789ab"],
+            "error: invalid: no live token with id 0123456789ab",
+        ),
+    ];
+    for (args, says) in cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_fenceline"))
+            .args(args)
+            .args(["--database-url", &db.url])
+            .env("RUST_BACKTRACE", "1")
+            .env("RUST_LIB_BACKTRACE", "1")
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.starts_with(says), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{args:?}: {stderr}");
+    }
+}
+
 async fn overview(browser: &mut crate::helpers::Browser) -> String {
     browser.page("/").await
 }
