@@ -115,6 +115,8 @@ pub struct JobsQuery {
     pub redelivered: bool,
     /// Only jobs that had a stale result rejected.
     pub stale_rejected: bool,
+    /// Leave out drill jobs, from the list and from the tabs' counts, as the overview does.
+    pub without_drills: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

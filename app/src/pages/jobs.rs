@@ -32,6 +32,7 @@ fn href(query: &JobsQuery, state: Option<&str>, before: Option<&str>) -> String 
     put("error_code", query.error_code.as_deref());
     put("redelivered", query.redelivered.then_some("1"));
     put("stale_rejected", query.stale_rejected.then_some("1"));
+    put("without_drills", query.without_drills.then_some("1"));
     put("before", before);
     match serde_urlencoded::to_string(&pairs) {
         Ok(q) if !q.is_empty() => format!("/jobs?{q}"),
@@ -49,6 +50,7 @@ fn filtered(query: &JobsQuery) -> bool {
         || query.error_code.is_some()
         || query.redelivered
         || query.stale_rejected
+        || query.without_drills
 }
 
 /// The filter form: every field a parameter of the address (a GET form, no script).
@@ -90,6 +92,7 @@ fn Filters(query: JobsQuery, tenants: Vec<String>, zone: String) -> impl IntoVie
                 <label class="inline"><input type="checkbox" name="redelivered" value="1" checked=query.redelivered/>"redeliveries"</label>
                 <label class="inline"><input type="checkbox" name="stale_rejected" value="1" checked=query.stale_rejected/>"stale results rejected"</label>
             </fieldset>
+            <label class="inline"><input type="checkbox" name="without_drills" value="1" checked=query.without_drills/>"Leave out drill jobs"</label>
             {query.state.clone().map(|s| view! { <input type="hidden" name="state" value=s/> })}
             <button type="submit">"Filter"</button>
             <a href="/jobs">"Clear"</a>
@@ -111,6 +114,7 @@ pub fn JobsPage() -> impl IntoView {
         error_code: non_empty(m.get("error_code")),
         redelivered: non_empty(m.get("redelivered")).is_some(),
         stale_rejected: non_empty(m.get("stale_rejected")).is_some(),
+        without_drills: non_empty(m.get("without_drills")).is_some(),
     });
     let console = console();
     let zone = super::visitor().zone;
@@ -131,10 +135,15 @@ pub fn JobsPage() -> impl IntoView {
                         };
                         let all_current = query.state.is_none().then_some("page");
                         let narrowed = filtered(&query);
+                        let drills_apart = query.without_drills;
                         view! {
                             {filters}
                             {narrowed.then(|| view! {
-                                <p class="muted">"The counts on the tabs are per state for the chosen tenant; the list below also applies the other filters."</p>
+                                <p class="muted">{if drills_apart {
+                                    "The counts on the tabs are per state for the chosen tenant, drill jobs left out; the list below also applies the other filters."
+                                } else {
+                                    "The counts on the tabs are per state for the chosen tenant; the list below also applies the other filters."
+                                }}</p>
                             })}
                             <nav class="tabs" aria-label="States">
                                 <a href=href(&query, None, None) aria-current=all_current>

@@ -9,6 +9,16 @@ use super::console;
 use crate::components::{BadParameter, BadParameterPage, ErrorBox, LiveRefresh, StateBadge};
 use crate::console::Window;
 
+/// Where a state's tile leads: the jobs list as the tile counts it, drill jobs left out when
+/// the overview left some out.
+fn tile_href(state: &str, drills_apart: bool) -> String {
+    if drills_apart {
+        format!("/jobs?state={state}&without_drills=1")
+    } else {
+        format!("/jobs?state={state}")
+    }
+}
+
 #[component]
 pub fn OverviewPage() -> impl IntoView {
     let asked = use_query_map().with_untracked(|q| q.get("window"));
@@ -33,6 +43,7 @@ pub fn OverviewPage() -> impl IntoView {
                     Err(message) => view! { <ErrorBox message/> }.into_any(),
                     Ok(o) => {
                         let live = o.in_flight > 0;
+                        let drills_apart = o.drill_jobs > 0;
                         view! {
                             <LiveRefresh live seconds=5/>
                             <section aria-labelledby="now">
@@ -40,7 +51,7 @@ pub fn OverviewPage() -> impl IntoView {
                                 <ul class="state-tiles">
                                     {o.counts.into_iter().map(|(state, n)| view! {
                                         <li>
-                                            <a href=format!("/jobs?state={state}")>
+                                            <a href=tile_href(&state, drills_apart)>
                                                 <span class="tile-count">{n}</span>
                                                 <StateBadge state=state.clone()/>
                                             </a>

@@ -32,9 +32,12 @@ impl LedgerConsole {
                 .unwrap_or_else(|| wanted.to_owned())
         });
         let tenants = self.tenants_for(tenant.as_deref());
-        let capped = self
-            .counts_in(tenants.as_deref(), CAP, Drills::Counted)
-            .await?;
+        let drills = if query.without_drills {
+            Drills::Apart
+        } else {
+            Drills::Counted
+        };
+        let capped = self.counts_in(tenants.as_deref(), CAP, drills).await?;
         let shown = |n: i64, over: bool| {
             let digits = n.to_string();
             let mut grouped = String::new();
@@ -150,6 +153,7 @@ impl LedgerConsole {
                 error_code: query.error_code.clone(),
                 redelivered: query.redelivered,
                 stale_rejected: query.stale_rejected,
+                without_drills: query.without_drills,
                 limit: PAGE_JOBS,
             })
             .await?;

@@ -470,6 +470,8 @@ pub struct JobFilter {
     pub redelivered: bool,
     /// Only jobs that had a stale result rejected.
     pub stale_rejected: bool,
+    /// Leave out drill jobs (those with a `drill_run`), as the overview's counts do.
+    pub without_drills: bool,
     pub limit: u32,
 }
 

@@ -236,6 +236,9 @@ impl Ledger {
                     .into(),
             );
         }
+        if filter.without_drills {
+            conditions.push("drill_run IS NULL".into());
+        }
         let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs");
         if !conditions.is_empty() {
             sql.push_str(" WHERE ");
