@@ -3,8 +3,9 @@
 //! Owns deleting a terminal job's record (job, input, attempts, results, events, decisions,
 //! outbox rows, by cascade) once its terminal time is older than the cutoff, with the other
 //! bookkeeping that only grows: sent outbox rows, embedded-queue messages older than the
-//! cutoff (as SQS drops messages past their retention period), refused-message records. Each
-//! run is recorded in `retention_runs`. Must not touch a job that is not terminal: only a
+//! cutoff (as SQS drops messages past their retention period), refused-message records, and
+//! the overview's rolled-up hours once no chart reads them. Each run is recorded in
+//! `retention_runs`. Must not touch a job that is not terminal: only a
 //! terminal record lets a late copy of its message be acknowledged without inference, so the
 //! keep period must outlast the queue's retention plus the dead-letter replay window.
 
@@ -34,6 +35,10 @@ pub struct RetentionRun {
 /// Terminal jobs deleted per transaction: short transactions, whatever the backlog.
 const JOBS_PER_BATCH: i64 = 500;
 
+/// How far back the overview's charts read rolled-up hours: the week's window, widened to its
+/// first bucket's start, with a day to spare.
+const ROLLUP_READ: i64 = 8 * 24 * super::HOUR;
+
 impl Ledger {
     /// Prunes what is older than `keep` by the database clock and records the run.
     pub async fn prune(&self, keep: Duration) -> Result<Pruned, LedgerError> {
@@ -41,6 +46,8 @@ impl Ledger {
         let keep_us = i64::try_from(keep.as_micros()).unwrap_or(i64::MAX);
         let cutoff = now.saturating_sub(keep_us);
         let pruned = self.prune_before(cutoff).await?;
+        self.prune_rollup_before(cutoff.min(now.saturating_sub(ROLLUP_READ)))
+            .await?;
         sqlx::query(
             "INSERT INTO retention_runs (ran_at, keep_us, cutoff, jobs, outbox, queue_messages, \
              rejected_messages) VALUES ($1, $2, $3, $4, $5, $6, $7)",
@@ -98,6 +105,25 @@ impl Ledger {
             .await?
             .rows_affected();
         Ok(pruned)
+    }
+
+    /// Deletes the overview's rolled-up hours that end before `before` (see
+    /// [`Ledger::prune`]: older than the cutoff, and than any chart reads). They are counts
+    /// derived from events and finished jobs, not records; an hour still inside the week's
+    /// chart stays even past the cutoff, since its events may be gone and it could not be
+    /// counted again.
+    async fn prune_rollup_before(&self, before: i64) -> Result<(), LedgerError> {
+        let hour_before = before.saturating_sub(super::HOUR);
+        for sql in [
+            "DELETE FROM activity_hours WHERE hour <= $1",
+            "DELETE FROM activity_hours_done WHERE hour <= $1",
+        ] {
+            sqlx::query(sql)
+                .bind(hour_before)
+                .execute(&self.writer)
+                .await?;
+        }
+        Ok(())
     }
 
     /// The latest pruning run, if any ran.

@@ -43,6 +43,7 @@ on_both_backends!(
     jobs_and_timelines_page_by_keyset,
     a_worker_claims_and_starts_in_one_step_with_its_delivery_on_the_timeline,
     terminal_records_older_than_the_cutoff_are_pruned_and_live_jobs_never_are,
+    rolled_up_hours_go_with_retention_once_no_chart_reads_them,
     a_release_after_the_deadline_is_refused_and_the_job_expires,
     a_client_retrying_the_same_request_in_a_loop_does_not_grow_the_timeline,
     a_new_job_on_a_queue_in_the_ledger_is_sent_in_its_own_transaction,
@@ -1269,6 +1270,53 @@ async fn terminal_records_older_than_the_cutoff_are_pruned_and_live_jobs_never_a
         .expect("recorded");
     assert_eq!(run.keep, Duration::from_secs(3600));
     assert_eq!(run.pruned, again);
+}
+
+async fn rolled_up_hours_go_with_retention_once_no_chart_reads_them(db: Db) {
+    use fenceline::ledger::HOUR;
+    let (ledger, test_db) = fresh_ledger(db).await;
+    let raw = test_db.raw_pool().await;
+    let now = ledger.now_us().await.unwrap();
+    let this_hour = now - now.rem_euclid(HOUR);
+    let day = 24 * HOUR;
+    // Hours of the overview's rollup: 30 days old, 3 days old (inside the week's chart), 1 hour.
+    let hours = [this_hour - 30 * day, this_hour - 3 * day, this_hour - HOUR];
+    for hour in hours {
+        sqlx::query(
+            "INSERT INTO activity_hours (hour, series, bin, n) VALUES ($1, 'job_created', 0, 7)",
+        )
+        .bind(hour)
+        .execute(&raw)
+        .await
+        .unwrap();
+        sqlx::query("INSERT INTO activity_hours_done (hour) VALUES ($1)")
+            .bind(hour)
+            .execute(&raw)
+            .await
+            .unwrap();
+    }
+    let left = |table: &'static str| {
+        let raw = raw.clone();
+        async move {
+            let rows: Vec<i64> =
+                sqlx::query_scalar(&format!("SELECT hour FROM {table} ORDER BY hour"))
+                    .fetch_all(&raw)
+                    .await
+                    .unwrap();
+            rows
+        }
+    };
+    // Kept 60 days: every hour is younger than the cutoff.
+    ledger
+        .prune(Duration::from_secs(60 * 86_400))
+        .await
+        .unwrap();
+    assert_eq!(left("activity_hours").await, hours);
+    // Kept an hour: the 30-day-old hour goes; the 3-day-old one stays, since the week's chart
+    // still reads it and its events are gone (it could not be counted again).
+    ledger.prune(Duration::from_secs(3600)).await.unwrap();
+    assert_eq!(left("activity_hours").await, hours[1..]);
+    assert_eq!(left("activity_hours_done").await, hours[1..]);
 }
 
 async fn a_release_after_the_deadline_is_refused_and_the_job_expires(db: Db) {
