@@ -24,6 +24,8 @@ pub trait Console: Send + Sync + 'static {
     fn dead_letters(&self) -> Pending<'_, DeadLetters>;
     /// The audit log, newest first.
     fn audit(&self, query: AuditQuery) -> Pending<'_, AuditPage>;
+    /// Worker processes that reported lately, and every owner of a running job.
+    fn workers(&self) -> Pending<'_, WorkersPage>;
     /// The drill catalogue and the latest runs.
     fn drills(&self) -> Pending<'_, DrillsPage>;
     /// One drill run's report, if it exists.
@@ -117,6 +119,8 @@ pub struct JobsQuery {
     pub stale_rejected: bool,
     /// Leave out drill jobs, from the list and from the tabs' counts, as the overview does.
     pub without_drills: bool,
+    /// Only jobs this worker owns now (from the workers page).
+    pub owner: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -393,6 +397,59 @@ pub struct AuditPage {
     pub next: Option<i64>,
     /// The actions there are, for the filter.
     pub actions: Vec<String>,
+}
+
+/// How a worker stands, judged from its reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerStatus {
+    /// Reported within the last few report intervals.
+    Alive,
+    /// Running by its last report, but silent since: stopped without a word (killed, crashed,
+    /// lost its host), paused, or cut off from the database.
+    Silent,
+    /// Stopped cleanly.
+    Stopped,
+    /// Never reported: known only as the owner of running jobs (a drill's worker, say).
+    Unreported,
+}
+
+impl WorkerStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerStatus::Alive => "alive",
+            WorkerStatus::Silent => "silent",
+            WorkerStatus::Stopped => "stopped",
+            WorkerStatus::Unreported => "no reports",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkerRow {
+    pub worker_id: String,
+    pub status: WorkerStatus,
+    /// When it last reported, or stopped: "3s ago".
+    pub last_report: Option<String>,
+    /// When it started (in the visitor's zone).
+    pub started: Option<String>,
+    pub queue: Option<String>,
+    pub provider: Option<String>,
+    pub max_in_flight: Option<i64>,
+    /// Running jobs it owns now.
+    pub held: i64,
+    /// Of those, how many leases have lapsed.
+    pub lapsed: i64,
+    /// The latest of their leases: "ends in 20s", "lapsed 3 min ago".
+    pub lease: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkersPage {
+    pub rows: Vec<WorkerRow>,
+    /// How long a worker stays listed after its last report: "24 hours".
+    pub listed_for: String,
+    /// How often a running worker reports: "5s".
+    pub report_every: String,
 }
 
 /// Sets the HTTP status of the page being rendered (the server provides it): a page that finds

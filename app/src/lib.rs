@@ -62,6 +62,7 @@ pub fn App() -> impl IntoView {
                     <nav aria-label="Main">
                         <A href="/" exact=true>"Overview"</A>
                         <A href="/jobs">"Jobs"</A>
+                        <A href="/workers">"Workers"</A>
                         <A href="/unknown">"Unknown"</A>
                         <A href="/dlq">"Dead letters"</A>
                         <A href="/drills">"Drills"</A>
@@ -93,6 +94,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/jobs") view=pages::jobs::JobsPage ssr=SsrMode::Async/>
                     <Route path=path!("/jobs/:job_id") view=pages::job::JobPage ssr=SsrMode::Async/>
                     <Route path=path!("/unknown") view=pages::unknown::UnknownPage ssr=SsrMode::Async/>
+                    <Route path=path!("/workers") view=pages::workers::WorkersPage ssr=SsrMode::Async/>
                     <Route path=path!("/dlq") view=pages::dlq::DeadLettersPage ssr=SsrMode::Async/>
                     <Route path=path!("/audit") view=pages::audit::AuditPage ssr=SsrMode::Async/>
                     <Route path=path!("/drills") view=pages::drills::DrillsPage ssr=SsrMode::Async/>

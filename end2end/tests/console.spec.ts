@@ -218,6 +218,16 @@ test('the unknown and dead-letter pages render', async ({ page }, info) => {
   await page.screenshot({ path: info.outputPath('dlq.png'), fullPage: true });
 });
 
+test('the workers page shows the serving process alive, reached from the main menu', async ({ page }, info) => {
+  await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Workers' }).click();
+  await expect(page).toHaveURL(/\/workers$/);
+  await expect(page.getByRole('heading', { level: 1, name: 'Workers' })).toBeVisible();
+  const row = page.locator('table.workers tbody tr').filter({ hasText: 'embedded:jobs' }).first();
+  await expect(row).toContainText('alive');
+  await expect(row).toContainText('stub');
+  await page.screenshot({ path: info.outputPath('workers.png'), fullPage: true });
+});
+
 test('an operator runs the whole drill catalogue from the console, watches it, and follows an evidence link to the event', async ({ page }, info) => {
   test.setTimeout(120_000);
   await page.goto('/drills');
@@ -283,6 +293,7 @@ test('every page fits the screen at 1400 and 420 px, in light and dark', async (
     ['job', `/jobs/${jobId}`],
     ['unknown-job', `/jobs/${unknownJobs[0]}`],
     ['unknown', '/unknown'],
+    ['workers', '/workers'],
     ['dlq', '/dlq'],
     ['drills', '/drills'],
     ['audit', '/audit'],

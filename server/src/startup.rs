@@ -254,12 +254,12 @@ pub mod runtime {
     use crate::metrics::Metrics;
     use crate::provider::openai::{ApiKey, OpenAiConfig, OpenAiProvider};
     use crate::provider::stub::StubProvider;
-    use crate::provider::AnyProvider;
+    use crate::provider::{AnyProvider, Provider};
     use crate::queue::embedded::EmbeddedQueue;
     use crate::queue::sqs::SqsQueue;
     use crate::queue::{AnyQueue, Queue, QueueError};
     use crate::settings::{ProviderKind, ProviderSettings, QueueKind, Settings};
-    use crate::worker::{dispatcher, reaper, retention, Worker, WorkerConfig};
+    use crate::worker::{dispatcher, presence, reaper, retention, Worker, WorkerConfig};
 
     #[derive(Debug, thiserror::Error)]
     pub enum RuntimeError {
@@ -357,6 +357,21 @@ pub mod runtime {
         }
         let stages = supervisor.stages().clone();
         let stop = stages.front.clone();
+        // Reports in the back stage: a worker still draining its calls is alive.
+        supervisor.spawn(
+            "presence",
+            false,
+            presence::run(
+                ledger.clone(),
+                crate::ledger::WorkerReport {
+                    worker_id: config.worker_id.clone(),
+                    queue: queue.describe(),
+                    provider: provider.name().to_owned(),
+                    max_in_flight: i64::try_from(config.max_in_flight).unwrap_or(i64::MAX),
+                },
+                stages.back.clone(),
+            ),
+        );
         let rate = settings.worker.soak_faults;
         if rate > 0.0 {
             // The chaos soak: the worker's queue drops deletes and visibility changes and

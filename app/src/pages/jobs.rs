@@ -33,6 +33,7 @@ fn href(query: &JobsQuery, state: Option<&str>, before: Option<&str>) -> String 
     put("redelivered", query.redelivered.then_some("1"));
     put("stale_rejected", query.stale_rejected.then_some("1"));
     put("without_drills", query.without_drills.then_some("1"));
+    put("owner", query.owner.as_deref());
     put("before", before);
     match serde_urlencoded::to_string(&pairs) {
         Ok(q) if !q.is_empty() => format!("/jobs?{q}"),
@@ -51,6 +52,7 @@ fn filtered(query: &JobsQuery) -> bool {
         || query.redelivered
         || query.stale_rejected
         || query.without_drills
+        || query.owner.is_some()
 }
 
 /// The filter form: every field a parameter of the address (a GET form, no script).
@@ -94,6 +96,7 @@ fn Filters(query: JobsQuery, tenants: Vec<String>, zone: String) -> impl IntoVie
             </fieldset>
             <label class="inline"><input type="checkbox" name="without_drills" value="1" checked=query.without_drills/>"Leave out drill jobs"</label>
             {query.state.clone().map(|s| view! { <input type="hidden" name="state" value=s/> })}
+            {query.owner.clone().map(|o| view! { <input type="hidden" name="owner" value=o/> })}
             <button type="submit">"Filter"</button>
             <a href="/jobs">"Clear"</a>
         </form>
@@ -115,6 +118,7 @@ pub fn JobsPage() -> impl IntoView {
         redelivered: non_empty(m.get("redelivered")).is_some(),
         stale_rejected: non_empty(m.get("stale_rejected")).is_some(),
         without_drills: non_empty(m.get("without_drills")).is_some(),
+        owner: non_empty(m.get("owner")),
     });
     let console = console();
     let zone = super::visitor().zone;
@@ -136,6 +140,7 @@ pub fn JobsPage() -> impl IntoView {
                         let all_current = query.state.is_none().then_some("page");
                         let narrowed = filtered(&query);
                         let drills_apart = query.without_drills;
+                        let owner = query.owner.clone();
                         view! {
                             {filters}
                             {narrowed.then(|| view! {
@@ -144,6 +149,14 @@ pub fn JobsPage() -> impl IntoView {
                                 } else {
                                     "The counts on the tabs are per state for the chosen tenant; the list below also applies the other filters."
                                 }}</p>
+                            })}
+                            {owner.map(|worker| {
+                                let every = href(&JobsQuery { owner: None, ..query.clone() }, query.state.as_deref(), None);
+                                view! {
+                                    <p class="notice">"Jobs worker "<code>{worker}</code>" owns now. "
+                                        <a href=every>"Every worker's"</a>" · "<a href="/workers">"Workers"</a>
+                                    </p>
+                                }
                             })}
                             <nav class="tabs" aria-label="States">
                                 <a href=href(&query, None, None) aria-current=all_current>

@@ -8,6 +8,7 @@ pub mod jobs;
 pub mod login;
 pub mod overview;
 pub mod unknown;
+pub mod workers;
 
 use crate::console::SharedConsole;
 

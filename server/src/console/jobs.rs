@@ -154,6 +154,7 @@ impl LedgerConsole {
                 redelivered: query.redelivered,
                 stale_rejected: query.stale_rejected,
                 without_drills: query.without_drills,
+                owner: query.owner.clone(),
                 limit: PAGE_JOBS,
             })
             .await?;

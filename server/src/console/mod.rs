@@ -22,6 +22,7 @@ mod overview;
 pub mod plot;
 mod swimlane;
 mod unknown;
+mod workers;
 
 use fenceline_app::console::{
     AuditPage, AuditQuery, Console, DeadLetters, JobDetail, JobsPage, JobsQuery, Overview, Pending,
@@ -203,6 +204,10 @@ impl Console for LedgerConsole {
 
     fn audit(&self, query: AuditQuery) -> Pending<'_, AuditPage> {
         Box::pin(async move { self.build_audit(query).await.map_err(shown) })
+    }
+
+    fn workers(&self) -> Pending<'_, fenceline_app::console::WorkersPage> {
+        Box::pin(async move { self.build_workers().await.map_err(shown) })
     }
 
     fn drills(&self) -> Pending<'_, fenceline_app::console::DrillsPage> {

@@ -17,7 +17,7 @@
 //!   console's pages read (timeline runs, chart buckets, capped counts); `unknown.rs` — the
 //!   reconciliation queue; `scans.rs` — the reaper's queries; `transport.rs` — refused queue
 //!   messages and dead-letter notes; `queue_store.rs` — the embedded queue's table;
-//! - `tokens.rs` — API tokens; `operators.rs` — operators, console sessions, sign-in failures; `retention.rs` — pruning; `generated.rs`, `reference.rs` —
+//! - `tokens.rs` — API tokens; `operators.rs` — operators, console sessions, sign-in failures; `retention.rs` — pruning; `workers.rs` — worker processes' reports; `generated.rs`, `reference.rs` —
 //!   the benchmarks' generated data and reference tables;
 //! - `model.rs` — what goes in and comes out; `error.rs` — errors and typed refusals;
 //!   `connect.rs` — pools, pragmas, migrations, the clock.
@@ -75,6 +75,7 @@ mod statements;
 mod tokens;
 mod transport;
 mod unknown;
+mod workers;
 mod write;
 
 pub use audit::{AuditEntry, AuditFilter};
@@ -98,6 +99,7 @@ pub use rollup::{Activity, FINISHED, HOUR, REDELIVERED};
 pub use tokens::{valid_tenant, ActsAs, TokenInfo};
 pub use transport::{DeadLetterMove, RejectedMessage};
 pub use unknown::{UnknownForRetrieval, UnknownJob};
+pub use workers::{Reported, WorkerReport, WorkerSeen};
 pub use write::{AcceptDelete, GroupStats, LedgerMessage, OutboxItem, RenewBoth};
 
 use std::sync::Arc;

@@ -472,6 +472,8 @@ pub struct JobFilter {
     pub stale_rejected: bool,
     /// Leave out drill jobs (those with a `drill_run`), as the overview's counts do.
     pub without_drills: bool,
+    /// Only jobs this worker owns now (`owner_id`; a running job's lease holder).
+    pub owner: Option<String>,
     pub limit: u32,
 }
 

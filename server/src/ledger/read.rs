@@ -239,6 +239,10 @@ impl Ledger {
         if filter.without_drills {
             conditions.push("drill_run IS NULL".into());
         }
+        if let Some(owner) = &filter.owner {
+            args.push(owner.clone());
+            conditions.push(format!("owner_id = ${}", args.len()));
+        }
         let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs");
         if !conditions.is_empty() {
             sql.push_str(" WHERE ");

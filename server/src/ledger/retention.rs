@@ -48,6 +48,11 @@ impl Ledger {
         let pruned = self.prune_before(cutoff).await?;
         self.prune_rollup_before(cutoff.min(now.saturating_sub(ROLLUP_READ)))
             .await?;
+        // Reports of workers silent since before the cutoff (one row per process started).
+        sqlx::query("DELETE FROM workers WHERE seen_at < $1")
+            .bind(cutoff)
+            .execute(&self.writer)
+            .await?;
         sqlx::query(
             "INSERT INTO retention_runs (ran_at, keep_us, cutoff, jobs, outbox, queue_messages, \
              rejected_messages) VALUES ($1, $2, $3, $4, $5, $6, $7)",

@@ -5,7 +5,8 @@
 //! deletes only after a durable outcome; the dispatcher sends outbox rows to the queue; the
 //! reaper recovers expired leases, expires passed deadlines, reconciles `unknown` jobs through
 //! provider retrieval and re-dispatches workable jobs whose message went missing; the retention
-//! task prunes terminal records past their keep period. Each loop is
+//! task prunes terminal records past their keep period; [`presence`] reports the process to the
+//! ledger while it runs. Each loop is
 //! a thin wrapper around a testable step, and every one is safe to run in several processes.
 //! Must not log receipt handles, inputs or answers.
 
@@ -14,6 +15,7 @@ pub mod dispatcher;
 pub mod dlq;
 mod heartbeat;
 pub mod message;
+pub mod presence;
 pub mod reaper;
 pub mod retention;
 

@@ -31,6 +31,7 @@ on_both_backends!(
     a_bulk_decision_fences_each_job_on_its_own,
     one_dead_letter_is_replayed_after_inspection_or_dropped_by_an_operator_of_its_tenant,
     the_overview_leaves_drill_jobs_out_of_its_counts_and_says_so,
+    the_workers_page_shows_who_is_alive_silent_or_stopped_and_what_each_owns,
 );
 
 const PASSWORD: &str = "correct horse battery staple";
@@ -415,6 +416,101 @@ async fn the_overview_leaves_drill_jobs_out_of_its_counts_and_says_so(db: Db) {
     assert!(!page.contains("drill job"), "{page}");
     // No drill job in her view, nothing to leave out: the plain list.
     assert_eq!(tile_link(&page, "ready").unwrap(), "/jobs?state=ready");
+}
+
+fn report(worker_id: &str) -> fenceline::ledger::WorkerReport {
+    fenceline::ledger::WorkerReport {
+        worker_id: worker_id.into(),
+        queue: "embedded:jobs".into(),
+        provider: "stub".into(),
+        max_in_flight: 16,
+    }
+}
+
+async fn the_workers_page_shows_who_is_alive_silent_or_stopped_and_what_each_owns(db: Db) {
+    let app = spawn_app(db).await;
+    let ledger = &app.ledger;
+    for worker in ["w-alive", "w-silent", "w-gone"] {
+        ledger.report_worker(&report(worker)).await.unwrap();
+    }
+    ledger.worker_stopped("w-gone").await.unwrap();
+    // w-silent last reported a minute ago and owns a job whose lease has lapsed; w-alive owns
+    // one of acme's and one of globex's, leases held.
+    let raw = app.db.raw_pool().await;
+    sqlx::query("UPDATE workers SET seen_at = seen_at - 60000000 WHERE worker_id = 'w-silent'")
+        .execute(&raw)
+        .await
+        .unwrap();
+    let stuck = create(ledger, new_job("acme", "stuck", json!(1))).await;
+    ledger
+        .claim_and_start(&stuck, "w-silent", Duration::from_millis(1), None, "stub")
+        .await
+        .unwrap();
+    for (tenant, key) in [("acme", "mine"), ("globex", "theirs")] {
+        let job = create(ledger, new_job(tenant, key, json!(2))).await;
+        ledger
+            .claim_and_start(&job, "w-alive", Duration::from_secs(600), None, "stub")
+            .await
+            .unwrap();
+    }
+    // A worker that never reported (a drill's, say) still shows with what it owns.
+    let drilled = create(ledger, new_job("globex", "drilled", json!(3))).await;
+    ledger
+        .claim_and_start(&drilled, "w-quiet", Duration::from_secs(600), None, "stub")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    let mut olga = signed_in(&app, "olga", Role::Viewer, None).await;
+    let page = olga.page("/workers").await;
+    let row = |page: &str, worker: &str| -> String {
+        let at = page
+            .find(&format!("<code>{worker}</code>"))
+            .unwrap_or_else(|| panic!("no row for {worker}: {page}"));
+        let end = page[at..].find("</tr>").unwrap() + at;
+        page[at..end].to_owned()
+    };
+    // Silent first: that is where jobs wait for the reaper.
+    let order: Vec<usize> = ["w-silent", "w-alive", "w-quiet", "w-gone"]
+        .iter()
+        .map(|w| page.find(&format!("<code>{w}</code>")).unwrap())
+        .collect();
+    assert!(order.windows(2).all(|p| p[0] < p[1]), "{page}");
+    let silent = row(&page, "w-silent");
+    assert!(silent.contains(">silent<"), "{silent}");
+    assert!(silent.contains("1 lease lapsed"), "{silent}");
+    assert!(
+        silent.contains("href=\"/jobs?state=running&amp;owner=w-silent\""),
+        "{silent}"
+    );
+    assert!(
+        page.contains("1 silent worker still owns running jobs"),
+        "{page}"
+    );
+    let alive = row(&page, "w-alive");
+    assert!(alive.contains(">alive<"), "{alive}");
+    assert!(alive.contains("embedded:jobs"), "{alive}");
+    assert!(alive.contains(">2</a>"), "{alive}");
+    assert!(alive.contains("ends in"), "{alive}");
+    assert!(!alive.contains("lapsed"), "{alive}");
+    let quiet = row(&page, "w-quiet");
+    assert!(quiet.contains(">no reports<"), "{quiet}");
+    assert!(quiet.contains(">1</a>"), "{quiet}");
+    assert!(row(&page, "w-gone").contains(">stopped<"));
+
+    // The count opens the jobs that worker owns, and only those.
+    let list = olga.page("/jobs?state=running&owner=w-silent").await;
+    assert!(list.contains(&stuck), "{list}");
+    assert!(!list.contains("mine") && !list.contains("theirs"), "{list}");
+    assert!(list.contains("owns now"), "{list}");
+
+    // An operator of acme counts acme's jobs only; the processes stay listed.
+    let acme = ["acme".to_owned()];
+    let mut ana = signed_in(&app, "ana", Role::Operator, Some(&acme)).await;
+    let page = ana.page("/workers").await;
+    assert!(row(&page, "w-alive").contains(">1</a>"), "{page}");
+    assert!(!page.contains("w-quiet"), "{page}");
+    assert!(row(&page, "w-gone").contains(">stopped<"));
 }
 
 async fn decide(

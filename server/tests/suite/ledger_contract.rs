@@ -44,6 +44,7 @@ on_both_backends!(
     a_worker_claims_and_starts_in_one_step_with_its_delivery_on_the_timeline,
     terminal_records_older_than_the_cutoff_are_pruned_and_live_jobs_never_are,
     rolled_up_hours_go_with_retention_once_no_chart_reads_them,
+    a_worker_is_seen_by_its_reports_and_by_the_jobs_it_owns,
     a_release_after_the_deadline_is_refused_and_the_job_expires,
     a_client_retrying_the_same_request_in_a_loop_does_not_grow_the_timeline,
     a_new_job_on_a_queue_in_the_ledger_is_sent_in_its_own_transaction,
@@ -1317,6 +1318,64 @@ async fn rolled_up_hours_go_with_retention_once_no_chart_reads_them(db: Db) {
     ledger.prune(Duration::from_secs(3600)).await.unwrap();
     assert_eq!(left("activity_hours").await, hours[1..]);
     assert_eq!(left("activity_hours_done").await, hours[1..]);
+}
+
+async fn a_worker_is_seen_by_its_reports_and_by_the_jobs_it_owns(db: Db) {
+    use fenceline::ledger::WorkerReport;
+    let (ledger, _db) = fresh_ledger(db).await;
+    let report = WorkerReport {
+        worker_id: "w1".into(),
+        queue: "sqs:jobs".into(),
+        provider: "openai".into(),
+        max_in_flight: 32,
+    };
+    ledger.report_worker(&report).await.unwrap();
+    let job_id = create(&ledger, new_job("acme", "held", json!(1))).await;
+    ledger
+        .claim_and_start(&job_id, "w1", LONG, None, "stub")
+        .await
+        .unwrap();
+    let now = ledger.now_us().await.unwrap();
+    let seen = ledger
+        .workers_seen(now - 60_000_000, now, None)
+        .await
+        .unwrap();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let w1 = &seen[0];
+    let reported = w1.reported.clone().unwrap();
+    assert_eq!(
+        (reported.queue.as_str(), reported.max_in_flight),
+        ("sqs:jobs", 32)
+    );
+    assert_eq!(reported.started_at, reported.seen_at);
+    assert_eq!((w1.held, w1.lapsed), (1, 0));
+    assert!(w1.lease_until.unwrap() > now);
+    // Judged later than its lease: lapsed.
+    let later = w1.lease_until.unwrap() + 1;
+    let seen = ledger.workers_seen(0, later, None).await.unwrap();
+    assert_eq!((seen[0].held, seen[0].lapsed), (1, 1));
+    // Reports older than `since` are not listed; what it owns still is.
+    let seen = ledger
+        .workers_seen(now + 3_600_000_000, now, None)
+        .await
+        .unwrap();
+    assert!(seen[0].reported.is_none() && seen[0].held == 1, "{seen:?}");
+    // Another tenant's view: the process, none of the jobs.
+    let other = ["globex".to_owned()];
+    let seen = ledger.workers_seen(0, now, Some(&other)).await.unwrap();
+    assert_eq!((seen.len(), seen[0].held), (1, 0));
+    // A clean stop is recorded; a report after it (the same id started again) clears it.
+    ledger.worker_stopped("w1").await.unwrap();
+    let stopped = ledger.workers_seen(0, now, None).await.unwrap()[0].clone();
+    assert!(stopped.reported.unwrap().stopped_at.is_some());
+    ledger.report_worker(&report).await.unwrap();
+    let again = ledger.workers_seen(0, now, None).await.unwrap()[0].clone();
+    let again = again.reported.unwrap();
+    assert_eq!(again.stopped_at, None);
+    assert_eq!(
+        again.started_at, reported.started_at,
+        "still the first report's start"
+    );
 }
 
 async fn a_release_after_the_deadline_is_refused_and_the_job_expires(db: Db) {

@@ -448,6 +448,18 @@ async fn sigterm_during_a_call_keeps_the_answer(db: Db, command: &str) {
     );
     assert!(kinds.iter().any(|k| k == "message_deleted"), "{kinds:?}");
     assert_eq!(ledger.attempts(&job_id).await.unwrap().len(), 1);
+    // The process reported itself while it ran, and its clean stop after the drain.
+    let now = ledger.now_us().await.unwrap();
+    let workers = ledger.workers_seen(0, now, None).await.unwrap();
+    let me = workers
+        .iter()
+        .find(|w| w.worker_id == "T")
+        .expect("T reported");
+    let reported = me.reported.as_ref().expect("T reported");
+    assert!(reported.stopped_at.is_some(), "{command}: {me:?}");
+    assert!(reported.queue.starts_with("embedded:"), "{me:?}");
+    assert_eq!(reported.provider, "stub");
+    assert_eq!(me.held, 0, "{me:?}");
 }
 
 /// SIGTERM while a call runs longer than the drain allows: the call is handed back to the

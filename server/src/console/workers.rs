@@ -1,0 +1,74 @@
+//! `/workers`: the worker processes that reported lately and the running jobs each owns now.
+
+use fenceline_app::console::{WorkerRow, WorkerStatus, WorkersPage};
+
+use crate::ledger::LedgerError;
+use crate::time::human_duration;
+use crate::worker::presence::INTERVAL;
+
+use super::format::ago;
+use super::LedgerConsole;
+
+/// How long a worker stays listed after its last report.
+const LISTED_FOR: i64 = 24 * 3_600_000_000;
+
+/// Reports missed before a running worker counts as silent: three intervals.
+const SILENT_AFTER: i64 = 3 * INTERVAL.as_micros() as i64;
+
+impl LedgerConsole {
+    pub(super) async fn build_workers(&self) -> Result<WorkersPage, LedgerError> {
+        let now = self.ledger.now_us().await?;
+        let seen = self
+            .ledger
+            .workers_seen(now - LISTED_FOR, now, self.tenants.as_deref())
+            .await?;
+        let mut rows: Vec<WorkerRow> = seen
+            .into_iter()
+            .map(|w| {
+                let status = match &w.reported {
+                    None => WorkerStatus::Unreported,
+                    Some(r) if r.stopped_at.is_some() => WorkerStatus::Stopped,
+                    Some(r) if now - r.seen_at > SILENT_AFTER => WorkerStatus::Silent,
+                    Some(_) => WorkerStatus::Alive,
+                };
+                let lease = w.lease_until.map(|until| {
+                    if until > now {
+                        format!("ends in {}", human_duration(until - now))
+                    } else {
+                        format!("lapsed {}", ago(now, until))
+                    }
+                });
+                WorkerRow {
+                    worker_id: w.worker_id,
+                    status,
+                    last_report: w.reported.as_ref().map(|r| ago(now, r.seen_at)),
+                    started: w.reported.as_ref().map(|r| self.at(r.started_at)),
+                    queue: w.reported.as_ref().map(|r| r.queue.clone()),
+                    provider: w.reported.as_ref().map(|r| r.provider.clone()),
+                    max_in_flight: w.reported.as_ref().map(|r| r.max_in_flight),
+                    held: w.held,
+                    lapsed: w.lapsed,
+                    lease,
+                }
+            })
+            .collect();
+        // What needs a look first: silent workers (their jobs wait for the reaper), then the
+        // living, then the rest; by id within each.
+        let rank = |s: WorkerStatus| match s {
+            WorkerStatus::Silent => 0,
+            WorkerStatus::Alive => 1,
+            WorkerStatus::Unreported => 2,
+            WorkerStatus::Stopped => 3,
+        };
+        rows.sort_by(|a, b| {
+            rank(a.status)
+                .cmp(&rank(b.status))
+                .then_with(|| a.worker_id.cmp(&b.worker_id))
+        });
+        Ok(WorkersPage {
+            rows,
+            listed_for: "24 hours".into(),
+            report_every: format!("{} s", INTERVAL.as_secs()),
+        })
+    }
+}

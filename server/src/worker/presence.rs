@@ -1,0 +1,30 @@
+//! The process's reports to the ledger: a sign of life every [`INTERVAL`] while its worker
+//! runs, and a last one once it has stopped cleanly (see [`crate::ledger::WorkerReport`]). A
+//! failed report is logged and retried at the next tick; it never stops the worker, and nothing
+//! that keeps jobs safe depends on it.
+
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::ledger::{Ledger, WorkerReport};
+
+/// How often a running worker reports.
+pub const INTERVAL: Duration = Duration::from_secs(5);
+
+/// Reports `report` now and every [`INTERVAL`] until `stop`, then records the stop. Run it in
+/// the stage after the worker's, so that a worker still draining its calls reports as alive.
+pub async fn run(ledger: Ledger, report: WorkerReport, stop: CancellationToken) {
+    loop {
+        if let Err(error) = ledger.report_worker(&report).await {
+            tracing::warn!(%error, "could not report this worker to the ledger");
+        }
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(INTERVAL) => {}
+        }
+    }
+    if let Err(error) = ledger.worker_stopped(&report.worker_id).await {
+        tracing::warn!(%error, "could not record this worker's stop in the ledger");
+    }
+}
