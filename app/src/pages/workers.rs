@@ -91,7 +91,7 @@ pub fn WorkersPage() -> impl IntoView {
                                             <th scope="col">"Queue"</th>
                                             <th scope="col">"Provider"</th>
                                             <th scope="col" class="num">"Calls at once"</th>
-                                            <th scope="col" class="num">"Running jobs owned"</th>
+                                            <th scope="col" class="num">"Jobs owned"</th>
                                             <th scope="col">"Latest lease"</th>
                                         </tr></thead>
                                         <tbody>
@@ -106,7 +106,7 @@ pub fn WorkersPage() -> impl IntoView {
                                                         <td data-label="Queue">{or_dash(row.queue)}</td>
                                                         <td data-label="Provider">{or_dash(row.provider)}</td>
                                                         <td data-label="Calls at once" class="num">{or_dash(row.max_in_flight.map(|n| n.to_string()))}</td>
-                                                        <td data-label="Running jobs owned" class="num">{held}</td>
+                                                        <td data-label="Jobs owned" class="num">{held}</td>
                                                         <td data-label="Latest lease">{or_dash(row.lease)}</td>
                                                     </tr>
                                                 }
