@@ -109,6 +109,11 @@ struct ReasonLabels {
     reason: String,
 }
 
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StatusLabels {
+    status: &'static str,
+}
+
 struct Inner {
     registry: Registry,
     deliveries: Family<DeliveryLabels, Counter>,
@@ -119,6 +124,7 @@ struct Inner {
     jobs: Family<StateLabels, Gauge>,
     outbox_pending: Gauge,
     rejected_messages: Family<ReasonLabels, Gauge>,
+    workers: Family<StatusLabels, Gauge>,
 }
 
 /// What the ledger says at scrape time (`None`: it did not answer).
@@ -127,6 +133,9 @@ pub struct LedgerGauges {
     pub jobs_by_state: Vec<(JobState, i64)>,
     pub outbox_pending: Option<i64>,
     pub rejected_by_reason: Vec<(String, i64)>,
+    /// Worker processes that reported in the last day, as `(alive, silent, stopped)` (see
+    /// `/workers`); `None` when the ledger did not say.
+    pub workers: Option<(i64, i64, i64)>,
 }
 
 /// This process's metrics. Cheap to clone: clones count into the same series.
@@ -151,6 +160,7 @@ impl Default for Metrics {
             jobs: Family::default(),
             outbox_pending: Gauge::default(),
             rejected_messages: Family::default(),
+            workers: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -192,6 +202,12 @@ impl Default for Metrics {
             "fenceline_rejected_messages",
             "Queue messages refused, by reason",
             inner.rejected_messages.clone(),
+        );
+        registry.register(
+            "fenceline_workers",
+            "Worker processes that reported in the last day, by status (silent: running by \
+             its last report, quiet for three reports)",
+            inner.workers.clone(),
         );
         // Every delivery outcome is there from the first scrape, at 0.
         for outcome in DeliveryOutcome::ALL {
@@ -254,6 +270,11 @@ impl Metrics {
             if let Some(pending) = gauges.outbox_pending {
                 inner.outbox_pending.set(pending);
             }
+            if let Some((alive, silent, stopped)) = gauges.workers {
+                for (status, n) in [("alive", alive), ("silent", silent), ("stopped", stopped)] {
+                    inner.workers.get_or_create(&StatusLabels { status }).set(n);
+                }
+            }
             for (reason, n) in &gauges.rejected_by_reason {
                 inner
                     .rejected_messages
@@ -284,6 +305,7 @@ mod tests {
             jobs_by_state: vec![(JobState::Succeeded, 1)],
             outbox_pending: Some(3),
             rejected_by_reason: vec![("not_json".into(), 4)],
+            workers: Some((2, 1, 0)),
         };
         let text = metrics.render(Some(&gauges));
         assert!(
@@ -306,6 +328,18 @@ mod tests {
         assert!(text.contains("fenceline_ledger_up 1"));
         assert!(text.contains("fenceline_outbox_pending 3"));
         assert!(text.contains("fenceline_rejected_messages{reason=\"not_json\"} 4"));
+        assert!(
+            text.contains("fenceline_workers{status=\"alive\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("fenceline_workers{status=\"silent\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("fenceline_workers{status=\"stopped\"} 0"),
+            "{text}"
+        );
         assert!(text.trim_end().ends_with("# EOF"));
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let value = line.rsplit(' ').next().unwrap();

@@ -4,23 +4,21 @@ use fenceline_app::console::{WorkerRow, WorkerStatus, WorkersPage};
 
 use crate::ledger::LedgerError;
 use crate::time::human_duration;
-use crate::worker::presence::INTERVAL;
+use crate::worker::presence::{INTERVAL, LISTED_FOR, SILENT_AFTER};
 
 use super::format::ago;
 use super::LedgerConsole;
-
-/// How long a worker stays listed after its last report.
-const LISTED_FOR: i64 = 24 * 3_600_000_000;
-
-/// Reports missed before a running worker counts as silent: three intervals.
-const SILENT_AFTER: i64 = 3 * INTERVAL.as_micros() as i64;
 
 impl LedgerConsole {
     pub(super) async fn build_workers(&self) -> Result<WorkersPage, LedgerError> {
         let now = self.ledger.now_us().await?;
         let seen = self
             .ledger
-            .workers_seen(now - LISTED_FOR, now, self.tenants.as_deref())
+            .workers_seen(
+                now - LISTED_FOR.as_micros() as i64,
+                now,
+                self.tenants.as_deref(),
+            )
             .await?;
         let mut rows: Vec<WorkerRow> = seen
             .into_iter()
@@ -28,7 +26,9 @@ impl LedgerConsole {
                 let status = match &w.reported {
                     None => WorkerStatus::Unreported,
                     Some(r) if r.stopped_at.is_some() => WorkerStatus::Stopped,
-                    Some(r) if now - r.seen_at > SILENT_AFTER => WorkerStatus::Silent,
+                    Some(r) if r.seen_at < now - SILENT_AFTER.as_micros() as i64 => {
+                        WorkerStatus::Silent
+                    }
                     Some(_) => WorkerStatus::Alive,
                 };
                 let lease = w.lease_until.map(|until| {
@@ -67,7 +67,7 @@ impl LedgerConsole {
         });
         Ok(WorkersPage {
             rows,
-            listed_for: "24 hours".into(),
+            listed_for: format!("{} hours", LISTED_FOR.as_secs() / 3600),
             report_every: format!("{} s", INTERVAL.as_secs()),
         })
     }

@@ -87,6 +87,7 @@ pub(super) async fn metrics(
             jobs_by_state,
             outbox_pending: ledger.outbox_pending().await.ok(),
             rejected_by_reason: ledger.rejected_message_counts().await.unwrap_or_default(),
+            workers: workers_by_status(ledger).await,
         }),
         _ => None,
     };
@@ -98,4 +99,17 @@ pub(super) async fn metrics(
         state.metrics.render(gauges.as_ref()),
     )
         .into_response()
+}
+
+/// Worker processes that reported in the last day by status, judged as `/workers` judges them.
+async fn workers_by_status(ledger: &crate::ledger::Ledger) -> Option<(i64, i64, i64)> {
+    let now = ledger.now_us().await.ok()?;
+    let quiet_since = now - crate::worker::presence::SILENT_AFTER.as_micros() as i64;
+    ledger
+        .worker_statuses(
+            now - crate::worker::presence::LISTED_FOR.as_micros() as i64,
+            quiet_since,
+        )
+        .await
+        .ok()
 }

@@ -81,6 +81,31 @@ impl Ledger {
         Ok(())
     }
 
+    /// Workers that reported since `since`, counted as `(alive, silent, stopped)`: a worker
+    /// not stopped is silent when its latest report is older than `quiet_since`.
+    pub async fn worker_statuses(
+        &self,
+        since: i64,
+        quiet_since: i64,
+    ) -> Result<(i64, i64, i64), LedgerError> {
+        let row = sqlx::query(
+            "SELECT \
+             COALESCE(SUM(CASE WHEN stopped_at IS NULL AND seen_at >= $2 THEN 1 ELSE 0 END), 0) AS alive, \
+             COALESCE(SUM(CASE WHEN stopped_at IS NULL AND seen_at < $2 THEN 1 ELSE 0 END), 0) AS silent, \
+             COALESCE(SUM(CASE WHEN stopped_at IS NOT NULL THEN 1 ELSE 0 END), 0) AS stopped \
+             FROM workers WHERE seen_at >= $1",
+        )
+        .bind(since)
+        .bind(quiet_since)
+        .fetch_one(&self.reader)
+        .await?;
+        Ok((
+            row.try_get("alive")?,
+            row.try_get("silent")?,
+            row.try_get("stopped")?,
+        ))
+    }
+
     /// Workers that reported since `since`, and every owner of a running job of `tenants`
     /// (`None`: every tenant), ordered by id; `now` judges which leases have lapsed.
     pub async fn workers_seen(

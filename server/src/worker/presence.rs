@@ -12,6 +12,14 @@ use crate::ledger::{Ledger, WorkerReport};
 /// How often a running worker reports.
 pub const INTERVAL: Duration = Duration::from_secs(5);
 
+/// How long a running worker may go without a report before it counts as silent: three
+/// intervals, so that one slow write does not raise the alarm.
+pub const SILENT_AFTER: Duration = Duration::from_secs(3 * INTERVAL.as_secs());
+
+/// How long a worker is still listed (`/workers`) and counted (`/metrics`) after its latest
+/// report.
+pub const LISTED_FOR: Duration = Duration::from_secs(24 * 3600);
+
 /// Reports `report` now and every [`INTERVAL`] until `stop`, then records the stop. Run it in
 /// the stage after the worker's, so that a worker still draining its calls reports as alive.
 pub async fn run(ledger: Ledger, report: WorkerReport, stop: CancellationToken) {

@@ -428,7 +428,10 @@ fn report(worker_id: &str) -> fenceline::ledger::WorkerReport {
 }
 
 async fn the_workers_page_shows_who_is_alive_silent_or_stopped_and_what_each_owns(db: Db) {
-    let app = spawn_app(db).await;
+    let app = crate::helpers::spawn_app_configured(db, |s| {
+        s.http.metrics_token = Some(fenceline::settings::Secret::new("metrics-token"));
+    })
+    .await;
     let ledger = &app.ledger;
     for worker in ["w-alive", "w-silent", "w-gone"] {
         ledger.report_worker(&report(worker)).await.unwrap();
@@ -511,6 +514,22 @@ async fn the_workers_page_shows_who_is_alive_silent_or_stopped_and_what_each_own
     assert!(row(&page, "w-alive").contains(">1</a>"), "{page}");
     assert!(!page.contains("w-quiet"), "{page}");
     assert!(row(&page, "w-gone").contains(">stopped<"));
+
+    // The same judgement for alerts: the gauge counts the processes by status.
+    let metrics = app
+        .client
+        .get(format!("{}/metrics", app.base))
+        .bearer_auth("metrics-token")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for (status, n) in [("alive", 1), ("silent", 1), ("stopped", 1)] {
+        let line = format!("fenceline_workers{{status=\"{status}\"}} {n}");
+        assert!(metrics.contains(&line), "{line}: {metrics}");
+    }
 }
 
 async fn decide(
