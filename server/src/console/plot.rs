@@ -433,12 +433,16 @@ fn draw(
         NOW,
     )))?;
     let mid = |i: usize| in_zone(b.edge(i) + b.width / 2, zone);
-    for (i, s) in series.iter().enumerate() {
-        let colour = series_colour(i);
+    // Lines last to first: the first series (jobs accepted, dashed by the stylesheet) lies on
+    // top, so a series equal to it (every accepted job succeeded) cannot hide it.
+    for (i, s) in series.iter().enumerate().rev() {
         chart.draw_series(LineSeries::new(
             s.counts.iter().enumerate().map(|(k, n)| (mid(k), *n)),
-            Color::stroke_width(&colour, 2),
+            Color::stroke_width(&series_colour(i), 2),
         ))?;
+    }
+    for (i, s) in series.iter().enumerate() {
+        let colour = series_colour(i);
         chart.draw_series(
             s.counts
                 .iter()
@@ -610,7 +614,7 @@ mod tests {
                 _ => None,
             })
             .collect();
-        assert_eq!(lines, ["c-created", "c-succeeded"]);
+        assert_eq!(lines, ["c-succeeded", "c-created"]);
         // The two points of bucket 3 sit at different heights.
         let heights: Vec<f64> = svg
             .shapes
@@ -625,6 +629,32 @@ mod tests {
             heights[0] < heights[1],
             "112 is drawn above 102: {heights:?}"
         );
+    }
+
+    #[test]
+    fn the_first_series_is_drawn_last_so_an_equal_one_cannot_hide_it() {
+        // Every job accepted also succeeded: the two lines coincide. The first series (jobs
+        // accepted, dashed by the stylesheet) is drawn on top, so both stay visible.
+        let b = Buckets::of(Window::Hour, at("2026-12-01T10:07:13"), chrono_tz::UTC);
+        let counts = vec![0, 0, 4, 7, 0, 0, 0, 0, 0, 0, 3, 1];
+        let svg = time_series(
+            &b,
+            &[
+                Series::new("accepted", "c-created", counts.clone()),
+                Series::new("succeeded", "c-succeeded", counts),
+                Series::new("failed", "c-failed", vec![0; 12]),
+            ],
+        );
+        let lines: Vec<&str> = svg
+            .shapes
+            .iter()
+            .filter_map(|s| match s {
+                Shape::Polyline { class, points } if points.len() == 12 => Some(class.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(lines.last(), Some(&"c-created"), "{lines:?}");
+        assert_eq!(lines.len(), 3);
     }
 
     #[test]
