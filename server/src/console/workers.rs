@@ -4,7 +4,7 @@ use fenceline_app::console::{WorkerRow, WorkerStatus, WorkersPage};
 
 use crate::ledger::LedgerError;
 use crate::time::human_duration;
-use crate::worker::presence::{INTERVAL, LISTED_FOR, SILENT_AFTER};
+use crate::worker::presence::{listed_since, quiet_since, INTERVAL, LISTED_FOR};
 
 use super::format::ago;
 use super::LedgerConsole;
@@ -14,11 +14,7 @@ impl LedgerConsole {
         let now = self.ledger.now_us().await?;
         let seen = self
             .ledger
-            .workers_seen(
-                now - LISTED_FOR.as_micros() as i64,
-                now,
-                self.tenants.as_deref(),
-            )
+            .workers_seen(listed_since(now), now, self.tenants.as_deref())
             .await?;
         let mut rows: Vec<WorkerRow> = seen
             .into_iter()
@@ -26,9 +22,7 @@ impl LedgerConsole {
                 let status = match &w.reported {
                     None => WorkerStatus::Unreported,
                     Some(r) if r.stopped_at.is_some() => WorkerStatus::Stopped,
-                    Some(r) if r.seen_at < now - SILENT_AFTER.as_micros() as i64 => {
-                        WorkerStatus::Silent
-                    }
+                    Some(r) if r.seen_at < quiet_since(now) => WorkerStatus::Silent,
                     Some(_) => WorkerStatus::Alive,
                 };
                 let lease = w.lease_until.map(|until| {

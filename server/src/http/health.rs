@@ -103,13 +103,10 @@ pub(super) async fn metrics(
 
 /// Worker processes that reported in the last day by status, judged as `/workers` judges them.
 async fn workers_by_status(ledger: &crate::ledger::Ledger) -> Option<(i64, i64, i64)> {
+    use crate::worker::presence::{listed_since, quiet_since};
     let now = ledger.now_us().await.ok()?;
-    let quiet_since = now - crate::worker::presence::SILENT_AFTER.as_micros() as i64;
     ledger
-        .worker_statuses(
-            now - crate::worker::presence::LISTED_FOR.as_micros() as i64,
-            quiet_since,
-        )
+        .worker_statuses(listed_since(now), quiet_since(now))
         .await
         .ok()
 }

@@ -16,6 +16,17 @@ pub const INTERVAL: Duration = Duration::from_secs(5);
 /// intervals, so that one slow write does not raise the alarm.
 pub const SILENT_AFTER: Duration = Duration::from_secs(3 * INTERVAL.as_secs());
 
+/// The database-clock instant (µs) before which a running worker's latest report makes it
+/// silent, judged at `now`: the one rule of `/workers` and of the `fenceline_workers` gauge.
+pub fn quiet_since(now: i64) -> i64 {
+    now - SILENT_AFTER.as_micros() as i64
+}
+
+/// The earliest latest report (µs) of a worker still listed, judged at `now`.
+pub fn listed_since(now: i64) -> i64 {
+    now - LISTED_FOR.as_micros() as i64
+}
+
 /// How long a worker is still listed (`/workers`) and counted (`/metrics`) after its latest
 /// report.
 pub const LISTED_FOR: Duration = Duration::from_secs(24 * 3600);
