@@ -577,6 +577,17 @@ mod tests {
         assert_eq!(nice_ceiling(1_000), 1_000);
     }
 
+    /// The classes of the series' lines (one point a bucket of the hour), in drawing order.
+    fn series_lines(svg: &Svg) -> Vec<&str> {
+        svg.shapes
+            .iter()
+            .filter_map(|s| match s {
+                Shape::Polyline { class, points } if points.len() == 12 => Some(class.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
     fn texts(svg: &Svg) -> Vec<String> {
         svg.texts().into_iter().map(str::to_owned).collect()
     }
@@ -606,14 +617,7 @@ mod tests {
         // A legend names each series, and each has its own line in its own class.
         assert!(texts.contains(&"accepted".to_owned()));
         assert!(texts.contains(&"succeeded".to_owned()));
-        let lines: Vec<&str> = svg
-            .shapes
-            .iter()
-            .filter_map(|s| match s {
-                Shape::Polyline { class, points } if points.len() == 12 => Some(class.as_str()),
-                _ => None,
-            })
-            .collect();
+        let lines = series_lines(&svg);
         assert_eq!(lines, ["c-succeeded", "c-created"]);
         // The two points of bucket 3 sit at different heights.
         let heights: Vec<f64> = svg
@@ -645,14 +649,7 @@ mod tests {
                 Series::new("failed", "c-failed", vec![0; 12]),
             ],
         );
-        let lines: Vec<&str> = svg
-            .shapes
-            .iter()
-            .filter_map(|s| match s {
-                Shape::Polyline { class, points } if points.len() == 12 => Some(class.as_str()),
-                _ => None,
-            })
-            .collect();
+        let lines = series_lines(&svg);
         assert_eq!(lines.last(), Some(&"c-created"), "{lines:?}");
         assert_eq!(lines.len(), 3);
     }

@@ -177,14 +177,7 @@ impl Ledger {
                     next: None,
                 });
             }
-            let marks: Vec<String> = tenants
-                .iter()
-                .map(|t| {
-                    args.push(t.clone());
-                    format!("${}", args.len())
-                })
-                .collect();
-            conditions.push(format!("tenant IN ({})", marks.join(", ")));
+            conditions.push(tenant_in(&mut args, tenants));
         }
         if let Some(state) = filter.state {
             args.push(state.as_str().to_owned());
@@ -314,6 +307,19 @@ impl Ledger {
                 .await?,
         )
     }
+}
+
+/// `tenant IN ($k, …)` for `tenants`, whose values are pushed onto `args` and numbered by
+/// their places there (so `args` holds every parameter before it, in order).
+pub(super) fn tenant_in(args: &mut Vec<String>, tenants: &[String]) -> String {
+    let marks: Vec<String> = tenants
+        .iter()
+        .map(|t| {
+            args.push(t.clone());
+            format!("${}", args.len())
+        })
+        .collect();
+    format!("tenant IN ({})", marks.join(", "))
 }
 
 /// A stored JSON text column, read back.

@@ -141,31 +141,29 @@ impl Ledger {
             })
             .collect::<Result<_, LedgerError>>()?;
         // The running jobs by owner: `jobs_state_id` finds them, however many jobs finished.
-        let mut sql = "SELECT owner_id, COUNT(*) AS held, \
-                       SUM(CASE WHEN owner_until <= $1 THEN 1 ELSE 0 END) AS lapsed, \
-                       MAX(owner_until) AS lease_until FROM jobs WHERE state = 'running'"
-            .to_owned();
-        let mut args: Vec<&str> = Vec::new();
-        if let Some(tenants) = tenants {
-            if tenants.is_empty() {
-                seen.sort_by(|a, b| a.worker_id.cmp(&b.worker_id));
-                return Ok(seen);
+        // An operator with no tenant owns no job to count.
+        let owners = match tenants {
+            Some([]) => Vec::new(),
+            _ => {
+                let mut args: Vec<String> = Vec::new();
+                let scope = tenants
+                    .map(|t| format!(" AND {}", super::read::tenant_in(&mut args, t)))
+                    .unwrap_or_default();
+                let sql = format!(
+                    "SELECT owner_id, COUNT(*) AS held, \
+                     SUM(CASE WHEN owner_until <= ${now} THEN 1 ELSE 0 END) AS lapsed, \
+                     MAX(owner_until) AS lease_until FROM jobs \
+                     WHERE state = 'running'{scope} GROUP BY owner_id",
+                    now = args.len() + 1
+                );
+                let mut query = sqlx::query(&sql);
+                for arg in &args {
+                    query = query.bind(arg.as_str());
+                }
+                query.bind(now).fetch_all(&self.reader).await?
             }
-            let marks: Vec<String> = tenants
-                .iter()
-                .map(|t| {
-                    args.push(t);
-                    format!("${}", args.len() + 1)
-                })
-                .collect();
-            sql.push_str(&format!(" AND tenant IN ({})", marks.join(", ")));
-        }
-        sql.push_str(" GROUP BY owner_id");
-        let mut query = sqlx::query(&sql).bind(now);
-        for arg in args {
-            query = query.bind(arg);
-        }
-        for row in query.fetch_all(&self.reader).await? {
+        };
+        for row in owners {
             let worker_id: String = row.try_get("owner_id")?;
             let held: i64 = row.try_get("held")?;
             let lapsed: i64 = row.try_get("lapsed")?;
