@@ -6,11 +6,14 @@ use fenceline_app::console::{
 };
 
 use crate::job::{EventKind, JobId, JobState};
-use crate::ledger::{LedgerError, RENEWAL_KINDS, TRANSPORT_KINDS};
+use crate::ledger::{LedgerError, Run, RENEWAL_KINDS, TRANSPORT_KINDS};
 
 use super::format::{event_row, left};
 use super::swimlane::swimlane_of;
 use super::{LedgerConsole, FOLD_MIN, PAGE_RUNS};
+
+/// At most this many events of an opened run are shown.
+const OPEN_MAX: i64 = 2000;
 use crate::time::{clock_in, day_in, human_duration};
 use fenceline_app::console::Zoom;
 
@@ -31,29 +34,28 @@ impl LedgerConsole {
         else {
             return Ok(None);
         };
-        let now = self.ledger.now_us().await?;
-        let attempts = self.ledger.attempts(&job.job_id).await?;
-        let decisions = self.ledger.decisions(&job.job_id).await?;
-        let event_count = self.ledger.event_count(&job.job_id).await?;
         // Transitions always; transport facts (deliveries, duplicates, dispatches) one by one
         // while they are few, in buckets when a storm of them would bury the chart.
-        let transport_count: i64 = self
-            .ledger
-            .kind_buckets(&job.job_id, &TRANSPORT_KINDS, job.created_at, i64::MAX / 4)
-            .await?
-            .iter()
-            .map(|b| b.count)
-            .sum();
+        const TRANSPORT_SHOWN: i64 = 150;
+        let (now, attempts, decisions, event_count, last_event, transport, reruns) = tokio::join!(
+            self.ledger.now_us(),
+            self.ledger.attempts(&job.job_id),
+            self.ledger.decisions(&job.job_id),
+            self.ledger.event_count(&job.job_id),
+            self.ledger.last_event(&job.job_id),
+            self.ledger
+                .kind_count_capped(&job.job_id, &TRANSPORT_KINDS, TRANSPORT_SHOWN + 1),
+            self.ledger.rerun_links(&job.job_id),
+        );
+        let (now, attempts, decisions, event_count) = (now?, attempts?, decisions?, event_count?);
         let mut bucketed: Vec<EventKind> = RENEWAL_KINDS.to_vec();
-        if transport_count > 150 {
+        if transport? > TRANSPORT_SHOWN {
             bucketed.extend(TRANSPORT_KINDS);
         }
-        let key = self.ledger.key_events(&job.job_id, &bucketed, 650).await?;
         // The chart covers what happened: up to now only while a call is under way, so an
         // `unknown` job's axis does not grow while it waits for a decision.
-        let last = key
-            .last()
-            .map_or(job.created_at, |e| e.at)
+        let last = last_event?
+            .map_or(job.created_at, |(_, at)| at)
             .max(job.terminal_at.unwrap_or(job.created_at))
             .max(
                 attempts
@@ -75,10 +77,13 @@ impl LedgerConsole {
             None => (job.created_at, end),
         };
         let width = ((to - from) / 120).max(1);
-        let buckets = self
-            .ledger
-            .kind_buckets(&job.job_id, &bucketed, from, width)
-            .await?;
+        // The transitions drawn one by one and the counts drawn in buckets, side by side.
+        let (key, buckets) = tokio::join!(
+            self.ledger.key_events(&job.job_id, &bucketed, 650),
+            self.ledger
+                .kind_buckets(&job.job_id, &bucketed, from, width)
+        );
+        let (key, buckets) = (key?, buckets?);
         let svg = swimlane_of(&job, &attempts, &key, &buckets, (from, to), end, width);
         let drill = job.drill_run.clone();
         Ok(Some(JobDetail {
@@ -148,7 +153,7 @@ impl LedgerConsole {
                 .collect(),
             swimlane: svg,
             drill,
-            reruns: self.ledger.rerun_links(&job.job_id).await?,
+            reruns: reruns?,
         }))
     }
 
@@ -207,14 +212,25 @@ impl LedgerConsole {
             runs.truncate(PAGE_RUNS as usize);
             runs.last().map_or(0, |r| r.first_seq)
         });
+        // The events of the runs shown unfolded (at most a page's worth of an opened one),
+        // all read at once.
+        let unfolded = |run: &Run| run.len() < FOLD_MIN || query.open == Some(run.first_seq);
+        let seqs: Vec<i64> = runs
+            .iter()
+            .filter(|run| unfolded(run))
+            .flat_map(|run| run.first_seq..=run.last_seq.min(run.first_seq + OPEN_MAX - 1))
+            .collect();
+        let mut events = self
+            .ledger
+            .events_numbered(&job_id, &seqs)
+            .await?
+            .into_iter()
+            .peekable();
         let mut rows = Vec::with_capacity(runs.len());
         // The first row of the page, and the first of each new day, carries its date.
         let mut shown_day = None;
-        let mut i = 0;
-        while i < runs.len() {
-            let run = &runs[i];
-            let folded = run.len() >= FOLD_MIN && query.open != Some(run.first_seq);
-            if folded {
+        for run in &runs {
+            if !unfolded(run) {
                 rows.push(TimelineRow::Folded {
                     kind: run.kind.as_str().to_owned(),
                     first_seq: run.first_seq,
@@ -222,20 +238,9 @@ impl LedgerConsole {
                     first_at: clock_in(run.first_at, self.zone),
                     last_at: clock_in(run.last_at, self.zone),
                 });
-                i += 1;
                 continue;
             }
-            // A block of consecutive unfolded runs: one query for its events.
-            let first = run.first_seq;
-            let mut last = run.last_seq;
-            let mut j = i + 1;
-            while j < runs.len()
-                && !(runs[j].len() >= FOLD_MIN && query.open != Some(runs[j].first_seq))
-            {
-                last = runs[j].last_seq;
-                j += 1;
-            }
-            for e in self.ledger.events_between(&job_id, first, last).await? {
+            while let Some(e) = events.next_if(|e| e.seq <= run.last_seq) {
                 let day = day_in(e.at, self.zone);
                 let with_date = shown_day != Some(day);
                 shown_day = Some(day);
@@ -246,7 +251,6 @@ impl LedgerConsole {
                     with_date,
                 )));
             }
-            i = j;
         }
         Ok(Timeline {
             rows,

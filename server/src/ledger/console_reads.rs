@@ -7,7 +7,7 @@ use sqlx::Row;
 
 use super::model::Event;
 use super::read::{event_from_row, job_from_row, JOB_COLUMNS};
-use super::{Job, Ledger, LedgerError};
+use super::{Backend, Job, Ledger, LedgerError};
 use crate::job::EventKind;
 
 /// Whether a count takes in drill jobs (those with a `drill_run`). The overview and the
@@ -103,17 +103,106 @@ pub(super) fn kind_list(kinds: &[EventKind]) -> String {
         .join(", ")
 }
 
-/// Runs of consecutive events of one kind; successful lease and visibility renewals, which
-/// alternate while a call runs, count as one kind (`renewed`). Failed renewals never join.
-const RUNS: &str = "WITH keyed AS ( \
-        SELECT seq, at, CASE WHEN kind IN ('lease_renewed', 'visibility_renewed') \
-        THEN 'renewed' ELSE kind END AS kind FROM events WHERE job_id = $1), \
-    numbered AS ( \
-        SELECT seq, kind, at, seq - ROW_NUMBER() OVER (PARTITION BY kind ORDER BY seq) AS grp \
-        FROM keyed), \
-    runs AS ( \
-        SELECT kind, MIN(seq) AS first_seq, MAX(seq) AS last_seq, MIN(at) AS first_at, \
-        MAX(at) AS last_at FROM numbered GROUP BY kind, grp)";
+/// An event's kind on the folded timeline (column `kind`, or `alias.kind`): successful lease
+/// and visibility renewals, which alternate while a call runs, count as one kind (`renewed`).
+/// Failed renewals never join.
+fn folded_kind(alias: &str) -> String {
+    let kind = if alias.is_empty() {
+        "kind".to_owned()
+    } else {
+        format!("{alias}.kind")
+    };
+    format!(
+        "CASE WHEN {kind} IN ('lease_renewed', 'visibility_renewed') \
+         THEN 'renewed' ELSE {kind} END"
+    )
+}
+
+/// On PostgreSQL, whether the event (`seq`, `kind`) after `before_seq`, `before_kind` starts
+/// a run, comparing the kinds as they are: folding each one first costs its window about a
+/// quarter more.
+const PG_STARTS: &str = "(before_seq IS NULL OR before_seq <> seq - 1 OR (before_kind <> kind \
+     AND NOT (kind IN ('lease_renewed', 'visibility_renewed') \
+     AND before_kind IN ('lease_renewed', 'visibility_renewed'))))";
+
+/// The events of job `$1` after sequence number `$2` that start a run (a run: consecutive
+/// events of one folded kind), oldest first, at most `$3`: `seq`, `kind` (folded), `at`, and
+/// the sequence number and time of the event before it (`before_seq`, `before_at`), where the
+/// previous run ends. Each backend walks the job's events in key order from `$2` only as far
+/// as the runs asked for, never the whole timeline: PostgreSQL through a window that looks one
+/// event back (its window runs row by row over the index), SQLite by looking up each event's
+/// predecessor (it would compute a window over every event first).
+fn run_starts_after(backend: Backend) -> String {
+    let (e, p) = (folded_kind("e"), folded_kind("p"));
+    match backend {
+        Backend::Postgres => format!(
+            "SELECT seq, {k} AS kind, at, before_seq, (SELECT b.at FROM events b \
+             WHERE b.job_id = $1 AND b.seq = s.before_seq) AS before_at \
+             FROM (SELECT seq, kind, at, LAG(kind) OVER w AS before_kind, \
+             LAG(seq) OVER w AS before_seq FROM events WHERE job_id = $1 AND seq >= $2 \
+             WINDOW w AS (ORDER BY seq)) AS s WHERE seq > $2 AND {starts} \
+             ORDER BY seq LIMIT $3",
+            k = folded_kind(""),
+            starts = PG_STARTS,
+        ),
+        Backend::Sqlite => format!(
+            "SELECT e.seq, {e} AS kind, e.at, \
+             (SELECT b.seq FROM events b WHERE b.job_id = e.job_id AND b.seq < e.seq \
+              ORDER BY b.seq DESC LIMIT 1) AS before_seq, \
+             (SELECT b.at FROM events b WHERE b.job_id = e.job_id AND b.seq < e.seq \
+              ORDER BY b.seq DESC LIMIT 1) AS before_at \
+             FROM events e LEFT JOIN events p ON p.job_id = e.job_id AND p.seq = e.seq - 1 \
+             WHERE e.job_id = $1 AND e.seq > $2 AND (p.seq IS NULL OR {p} <> {e}) \
+             ORDER BY e.seq LIMIT $3"
+        ),
+    }
+}
+
+/// The sequence number of the run start `$3` starts back from event `$2` of job `$1` (0: the
+/// start of the run holding `$2`), walking back from `$2` as far as that. `exists` adds the
+/// condition that event `$2` is there.
+fn run_start_back(backend: Backend, exists: bool) -> String {
+    let (e, p) = (folded_kind("e"), folded_kind("p"));
+    let there = if exists {
+        " AND EXISTS (SELECT 1 FROM events x WHERE x.job_id = $1 AND x.seq = $2)"
+    } else {
+        ""
+    };
+    match backend {
+        Backend::Postgres => format!(
+            "SELECT seq FROM (SELECT seq, kind, LEAD(kind) OVER w AS before_kind, \
+             LEAD(seq) OVER w AS before_seq FROM events WHERE job_id = $1 AND seq <= $2 \
+             WINDOW w AS (ORDER BY seq DESC)) AS s WHERE {PG_STARTS}{there} \
+             ORDER BY seq DESC LIMIT 1 OFFSET $3"
+        ),
+        Backend::Sqlite => format!(
+            "SELECT e.seq FROM events e \
+             LEFT JOIN events p ON p.job_id = e.job_id AND p.seq = e.seq - 1 \
+             WHERE e.job_id = $1 AND e.seq <= $2 AND (p.seq IS NULL OR {p} <> {e}){there} \
+             ORDER BY e.seq DESC LIMIT 1 OFFSET $3"
+        ),
+    }
+}
+
+/// Where a run starts, and where the run before it ends.
+struct RunStart {
+    kind: RunKind,
+    seq: i64,
+    at: i64,
+    before: Option<(i64, i64)>,
+}
+
+fn run_start_from_row(row: &sqlx::any::AnyRow) -> Result<RunStart, LedgerError> {
+    let kind: String = row.try_get("kind")?;
+    let before_seq: Option<i64> = row.try_get("before_seq")?;
+    let before_at: Option<i64> = row.try_get("before_at")?;
+    Ok(RunStart {
+        kind: RunKind::try_from(kind).map_err(|e| LedgerError::Corrupt(e.to_string()))?,
+        seq: row.try_get("seq")?,
+        at: row.try_get("at")?,
+        before: before_seq.zip(before_at),
+    })
+}
 
 /// Drill jobs per state, of one tenant (`$1`) or all (`$1` null), found by `jobs_drill_run`: a
 /// drill's jobs are few. Grouped by an expression, not the column: grouped by `state`, SQLite
@@ -154,17 +243,6 @@ where
         .collect()
 }
 
-fn run_from_row(row: &sqlx::any::AnyRow) -> Result<Run, LedgerError> {
-    let kind: String = row.try_get("kind")?;
-    Ok(Run {
-        kind: RunKind::try_from(kind).map_err(|e| LedgerError::Corrupt(e.to_string()))?,
-        first_seq: row.try_get("first_seq")?,
-        last_seq: row.try_get("last_seq")?,
-        first_at: row.try_get("first_at")?,
-        last_at: row.try_get("last_at")?,
-    })
-}
-
 impl Ledger {
     /// Up to `limit` runs starting after sequence number `after`, oldest first.
     pub async fn timeline_runs(
@@ -173,15 +251,59 @@ impl Ledger {
         after: i64,
         limit: u32,
     ) -> Result<Vec<Run>, LedgerError> {
-        let sql =
-            format!("{RUNS} SELECT * FROM runs WHERE first_seq > $2 ORDER BY first_seq LIMIT $3");
-        let rows = sqlx::query(&sql)
+        // One start more than the runs asked for: where it starts, the last of them ends.
+        let rows = sqlx::query(&run_starts_after(self.backend()))
             .bind(job_id)
             .bind(after)
-            .bind(i64::from(limit))
+            .bind(i64::from(limit) + 1)
             .fetch_all(&self.reader)
             .await?;
-        rows.iter().map(run_from_row).collect()
+        let mut starts = rows
+            .iter()
+            .map(run_start_from_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        let end = if starts.len() > limit as usize {
+            starts.pop().and_then(|next| next.before)
+        } else if starts.is_empty() {
+            return Ok(Vec::new());
+        } else {
+            // The last run ends with the job's last event.
+            self.last_event(job_id).await?
+        };
+        let ends: Vec<Option<(i64, i64)>> = starts
+            .iter()
+            .skip(1)
+            .map(|s| s.before)
+            .chain(std::iter::once(end))
+            .collect();
+        starts
+            .iter()
+            .zip(ends)
+            .map(|(start, end)| {
+                let (last_seq, last_at) = end.ok_or_else(|| {
+                    LedgerError::Corrupt(format!("a run of job {job_id} has no last event"))
+                })?;
+                Ok(Run {
+                    kind: start.kind,
+                    first_seq: start.seq,
+                    last_seq,
+                    first_at: start.at,
+                    last_at,
+                })
+            })
+            .collect()
+    }
+
+    /// The sequence number and time of the job's last event.
+    pub async fn last_event(&self, job_id: &str) -> Result<Option<(i64, i64)>, LedgerError> {
+        let row =
+            sqlx::query("SELECT seq, at FROM events WHERE job_id = $1 ORDER BY seq DESC LIMIT 1")
+                .bind(job_id)
+                .fetch_optional(&self.reader)
+                .await?;
+        Ok(row
+            .map(|r| Ok::<_, sqlx::Error>((r.try_get("seq")?, r.try_get("at")?)))
+            .transpose()?)
     }
 
     /// The first sequence number of the run `back` runs before the one starting after
@@ -192,10 +314,7 @@ impl Ledger {
         after: i64,
         back: u32,
     ) -> Result<Option<i64>, LedgerError> {
-        let sql = format!(
-            "{RUNS} SELECT first_seq FROM runs WHERE first_seq <= $2 ORDER BY first_seq DESC LIMIT 1 OFFSET $3"
-        );
-        Ok(sqlx::query_scalar(&sql)
+        Ok(sqlx::query_scalar(&run_start_back(self.backend(), false))
             .bind(job_id)
             .bind(after)
             .bind(i64::from(back.saturating_sub(1)))
@@ -209,32 +328,42 @@ impl Ledger {
         job_id: &str,
         seq: i64,
     ) -> Result<Option<i64>, LedgerError> {
-        let sql =
-            format!("{RUNS} SELECT first_seq FROM runs WHERE first_seq <= $2 AND last_seq >= $2");
-        Ok(sqlx::query_scalar(&sql)
+        Ok(sqlx::query_scalar(&run_start_back(self.backend(), true))
             .bind(job_id)
             .bind(seq)
+            .bind(0_i64)
             .fetch_optional(&self.reader)
             .await?)
     }
 
-    /// Events with these sequence numbers (at most a page of them).
-    pub async fn events_between(
+    /// The job's events with these sequence numbers, in order: a page's unfolded runs,
+    /// wherever they lie between its folded ones, in one statement.
+    pub async fn events_numbered(
         &self,
         job_id: &str,
-        first: i64,
-        last: i64,
+        seqs: &[i64],
     ) -> Result<Vec<Event>, LedgerError> {
-        let rows = sqlx::query(
+        if seqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        // The numbers as one JSON array, looked up in the key one by one.
+        let numbers = match self.backend() {
+            Backend::Postgres => {
+                "= ANY(ARRAY(SELECT CAST(value AS BIGINT) \
+                 FROM json_array_elements_text(CAST($2 AS JSON))))"
+            }
+            Backend::Sqlite => "IN (SELECT CAST(value AS BIGINT) FROM json_each($2))",
+        };
+        let sql = format!(
             "SELECT job_id, seq, at, kind, epoch, actor, message_id, receive_count, handle_hash, \
              attempt_no, deadline_left_ms, detail FROM events \
-             WHERE job_id = $1 AND seq >= $2 AND seq <= $3 ORDER BY seq LIMIT 2000",
-        )
-        .bind(job_id)
-        .bind(first)
-        .bind(last)
-        .fetch_all(&self.reader)
-        .await?;
+             WHERE job_id = $1 AND seq {numbers} ORDER BY seq"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(job_id)
+            .bind(serde_json::to_string(seqs).map_err(|e| LedgerError::Corrupt(e.to_string()))?)
+            .fetch_all(&self.reader)
+            .await?;
         rows.iter().map(event_from_row).collect()
     }
 
@@ -268,6 +397,26 @@ impl Ledger {
             .fetch_all(&self.reader)
             .await?;
         rows.iter().map(event_from_row).collect()
+    }
+
+    /// How many events of `kinds` the job has, counted only up to `cap` (so a job with a
+    /// storm of them is not walked to its end to learn that there are many).
+    pub async fn kind_count_capped(
+        &self,
+        job_id: &str,
+        kinds: &[EventKind],
+        cap: i64,
+    ) -> Result<i64, LedgerError> {
+        let kinds = kind_list(kinds);
+        let sql = format!(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM events WHERE job_id = $1 AND kind IN ({kinds}) \
+             LIMIT $2) AS c"
+        );
+        Ok(sqlx::query_scalar(&sql)
+            .bind(job_id)
+            .bind(cap)
+            .fetch_one(&self.reader)
+            .await?)
     }
 
     /// Events of `kinds` on one job counted in `width`-microsecond buckets from `start`.

@@ -32,6 +32,7 @@ on_both_backends!(
     one_dead_letter_is_replayed_after_inspection_or_dropped_by_an_operator_of_its_tenant,
     the_overview_leaves_drill_jobs_out_of_its_counts_and_says_so,
     the_workers_page_shows_who_is_alive_silent_or_stopped_and_what_each_owns,
+    a_job_page_folds_long_runs_and_shows_every_other_event_in_place,
 );
 
 const PASSWORD: &str = "correct horse battery staple";
@@ -1658,3 +1659,103 @@ async fn the_jobs_list_filters_by_prefix_tenant_time_worker_error_and_trouble(db
 }
 
 on_both_backends!(the_jobs_list_filters_by_prefix_tenant_time_worker_error_and_trouble);
+
+/// A job's page lists its timeline in order: a run of four or more events of one kind (lease
+/// and visibility renewals as one) as one folded row, every other event as its own row, and a
+/// folded run opened shows each of its events.
+async fn a_job_page_folds_long_runs_and_shows_every_other_event_in_place(db: Db) {
+    use fenceline::job::EventKind::{
+        self, DeliveryReceived, DuplicateSuppressed, LeaseRenewalFailed, LeaseRenewed,
+        VisibilityRenewed,
+    };
+    use fenceline::ledger::NewEvent;
+    let app = spawn_app(db).await;
+    let job_id = create(&app.ledger, new_job("acme", "folds", json!(1))).await;
+    let worker = Actor::Worker("w".into());
+    let pattern: Vec<(EventKind, usize)> = vec![
+        (DeliveryReceived, 2),
+        (LeaseRenewed, 1),
+        (VisibilityRenewed, 1),
+        (LeaseRenewed, 1),
+        (VisibilityRenewed, 1),
+        (LeaseRenewed, 1),
+        (VisibilityRenewed, 1),
+        (DuplicateSuppressed, 1),
+        (LeaseRenewed, 1),
+        (VisibilityRenewed, 1),
+        (LeaseRenewalFailed, 1),
+        (DuplicateSuppressed, 5),
+        (VisibilityRenewed, 3),
+        (DeliveryReceived, 1),
+        (LeaseRenewed, 1),
+        (VisibilityRenewed, 1),
+        (LeaseRenewed, 1),
+        (VisibilityRenewed, 1),
+        (LeaseRenewed, 1),
+    ];
+    for (kind, n) in &pattern {
+        let batch: Vec<NewEvent> = (0..*n).map(|_| NewEvent::new(*kind, &worker)).collect();
+        app.ledger.append_events(&job_id, &batch).await.unwrap();
+    }
+    // What the page should list, folded from the whole timeline at once.
+    let events = app.ledger.all_events(&job_id).await.unwrap();
+    let folded = |kind: EventKind| match kind {
+        LeaseRenewed | VisibilityRenewed => "renewed",
+        other => other.as_str(),
+    };
+    let mut runs: Vec<(&str, i64, i64)> = Vec::new();
+    for e in &events {
+        match runs.last_mut() {
+            Some(run) if run.0 == folded(e.kind) => run.2 = e.seq,
+            _ => runs.push((folded(e.kind), e.seq, e.seq)),
+        }
+    }
+    let rows_of = |open: Option<i64>| -> Vec<String> {
+        runs.iter()
+            .flat_map(|&(_, first, last)| {
+                if last - first + 1 >= 4 && open != Some(first) {
+                    vec![format!("e{first} folded")]
+                } else {
+                    events
+                        .iter()
+                        .filter(|e| (first..=last).contains(&e.seq))
+                        .map(|e| format!("e{} kind-{}", e.seq, e.kind.as_str()))
+                        .collect()
+                }
+            })
+            .collect()
+    };
+    let shown = |page: &str| -> Vec<String> {
+        page.split("<tr id=\"")
+            .skip(1)
+            .map(|row| {
+                let (id, rest) = row.split_once('"').unwrap();
+                let class = rest
+                    .strip_prefix(" class=\"")
+                    .and_then(|c| c.split_once('"'))
+                    .map_or("", |c| c.0);
+                format!("{id} {class}")
+            })
+            .collect()
+    };
+    let mut viewer = signed_in(&app, "vera", Role::Viewer, None).await;
+    let page = viewer.page(&format!("/jobs/{job_id}")).await;
+    let want = rows_of(None);
+    assert_eq!(shown(&page), want);
+    assert_eq!(
+        want.iter().filter(|r| r.ends_with("folded")).count(),
+        3,
+        "{want:?}"
+    );
+    assert!(page.contains("6 × lease and visibility renewed, all answered"));
+    assert!(page.contains("5 × duplicate suppressed"));
+    // Opened, a folded run lists each of its events where it was.
+    let renewals = runs
+        .iter()
+        .find(|r| r.0 == "renewed" && r.2 - r.1 == 5)
+        .unwrap();
+    let opened = viewer
+        .page(&format!("/jobs/{job_id}?open={}", renewals.1))
+        .await;
+    assert_eq!(shown(&opened), rows_of(Some(renewals.1)));
+}

@@ -41,6 +41,7 @@ on_both_backends!(
     an_operator_can_resolve_an_unknown_job_as_succeeded_with_evidence,
     the_database_refuses_illegal_states_even_from_raw_sql,
     jobs_and_timelines_page_by_keyset,
+    a_timeline_folds_into_the_same_runs_read_forward_back_or_around_any_event,
     a_worker_claims_and_starts_in_one_step_with_its_delivery_on_the_timeline,
     terminal_records_older_than_the_cutoff_are_pruned_and_live_jobs_never_are,
     rolled_up_hours_go_with_retention_once_no_chart_reads_them,
@@ -1203,6 +1204,119 @@ async fn jobs_and_timelines_page_by_keyset(db: Db) {
         total += page.len();
     }
     assert_eq!(total, 14);
+}
+
+/// The console's folded timeline: runs of consecutive events of one kind (successful lease and
+/// visibility renewals as one), read a page at a time forward, a page back from any page, and
+/// around any event, are the runs of the whole timeline folded at once.
+async fn a_timeline_folds_into_the_same_runs_read_forward_back_or_around_any_event(db: Db) {
+    use fenceline::job::EventKind::{
+        self, DeliveryReceived, DuplicateSuppressed, LeaseRenewalFailed, LeaseRenewed,
+        VisibilityRenewed,
+    };
+    use fenceline::ledger::NewEvent;
+    let (ledger, _db) = fresh_ledger(db).await;
+    let job_id = create(&ledger, new_job("acme", "fold", json!(1))).await;
+    let worker = Actor::Worker("w".into());
+    // A fixed pseudo-random walk: runs of renewals, failed renewals that break them, single
+    // events and repeats; appended in batches, so that times differ between them.
+    let mut x: u64 = 7;
+    for _ in 0..40 {
+        let batch: Vec<NewEvent> = (0..10)
+            .map(|_| {
+                x = x
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                let kind = match (x >> 33) % 10 {
+                    0..=2 => LeaseRenewed,
+                    3..=5 => VisibilityRenewed,
+                    6 => LeaseRenewalFailed,
+                    7 => DuplicateSuppressed,
+                    _ => DeliveryReceived,
+                };
+                NewEvent::new(kind, &worker)
+            })
+            .collect();
+        ledger.append_events(&job_id, &batch).await.unwrap();
+    }
+    let events = ledger.all_events(&job_id).await.unwrap();
+    let folded = |kind: EventKind| match kind {
+        LeaseRenewed | VisibilityRenewed => "renewed",
+        other => other.as_str(),
+    };
+    // (kind, first seq, last seq, first at, last at), folded at once.
+    let mut want: Vec<(&str, i64, i64, i64, i64)> = Vec::new();
+    for e in &events {
+        match want.last_mut() {
+            Some(run) if run.0 == folded(e.kind) && run.2 + 1 == e.seq => {
+                run.2 = e.seq;
+                run.4 = e.at;
+            }
+            _ => want.push((folded(e.kind), e.seq, e.seq, e.at, e.at)),
+        }
+    }
+    assert!(
+        want.len() > 60 && want.iter().filter(|r| r.2 - r.1 >= 3).count() > 5,
+        "the walk makes both long runs and short ones: {want:?}"
+    );
+    assert!(want.windows(2).any(|w| w[0].4 != w[1].3), "times differ");
+    let as_tuple = |r: &fenceline::ledger::Run| {
+        (
+            r.kind.as_str(),
+            r.first_seq,
+            r.last_seq,
+            r.first_at,
+            r.last_at,
+        )
+    };
+
+    // Forward, as the console pages: 7 runs shown, an eighth asked for to know there is more.
+    let (mut got, mut after, mut pages) = (Vec::new(), 0, Vec::new());
+    loop {
+        let runs = ledger.timeline_runs(&job_id, after, 8).await.unwrap();
+        let shown = runs.len().min(7);
+        let (idx, _) = want.iter().enumerate().find(|(_, r)| r.1 > after).unwrap();
+        let expect: Vec<_> = want[idx..].iter().take(8).cloned().collect();
+        let runs: Vec<_> = runs.iter().map(as_tuple).collect();
+        assert_eq!(runs, expect, "the runs after {after}");
+        got.extend(runs[..shown].iter().cloned());
+        pages.push(after);
+        if runs.len() <= 7 {
+            break;
+        }
+        after = runs[shown - 1].1;
+    }
+    assert_eq!(got, want);
+    assert!(pages.len() > 8, "{} pages", pages.len());
+    assert!(ledger
+        .timeline_runs(&job_id, want.last().unwrap().1, 8)
+        .await
+        .unwrap()
+        .is_empty());
+
+    // A page back: the run 7 before the first one shown after `after`.
+    for &after in &pages {
+        let upto = want.iter().filter(|r| r.1 <= after).count();
+        let expect = upto.checked_sub(7).map(|i| want[i].1);
+        assert_eq!(
+            ledger.timeline_run_before(&job_id, after, 7).await.unwrap(),
+            expect,
+            "a page back from {after}"
+        );
+    }
+
+    // Around any event: the run that holds it; none past the last event.
+    for e in &events {
+        let holder = want.iter().find(|r| r.1 <= e.seq && e.seq <= r.2).unwrap();
+        assert_eq!(
+            ledger.timeline_run_of(&job_id, e.seq).await.unwrap(),
+            Some(holder.1),
+            "the run of event {}",
+            e.seq
+        );
+    }
+    let past = events.last().unwrap().seq + 1;
+    assert_eq!(ledger.timeline_run_of(&job_id, past).await.unwrap(), None);
 }
 
 /// Runs a job to `succeeded` and returns its id.
