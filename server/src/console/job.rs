@@ -11,11 +11,11 @@ use crate::ledger::{LedgerError, Run, RENEWAL_KINDS, TRANSPORT_KINDS};
 use super::format::{event_row, left};
 use super::swimlane::swimlane_of;
 use super::{LedgerConsole, FOLD_MIN, PAGE_RUNS};
+use crate::time::{clock_in, day_in, human_duration};
+use fenceline_app::console::Zoom;
 
 /// At most this many events of an opened run are shown.
 const OPEN_MAX: i64 = 2000;
-use crate::time::{clock_in, day_in, human_duration};
-use fenceline_app::console::Zoom;
 
 impl LedgerConsole {
     pub(super) async fn build_job(

@@ -365,7 +365,7 @@ fn legend_layout(series: &[Series]) -> (Vec<(i32, i32)>, u32) {
     let (mut x, mut row) = (8i32, 0i32);
     let mut places = Vec::with_capacity(series.len());
     for s in series {
-        let width = 22 + (s.label.chars().count() as f64 * FONT * 0.56) as i32 + 14;
+        let width = 28 + (s.label.chars().count() as f64 * FONT * 0.56) as i32 + 14;
         if x + width > WIDTH as i32 - 4 && x > 8 {
             x = 8;
             row += 1;
@@ -386,13 +386,14 @@ fn draw(
     let (places, legend_height) = legend_layout(series);
     let (legend, plot) = root.split_vertically(legend_height);
     for (i, (s, (x, y))) in series.iter().zip(places).enumerate() {
-        legend.draw(&Rectangle::new(
-            [(x, y + 3), (x + 14, y + 11)],
-            series_colour(i).filled(),
+        // A stretch of the series' own line, so a dashed one is dashed here too.
+        legend.draw(&PathElement::new(
+            vec![(x, y + 7), (x + 20, y + 7)],
+            Color::stroke_width(&series_colour(i), 2),
         ))?;
         legend.draw(&Text::new(
             s.label.clone(),
-            (x + 19, y),
+            (x + 25, y),
             font.clone().color(&INK),
         ))?;
     }
@@ -586,6 +587,34 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Each legend entry is a stretch of its series' line, in the series' class, so the
+    /// stylesheet draws it as it draws the line (the accepted line dashed).
+    #[test]
+    fn the_legend_shows_each_series_as_its_line() {
+        let b = Buckets::of(Window::Hour, at("2026-12-01T10:07:13"), chrono_tz::UTC);
+        let svg = time_series(
+            &b,
+            &[
+                Series::new("accepted", "c-created", vec![1; 12]),
+                Series::new("succeeded", "c-succeeded", vec![1; 12]),
+            ],
+        );
+        let keys: Vec<&str> = svg
+            .shapes
+            .iter()
+            .filter_map(|s| match s {
+                Shape::Polyline { class, points } if points.len() == 2 => Some(class.as_str()),
+                _ => None,
+            })
+            .filter(|class| class.starts_with("c-"))
+            .collect();
+        assert_eq!(keys, ["c-created", "c-succeeded"]);
+        assert!(!svg
+            .shapes
+            .iter()
+            .any(|s| matches!(s, Shape::Rect { class, .. } if class.starts_with("c-"))));
     }
 
     fn texts(svg: &Svg) -> Vec<String> {
