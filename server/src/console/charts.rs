@@ -73,6 +73,12 @@ const BREAK: f64 = 56.0;
 const ROW_H: f64 = 14.0;
 /// Marks closer than this (px) in one lane go on separate rows.
 const MARK_W: f64 = 13.0;
+/// A lane stacks at most this many rows of marks. Marks that would need more are counted
+/// instead, as "+N" on a row below, so a storm of deliveries at one instant cannot stretch
+/// the chart down the page.
+const MAX_ROWS: usize = 6;
+/// Counted marks closer than this (px) in one lane share one count.
+const MORE_W: f64 = 30.0;
 
 /// A piece of the swimlane's time axis: drawn to scale, or an idle gap drawn as a fixed break.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -284,28 +290,64 @@ pub fn round_span(us: i64) -> String {
 }
 
 /// The row of each point mark in its lane, so marks at (nearly) the same instant stack
-/// instead of drawing over each other; returns the rows and the rows each lane needs.
-fn stack_rows(points: &[(usize, f64)]) -> (Vec<usize>, Vec<usize>) {
+/// instead of drawing over each other (`None`: no room within [`MAX_ROWS`], counted instead);
+/// returns the rows and the rows each lane needs, the row of counts included.
+fn stack_rows(points: &[(usize, f64)]) -> (Vec<Option<usize>>, Vec<usize>) {
     let mut order: Vec<usize> = (0..points.len()).collect();
     order.sort_by(|a, b| points[*a].1.total_cmp(&points[*b].1));
-    let mut rows = vec![0; points.len()];
-    // Per lane: the x of the last mark on each row.
+    let mut rows = vec![None; points.len()];
+    // Per lane: the x of the last mark on each row, and whether any mark was counted.
     let mut ends: Vec<Vec<f64>> = vec![Vec::new(); LANES.len()];
+    let mut counted = vec![false; LANES.len()];
     for i in order {
         let (lane, x) = points[i];
-        let lane_ends = &mut ends[lane.min(LANES.len() - 1)];
-        let row = lane_ends
-            .iter()
-            .position(|end| x - end >= MARK_W)
-            .unwrap_or(lane_ends.len());
-        if row == lane_ends.len() {
-            lane_ends.push(x);
-        } else {
-            lane_ends[row] = x;
+        let lane = lane.min(LANES.len() - 1);
+        let lane_ends = &mut ends[lane];
+        match lane_ends.iter().position(|end| x - end >= MARK_W) {
+            Some(row) => {
+                lane_ends[row] = x;
+                rows[i] = Some(row);
+            }
+            None if lane_ends.len() < MAX_ROWS => {
+                lane_ends.push(x);
+                rows[i] = Some(lane_ends.len() - 1);
+            }
+            None => counted[lane] = true,
         }
-        rows[i] = row;
     }
-    (rows, ends.iter().map(|e| e.len().max(1)).collect())
+    let needed = ends
+        .iter()
+        .zip(&counted)
+        .map(|(e, c)| e.len().max(1) + usize::from(*c))
+        .collect();
+    (rows, needed)
+}
+
+/// The marks with no row of their own, as counts: one "+N" for each cluster of them in a
+/// lane, its tooltip naming the first few.
+fn counted_marks(mut more: Vec<(usize, f64, &str)>, lane_top: &[f64]) -> Vec<Shape> {
+    more.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    let mut shapes = Vec::new();
+    let mut i = 0;
+    while i < more.len() {
+        let (lane, x0, _) = more[i];
+        let n = more[i..]
+            .iter()
+            .take_while(|m| m.0 == lane && m.1 - x0 < MORE_W)
+            .count();
+        let named: Vec<&str> = more[i..i + n].iter().take(3).map(|m| m.2).collect();
+        let rest = if n > named.len() { "; …" } else { "" };
+        shapes.push(Shape::Text {
+            x: x0,
+            y: lane_top[lane] + 20.0 + ROW_H * MAX_ROWS as f64,
+            anchor: Anchor::Middle,
+            class: "point more".into(),
+            text: format!("+{n}"),
+            title: Some(format!("{n} more here: {}{rest}", named.join("; "))),
+        });
+        i += n;
+    }
+    shapes
 }
 
 /// The swimlane chart of one job from `start` to `end` (µs), offsets counted from `origin`
@@ -442,6 +484,7 @@ pub fn swimlane(origin: i64, start: i64, end: i64, marks: &[Mark]) -> Svg {
     }
     let mut labels = Vec::new();
     let mut point_no = 0;
+    let mut more = Vec::new();
     for mark in visible {
         match mark {
             Mark::Span {
@@ -488,6 +531,10 @@ pub fn swimlane(origin: i64, start: i64, end: i64, marks: &[Mark]) -> Svg {
             } => {
                 let row = rows[point_no];
                 point_no += 1;
+                let Some(row) = row else {
+                    more.push((*lane, x(*at), title.as_str()));
+                    continue;
+                };
                 shapes.push(Shape::Text {
                     x: x(*at),
                     y: lane_top[*lane] + 20.0 + ROW_H * row as f64,
@@ -519,6 +566,7 @@ pub fn swimlane(origin: i64, start: i64, end: i64, marks: &[Mark]) -> Svg {
             }
         }
     }
+    shapes.extend(counted_marks(more, &lane_top));
     shapes.extend(labels);
     Svg {
         width: WIDTH,
@@ -675,6 +723,42 @@ mod tests {
         // A call running through a quiet minute is activity, not a gap.
         let axis = Axis::new(0, 70 * S, &[(0, 0), (S, 65 * S), (70 * S, 70 * S)]);
         assert!(axis.segments.iter().all(|s| !s.gap), "{:?}", axis.segments);
+    }
+
+    /// A storm of marks at one instant stacks only so far: the rest are counted on one row
+    /// below, and the lane stays a few rows tall.
+    #[test]
+    fn a_storm_of_marks_at_one_instant_is_counted_beyond_a_few_rows() {
+        let mut marks: Vec<Mark> = (0..100).map(|_| point(0, 1_000, '⊘')).collect();
+        marks.push(point(0, 9 * S, '▼'));
+        let svg = swimlane(0, 0, 10 * S, &marks);
+        let texts: Vec<(&str, &str)> = svg
+            .shapes
+            .iter()
+            .filter_map(|s| match s {
+                Shape::Text { text, class, .. } if class.starts_with("point") => {
+                    Some((class.as_str(), text.as_str()))
+                }
+                _ => None,
+            })
+            .collect();
+        let drawn = texts.iter().filter(|t| t.0 != "point more").count();
+        assert_eq!(drawn, MAX_ROWS + 1, "{texts:?}");
+        let counts: Vec<&str> = texts
+            .iter()
+            .filter(|t| t.0 == "point more")
+            .map(|t| t.1)
+            .collect();
+        assert_eq!(counts, [format!("+{}", 100 - MAX_ROWS)]);
+        let lane = svg
+            .shapes
+            .iter()
+            .find_map(|s| match s {
+                Shape::Rect { class, height, .. } if class.starts_with("lane") => Some(*height),
+                _ => None,
+            })
+            .unwrap();
+        assert!(lane <= 8.0 + ROW_H * (MAX_ROWS + 1) as f64 + 6.0, "{lane}");
     }
 
     #[test]

@@ -360,6 +360,17 @@ fn axis_caption(b: &Buckets) -> String {
     )
 }
 
+/// Digits of the axis font are about this wide, in em (DejaVu Sans, the usual sans-serif
+/// here, draws them at 0.636 em).
+const DIGIT_EM: f64 = 0.64;
+
+/// Room for the count axis's labels: the widest, `top`, with the tick and a margin, so that a
+/// count of thousands is not cut at the chart's edge.
+fn y_label_width(top: i64) -> u32 {
+    let digits = top.max(1).to_string().len() as f64;
+    ((digits * FONT * DIGIT_EM) as u32 + 14).max(36)
+}
+
 /// The legend's rows: where each entry goes in the strip above the plot.
 fn legend_layout(series: &[Series]) -> (Vec<(i32, i32)>, u32) {
     let (mut x, mut row) = (8i32, 0i32);
@@ -411,7 +422,7 @@ fn draw(
         .margin_right(12)
         .margin_top(4)
         .x_label_area_size(34)
-        .y_label_area_size(36)
+        .y_label_area_size(y_label_width(top))
         .build_cartesian_2d(from..to, 0i64..top)?;
     let window = b.window;
     chart
@@ -615,6 +626,26 @@ mod tests {
             .shapes
             .iter()
             .any(|s| matches!(s, Shape::Rect { class, .. } if class.starts_with("c-"))));
+    }
+
+    /// A count axis of thousands leaves room for its widest label left of the plot.
+    #[test]
+    fn the_count_axis_has_room_for_its_widest_label() {
+        let b = Buckets::of(Window::Hour, at("2026-12-01T10:07:13"), chrono_tz::UTC);
+        for top in [4, 40, 6_000, 120_000] {
+            let svg = time_series(&b, &[Series::new("accepted", "c-created", vec![top; 12])]);
+            let label = nice_ceiling(top).to_string();
+            let x = svg
+                .shapes
+                .iter()
+                .find_map(|s| match s {
+                    Shape::Text { x, text, .. } if *text == label => Some(*x),
+                    _ => None,
+                })
+                .unwrap_or_else(|| panic!("no label {label}"));
+            let width = label.len() as f64 * FONT * DIGIT_EM;
+            assert!(x - width >= 2.0, "{label} ends at {x}, {width} wide");
+        }
     }
 
     fn texts(svg: &Svg) -> Vec<String> {
