@@ -725,6 +725,17 @@ mod tests {
         assert!(axis.segments.iter().all(|s| !s.gap), "{:?}", axis.segments);
     }
 
+    /// The height of each lane, top to bottom.
+    fn lane_heights(svg: &Svg) -> Vec<f64> {
+        svg.shapes
+            .iter()
+            .filter_map(|s| match s {
+                Shape::Rect { class, height, .. } if class.starts_with("lane") => Some(*height),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// A storm of marks at one instant stacks only so far: the rest are counted on one row
     /// below, and the lane stays a few rows tall.
     #[test]
@@ -750,14 +761,7 @@ mod tests {
             .map(|t| t.1)
             .collect();
         assert_eq!(counts, [format!("+{}", 100 - MAX_ROWS)]);
-        let lane = svg
-            .shapes
-            .iter()
-            .find_map(|s| match s {
-                Shape::Rect { class, height, .. } if class.starts_with("lane") => Some(*height),
-                _ => None,
-            })
-            .unwrap();
+        let lane = lane_heights(&svg)[0];
         assert!(lane <= 8.0 + ROW_H * (MAX_ROWS + 1) as f64 + 6.0, "{lane}");
     }
 
@@ -789,14 +793,7 @@ mod tests {
             }
         }
         // The lane grew to hold three rows, and the lanes below moved down.
-        let lanes: Vec<f64> = svg
-            .shapes
-            .iter()
-            .filter_map(|s| match s {
-                Shape::Rect { class, height, .. } if class.starts_with("lane") => Some(*height),
-                _ => None,
-            })
-            .collect();
+        let lanes = lane_heights(&svg);
         assert!(lanes[4] >= 8.0 + 3.0 * ROW_H, "{lanes:?}");
         assert_eq!(lanes[0], LANE_H);
     }
