@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use fenceline::ledger::Ledger;
+use fenceline::ledger::{Ledger, LedgerOptions};
 use fenceline::queue::sqs::SqsQueue;
 use fenceline::settings::{
     BenchCommand, Command, DrillCommand, OperatorCommand, QueueCommand, Settings, SoakCommand,
@@ -194,6 +194,13 @@ async fn run() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Bench(BenchCommand::SeedTimeline(args)) => {
+            // The seed claims the job it creates. Its message waits in the outbox for a
+            // dispatcher instead of going into the queue with the job, so a worker already
+            // serving this ledger (a demo beside `serve`) does not receive it and claim first.
+            let options = &LedgerOptions {
+                direct_queue: None,
+                ..options.clone()
+            };
             let ledger = Ledger::connect(url, options).await?;
             ledger.migrate().await?;
             let job_id =

@@ -914,3 +914,58 @@ async fn on_call_decides_and_cancels_from_a_terminal_fenced_and_audited() {
     assert_eq!(actions, ["cancel", "authorize_retry"]);
     assert!(audit.iter().all(|e| e.actor == "operator:olga"));
 }
+
+/// `fenceline bench seed-timeline` makes its long timeline on a ledger that a worker is already
+/// serving (the demo: `serve` running, a timeline seeded beside it). The seed owns the job it
+/// creates: the job's message waits in the outbox for a dispatcher rather than going into the
+/// queue with the job, where a live worker could receive it and claim first (one did, 3 ms
+/// after the job was created). A worker that receives it later finds the seed's live lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeline_is_seeded_beside_a_running_worker() {
+    let (ledger, test_db) = fresh_ledger(Db::Sqlite).await;
+    let seed = |pattern: &'static str| {
+        let url = test_db.url.clone();
+        async move {
+            let out = Command::new(env!("CARGO_BIN_EXE_fenceline"))
+                .args(["bench", "seed-timeline", "--database-url", &url])
+                .args(["--events", "40", "--pattern", pattern])
+                .env("FENCELINE_LOG", "error")
+                .output()
+                .await
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{pattern}: {stderr}");
+            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        }
+    };
+    let owned_by_the_seed = |job: Job| {
+        assert_eq!(job.state, JobState::Running);
+        assert_eq!(job.owner_id.as_deref(), Some("seed-worker"));
+    };
+    // Seeded with no worker running: nothing has sent the message yet.
+    let first = seed("renewals").await;
+    owned_by_the_seed(ledger.job(&first).await.unwrap().unwrap());
+    assert!(!kinds(&ledger, &first)
+        .await
+        .contains(&"dispatched".to_owned()));
+    // A worker starts: its dispatcher sends the message, and the delivery finds the seed.
+    let _worker = WorkerProcess::spawn(&test_db.url, "live", 0, &[]);
+    wait_until(
+        &ledger,
+        &first,
+        Duration::from_secs(30),
+        "the live worker's delivery",
+        |k| k.iter().any(|k| k == "duplicate_suppressed"),
+    )
+    .await;
+    owned_by_the_seed(ledger.job(&first).await.unwrap().unwrap());
+    // And beside the running worker, every seed keeps its job.
+    for pattern in ["renewals", "alternating"].repeat(3) {
+        let job_id = seed(pattern).await;
+        owned_by_the_seed(ledger.job(&job_id).await.unwrap().unwrap());
+        assert!(
+            ledger.event_count(&job_id).await.unwrap() >= 43,
+            "{pattern}"
+        );
+    }
+}
