@@ -133,7 +133,6 @@ const PG_STARTS: &str = "(before_seq IS NULL OR before_seq <> seq - 1 OR (before
 /// event back (its window runs row by row over the index), SQLite by looking up each event's
 /// predecessor (it would compute a window over every event first).
 fn run_starts_after(backend: Backend) -> String {
-    let (e, p) = (folded_kind("e"), folded_kind("p"));
     match backend {
         Backend::Postgres => format!(
             "SELECT seq, {k} AS kind, at, before_seq, (SELECT b.at FROM events b \
@@ -153,7 +152,9 @@ fn run_starts_after(backend: Backend) -> String {
               ORDER BY b.seq DESC LIMIT 1) AS before_at \
              FROM events e LEFT JOIN events p ON p.job_id = e.job_id AND p.seq = e.seq - 1 \
              WHERE e.job_id = $1 AND e.seq > $2 AND (p.seq IS NULL OR {p} <> {e}) \
-             ORDER BY e.seq LIMIT $3"
+             ORDER BY e.seq LIMIT $3",
+            e = folded_kind("e"),
+            p = folded_kind("p"),
         ),
     }
 }
@@ -162,7 +163,6 @@ fn run_starts_after(backend: Backend) -> String {
 /// start of the run holding `$2`), walking back from `$2` as far as that. `exists` adds the
 /// condition that event `$2` is there.
 fn run_start_back(backend: Backend, exists: bool) -> String {
-    let (e, p) = (folded_kind("e"), folded_kind("p"));
     let there = if exists {
         " AND EXISTS (SELECT 1 FROM events x WHERE x.job_id = $1 AND x.seq = $2)"
     } else {
@@ -179,7 +179,9 @@ fn run_start_back(backend: Backend, exists: bool) -> String {
             "SELECT e.seq FROM events e \
              LEFT JOIN events p ON p.job_id = e.job_id AND p.seq = e.seq - 1 \
              WHERE e.job_id = $1 AND e.seq <= $2 AND (p.seq IS NULL OR {p} <> {e}){there} \
-             ORDER BY e.seq DESC LIMIT 1 OFFSET $3"
+             ORDER BY e.seq DESC LIMIT 1 OFFSET $3",
+            e = folded_kind("e"),
+            p = folded_kind("p"),
         ),
     }
 }
