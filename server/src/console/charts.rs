@@ -323,6 +323,11 @@ fn stack_rows(points: &[(usize, f64)]) -> (Vec<Option<usize>>, Vec<usize>) {
     (rows, needed)
 }
 
+/// Where a point mark on row `row` of `lane` sits (its text's baseline).
+fn point_y(lane_top: &[f64], lane: usize, row: usize) -> f64 {
+    lane_top[lane] + 20.0 + ROW_H * row as f64
+}
+
 /// The marks with no row of their own, as counts: one "+N" for each cluster of them in a
 /// lane, its tooltip naming the first few.
 fn counted_marks(mut more: Vec<(usize, f64, &str)>, lane_top: &[f64]) -> Vec<Shape> {
@@ -339,7 +344,7 @@ fn counted_marks(mut more: Vec<(usize, f64, &str)>, lane_top: &[f64]) -> Vec<Sha
         let rest = if n > named.len() { "; …" } else { "" };
         shapes.push(Shape::Text {
             x: x0,
-            y: lane_top[lane] + 20.0 + ROW_H * MAX_ROWS as f64,
+            y: point_y(lane_top, lane, MAX_ROWS),
             anchor: Anchor::Middle,
             class: "point more".into(),
             text: format!("+{n}"),
@@ -537,7 +542,7 @@ pub fn swimlane(origin: i64, start: i64, end: i64, marks: &[Mark]) -> Svg {
                 };
                 shapes.push(Shape::Text {
                     x: x(*at),
-                    y: lane_top[*lane] + 20.0 + ROW_H * row as f64,
+                    y: point_y(&lane_top, *lane, row),
                     anchor: Anchor::Middle,
                     class: format!("point {class}"),
                     text: symbol.to_string(),
