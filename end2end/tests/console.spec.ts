@@ -1,4 +1,4 @@
-import { test, expect, type APIRequestContext, type Page } from '@playwright/test';
+import { test, expect, type APIRequestContext, type Locator, type Page } from '@playwright/test';
 
 // Set by scripts/e2e.sh: an API token, and two generated long timelines.
 const token = process.env.FENCELINE_E2E_TOKEN ?? '';
@@ -110,6 +110,24 @@ test('the overview shows jobs by state and charts with their numbers', async ({ 
   await expect(page.locator('figure.chart')).toHaveCount(6);
   await expect(page.locator('figure.chart svg').first()).toBeVisible();
   await expect(page.locator('.figures').first()).toContainText('accepted');
+  // Each total's key is a stretch of its series' line: the dashed accepted line, dashed.
+  const stroke = (l: Locator) =>
+    l.evaluate((e) => [getComputedStyle(e).stroke, getComputedStyle(e).strokeDasharray]);
+  const first = page.locator('figure.chart').first();
+  const [lineStroke, lineDash] = await stroke(first.locator('svg.plot polyline.c-created').first());
+  const [keyStroke, keyDash] = await stroke(
+    first.locator('.figures div', { hasText: 'accepted' }).locator('svg.swatch line'),
+  );
+  expect(lineDash).not.toBe('none');
+  expect(keyDash).not.toBe('none');
+  expect(keyStroke).toBe(lineStroke);
+  const [succeededStroke, succeededDash] = await stroke(
+    first.locator('.figures div', { hasText: 'succeeded' }).locator('svg.swatch line'),
+  );
+  expect(succeededDash).toBe('none');
+  expect(succeededStroke).toBe(
+    (await stroke(first.locator('svg.plot polyline.c-succeeded').first()))[0],
+  );
   await page.getByRole('link', { name: 'last day' }).click();
   await expect(page).toHaveURL(/window=day/);
   await page.screenshot({ path: info.outputPath('overview.png'), fullPage: true });

@@ -100,7 +100,7 @@ pub fn OverviewPage() -> impl IntoView {
                                                 {chart.figures.into_iter().map(|f| view! {
                                                     <div>
                                                         <dt>
-                                                            {f.class.map(|c| view! { <svg class="swatch" viewBox="0 0 10 10" aria-hidden="true"><rect class=c width="10" height="10"/></svg> })}
+                                                            {f.class.map(|c| view! { <svg class="swatch" viewBox="0 0 16 10" aria-hidden="true"><line class=c x1="0" y1="5" x2="16" y2="5"/></svg> })}
                                                             {f.label}
                                                         </dt>
                                                         <dd>{f.value}</dd>
