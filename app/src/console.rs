@@ -97,6 +97,22 @@ pub struct Overview {
     pub queue: String,
     /// Drill jobs in the ledger, which the tiles and charts leave out.
     pub drill_jobs: i64,
+    pub workers: WorkerPresence,
+}
+
+/// The worker processes by their latest reports (those listed on `/workers`), for the line
+/// under the overview's tiles.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WorkerPresence {
+    pub alive: i64,
+    pub silent: i64,
+    pub stopped: i64,
+    /// Running jobs (of the operator's tenants) that silent workers own, and how many of
+    /// their leases have lapsed.
+    pub silent_jobs: i64,
+    pub silent_lapsed: i64,
+    /// How long a worker stays listed after its last report: "24 hours".
+    pub listed_for: String,
 }
 
 /// Filters of the jobs list. `q` finds a job by id or idempotency key.

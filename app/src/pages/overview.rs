@@ -7,7 +7,7 @@ use leptos_router::hooks::use_query_map;
 
 use super::console;
 use crate::components::{BadParameter, BadParameterPage, ErrorBox, LiveRefresh, StateBadge};
-use crate::console::Window;
+use crate::console::{Window, WorkerPresence};
 
 /// Where a state's tile leads: the jobs list as the tile counts it, drill jobs left out when
 /// the overview left some out.
@@ -16,6 +16,73 @@ fn tile_href(state: &str, drills_apart: bool) -> String {
         format!("/jobs?state={state}&without_drills=1")
     } else {
         format!("/jobs?state={state}")
+    }
+}
+
+/// `n` and the noun, singular or plural.
+fn count(n: i64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// Under the tiles: whether any worker runs the jobs, and what the silent ones own.
+#[component]
+fn WorkersLine(workers: WorkerPresence) -> impl IntoView {
+    let w = workers;
+    let link = view! { <a href="/workers">"Workers"</a> };
+    if w.silent > 0 {
+        let owning = if w.silent_jobs > 0 {
+            format!(
+                ", owning {}{}. A worker silent while it runs was killed, paused or cut off from \
+                 the database: the reaper takes each of its jobs back once the lease lapses, and \
+                 a later write by the old owner is refused by its epoch. ",
+                count(w.silent_jobs, "running job", "running jobs"),
+                match w.silent_lapsed {
+                    0 => String::new(),
+                    n if n == w.silent_jobs => " (every lease lapsed)".to_owned(),
+                    n => format!(" ({} lapsed)", count(n, "lease", "leases")),
+                },
+            )
+        } else {
+            ", owning no running job. ".to_owned()
+        };
+        view! {
+            <p class="notice workers-line">
+                {format!("Workers: {} alive, {} silent{owning}", w.alive, w.silent)}
+                {link}
+            </p>
+        }
+        .into_any()
+    } else if w.alive == 0 {
+        let reported = if w.stopped > 0 {
+            format!(
+                "{} in the last {}",
+                count(w.stopped, "worker stopped", "workers stopped"),
+                w.listed_for
+            )
+        } else {
+            format!("none has reported in the last {}", w.listed_for)
+        };
+        view! {
+            <p class="notice workers-line">
+                {format!("No worker is running ({reported}): jobs wait in ready until one starts (")}
+                <code>"fenceline serve"</code>" or "<code>"fenceline worker"</code>"). "
+                {link}
+            </p>
+        }
+        .into_any()
+    } else {
+        let stopped = if w.stopped > 0 {
+            format!(", {} stopped", w.stopped)
+        } else {
+            String::new()
+        };
+        view! {
+            <p class="muted workers-line">
+                {format!("Workers: {} alive{stopped}. ", w.alive)}
+                {link}
+            </p>
+        }
+        .into_any()
     }
 }
 
@@ -58,6 +125,7 @@ pub fn OverviewPage() -> impl IntoView {
                                         </li>
                                     }).collect_view()}
                                 </ul>
+                                <WorkersLine workers=o.workers/>
                                 <p class="muted">
                                     {format!("Queue: {}. ", o.queue)}
                                     {o.retention}

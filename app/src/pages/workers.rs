@@ -50,6 +50,7 @@ pub fn WorkersPage() -> impl IntoView {
                     Ok(page) => {
                         let live = page.rows.iter().any(|r| r.held > 0 || r.status == WorkerStatus::Alive);
                         let silent = page.rows.iter().filter(|r| r.status == WorkerStatus::Silent && r.held > 0).count();
+                        let silent_jobs: i64 = page.rows.iter().filter(|r| r.status == WorkerStatus::Silent).map(|r| r.held).sum();
                         view! {
                             <LiveRefresh live seconds=5/>
                             <p class="lead">
@@ -64,11 +65,12 @@ pub fn WorkersPage() -> impl IntoView {
                             {(silent > 0).then(|| view! {
                                 <p class="notice">
                                     {format!(
-                                        "{silent} silent worker{} still own{} running jobs. A worker silent while it runs was \
-                                         killed, paused or cut off from the database; once a lease lapses the reaper takes \
-                                         the job back, and a later write by the old owner is refused by its epoch.",
+                                        "{silent} silent worker{} still own{} {silent_jobs} running job{}. A worker silent while \
+                                         it runs was killed, paused or cut off from the database; once a lease lapses the reaper \
+                                         takes the job back, and a later write by the old owner is refused by its epoch.",
                                         if silent == 1 { "" } else { "s" },
                                         if silent == 1 { "s" } else { "" },
+                                        if silent_jobs == 1 { "" } else { "s" },
                                     )}
                                 </p>
                             })}

@@ -1,10 +1,11 @@
 //! `/`: jobs by state now, the activity charts of a window, and what retention keeps.
 
-use fenceline_app::console::{Chart, Figure, Overview, Window};
+use fenceline_app::console::{Chart, Figure, Overview, Window, WorkerPresence, WorkerStatus};
 
 use super::{charts, plot};
 use crate::job::{EventKind, JobState};
 use crate::ledger::{Drills, LedgerError, FINISHED, REDELIVERED};
+use crate::worker::presence::{listed_since, quiet_since, LISTED_FOR};
 
 use super::format::ago;
 use super::LedgerConsole;
@@ -180,6 +181,36 @@ impl LedgerConsole {
             } else {
                 self.ledger.drill_job_count().await?
             },
+            workers: self.worker_presence(now).await?,
         })
+    }
+
+    /// The workers by their latest reports and, when some are silent, the running jobs they
+    /// own: those are found only then, since counting owners walks every running job.
+    async fn worker_presence(&self, now: i64) -> Result<WorkerPresence, LedgerError> {
+        let (alive, silent, stopped) = self
+            .ledger
+            .worker_statuses(listed_since(now), quiet_since(now))
+            .await?;
+        let mut presence = WorkerPresence {
+            alive,
+            silent,
+            stopped,
+            listed_for: format!("{} hours", LISTED_FOR.as_secs() / 3600),
+            ..WorkerPresence::default()
+        };
+        if silent > 0 {
+            for worker in self
+                .ledger
+                .workers_seen(listed_since(now), now, self.tenants.as_deref())
+                .await?
+            {
+                if super::workers::status(&worker, now) == WorkerStatus::Silent {
+                    presence.silent_jobs += worker.held;
+                    presence.silent_lapsed += worker.lapsed;
+                }
+            }
+        }
+        Ok(presence)
     }
 }

@@ -2,12 +2,23 @@
 
 use fenceline_app::console::{WorkerRow, WorkerStatus, WorkersPage};
 
-use crate::ledger::LedgerError;
+use crate::ledger::{LedgerError, WorkerSeen};
 use crate::time::human_duration;
 use crate::worker::presence::{listed_since, quiet_since, INTERVAL, LISTED_FOR};
 
 use super::format::ago;
 use super::LedgerConsole;
+
+/// What a worker's latest report says of it at `now`: the one rule of `/workers` and of the
+/// overview's line about workers.
+pub(super) fn status(worker: &WorkerSeen, now: i64) -> WorkerStatus {
+    match &worker.reported {
+        None => WorkerStatus::Unreported,
+        Some(r) if r.stopped_at.is_some() => WorkerStatus::Stopped,
+        Some(r) if r.seen_at < quiet_since(now) => WorkerStatus::Silent,
+        Some(_) => WorkerStatus::Alive,
+    }
+}
 
 impl LedgerConsole {
     pub(super) async fn build_workers(&self) -> Result<WorkersPage, LedgerError> {
@@ -19,12 +30,7 @@ impl LedgerConsole {
         let mut rows: Vec<WorkerRow> = seen
             .into_iter()
             .map(|w| {
-                let status = match &w.reported {
-                    None => WorkerStatus::Unreported,
-                    Some(r) if r.stopped_at.is_some() => WorkerStatus::Stopped,
-                    Some(r) if r.seen_at < quiet_since(now) => WorkerStatus::Silent,
-                    Some(_) => WorkerStatus::Alive,
-                };
+                let status = status(&w, now);
                 let lease = w.lease_until.map(|until| {
                     if until > now {
                         format!("ends in {}", human_duration(until - now))

@@ -434,6 +434,15 @@ async fn the_workers_page_shows_who_is_alive_silent_or_stopped_and_what_each_own
     })
     .await;
     let ledger = &app.ledger;
+    // Before any worker reports, the overview says that nothing runs the jobs.
+    let mut olga = signed_in(&app, "olga", Role::Viewer, None).await;
+    let overview = olga.page("/").await;
+    assert!(
+        overview.contains(
+            "No worker is running (none has reported in the last 24 hours): jobs wait in ready"
+        ),
+        "{overview}"
+    );
     for worker in ["w-alive", "w-silent", "w-gone"] {
         ledger.report_worker(&report(worker)).await.unwrap();
     }
@@ -465,7 +474,6 @@ async fn the_workers_page_shows_who_is_alive_silent_or_stopped_and_what_each_own
         .unwrap();
     tokio::time::sleep(Duration::from_millis(20)).await;
 
-    let mut olga = signed_in(&app, "olga", Role::Viewer, None).await;
     let page = olga.page("/workers").await;
     let row = |page: &str, worker: &str| -> String {
         let at = page
@@ -488,9 +496,18 @@ async fn the_workers_page_shows_who_is_alive_silent_or_stopped_and_what_each_own
         "{silent}"
     );
     assert!(
-        page.contains("1 silent worker still owns running jobs"),
+        page.contains("1 silent worker still owns 1 running job."),
         "{page}"
     );
+    // The overview says it in one line, and links here.
+    let overview = olga.page("/").await;
+    let line = &overview[overview.find("Workers: ").expect(&overview)..];
+    let line = &line[..line.find("</p>").unwrap()];
+    assert!(
+        line.starts_with("Workers: 1 alive, 1 silent, owning 1 running job (every lease lapsed)."),
+        "{line}"
+    );
+    assert!(line.contains("href=\"/workers\""), "{line}");
     let alive = row(&page, "w-alive");
     assert!(alive.contains(">alive<"), "{alive}");
     assert!(alive.contains("embedded:jobs"), "{alive}");
@@ -515,6 +532,18 @@ async fn the_workers_page_shows_who_is_alive_silent_or_stopped_and_what_each_own
     assert!(row(&page, "w-alive").contains(">1</a>"), "{page}");
     assert!(!page.contains("w-quiet"), "{page}");
     assert!(row(&page, "w-gone").contains(">stopped<"));
+    assert!(ana
+        .page("/")
+        .await
+        .contains("1 silent, owning 1 running job"));
+    // The silent worker owns none of globex's jobs.
+    let globex = ["globex".to_owned()];
+    let mut gus = signed_in(&app, "gus", Role::Viewer, Some(&globex)).await;
+    let overview = gus.page("/").await;
+    assert!(
+        overview.contains("Workers: 1 alive, 1 silent, owning no running job."),
+        "{overview}"
+    );
 
     // The same judgement for alerts: the gauge counts the processes by status.
     let metrics = app
