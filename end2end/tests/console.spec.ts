@@ -107,6 +107,9 @@ test('the overview shows jobs by state and charts with their numbers', async ({ 
   expect(response?.status()).toBe(200);
   await expect(page.getByRole('heading', { level: 1, name: 'Overview' })).toBeVisible();
   await expect(page.locator('.state-tiles li')).toHaveCount(7);
+  // The server's own worker reports: the line under the tiles says so and leads to /workers.
+  await expect(page.locator('.workers-line')).toContainText('Workers: 1 alive');
+  await expect(page.locator('.workers-line').getByRole('link', { name: 'Workers' })).toHaveAttribute('href', '/workers');
   await expect(page.locator('figure.chart')).toHaveCount(6);
   await expect(page.locator('figure.chart svg').first()).toBeVisible();
   await expect(page.locator('.figures').first()).toContainText('accepted');

@@ -353,7 +353,7 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
         }
     }
     let asked = Instant::now();
-    let apart_renewed = renew_apart(shared, &apart, &leases, bound);
+    let apart_renewed = renew_apart(shared, &apart, &leases, bound, asked);
     let together_renewed = async {
         if both.is_empty() {
             return Ok(Vec::new());
@@ -373,7 +373,12 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
             VISIBILITY_CAP,
             event,
         );
-        within(bound, renewed).await
+        let renewed = within(bound, renewed).await;
+        let lease = renewed
+            .as_ref()
+            .map(|r| r.iter().map(|(renewal, _)| renewal).collect());
+        apply_leases(shared, asked, lease, together.len());
+        renewed
     };
     let ((visibility, lease), together_renewed) = tokio::join!(apart_renewed, together_renewed);
     // Lateness counts until both renewals have answered, not until they were asked.
@@ -389,20 +394,16 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
         "heartbeat round"
     );
     record_apart(shared, &actor, &apart, visibility, &lease, bound).await;
-    apply_leases(shared, asked, lease, apart.len());
 
     let metrics = &shared.config.metrics;
-    let lease = match together_renewed {
+    match together_renewed {
         Ok(renewed) => {
-            let mut renewals = Vec::with_capacity(renewed.len());
-            for (renewal, change) in renewed {
+            for (_, change) in renewed {
                 if let Some(change) = change {
                     let answer = crate::queue::embedded::visibility_answer(change);
                     metrics.renewal(RenewalKind::Visibility, counted_as(&answer), 1);
                 }
-                renewals.push(renewal);
             }
-            Ok(renewals)
         }
         Err(error) => {
             // Neither is known to have happened: each visibility outcome is recorded as
@@ -423,18 +424,18 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
                 })
                 .collect();
             record_within(bound, shared.ledger.record_events(&events)).await;
-            Err(error)
         }
-    };
-    apply_leases(shared, asked, lease, together.len());
+    }
 }
 
-/// Visibility through the queue and leases in the ledger, side by side.
+/// Visibility through the queue and leases in the ledger, side by side; each lease confirmed
+/// (or its work stopped) the moment the ledger answers.
 async fn renew_apart<Q: Queue, P: Provider>(
     shared: &Shared<Q, P>,
     due: &[Due],
     leases: &[(String, i64)],
     bound: Duration,
+    asked: Instant,
 ) -> (Vec<VisibilityOutcome>, Result<Vec<Renewal>, LedgerError>) {
     if due.is_empty() {
         return (Vec::new(), Ok(Vec::new()));
@@ -446,7 +447,14 @@ async fn renew_apart<Q: Queue, P: Provider>(
             leases,
             shared.config.timings.lease,
         );
-        within(bound, renewed).await
+        let lease = within(bound, renewed).await;
+        apply_leases(
+            shared,
+            asked,
+            lease.as_ref().map(|r| r.iter().collect()),
+            due.len(),
+        );
+        lease
     };
     tokio::join!(visibility, lease)
 }
@@ -544,11 +552,13 @@ fn counted_as(answer: &Result<(), QueueError>) -> Outcome {
 }
 
 /// What the lease renewals of `asked` came to: each renewed lease confirmed on this worker's
-/// clock, each refused one's work stopped.
+/// clock, each refused one's work stopped. Applied as soon as the ledger answers, never after
+/// the queue's answer to the same round's visibility changes: a queue slow to answer must not
+/// let the bounds check stop a call whose lease the ledger did renew.
 fn apply_leases<Q: Queue, P: Provider>(
     shared: &Shared<Q, P>,
     asked: Instant,
-    lease: Result<Vec<Renewal>, LedgerError>,
+    lease: Result<Vec<&Renewal>, &LedgerError>,
     jobs: usize,
 ) {
     if jobs == 0 {
@@ -566,9 +576,9 @@ fn apply_leases<Q: Queue, P: Provider>(
                 let Some(entry) = entries.get_mut(&(renewal.job_id.clone(), renewal.epoch)) else {
                     continue;
                 };
-                match renewal.outcome {
+                match &renewal.outcome {
                     Ok(until) => {
-                        entry.lease_confirmed_until = asked + db_span(renewal.at, until);
+                        entry.lease_confirmed_until = asked + db_span(renewal.at, *until);
                     }
                     Err(refusal) => entry.stop(StopReason::LeaseLost(refusal.code().into())),
                 }

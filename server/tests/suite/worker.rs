@@ -890,6 +890,123 @@ mod hardening {
         heartbeat.await.unwrap();
     }
 
+    /// The embedded queue behind a link on which every visibility change takes `delay` to
+    /// answer, as an SQS endpoint under load does; everything else answers at once.
+    #[derive(Clone)]
+    struct SlowVisibility {
+        inner: EmbeddedQueue,
+        delay: Duration,
+    }
+
+    impl Queue for SlowVisibility {
+        fn describe(&self) -> String {
+            self.inner.describe()
+        }
+
+        async fn send(
+            &self,
+            body: &str,
+            delay: Duration,
+        ) -> Result<String, fenceline::queue::QueueError> {
+            self.inner.send(body, delay).await
+        }
+
+        async fn send_batch(
+            &self,
+            bodies: &[String],
+        ) -> Result<Vec<Result<String, fenceline::queue::QueueError>>, fenceline::queue::QueueError>
+        {
+            self.inner.send_batch(bodies).await
+        }
+
+        async fn receive(
+            &self,
+            max: usize,
+            visibility: Duration,
+            wait: Duration,
+        ) -> Result<Vec<fenceline::queue::Delivery>, fenceline::queue::QueueError> {
+            self.inner.receive(max, visibility, wait).await
+        }
+
+        async fn change_visibility(
+            &self,
+            receipt: &fenceline::queue::ReceiptHandle,
+            timeout: Duration,
+        ) -> Result<(), fenceline::queue::QueueError> {
+            tokio::time::sleep(self.delay).await;
+            self.inner.change_visibility(receipt, timeout).await
+        }
+
+        async fn change_visibility_batch(
+            &self,
+            entries: &[(fenceline::queue::ReceiptHandle, Duration)],
+        ) -> Result<fenceline::queue::BatchResult, fenceline::queue::QueueError> {
+            tokio::time::sleep(self.delay).await;
+            self.inner.change_visibility_batch(entries).await
+        }
+
+        async fn delete(
+            &self,
+            receipt: &fenceline::queue::ReceiptHandle,
+        ) -> Result<(), fenceline::queue::QueueError> {
+            self.inner.delete(receipt).await
+        }
+
+        async fn delete_batch(
+            &self,
+            receipts: &[fenceline::queue::ReceiptHandle],
+        ) -> Result<fenceline::queue::BatchResult, fenceline::queue::QueueError> {
+            self.inner.delete_batch(receipts).await
+        }
+
+        async fn depth(&self) -> Result<fenceline::queue::Depth, fenceline::queue::QueueError> {
+            self.inner.depth().await
+        }
+
+        fn dead_letters(&self) -> Option<Self> {
+            None
+        }
+    }
+
+    /// Visibility and the lease renew separately: a queue slow to answer visibility changes
+    /// must not cost a call its lease while the ledger renews it on time. Each change here
+    /// takes 1.5 s, more than a compressed lease (2 s) leaves after its margin and the next
+    /// renewal; the call lasts five seconds, several leases.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_queue_slow_to_change_visibility_does_not_cost_the_lease() {
+        let (ledger, _db) = fresh_ledger(Db::Sqlite).await;
+        let inner = EmbeddedQueue::new(ledger.clone(), "jobs", 5);
+        let queue = SlowVisibility {
+            inner: inner.clone(),
+            delay: Duration::from_millis(1500),
+        };
+        let provider = Scripted::new(vec![Duration::from_secs(5)]);
+        let mut config = WorkerConfig::new("A");
+        config.timings = Timings::compressed();
+        let worker = Worker::new(ledger.clone(), queue, provider.clone(), config);
+        let job_id = create(&ledger, new_job("acme", "slow-link", serde_json::json!(1))).await;
+        let stop = CancellationToken::new();
+        let heartbeat = worker.spawn_heartbeat(stop.clone());
+        let delivery = deliver(&inner, &job_id).await;
+        let outcome = tokio::time::timeout(LIMIT, worker.handle_delivery(delivery))
+            .await
+            .unwrap();
+        let kinds: Vec<String> = ledger
+            .events(&job_id, 0, 1000)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.kind.as_str().to_owned())
+            .collect();
+        assert_eq!(outcome, Outcome::Succeeded, "{kinds:?}");
+        assert!(provider.cancelled().is_empty(), "the call was stopped");
+        assert!(!kinds.iter().any(|k| k == "lease_lost"), "{kinds:?}");
+        assert!(kinds.iter().any(|k| k == "lease_renewed"), "{kinds:?}");
+        assert!(kinds.iter().any(|k| k == "visibility_renewed"), "{kinds:?}");
+        stop.cancel();
+        heartbeat.await.unwrap();
+    }
+
     /// An owner whose delivery was overtaken (visibility lapsed, the message received again
     /// with a new handle) deletes with its outdated handle: the embedded queue knows nothing
     /// was deleted, and the timeline must say so instead of `message_deleted`.
