@@ -578,7 +578,10 @@ fn apply_leases<Q: Queue, P: Provider>(
                 };
                 match &renewal.outcome {
                     Ok(until) => {
-                        entry.lease_confirmed_until = asked + db_span(renewal.at, *until);
+                        // Rounds overlap and answer in any order; a renewal never shortens
+                        // a lease, so the latest confirmation holds.
+                        let confirmed = asked + db_span(renewal.at, *until);
+                        entry.lease_confirmed_until = entry.lease_confirmed_until.max(confirmed);
                     }
                     Err(refusal) => entry.stop(StopReason::LeaseLost(refusal.code().into())),
                 }

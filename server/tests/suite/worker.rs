@@ -890,84 +890,6 @@ mod hardening {
         heartbeat.await.unwrap();
     }
 
-    /// The embedded queue behind a link on which every visibility change takes `delay` to
-    /// answer, as an SQS endpoint under load does; everything else answers at once.
-    #[derive(Clone)]
-    struct SlowVisibility {
-        inner: EmbeddedQueue,
-        delay: Duration,
-    }
-
-    impl Queue for SlowVisibility {
-        fn describe(&self) -> String {
-            self.inner.describe()
-        }
-
-        async fn send(
-            &self,
-            body: &str,
-            delay: Duration,
-        ) -> Result<String, fenceline::queue::QueueError> {
-            self.inner.send(body, delay).await
-        }
-
-        async fn send_batch(
-            &self,
-            bodies: &[String],
-        ) -> Result<Vec<Result<String, fenceline::queue::QueueError>>, fenceline::queue::QueueError>
-        {
-            self.inner.send_batch(bodies).await
-        }
-
-        async fn receive(
-            &self,
-            max: usize,
-            visibility: Duration,
-            wait: Duration,
-        ) -> Result<Vec<fenceline::queue::Delivery>, fenceline::queue::QueueError> {
-            self.inner.receive(max, visibility, wait).await
-        }
-
-        async fn change_visibility(
-            &self,
-            receipt: &fenceline::queue::ReceiptHandle,
-            timeout: Duration,
-        ) -> Result<(), fenceline::queue::QueueError> {
-            tokio::time::sleep(self.delay).await;
-            self.inner.change_visibility(receipt, timeout).await
-        }
-
-        async fn change_visibility_batch(
-            &self,
-            entries: &[(fenceline::queue::ReceiptHandle, Duration)],
-        ) -> Result<fenceline::queue::BatchResult, fenceline::queue::QueueError> {
-            tokio::time::sleep(self.delay).await;
-            self.inner.change_visibility_batch(entries).await
-        }
-
-        async fn delete(
-            &self,
-            receipt: &fenceline::queue::ReceiptHandle,
-        ) -> Result<(), fenceline::queue::QueueError> {
-            self.inner.delete(receipt).await
-        }
-
-        async fn delete_batch(
-            &self,
-            receipts: &[fenceline::queue::ReceiptHandle],
-        ) -> Result<fenceline::queue::BatchResult, fenceline::queue::QueueError> {
-            self.inner.delete_batch(receipts).await
-        }
-
-        async fn depth(&self) -> Result<fenceline::queue::Depth, fenceline::queue::QueueError> {
-            self.inner.depth().await
-        }
-
-        fn dead_letters(&self) -> Option<Self> {
-            None
-        }
-    }
-
     /// Visibility and the lease renew separately: a queue slow to answer visibility changes
     /// must not cost a call its lease while the ledger renews it on time. Each change here
     /// takes 1.5 s, more than a compressed lease (2 s) leaves after its margin and the next
@@ -976,10 +898,8 @@ mod hardening {
     async fn a_queue_slow_to_change_visibility_does_not_cost_the_lease() {
         let (ledger, _db) = fresh_ledger(Db::Sqlite).await;
         let inner = EmbeddedQueue::new(ledger.clone(), "jobs", 5);
-        let queue = SlowVisibility {
-            inner: inner.clone(),
-            delay: Duration::from_millis(1500),
-        };
+        let queue = super::slow_sends::Slow::new(inner.clone(), Duration::ZERO, usize::MAX)
+            .with_visibility_delay(Duration::from_millis(1500));
         let provider = Scripted::new(vec![Duration::from_secs(5)]);
         let mut config = WorkerConfig::new("A");
         config.timings = Timings::compressed();
@@ -1477,12 +1397,14 @@ mod slow_sends {
     use tokio_util::sync::CancellationToken;
 
     /// The embedded queue behind a slow link: every send request takes `delay`, and the ones
-    /// after the first `answered` never come back (a dispatcher that dies waiting). Records
+    /// after the first `answered` never come back (a dispatcher that dies waiting); every
+    /// visibility change takes `visibility_delay`, as on an SQS endpoint under load. Records
     /// every body it delivered to the queue.
     #[derive(Clone)]
-    struct Slow {
+    pub(super) struct Slow {
         inner: EmbeddedQueue,
         delay: Duration,
+        visibility_delay: Duration,
         answered: usize,
         requests: Arc<AtomicUsize>,
         hung: Arc<tokio::sync::Notify>,
@@ -1490,14 +1412,22 @@ mod slow_sends {
     }
 
     impl Slow {
-        fn new(inner: EmbeddedQueue, delay: Duration, answered: usize) -> Slow {
+        pub(super) fn new(inner: EmbeddedQueue, delay: Duration, answered: usize) -> Slow {
             Slow {
                 inner,
                 delay,
+                visibility_delay: Duration::ZERO,
                 answered,
                 requests: Arc::default(),
                 hung: Arc::default(),
                 sent: Arc::default(),
+            }
+        }
+
+        pub(super) fn with_visibility_delay(self, visibility_delay: Duration) -> Slow {
+            Slow {
+                visibility_delay,
+                ..self
             }
         }
 
@@ -1551,6 +1481,7 @@ mod slow_sends {
             receipt: &ReceiptHandle,
             timeout: Duration,
         ) -> Result<(), QueueError> {
+            tokio::time::sleep(self.visibility_delay).await;
             self.inner.change_visibility(receipt, timeout).await
         }
 
@@ -1558,6 +1489,7 @@ mod slow_sends {
             &self,
             entries: &[(ReceiptHandle, Duration)],
         ) -> Result<BatchResult, QueueError> {
+            tokio::time::sleep(self.visibility_delay).await;
             self.inner.change_visibility_batch(entries).await
         }
 
