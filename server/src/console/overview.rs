@@ -5,7 +5,7 @@ use fenceline_app::console::{Chart, Figure, Overview, Window, WorkerPresence, Wo
 use super::{charts, plot};
 use crate::job::{EventKind, JobState};
 use crate::ledger::{Drills, LedgerError, FINISHED, REDELIVERED};
-use crate::worker::presence::{listed_since, quiet_since, LISTED_FOR};
+use crate::worker::presence::{listed_since, quiet_since};
 
 use super::format::ago;
 use super::LedgerConsole;
@@ -196,7 +196,7 @@ impl LedgerConsole {
             alive,
             silent,
             stopped,
-            listed_for: format!("{} hours", LISTED_FOR.as_secs() / 3600),
+            listed_for: super::workers::listed_for(),
             ..WorkerPresence::default()
         };
         if silent > 0 {

@@ -20,6 +20,11 @@ pub(super) fn status(worker: &WorkerSeen, now: i64) -> WorkerStatus {
     }
 }
 
+/// How long a worker stays listed after its last report, as the pages say it: "24 hours".
+pub(super) fn listed_for() -> String {
+    format!("{} hours", LISTED_FOR.as_secs() / 3600)
+}
+
 impl LedgerConsole {
     pub(super) async fn build_workers(&self) -> Result<WorkersPage, LedgerError> {
         let now = self.ledger.now_us().await?;
@@ -67,7 +72,7 @@ impl LedgerConsole {
         });
         Ok(WorkersPage {
             rows,
-            listed_for: format!("{} hours", LISTED_FOR.as_secs() / 3600),
+            listed_for: listed_for(),
             report_every: format!("{} s", INTERVAL.as_secs()),
         })
     }
