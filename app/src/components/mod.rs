@@ -20,6 +20,11 @@ pub fn ErrorBox(message: String) -> impl IntoView {
     }
 }
 
+/// `n` and the noun, singular or plural.
+pub fn count(n: i64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// `—` for a missing value.
 pub fn or_dash(value: Option<String>) -> String {
     value.unwrap_or_else(|| "—".to_owned())

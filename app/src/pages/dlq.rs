@@ -5,7 +5,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 
 use super::console;
-use crate::components::{or_dash, ErrorBox, StateBadge};
+use crate::components::{count, or_dash, ErrorBox, StateBadge};
 
 #[component]
 pub fn DeadLettersPage() -> impl IntoView {
@@ -54,7 +54,7 @@ pub fn DeadLettersPage() -> impl IntoView {
                         } else {
                             let letters: usize = dl.groups.iter().map(|g| g.letters.len()).sum();
                             view! {
-                                <p class="muted">{format!("{letters} letters of {} jobs or messages.", dl.groups.len())}</p>
+                                <p class="muted">{format!("{} of {}.", count(letters as i64, "letter", "letters"), count(dl.groups.len() as i64, "job or message", "jobs or messages"))}</p>
                                 <table class="dlq stack-narrow">
                                     <thead><tr>
                                         <th scope="col">"Message"</th>

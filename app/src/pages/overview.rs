@@ -6,7 +6,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use super::console;
-use crate::components::{BadParameter, BadParameterPage, ErrorBox, LiveRefresh, StateBadge};
+use crate::components::{count, BadParameter, BadParameterPage, ErrorBox, LiveRefresh, StateBadge};
 use crate::console::{Window, WorkerPresence};
 
 /// Where a state's tile leads: the jobs list as the tile counts it, drill jobs left out when
@@ -17,11 +17,6 @@ fn tile_href(state: &str, drills_apart: bool) -> String {
     } else {
         format!("/jobs?state={state}")
     }
-}
-
-/// `n` and the noun, singular or plural.
-fn count(n: i64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
 }
 
 /// Under the tiles: whether any worker runs the jobs, and what the silent ones own.

@@ -32,7 +32,7 @@ pub fn UnknownPage() -> impl IntoView {
                         <p class="empty">"No job is waiting for a decision."</p>
                     }.into_any(),
                     Ok(page) => view! {
-                        <p>{format!("{} jobs wait, oldest first.", page.total)}</p>
+                        <p>{if page.total == "1" { "1 job waits, oldest first.".to_owned() } else { format!("{} jobs wait, oldest first.", page.total) }}</p>
                         {page.rows.iter().any(|r| r.retrieval.starts_with("not possible")).then(|| view! {
                             <p class="notice">
                                 "The provider offers no retrieval of earlier requests (or it is switched off): "

@@ -328,7 +328,12 @@ async fn an_operator_limited_to_a_tenant_neither_sees_nor_acts_on_another(db: Db
         assert!(!page.contains(&theirs), "{path} shows another tenant's job");
     }
     assert!(ana.page("/jobs").await.contains(&mine));
-    assert!(ana.page("/unknown").await.contains(&mine));
+    let unknown = ana.page("/unknown").await;
+    assert!(unknown.contains(&mine));
+    assert!(
+        unknown.contains("1 job waits, oldest first."),
+        "counted for her tenant alone: {unknown}"
+    );
     let found = ana.page(&format!("/jobs?q={theirs}")).await;
     assert!(!found.contains(&format!("/jobs/{theirs}\"")));
     let response = ana.get(&format!("/jobs/{theirs}")).await;
@@ -1124,6 +1129,7 @@ async fn an_operator_replays_dead_letters_after_inspection_from_the_console(db: 
         page.contains(&workable) && page.contains(&uncertain),
         "{page}"
     );
+    assert!(page.contains("2 letters of 2 jobs or messages."), "{page}");
     assert!(page.contains("action=\"/dlq/replay\""));
     let csrf = token_in(&page).unwrap();
     let outbox_before = ledger.outbox_pending().await.unwrap();
@@ -1276,6 +1282,7 @@ async fn a_bulk_decision_fences_each_job_on_its_own(db: Db) {
     }
     let mut olga = signed_in(&app, "olga", Role::Operator, None).await;
     let page = olga.page("/unknown").await;
+    assert!(page.contains("3 jobs wait, oldest first."), "{page}");
     assert_eq!(
         page.matches("type=\"checkbox\"").count(),
         3,
