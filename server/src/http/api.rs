@@ -14,8 +14,9 @@ use serde_json::Value;
 
 use super::auth::Tenant;
 use super::contract::{
-    AttemptView, CreateJobRequest, ErrorBody, EventPage, EventView, EventsQuery, JobIdPath,
-    JobPage, JobResult, JobView, ListQuery,
+    AttemptView, BatchItem, BatchResponse, CreateJobRequest, CreateJobsRequest, ErrorBody,
+    EventPage, EventView, EventsQuery, JobIdPath, JobPage, JobResult, JobView, ListQuery,
+    MAX_BATCH,
 };
 use super::{openapi, ApiError, AppState};
 use crate::job::{request_digest, Actor, JobId, JobState};
@@ -24,6 +25,7 @@ use crate::ledger::{Created, Job, JobFilter, NewJob};
 pub(super) fn routes() -> Router<AppState> {
     Router::new()
         .route("/jobs", get(list_jobs).post(create_job))
+        .route("/jobs/batch", axum::routing::post(create_jobs))
         .route("/jobs/{job_id}", get(read_job))
         .route("/jobs/{job_id}/events", get(read_events))
         .route("/jobs/{job_id}/result", get(read_result))
@@ -129,16 +131,33 @@ pub(super) async fn create_job(
     Tenant(tenant): Tenant,
     JsonBody(request): JsonBody<CreateJobRequest>,
 ) -> Result<Response, ApiError> {
+    let (status, job) = create_one(&state, &tenant, request).await?;
+    let location = format!("/api/v1/jobs/{}", job.job_id);
+    Ok((
+        status,
+        [(axum::http::header::LOCATION, location)],
+        Json(JobView::of(&job)),
+    )
+        .into_response())
+}
+
+/// Check one job's request and make it, idempotently: 201 and the new job, or 200 and the one
+/// the same key and request made before.
+async fn create_one(
+    state: &AppState,
+    tenant: &str,
+    request: CreateJobRequest,
+) -> Result<(StatusCode, Job), ApiError> {
     validate(&request)?;
     if let Value::Object(params) = &request.model {
         state
             .model_policy
-            .check(&tenant, params)
+            .check(tenant, params)
             .map_err(ApiError::BadRequest)?;
     }
     let digest = request_digest(&request.input, &request.contract_version, &request.model);
     let new = NewJob {
-        tenant: tenant.clone(),
+        tenant: tenant.to_owned(),
         idempotency_key: request.idempotency_key,
         request_digest: digest,
         contract_version: request.contract_version,
@@ -146,31 +165,134 @@ pub(super) async fn create_job(
         model: request.model,
         deadline: Duration::from_secs(request.deadline_seconds.unwrap_or(3600)),
         max_attempts: request.max_attempts.unwrap_or(3),
-        replay_policy: request.replay_policy.unwrap_or_else(|| {
-            state
-                .tenant_replay
-                .get(&tenant)
-                .copied()
-                .unwrap_or_default()
-        }),
+        replay_policy: request
+            .replay_policy
+            .unwrap_or_else(|| state.tenant_replay.get(tenant).copied().unwrap_or_default()),
         drill_run: None,
     };
-    let created = state.ledger.create_job(new, &Actor::Api(tenant)).await?;
+    let created = state
+        .ledger
+        .create_job(new, &Actor::Api(tenant.to_owned()))
+        .await?;
     if state.ledger.sent_at_creation(&created) {
         state.metrics.dispatch(1, 0);
     }
-    let status = match created {
-        Created::New(_) => StatusCode::CREATED,
-        Created::Existing(_) => StatusCode::OK,
-    };
-    let job = created.job();
-    let location = format!("/api/v1/jobs/{}", job.job_id);
-    Ok((
-        status,
-        [(axum::http::header::LOCATION, location)],
-        Json(JobView::of(job)),
+    Ok(match created {
+        Created::New(job) => (StatusCode::CREATED, job),
+        Created::Existing(job) => (StatusCode::OK, job),
+    })
+}
+
+/// Create up to 500 jobs in one request, each idempotently and on its own.
+#[utoipa::path(
+    post,
+    path = "/jobs/batch",
+    operation_id = "createJobs",
+    request_body = CreateJobsRequest,
+    responses(
+        (status = 200, description = "Each job answered on its own, in the order sent", body = BatchResponse),
+        (status = 400, description = "Not a batch: no jobs, more than 500, or another shape", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 413, description = "Body too large", body = ErrorBody),
+        (status = 415, description = "Body is not application/json", body = ErrorBody),
+        (status = 503, description = "Ledger database unavailable for every job of the batch", body = ErrorBody)
     )
-        .into_response())
+)]
+pub(super) async fn create_jobs(
+    State(state): State<AppState>,
+    Tenant(tenant): Tenant,
+    JsonBody(batch): JsonBody<CreateJobsRequest>,
+) -> Result<Json<BatchResponse>, ApiError> {
+    let n = batch.jobs.len();
+    if n == 0 || n > MAX_BATCH {
+        return Err(ApiError::BadRequest(format!(
+            "jobs must hold 1 to {MAX_BATCH} jobs; it held {n}"
+        )));
+    }
+    let mut answers: Vec<Option<Result<(StatusCode, Job), ApiError>>> =
+        std::iter::repeat_with(|| None).take(n).collect();
+    // Jobs that share a key are made one after another, in the order sent: the first decides
+    // and the later ones find it (the same job, or a conflict). Other jobs go side by side, so
+    // the ledger's group commit writes them together.
+    let mut lanes: Vec<Vec<(usize, CreateJobRequest)>> = Vec::new();
+    let mut lane_of_key = std::collections::HashMap::new();
+    for (i, raw) in batch.jobs.into_iter().enumerate() {
+        match serde_json::from_value::<CreateJobRequest>(raw) {
+            Err(e) => {
+                answers[i] = Some(Err(ApiError::InvalidJson(format!(
+                    "jobs[{i}] is not a valid job: {e}"
+                ))));
+            }
+            Ok(request) => {
+                let lane = *lane_of_key
+                    .entry(request.idempotency_key.clone())
+                    .or_insert_with(|| {
+                        lanes.push(Vec::new());
+                        lanes.len() - 1
+                    });
+                lanes[lane].push((i, request));
+            }
+        }
+    }
+    let mut running = tokio::task::JoinSet::new();
+    for lane in lanes {
+        let state = state.clone();
+        let tenant = tenant.clone();
+        running.spawn(async move {
+            let mut done = Vec::with_capacity(lane.len());
+            for (i, request) in lane {
+                done.push((i, create_one(&state, &tenant, request).await));
+            }
+            done
+        });
+    }
+    while let Some(lane) = running.join_next().await {
+        for (i, answer) in lane.map_err(|_| ApiError::Internal)? {
+            answers[i] = Some(answer);
+        }
+    }
+    let answers: Vec<Result<(StatusCode, Job), ApiError>> = answers
+        .into_iter()
+        .map(|a| a.unwrap_or(Err(ApiError::Internal)))
+        .collect();
+    if answers
+        .iter()
+        .all(|a| matches!(a, Err(ApiError::Unavailable)))
+    {
+        return Err(ApiError::Unavailable);
+    }
+    let mut response = BatchResponse {
+        jobs: Vec::with_capacity(n),
+        created: 0,
+        existing: 0,
+        failed: 0,
+    };
+    for answer in answers {
+        response.jobs.push(match answer {
+            Ok((status, job)) => {
+                if status == StatusCode::CREATED {
+                    response.created += 1;
+                } else {
+                    response.existing += 1;
+                }
+                BatchItem {
+                    status: status.as_u16(),
+                    job: Some(JobView::of(&job)),
+                    error: None,
+                }
+            }
+            Err(error) => {
+                response.failed += 1;
+                let (status, detail) = error.detail();
+                BatchItem {
+                    status: status.as_u16(),
+                    job: None,
+                    error: Some(detail),
+                }
+            }
+        });
+    }
+    Ok(Json(response))
 }
 
 fn parse_job_id(raw: &str) -> Result<JobId, ApiError> {

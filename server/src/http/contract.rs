@@ -44,6 +44,46 @@ pub struct CreateJobRequest {
     pub replay_policy: Option<ReplayPolicy>,
 }
 
+/// The most jobs one `POST /api/v1/jobs/batch` takes.
+pub const MAX_BATCH: usize = 500;
+
+/// `POST /api/v1/jobs/batch`: several jobs in one request, each as `POST /jobs` takes it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = CreateJobs)]
+pub struct CreateJobsRequest {
+    /// 1 to 500 jobs. Each is checked, made idempotently and answered on its own: one that is
+    /// refused does not hold back the others.
+    #[schema(value_type = Vec<CreateJobRequest>, min_items = 1, max_items = 500)]
+    pub jobs: Vec<Value>,
+}
+
+/// What became of one job of a batch: the status and body `POST /jobs` would have answered.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(as = BatchItem)]
+pub struct BatchItem {
+    /// 201 (created), 200 (the same key and request made this job before), 400 (invalid),
+    /// 409 (key already used for a different request) or 503 (ledger unavailable: retry it).
+    pub status: u16,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job: Option<JobView>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorDetail>,
+}
+
+/// The answer to a batch, one item per job in the order sent, with their counts.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(as = BatchResult)]
+pub struct BatchResponse {
+    pub jobs: Vec<BatchItem>,
+    /// Jobs made by this request (201).
+    pub created: usize,
+    /// Jobs the same key and request had made before (200).
+    pub existing: usize,
+    /// Jobs refused (every other status); each says why.
+    pub failed: usize,
+}
+
 fn default_model() -> Value {
     Value::Object(Default::default())
 }

@@ -57,19 +57,26 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The status and the error as the body carries it.
+    pub(super) fn detail(&self) -> (StatusCode, ErrorDetail) {
         let (status, code) = self.status_and_code();
-        let body = ErrorBody {
-            error: ErrorDetail {
-                code: code.to_owned(),
-                message: self.to_string(),
-                job_id: match &self {
-                    ApiError::IdempotencyConflict { existing } => Some(existing.clone()),
-                    _ => None,
-                },
+        let detail = ErrorDetail {
+            code: code.to_owned(),
+            message: self.to_string(),
+            job_id: match self {
+                ApiError::IdempotencyConflict { existing } => Some(existing.clone()),
+                _ => None,
             },
         };
+        (status, detail)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, error) = self.detail();
+        let body = ErrorBody { error };
         let mut response = (status, Json(body)).into_response();
         if status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(

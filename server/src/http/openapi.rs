@@ -7,9 +7,9 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::contract::{
-    ActionOutcome, AttemptView, CancelRequest, CreateJobRequest, DecisionKind, DecisionRequest,
-    Delivery, ErrorBody, ErrorDetail, EventPage, EventView, JobPage, JobResult, JobView, Links,
-    ModelParameters,
+    ActionOutcome, AttemptView, BatchItem, BatchResponse, CancelRequest, CreateJobRequest,
+    CreateJobsRequest, DecisionKind, DecisionRequest, Delivery, ErrorBody, ErrorDetail, EventPage,
+    EventView, JobPage, JobResult, JobView, Links, ModelParameters,
 };
 use super::{api, api_actions};
 use crate::job::JobState;
@@ -27,6 +27,7 @@ use crate::ledger::ReplayPolicy;
     security(("bearer" = [])),
     paths(
         api::create_job,
+        api::create_jobs,
         api::list_jobs,
         api::read_job,
         api::read_events,
@@ -36,6 +37,9 @@ use crate::ledger::ReplayPolicy;
     ),
     components(schemas(
         CreateJobRequest,
+        CreateJobsRequest,
+        BatchItem,
+        BatchResponse,
         ModelParameters,
         JobView,
         AttemptView,

@@ -16,6 +16,8 @@ on_both_backends!(
     a_job_its_attempts_timeline_and_result_are_readable,
     every_documented_path_answers_without_a_server_error,
     a_tenants_replay_policy_applies_to_jobs_that_name_none,
+    a_batch_answers_each_job_on_its_own_in_the_order_sent,
+    a_batch_of_five_hundred_is_written_in_few_commits_and_a_refused_job_fails_no_other,
 );
 
 fn job_request(key: &str, input: Value) -> Value {
@@ -507,4 +509,190 @@ async fn a_tenants_replay_policy_applies_to_jobs_that_name_none(db: Db) {
         "a job's own choice wins"
     );
     assert_eq!(policy(globex, job_request("c", json!(3))).await, "manual");
+}
+
+fn statuses(body: &Value) -> Vec<u64> {
+    body["jobs"]
+        .as_array()
+        .expect("an answer per job")
+        .iter()
+        .map(|j| j["status"].as_u64().expect("a status"))
+        .collect()
+}
+
+async fn a_batch_answers_each_job_on_its_own_in_the_order_sent(db: Db) {
+    let app = spawn_app(db).await;
+    let token = app.token("acme").await;
+    let before: Value = app
+        .post_job(&token, &job_request("made-before", json!(0)))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let before = before["job_id"].as_str().unwrap().to_owned();
+    let batch = json!({ "jobs": [
+        job_request("b-0", json!(0)),
+        job_request("made-before", json!(0)),
+        job_request("made-before", json!("changed")),
+        job_request("b-1", json!(1)),
+        { "idempotency_key": "b-2", "input": 2, "tenant": "globex" },
+        job_request("", json!(5)),
+        job_request("b-1", json!(1)),
+        job_request("b-1", json!("changed")),
+    ]});
+    let response = app.post_batch(&token, &batch).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(statuses(&body), [201, 200, 409, 201, 400, 400, 200, 409]);
+    assert_eq!(
+        (&body["created"], &body["existing"], &body["failed"]),
+        (&json!(2), &json!(2), &json!(4))
+    );
+    let jobs = &body["jobs"];
+    assert_eq!(jobs[1]["job"]["job_id"], before.as_str());
+    assert_eq!(jobs[2]["error"]["code"], "idempotency_conflict");
+    assert_eq!(jobs[2]["error"]["job_id"], before.as_str());
+    assert_eq!(jobs[4]["error"]["code"], "invalid_json");
+    let why = jobs[4]["error"]["message"].as_str().unwrap();
+    assert!(
+        why.starts_with("jobs[4] ") && why.contains("tenant"),
+        "{why}"
+    );
+    assert_eq!(jobs[5]["error"]["code"], "bad_request");
+    // The same key later in the batch finds the job made earlier in it.
+    let b1 = jobs[3]["job"]["job_id"].as_str().unwrap().to_owned();
+    assert_eq!(jobs[6]["job"]["job_id"], b1.as_str());
+    assert_eq!(jobs[7]["error"]["job_id"], b1.as_str());
+    for (i, key) in [(0, "b-0"), (3, "b-1")] {
+        let id = jobs[i]["job"]["job_id"].as_str().unwrap();
+        assert_eq!(jobs[i]["job"]["state"], "ready");
+        let read: Value = app
+            .get(Some(&token), &format!("/api/v1/jobs/{id}"))
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(read["idempotency_key"], key);
+    }
+    // A refused request leaves its mark on the job whose key it reused.
+    let events: Value = app
+        .get(Some(&token), &format!("/api/v1/jobs/{b1}/events"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        events["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["kind"] == "idempotency_conflict"),
+        "{events}"
+    );
+
+    // A client that lost the answer sends the batch again: nothing new is made.
+    let again: Value = app.post_batch(&token, &batch).await.json().await.unwrap();
+    assert_eq!(statuses(&again), [200, 200, 409, 200, 400, 400, 200, 409]);
+    assert_eq!(again["created"], 0);
+    assert_eq!(again["jobs"][0]["job"]["job_id"], jobs[0]["job"]["job_id"]);
+
+    // Another tenant's same key is its own job.
+    let globex = app.token("globex").await;
+    let theirs: Value = app
+        .post_batch(&globex, &json!({ "jobs": [job_request("b-0", json!(0))] }))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(statuses(&theirs), [201]);
+    assert_ne!(theirs["jobs"][0]["job"]["job_id"], jobs[0]["job"]["job_id"]);
+
+    // What is not a batch is refused whole, and makes nothing.
+    let too_many: Vec<Value> = (0..501)
+        .map(|i| job_request(&format!("many-{i}"), json!(i)))
+        .collect();
+    for (bad, code, says) in [
+        (json!({ "jobs": [] }), "bad_request", "it held 0"),
+        (json!({ "jobs": too_many }), "bad_request", "it held 501"),
+        (
+            json!({ "jobs": [job_request("x", json!(1))], "tenant": "globex" }),
+            "invalid_json",
+            "tenant",
+        ),
+        (
+            json!([job_request("x", json!(1))]),
+            "invalid_json",
+            "invalid type: map, expected a sequence",
+        ),
+    ] {
+        let response = app.post_batch(&token, &bad).await;
+        assert_eq!(response.status(), 400, "{bad}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], code);
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{message}");
+    }
+    let found = app
+        .get(Some(&token), "/api/v1/jobs?limit=100")
+        .await
+        .json::<Value>()
+        .await
+        .unwrap();
+    assert_eq!(
+        found["jobs"].as_array().unwrap().len(),
+        3,
+        "made-before, b-0 and b-1: {found}"
+    );
+}
+
+async fn a_batch_of_five_hundred_is_written_in_few_commits_and_a_refused_job_fails_no_other(
+    db: Db,
+) {
+    let app = spawn_app(db).await;
+    let token = app.token("acme").await;
+    for i in 0..10 {
+        let made = app
+            .post_job(&token, &job_request(&format!("old-{i}"), json!(i)))
+            .await;
+        assert_eq!(made.status(), 201);
+    }
+    // Every fiftieth job reuses a key made above with another request.
+    let jobs: Vec<Value> = (0..500)
+        .map(|i| {
+            if i % 50 == 0 {
+                job_request(&format!("old-{}", i / 50), json!("changed"))
+            } else {
+                job_request(&format!("new-{i}"), json!(i))
+            }
+        })
+        .collect();
+    let commits_before = app.ledger.group_stats().commits;
+    let body: Value = app
+        .post_batch(&token, &json!({ "jobs": jobs }))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let commits = app.ledger.group_stats().commits - commits_before;
+    let statuses = statuses(&body);
+    for (i, status) in statuses.iter().enumerate() {
+        let expected = if i % 50 == 0 { 409 } else { 201 };
+        assert_eq!(*status, expected, "job {i}: {}", body["jobs"][i]);
+    }
+    assert_eq!(
+        (&body["created"], &body["failed"]),
+        (&json!(490), &json!(10))
+    );
+    let ids: std::collections::BTreeSet<&str> = body["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|j| j["job"]["job_id"].as_str())
+        .collect();
+    assert_eq!(ids.len(), 490, "a job of its own each");
+    // One transaction a job would be 500 commits (and more for the conflicts' events).
+    assert!(
+        commits < 125,
+        "{commits} commits for a batch of 500: the jobs were not written together"
+    );
 }

@@ -244,8 +244,17 @@ impl TestApp {
     }
 
     pub(crate) async fn post_job(&self, token: &str, body: &Value) -> reqwest::Response {
+        self.post_api(token, "/api/v1/jobs", body).await
+    }
+
+    /// `POST /api/v1/jobs/batch`.
+    pub(crate) async fn post_batch(&self, token: &str, body: &Value) -> reqwest::Response {
+        self.post_api(token, "/api/v1/jobs/batch", body).await
+    }
+
+    async fn post_api(&self, token: &str, path: &str, body: &Value) -> reqwest::Response {
         self.client
-            .post(format!("{}/api/v1/jobs", self.base))
+            .post(format!("{}{path}", self.base))
             .bearer_auth(token)
             .json(body)
             .send()
