@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Fenceline's benchmarks, each beside its reference in the same invocation:
 #   scripts/bench.sh                 # ledger, pipeline (both backends, and graphile-worker beside it
-#                                    # on PostgreSQL), console (both backends), renewals (both)
-#   scripts/bench.sh ledger|pipeline|console|renewals|drills
+#                                    # on PostgreSQL), console (both backends), renewals (both),
+#                                    # submit (both)
+#   scripts/bench.sh ledger|pipeline|console|renewals|drills|submit
 # PostgreSQL runs with durable commits (fsync on, synchronous_commit on) in a throwaway
 # cluster; SQLite runs in WAL with synchronous=FULL in a temporary file.
 set -euo pipefail
@@ -62,6 +63,11 @@ fi
 if [ "$which" = all ] || [ "$which" = console ]; then
   "$bin" bench console --database-url "$(fresh_pg)"
   "$bin" bench console --database-url "$(fresh_sqlite)"
+fi
+if [ "$which" = all ] || [ "$which" = submit ]; then
+  # Jobs through the API, one a request beside batches of 100, 16 clients, alternating rounds.
+  "$bin" bench submit --database-url "$(fresh_pg)"
+  "$bin" bench submit --database-url "$(fresh_sqlite)" --sqlite-synchronous full
 fi
 if [ "$which" = all ] || [ "$which" = renewals ]; then
   # One worker process holding RENEWALS_IN_FLIGHT calls (default 120,000, as many as SQS

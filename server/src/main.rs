@@ -193,6 +193,11 @@ async fn run() -> anyhow::Result<()> {
             println!("{report}");
             Ok(())
         }
+        Command::Bench(BenchCommand::Submit(args)) => {
+            let report = fenceline::bench::submit(&settings, args).await?;
+            println!("{report}");
+            Ok(())
+        }
         Command::Bench(BenchCommand::SeedTimeline(args)) => {
             // The seed claims the job it creates. Its message waits in the outbox for a
             // dispatcher instead of going into the queue with the job, so a worker already

@@ -116,21 +116,8 @@ pub async fn console(
     // PostgreSQL, and the capped state counts walk the table instead (25.6 ms a state over
     // 1,000,000 jobs, against 5.5 ms through `jobs_state_id`).
     ledger.bench_settle().await?;
-    let mut settings = settings.clone();
-    settings.http.bind = ([127, 0, 0, 1], 0).into();
-    settings.http.max_body_bytes = 1 << 20;
-    let app = crate::startup::Application::build(&settings)
-        .await
-        .map_err(|e| LedgerError::Invalid(e.to_string()))?;
-    let base = format!("http://{}", app.local_addr());
-    let stop = tokio_util::sync::CancellationToken::new();
-    let server = tokio::spawn({
-        let stop = stop.clone();
-        async move {
-            app.run_until_stopped(async move { stop.cancelled().await })
-                .await
-        }
-    });
+    let served = super::Served::start(settings).await?;
+    let base = served.base.clone();
     // Pages are timed as a signed-in operator sees them: a redirect (to sign in, or anywhere)
     // is an error, never a fast page.
     let client = reqwest::Client::builder()
@@ -221,8 +208,7 @@ pub async fn console(
             at(0.95).as_secs_f64() * 1000.0
         ));
     }
-    stop.cancel();
-    let _ = server.await;
+    served.stop().await;
     ledger.close().await;
     Ok(out)
 }

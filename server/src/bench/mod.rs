@@ -12,6 +12,7 @@
 //! - `pipeline`: end to end through the embedded queue beside a naive job table.
 //! - `renewals`: renewal lateness with many calls in flight beside plain timers.
 //! - `console`: console render times over generated data, and the generators.
+//! - `submit`: jobs submitted through the API, one a request beside batches.
 //! - `statements`: counts the SQL statements the process runs (for `renewals`).
 
 mod console;
@@ -19,12 +20,14 @@ mod ledger;
 mod pipeline;
 mod renewals;
 mod statements;
+mod submit;
 
 pub use console::{console, seed_jobs, seed_timeline};
 pub use ledger::ledger;
 pub use pipeline::pipeline;
 pub use renewals::renewals;
 pub use statements::{statement_counter, statements_run};
+pub use submit::submit;
 
 use std::fmt;
 use std::time::Duration;
@@ -33,6 +36,52 @@ use serde_json::json;
 
 use crate::job::request_digest;
 use crate::ledger::{NewJob, ReplayPolicy};
+
+/// The application served from this process on a loopback port, for a benchmark's client.
+pub(crate) struct Served {
+    /// `http://127.0.0.1:<port>`.
+    pub base: String,
+    /// The served application's ledger (its group-commit counters are the ones that move).
+    pub ledger: crate::ledger::Ledger,
+    stop: tokio_util::sync::CancellationToken,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl Served {
+    /// Builds the application on `settings` (bound to a free loopback port, bodies up to
+    /// 1 MiB) and serves it until [`Served::stop`].
+    pub(crate) async fn start(
+        settings: &crate::settings::Settings,
+    ) -> Result<Served, crate::ledger::LedgerError> {
+        let mut settings = settings.clone();
+        settings.http.bind = ([127, 0, 0, 1], 0).into();
+        settings.http.max_body_bytes = 1 << 20;
+        let app = crate::startup::Application::build(&settings)
+            .await
+            .map_err(|e| crate::ledger::LedgerError::Invalid(e.to_string()))?;
+        let base = format!("http://{}", app.local_addr());
+        let ledger = app.ledger().clone();
+        let stop = tokio_util::sync::CancellationToken::new();
+        let server = tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                app.run_until_stopped(async move { stop.cancelled().await })
+                    .await
+            }
+        });
+        Ok(Served {
+            base,
+            ledger,
+            stop,
+            server,
+        })
+    }
+
+    pub(crate) async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.server.await;
+    }
+}
 
 /// One measured run.
 #[derive(Debug, Clone)]

@@ -450,6 +450,9 @@ pub enum BenchCommand {
     /// Console render times: a job with a long timeline and the jobs list over many jobs,
     /// generated first, beside the health endpoint served by the same process.
     Console(ConsoleBenchArgs),
+    /// Jobs submitted through the API by concurrent clients, one job a request beside batches
+    /// (`POST /api/v1/jobs/batch`), on one server and database, in alternating rounds.
+    Submit(SubmitBenchArgs),
     /// Generates a job with a long timeline and prints its id (data for tests and demos).
     SeedTimeline(SeedArgs),
 }
@@ -465,6 +468,22 @@ pub struct ConsoleBenchArgs {
     /// Requests per measured page.
     #[arg(long, default_value_t = 100)]
     pub requests: usize,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SubmitBenchArgs {
+    /// Jobs a pass.
+    #[arg(long, default_value_t = 10_000)]
+    pub jobs: u64,
+    /// Jobs a request in the batched passes (2 to 500).
+    #[arg(long, default_value_t = 100)]
+    pub batch: usize,
+    /// Clients sending at once.
+    #[arg(long, default_value_t = 16)]
+    pub clients: usize,
+    /// Rounds, each a pass of one job a request and then a batched one.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
 }
 
 #[derive(Debug, Clone, Args)]
