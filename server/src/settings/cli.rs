@@ -322,11 +322,17 @@ pub struct SubmitArgs {
     #[arg(long, env = "FENCELINE_TOKEN", hide_env_values = true)]
     pub token: String,
     /// The idempotency key: the same key and request always give the same job.
-    #[arg(long)]
-    pub key: String,
+    #[arg(long, required_unless_present = "file")]
+    pub key: Option<String>,
     /// The job's input, as JSON (a bare string is taken as text).
-    #[arg(long)]
-    pub input: String,
+    #[arg(long, required_unless_present = "file")]
+    pub input: Option<String>,
+    /// Submit many jobs instead: a file (`-` for standard input) of one job a line, each a JSON
+    /// object as `POST /api/v1/jobs` takes it, sent 500 a request (`POST /api/v1/jobs/batch`).
+    /// Prints `line<TAB>status<TAB>job id or error` for each, in order; exits non-zero if any
+    /// job was refused.
+    #[arg(long, conflicts_with_all = ["key", "input", "wait", "model", "deadline_seconds", "max_attempts"])]
+    pub file: Option<std::path::PathBuf>,
     /// Model parameters, as a JSON object.
     #[arg(long, default_value = "{}")]
     pub model: String,

@@ -381,6 +381,84 @@ async fn fenceline_submit_creates_a_job_idempotently_and_waits_for_its_result() 
     assert!(String::from_utf8_lossy(&bad.stderr).contains("401"));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenceline_submit_file_sends_a_job_a_line_in_batches_and_answers_each_line() {
+    let db = crate::helpers::fresh_db(Db::Sqlite).await;
+    let bin = env!("CARGO_BIN_EXE_fenceline");
+    let token = crate::helpers::cli_token(&db.url, "acme").await;
+    let (_server, api) = crate::helpers::spawn_serve(&db.url, &[]).await;
+    let dir = tempfile_dir();
+    // 620 jobs (two requests of at most 500), a blank line, a line that is not JSON, one
+    // that reuses a key for another request, and one the API refuses.
+    let mut lines: Vec<String> = (0..620)
+        .map(|i| format!(r#"{{"idempotency_key": "file-{i}", "input": {{"n": {i}}}}}"#))
+        .collect();
+    lines.insert(10, String::new());
+    lines.push("not json".into());
+    lines.push(r#"{"idempotency_key": "file-3", "input": "another"}"#.into());
+    lines.push(r#"{"idempotency_key": "file-x", "input": 1, "tenant": "globex"}"#.into());
+    let path = dir.join("jobs.jsonl");
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    let send = || {
+        Command::new(bin)
+            .args(["submit", "--api", &api, "--token", &token, "--file"])
+            .arg(&path)
+            .output()
+    };
+    let first = send().await.unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&first.stdout),
+        String::from_utf8_lossy(&first.stderr),
+    );
+    assert!(!first.status.success(), "three lines were refused: {err}");
+    assert!(
+        err.contains("created 620, already had 0, refused 3 (lines 622, 623, 624)"),
+        "{err}"
+    );
+    let answers: Vec<Vec<&str>> = out.lines().map(|l| l.split('\t').collect()).collect();
+    assert_eq!(answers.len(), 623, "one answer a line but the blank one");
+    let numbers: Vec<usize> = answers.iter().map(|a| a[0].parse().unwrap()).collect();
+    assert!(
+        numbers.windows(2).all(|w| w[0] < w[1]),
+        "in the file's order"
+    );
+    assert!(!numbers.contains(&11), "the blank line is skipped");
+    assert_eq!(&answers[0][1..2], ["201"]);
+    assert!(answers[0][2].starts_with("job_"));
+    assert_eq!(answers[620][..2], ["622", "-"]);
+    assert!(answers[620][2].starts_with("not JSON"));
+    assert_eq!(answers[621][..2], ["623", "409"]);
+    assert_eq!(answers[622][..2], ["624", "400"]);
+    assert!(
+        answers[622][2].starts_with("not a valid job: unknown field `tenant`"),
+        "{:?}",
+        answers[622]
+    );
+    // Sent again, every job is the one made before.
+    let again = send().await.unwrap();
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        err.contains("created 0, already had 620, refused 3"),
+        "{err}"
+    );
+    let again = String::from_utf8_lossy(&again.stdout);
+    assert_eq!(
+        again.lines().next(),
+        out.lines()
+            .next()
+            .map(|l| l.replace("\t201\t", "\t200\t"))
+            .as_deref()
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A directory of its own under the system's temporary one.
+fn tempfile_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("fenceline-test-{}", uuid::Uuid::now_v7()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// A `fenceline serve` or `fenceline worker` process (compressed timings unless `extra` names
 /// others).
 fn spawn_fenceline(command: &str, database_url: &str, id: &str, extra: &[&str]) -> Child {
