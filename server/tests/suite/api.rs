@@ -419,6 +419,14 @@ async fn a_lost_database_makes_the_service_not_ready_and_requests_503_not_500() 
         "a lost database is 503, got {}",
         create.status()
     );
+    let batch = app
+        .post_batch(
+            &token,
+            &json!({ "jobs": [job_request("k", json!(1)), job_request("l", json!(2))] }),
+        )
+        .await;
+    assert_eq!(batch.status(), 503, "a batch none of which could be made");
+    assert_eq!(error_code(batch).await, "unavailable");
     assert_eq!(
         app.get(None, "/healthz").await.status(),
         200,
