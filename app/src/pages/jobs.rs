@@ -7,7 +7,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use super::console;
-use crate::components::{or_dash, BadParameterPage, ErrorBox, StateBadge};
+use crate::components::{or_dash, this_page_with, BadParameterPage, ErrorBox, StateBadge};
 use crate::console::{JobsPage as JobsPageData, JobsQuery};
 
 fn non_empty(v: Option<String>) -> Option<String> {
@@ -120,8 +120,12 @@ pub fn JobsPage() -> impl IntoView {
         without_drills: non_empty(m.get("without_drills")).is_some(),
         owner: non_empty(m.get("owner")),
     });
+    let select_all = use_query_map().with_untracked(|m| m.get("select").as_deref() == Some("all"));
     let console = console();
-    let zone = super::visitor().zone;
+    let visitor = super::visitor();
+    let zone = visitor.zone.clone();
+    let acting = visitor.can_act();
+    let csrf = visitor.csrf.clone();
     view! {
         <Title text="Jobs · Fenceline"/>
         <h1>"Jobs"</h1>
@@ -172,8 +176,16 @@ pub fn JobsPage() -> impl IntoView {
                                 }).collect_view()}
                             </nav>
                             {page.notice.map(|n| view! { <p class="notice">{n}</p> })}
+                            {acting.then(|| view! {
+                                <p class="muted">
+                                    "Tick running, unknown or retry-authorized jobs to cancel them together (at most 100; each is fenced at the epoch and state shown, and one that moved on is left as it is). "
+                                    <a href=this_page_with("select", Some("all"))>"Select all on this page"</a>
+                                </p>
+                            })}
+                            <form method="post" action="/jobs/cancel" id="bulk">
                             <table class="jobs stack-narrow">
                                 <thead><tr>
+                                    {acting.then(|| view! { <th scope="col">"Pick"</th> })}
                                     <th scope="col">"Job"</th>
                                     <th scope="col">"Key"</th>
                                     <th scope="col">"State"</th>
@@ -188,6 +200,16 @@ pub fn JobsPage() -> impl IntoView {
                                 <tbody>
                                     {page.rows.into_iter().map(|r| view! {
                                         <tr>
+                                            {acting.then(|| {
+                                                let open = matches!(r.state.as_str(), "running" | "unknown" | "retry_authorized");
+                                                view! {
+                                                    <td data-label="Pick">{open.then(|| view! {
+                                                        <input type="checkbox" name="job" checked=select_all
+                                                            value=format!("{}:{}:{}", r.job_id, r.epoch, r.state)
+                                                            aria-label=format!("Pick {}", r.job_id)/>
+                                                    })}</td>
+                                                }
+                                            })}
                                             <td data-label="Job"><a class="mono" href=format!("/jobs/{}", r.job_id)>{r.job_id.clone()}</a></td>
                                             <td data-label="Key" class="key">{r.idempotency_key}</td>
                                             <td data-label="State"><StateBadge state=r.state/></td>
@@ -202,6 +224,17 @@ pub fn JobsPage() -> impl IntoView {
                                     }).collect_view()}
                                 </tbody>
                             </table>
+                            {acting.then(|| view! {
+                                <input type="hidden" name="csrf" value=csrf.clone()/>
+                                <input type="hidden" name="back" value=this_page_with("select", None)/>
+                                <fieldset class="bulk">
+                                    <legend>"Cancel the picked jobs"</legend>
+                                    <p class="muted">"Each fails for good (error “cancelled”) at a new epoch, so an attempt still running can never commit. This cannot be undone; “Run again” on a job's page makes a new one."</p>
+                                    <label>"Reason"<input name="reason" required=true maxlength="2000" size="40"/></label>
+                                    <button type="submit" class="danger">"Cancel picked jobs"</button>
+                                </fieldset>
+                            })}
+                            </form>
                             <nav class="pager" aria-label="Pages">
                                 {query.before.is_some().then(|| view! {
                                     <a href=href(&query, query.state.as_deref(), None)>"Newest"</a>

@@ -456,8 +456,50 @@ pub(super) async fn rerun(
     }
 }
 
-/// Most jobs one bulk decision covers.
+/// Most jobs one bulk action covers.
 const BULK_MAX: usize = 100;
+
+/// A form whose fields may repeat (the picked `job`s), or the refusal when it cannot be read.
+fn repeated_fields(body: &str) -> Result<Vec<(String, String)>, Box<Response>> {
+    serde_urlencoded::from_str(body).map_err(|_| {
+        Box::new(plain(
+            axum::http::StatusCode::BAD_REQUEST,
+            "the form could not be read",
+        ))
+    })
+}
+
+/// The first value of `name`, or empty.
+fn field_of(pairs: &[(String, String)], name: &str) -> String {
+    pairs
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default()
+}
+
+/// Whether the job exists and is one of this operator's tenants'.
+async fn covers(state: &AppState, operator: &Operator, job_id: &str) -> bool {
+    matches!(state.ledger.job(job_id).await, Ok(Some(job)) if operator.covers(&job.tenant))
+}
+
+/// Why a bulk action must change nothing (no job picked, more than [`BULK_MAX`], no reason
+/// for what `needs` one), said to the operator; `None` when it may go ahead.
+fn bulk_refusal(picked: usize, reason: &str, needs: &str) -> Option<String> {
+    if picked == 0 {
+        Some("No job was picked; nothing was changed.".into())
+    } else if picked > BULK_MAX {
+        Some(format!(
+            "At most {BULK_MAX} jobs at once; {picked} were picked. Nothing was changed."
+        ))
+    } else if reason.trim().is_empty() || reason.len() > 2000 {
+        Some(format!(
+            "{needs} needs a reason (1 to 2000 characters). Nothing was changed."
+        ))
+    } else {
+        None
+    }
+}
 
 /// `POST /unknown/decisions`: one decision (a fenced retry or failed) over the picked jobs,
 /// each at the epoch its row showed and each fenced on its own: a job that moved on is left as
@@ -469,19 +511,11 @@ pub(super) async fn decide_many(
     body: String,
 ) -> Response {
     let back = Redirect::to("/unknown").into_response();
-    let Ok(pairs) = serde_urlencoded::from_str::<Vec<(String, String)>>(&body) else {
-        return plain(
-            axum::http::StatusCode::BAD_REQUEST,
-            "the form could not be read",
-        );
+    let pairs = match repeated_fields(&body) {
+        Ok(pairs) => pairs,
+        Err(refused) => return *refused,
     };
-    let field = |name: &str| {
-        pairs
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default()
-    };
+    let field = |name: &str| field_of(&pairs, name);
     if let Err(refused) = may_act(&session, &operator, &field("csrf")).await {
         return refused;
     }
@@ -505,38 +539,15 @@ pub(super) async fn decide_many(
             Some((id.to_owned(), epoch.parse().ok()?))
         })
         .collect();
-    if picked.is_empty() {
-        flash(&session, false, "No job was picked; nothing was changed.").await;
-        return back;
-    }
-    if picked.len() > BULK_MAX {
-        flash(
-            &session,
-            false,
-            format!(
-                "At most {BULK_MAX} jobs at once; {} were picked. Nothing was changed.",
-                picked.len()
-            ),
-        )
-        .await;
-        return back;
-    }
     let reason = field("reason");
-    if reason.trim().is_empty() || reason.len() > 2000 {
-        flash(
-            &session,
-            false,
-            "A decision needs a reason (1 to 2000 characters). Nothing was changed.",
-        )
-        .await;
+    if let Some(why) = bulk_refusal(picked.len(), &reason, "A decision") {
+        flash(&session, false, why).await;
         return back;
     }
     let actor = Actor::Operator(operator.name.clone());
     let (mut applied, mut moved_on, mut refused) = (0usize, 0usize, 0usize);
     for (job_id, epoch) in &picked {
-        let covered =
-            matches!(state.ledger.job(job_id).await, Ok(Some(job)) if operator.covers(&job.tenant));
-        if !covered {
+        if !covers(&state, &operator, job_id).await {
             refused += 1;
             continue;
         }
@@ -565,6 +576,82 @@ pub(super) async fn decide_many(
         format!(
             "{applied} {what}; {moved_on} had changed since the page was loaded and were left as \
              they are; {refused} could not be decided (no budget or time left, or not yours)."
+        ),
+    )
+    .await;
+    back
+}
+
+/// `POST /jobs/cancel`: the picked jobs cancelled, each at the epoch and state its row showed
+/// and each fenced on its own: a job that moved on is left as it is and counted, never failing
+/// its neighbours. Back to the list the operator came from, filters kept.
+pub(super) async fn cancel_many(
+    State(state): State<AppState>,
+    Extension(SignedIn(operator)): Extension<SignedIn>,
+    session: Session,
+    body: String,
+) -> Response {
+    let pairs = match repeated_fields(&body) {
+        Ok(pairs) => pairs,
+        Err(refused) => return *refused,
+    };
+    let field = |name: &str| field_of(&pairs, name);
+    if let Err(refused) = may_act(&session, &operator, &field("csrf")).await {
+        return refused;
+    }
+    // Only back to a jobs list of this console, and only an address a header can carry.
+    let back = field("back");
+    let listed = back == "/jobs" || back.starts_with("/jobs?");
+    let back = if listed && !back.contains("//") && back.chars().all(|c| c.is_ascii_graphic()) {
+        back
+    } else {
+        "/jobs".to_owned()
+    };
+    let back = Redirect::to(&back).into_response();
+    let picked: Vec<(String, i64, JobState)> = pairs
+        .iter()
+        .filter(|(k, _)| k == "job")
+        .filter_map(|(_, v)| {
+            let mut parts = v.splitn(3, ':');
+            let (id, epoch, seen) = (parts.next()?, parts.next()?, parts.next()?);
+            Some((id.to_owned(), epoch.parse().ok()?, seen.parse().ok()?))
+        })
+        .collect();
+    let reason = field("reason");
+    if let Some(why) = bulk_refusal(picked.len(), &reason, "A cancellation") {
+        flash(&session, false, why).await;
+        return back;
+    }
+    let actor = Actor::Operator(operator.name.clone());
+    let (mut cancelled, mut moved_on, mut refused) = (0usize, 0usize, 0usize);
+    for (job_id, epoch, seen) in &picked {
+        if !covers(&state, &operator, job_id).await {
+            refused += 1;
+            continue;
+        }
+        match state
+            .ledger
+            .cancel(job_id, *epoch, *seen, &actor, &reason)
+            .await
+        {
+            Ok(()) => cancelled += 1,
+            Err(LedgerError::Refused { .. }) => moved_on += 1,
+            Err(LedgerError::Invalid(_)) => refused += 1,
+            Err(error) => {
+                tracing::error!(%error, %job_id, "a cancellation failed");
+                refused += 1;
+            }
+        }
+    }
+    tracing::info!(operator = %operator.name, cancelled, moved_on, refused, "bulk cancel");
+    flash(
+        &session,
+        cancelled > 0 && moved_on + refused == 0,
+        format!(
+            "{cancelled} cancelled: each failed for good at a new epoch, so an attempt still \
+             running can no longer commit; {moved_on} had changed since the page was loaded and \
+             were left as they are; {refused} could not be cancelled (not yours, not started, or \
+             the ledger did not answer)."
         ),
     )
     .await;

@@ -119,7 +119,7 @@ pub(super) async fn decide(
     request_body = CancelRequest,
     responses(
         (status = 200, description = "Cancelled: failed for good at a new epoch", body = ActionOutcome),
-        (status = 400, description = "Invalid request (a missing reason)", body = ErrorBody),
+        (status = 400, description = "Invalid request (a missing reason, or a ready job: one fails only after an attempt or a decision)", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
         (status = 403, description = "Not an operator token, or a viewer's", body = ErrorBody),
         (status = 404, description = "No such job for this operator", body = ErrorBody),

@@ -29,6 +29,8 @@ on_both_backends!(
     an_operator_replays_dead_letters_after_inspection_from_the_console,
     a_terminal_job_runs_again_as_a_new_linked_job_and_stays_terminal,
     a_bulk_decision_fences_each_job_on_its_own,
+    a_bulk_cancel_from_the_jobs_list_fences_each_job_on_its_own,
+    a_ready_job_is_not_offered_for_cancelling_and_a_request_to_is_told_why,
     one_dead_letter_is_replayed_after_inspection_or_dropped_by_an_operator_of_its_tenant,
     the_overview_leaves_drill_jobs_out_of_its_counts_and_says_so,
     the_workers_page_shows_who_is_alive_silent_or_stopped_and_what_each_owns,
@@ -1794,4 +1796,243 @@ async fn a_job_page_folds_long_runs_and_shows_every_other_event_in_place(db: Db)
         .page(&format!("/jobs/{job_id}?open={}", renewals.1))
         .await;
     assert_eq!(shown(&opened), rows_of(Some(renewals.1)));
+}
+
+async fn a_bulk_cancel_from_the_jobs_list_fences_each_job_on_its_own(db: Db) {
+    let app = spawn_app(db).await;
+    let ledger = &app.ledger;
+    // Three running jobs, and one still ready (not offered: it has not started).
+    let mut running = Vec::new();
+    for i in 0..3 {
+        let id = create(ledger, new_job("acme", &format!("cancel-{i}"), json!(i))).await;
+        ledger
+            .claim(&id, "w1", Duration::from_secs(60))
+            .await
+            .unwrap();
+        running.push(id);
+    }
+    let waiting = create(ledger, new_job("acme", "cancel-waiting", json!(8))).await;
+    let theirs = create(ledger, new_job("globex", "cancel-theirs", json!(9))).await;
+    ledger
+        .claim(&theirs, "w1", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let list = "/jobs?tenant=acme";
+    let mut olga = signed_in(&app, "olga", Role::Operator, None).await;
+    let page = olga.page(list).await;
+    assert_eq!(
+        page.matches("name=\"job\"").count(),
+        3,
+        "a pick box per running job"
+    );
+    assert!(page.contains(&waiting) && !page.contains(&format!("{waiting}:")));
+    assert!(
+        !page.contains("name=\"job\" checked"),
+        "nothing picked unless asked"
+    );
+    assert!(page.contains("action=\"/jobs/cancel\""));
+    let all = olga.page(&format!("{list}&select=all")).await;
+    assert_eq!(all.matches("name=\"job\" checked").count(), 3);
+    let csrf = token_in(&page).unwrap();
+    // Someone else cancels the second job before olga submits.
+    ledger
+        .cancel(
+            &running[1],
+            1,
+            JobState::Running,
+            &Actor::Operator("omar".into()),
+            "first",
+        )
+        .await
+        .unwrap();
+    let picks: Vec<String> = running.iter().map(|id| format!("{id}:1:running")).collect();
+    let mut form = vec![
+        ("csrf", csrf.as_str()),
+        ("reason", "submitted by mistake"),
+        ("back", list),
+    ];
+    for p in &picks {
+        form.push(("job", p.as_str()));
+    }
+    let response = olga.post("/jobs/cancel", &form).await;
+    assert_eq!(
+        location(&response),
+        list,
+        "back to the same list, filters kept"
+    );
+    let page = olga.page(list).await;
+    assert!(
+        page.contains("2 cancelled: each failed for good at a new epoch")
+            && page.contains("1 had changed since the page was loaded"),
+        "{page}"
+    );
+    for (i, id) in running.iter().enumerate() {
+        let job = ledger.job(id).await.unwrap().unwrap();
+        assert_eq!(job.state, JobState::FailedTerminal);
+        assert_eq!(job.error_code.as_deref(), Some("cancelled"));
+        assert_eq!(
+            job.owner_epoch, 2,
+            "job {i} moved past the epoch it was seen at"
+        );
+    }
+    let audit = ledger
+        .audit_entries(&fenceline::ledger::AuditFilter {
+            actor: Some("operator:olga".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut cancelled: Vec<String> = audit
+        .iter()
+        .filter(|e| e.action == "cancel")
+        .filter_map(|e| e.job_id.clone())
+        .collect();
+    cancelled.sort();
+    let mut expected = vec![running[0].clone(), running[2].clone()];
+    expected.sort();
+    assert_eq!(
+        cancelled, expected,
+        "one audit entry for each job olga cancelled"
+    );
+
+    // Nothing changes without a reason, and the way back stays in this console.
+    let other = create(ledger, new_job("acme", "cancel-3", json!(3))).await;
+    ledger
+        .claim(&other, "w1", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let pick = format!("{other}:1:running");
+    let csrf = olga.token("/jobs").await;
+    let response = olga
+        .post(
+            "/jobs/cancel",
+            &[
+                ("csrf", csrf.as_str()),
+                ("reason", " "),
+                ("back", "//evil.example/jobs"),
+                ("job", pick.as_str()),
+            ],
+        )
+        .await;
+    assert_eq!(location(&response), "/jobs");
+    assert!(olga
+        .page("/jobs")
+        .await
+        .contains("A cancellation needs a reason"));
+    assert_eq!(
+        ledger.job(&other).await.unwrap().unwrap().state,
+        JobState::Running
+    );
+
+    // An operator limited to acme cannot cancel globex's job by naming it.
+    let acme = ["acme".to_owned()];
+    let mut sam = signed_in(&app, "sam", Role::Operator, Some(&acme)).await;
+    let csrf = sam.token("/jobs").await;
+    let forged = format!("{theirs}:1:running");
+    let response = sam
+        .post(
+            "/jobs/cancel",
+            &[
+                ("csrf", csrf.as_str()),
+                ("reason", "not mine"),
+                ("job", forged.as_str()),
+            ],
+        )
+        .await;
+    assert_eq!(location(&response), "/jobs");
+    assert!(sam.page("/jobs").await.contains("1 could not be cancelled"));
+    assert_eq!(
+        ledger.job(&theirs).await.unwrap().unwrap().state,
+        JobState::Running
+    );
+
+    // A viewer sees no pick boxes and cannot cancel.
+    let mut vera = signed_in(&app, "vera", Role::Viewer, None).await;
+    let page = vera.page("/jobs").await;
+    assert!(!page.contains("name=\"job\""));
+    let csrf = token_in(&page).unwrap();
+    let response = vera
+        .post(
+            "/jobs/cancel",
+            &[
+                ("csrf", csrf.as_str()),
+                ("reason", "look"),
+                ("job", pick.as_str()),
+            ],
+        )
+        .await;
+    assert_eq!(response.status(), 403);
+    assert_eq!(
+        ledger.job(&other).await.unwrap().unwrap().state,
+        JobState::Running
+    );
+}
+
+/// The state table has no edge from `ready` to `failed_terminal`: a job fails only after an
+/// attempt or a decision. Asked to cancel a ready job, every way in says so, and nothing
+/// changes (it was a server error on the API, and "the ledger did not answer" on the console).
+async fn a_ready_job_is_not_offered_for_cancelling_and_a_request_to_is_told_why(db: Db) {
+    let app = spawn_app(db).await;
+    let ledger = &app.ledger;
+    let job_id = create(ledger, new_job("acme", "still-ready", json!(1))).await;
+    let refused = ledger
+        .cancel(
+            &job_id,
+            0,
+            JobState::Ready,
+            &Actor::Operator("olga".into()),
+            "too early",
+        )
+        .await;
+    match refused {
+        Err(fenceline::ledger::LedgerError::Invalid(why)) => {
+            assert!(why.contains("ready"), "{why}")
+        }
+        other => panic!("a ready job's cancel must be refused as invalid: {other:?}"),
+    }
+    add_operator(ledger, "olga", Role::Operator, None).await;
+    let token = ledger.add_operator_token("olga", "bot").await.unwrap();
+    let response = app
+        .client
+        .post(format!("{}/api/v1/jobs/{job_id}/cancel", app.base))
+        .bearer_auth(token)
+        .json(&json!({ "epoch": 0, "state": "ready", "reason": "too early" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let body: serde_json::Value = response.json().await.unwrap();
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("ready"), "{message}");
+
+    let mut browser = signed_in(&app, "olivia", Role::Operator, None).await;
+    let page = browser.page(&format!("/jobs/{job_id}")).await;
+    assert!(
+        !page.contains("Cancel this job"),
+        "no cancel offered for a ready job"
+    );
+    let page = browser.page(&format!("/jobs/{job_id}?act=cancel")).await;
+    assert!(!page.contains(&format!("action=\"/jobs/{job_id}/cancel\"")));
+    let csrf = token_in(&page).unwrap();
+    browser
+        .post(
+            &format!("/jobs/{job_id}/cancel"),
+            &[
+                ("csrf", csrf.as_str()),
+                ("epoch", "0"),
+                ("state", "ready"),
+                ("reason", "too early"),
+            ],
+        )
+        .await;
+    let page = browser.page(&format!("/jobs/{job_id}")).await;
+    assert!(
+        page.contains("A ready job cannot be cancelled"),
+        "the operator is told why: {page}"
+    );
+    assert_eq!(
+        ledger.job(&job_id).await.unwrap().unwrap().state,
+        JobState::Ready
+    );
 }

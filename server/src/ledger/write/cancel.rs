@@ -27,6 +27,23 @@ impl Ledger {
                 "a cancellation needs a reason of 1 to 2000 characters".into(),
             ));
         }
+        // Only where the state table lets a job fail: a job that has not started (`ready`)
+        // fails only after an attempt or a decision. Said so while the job is as it was seen;
+        // one that moved on since is refused by the fence below, as any stale view is.
+        if let Err(crate::job::TransitionError::NoEdge { why, .. }) =
+            seen_state.can_move_to(JobState::FailedTerminal)
+        {
+            let unchanged = self
+                .job(job_id)
+                .await?
+                .is_some_and(|j| j.state == seen_state && j.owner_epoch == seen_epoch);
+            if unchanged {
+                return Err(LedgerError::Invalid(format!(
+                    "a {} job cannot be cancelled ({why}): it waits for a worker or its deadline",
+                    seen_state.as_str().replace('_', " ")
+                )));
+            }
+        }
         let statement = sqlx::query_as::<_, Reserved>(&self.sql.cancel)
             .bind(job_id)
             .bind(seen_epoch)
