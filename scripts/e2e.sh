@@ -36,6 +36,13 @@ for _ in 1 2 3; do
     --database-url "$FENCELINE_E2E_DATABASE_URL" --events 0 --pattern unknown --tenant e2e-seed)"
 done
 export FENCELINE_E2E_UNKNOWN_JOBS
+# Two more, one per project, for cancelling from the jobs list.
+FENCELINE_E2E_CANCEL_JOBS=""
+for _ in 1 2; do
+  FENCELINE_E2E_CANCEL_JOBS="$FENCELINE_E2E_CANCEL_JOBS $("$FENCELINE_BIN" bench seed-timeline \
+    --database-url "$FENCELINE_E2E_DATABASE_URL" --events 0 --pattern unknown --tenant e2e-cancel)"
+done
+export FENCELINE_E2E_CANCEL_JOBS
 # Two long timelines: one that pages (nothing folds), one long call whose renewals fold.
 export FENCELINE_E2E_LONG_JOB=$("$FENCELINE_BIN" bench seed-timeline --database-url "$FENCELINE_E2E_DATABASE_URL" \
   --events 3000 --pattern alternating --tenant e2e-seed)

@@ -9,6 +9,8 @@ const secret = 'e2e-secret-input-do-not-show';
 // Operators e2e-operator and e2e-viewer share this password; three seeded `unknown` jobs.
 const password = process.env.FENCELINE_E2E_PASSWORD ?? '';
 const unknownJobs = (process.env.FENCELINE_E2E_UNKNOWN_JOBS ?? '').trim().split(/\s+/);
+// Two more `unknown` jobs (tenant e2e-cancel), one per project, to cancel from the jobs list.
+const cancelJobs = (process.env.FENCELINE_E2E_CANCEL_JOBS ?? '').trim().split(/\s+/);
 
 async function signIn(page: Page, name: string) {
   if (!page.url().includes('/login')) {
@@ -45,6 +47,7 @@ test.beforeAll(() => {
   expect(longJob, 'scripts/e2e.sh sets FENCELINE_E2E_LONG_JOB').not.toBe('');
   expect(password, 'scripts/e2e.sh sets FENCELINE_E2E_PASSWORD').not.toBe('');
   expect(unknownJobs.length, 'scripts/e2e.sh seeds FENCELINE_E2E_UNKNOWN_JOBS').toBe(3);
+  expect(cancelJobs.length, 'scripts/e2e.sh seeds FENCELINE_E2E_CANCEL_JOBS').toBe(2);
 });
 
 test.beforeEach(async ({ page }) => {
@@ -390,4 +393,18 @@ test('the jobs list narrows by key prefix and tenant, and the tabs keep the filt
   await page.getByRole('navigation', { name: 'States' }).getByRole('link', { name: /^succeeded/ }).click();
   await expect(page).toHaveURL(/state=succeeded&key_prefix=prefix-/);
   await expect(page.locator('table.jobs tbody tr')).toHaveCount(1);
+});
+
+test('an operator cancels picked jobs from the filtered jobs list and comes back to it', async ({ page }, info) => {
+  const jobId = cancelJobs[info.project.name === 'with-js' ? 0 : 1];
+  await page.goto('/jobs?tenant=e2e-cancel&state=unknown');
+  await page.getByLabel(`Pick ${jobId}`).check();
+  await page.getByLabel('Reason').fill('submitted twice by mistake');
+  await page.screenshot({ path: info.outputPath('jobs-picked.png'), fullPage: true });
+  await page.getByRole('button', { name: 'Cancel picked jobs' }).click();
+  await expect(page).toHaveURL(/\/jobs\?tenant=e2e-cancel&state=unknown$/);
+  await expect(page.locator('.flash')).toContainText('1 cancelled: each failed for good at a new epoch');
+  await expect(page.getByLabel(`Pick ${jobId}`)).toHaveCount(0);
+  await page.goto(`/jobs/${jobId}`);
+  await expect(page.locator('.job-header .badge')).toHaveText('failed terminal');
 });
