@@ -518,16 +518,28 @@ async fn submit_file(
     let client = reqwest::Client::new();
     for chunk in jobs.chunks(MAX_BATCH) {
         let body = serde_json::json!({ "jobs": chunk.iter().map(|(_, j)| j).collect::<Vec<_>>() });
-        let response = post_to_api(&client, api, &args.token, "/api/v1/jobs/batch", &body)
-            .await
-            .with_context(|| {
-                format!(
-                    "sending lines {} to {} (the lines before them were sent)",
-                    chunk[0].0,
-                    chunk[chunk.len() - 1].0
-                )
-            })?;
-        let batch: BatchResponse = response.json().await.context("reading the answer")?;
+        let sent = async {
+            post_to_api(&client, api, &args.token, "/api/v1/jobs/batch", &body)
+                .await?
+                .json::<BatchResponse>()
+                .await
+                .context("reading the answer")
+        };
+        let batch = match sent.await {
+            Ok(batch) => batch,
+            Err(error) => {
+                // What was answered before stays on record; from this line on nothing is known.
+                let first = chunk[0].0;
+                answers.sort_by_key(|(n, _)| *n);
+                for (_, line) in answers.iter().filter(|(n, _)| *n < first) {
+                    println!("{line}");
+                }
+                return Err(error.context(format!(
+                    "sending the jobs from line {first} on; the lines above were answered, \
+                     and sending the file again is safe (the same key and job make nothing new)"
+                )));
+            }
+        };
         for ((n, _), item) in chunk.iter().zip(batch.jobs) {
             let what = match (item.job, item.error) {
                 (Some(job), _) => {

@@ -449,6 +449,37 @@ async fn fenceline_submit_file_sends_a_job_a_line_in_batches_and_answers_each_li
             .map(|l| l.replace("\t201\t", "\t200\t"))
             .as_deref()
     );
+
+    // A request refused whole (here the second: 400 jobs of 3 KB, over the 1 MiB body limit):
+    // the lines answered before it are printed, and the error says where sending stopped.
+    let big = "x".repeat(3000);
+    let lines: Vec<String> = (0..900)
+        .map(|i| {
+            let input = if i < 500 { format!("{i}") } else { big.clone() };
+            format!(r#"{{"idempotency_key": "big-{i}", "input": "{input}"}}"#)
+        })
+        .collect();
+    let path = dir.join("big.jsonl");
+    std::fs::write(&path, lines.join("\n")).unwrap();
+    let cut = Command::new(bin)
+        .args(["submit", "--api", &api, "--token", &token, "--file"])
+        .arg(&path)
+        .output()
+        .await
+        .unwrap();
+    assert!(!cut.status.success());
+    let err = String::from_utf8_lossy(&cut.stderr);
+    assert!(
+        err.contains("sending the jobs from line 501 on") && err.contains("413"),
+        "{err}"
+    );
+    let out = String::from_utf8_lossy(&cut.stdout);
+    assert_eq!(
+        out.lines().count(),
+        500,
+        "the first request's answers stay on record"
+    );
+    assert!(out.lines().all(|l| l.contains("\t201\t")));
     let _ = std::fs::remove_dir_all(dir);
 }
 
