@@ -146,6 +146,9 @@ pub struct JobRow {
     /// The key the submitting service chose: what its operators know the job by.
     pub idempotency_key: String,
     pub state: String,
+    /// Whether the state table lets an operator cancel it now (it has started and is not
+    /// terminal).
+    pub cancellable: bool,
     pub epoch: i64,
     pub attempts: String,
     pub created: String,
@@ -206,6 +209,8 @@ pub struct JobDetail {
     pub idempotency_key: String,
     pub state: String,
     pub terminal: bool,
+    /// Whether the state table lets an operator cancel it now.
+    pub cancellable: bool,
     pub epoch: i64,
     pub owner: Option<String>,
     pub lease: Option<String>,

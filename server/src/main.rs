@@ -540,16 +540,11 @@ async fn submit_file(
                 )));
             }
         };
+        created += batch.created;
+        existing += batch.existing;
         for ((n, _), item) in chunk.iter().zip(batch.jobs) {
             let what = match (item.job, item.error) {
-                (Some(job), _) => {
-                    if item.status == 201 {
-                        created += 1;
-                    } else {
-                        existing += 1;
-                    }
-                    job.job_id
-                }
+                (Some(job), _) => job.job_id,
                 (None, Some(error)) => {
                     refused.push(*n);
                     // The line number says which job; the batch's index would mislead.

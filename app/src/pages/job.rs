@@ -86,9 +86,7 @@ pub fn JobPage() -> impl IntoView {
                 // An `unknown` job waits for a decision: no refresh under an operator's typing.
                 let live = !detail.terminal && detail.state != "unknown" && !cancel_form;
                 let deciding = detail.state == "unknown" && visitor.can_act();
-                // The state table lets a job fail only once it has started (or waits for a
-                // decision): a ready job is not offered for cancelling.
-                let cancelling = !detail.terminal && detail.state != "ready" && visitor.can_act();
+                let cancelling = detail.cancellable && visitor.can_act();
                 let d = detail;
                 view! {
                     <header class="job-header">

@@ -200,15 +200,12 @@ pub fn JobsPage() -> impl IntoView {
                                 <tbody>
                                     {page.rows.into_iter().map(|r| view! {
                                         <tr>
-                                            {acting.then(|| {
-                                                let open = matches!(r.state.as_str(), "running" | "unknown" | "retry_authorized");
-                                                view! {
-                                                    <td data-label="Pick">{open.then(|| view! {
-                                                        <input type="checkbox" name="job" checked=select_all
-                                                            value=format!("{}:{}:{}", r.job_id, r.epoch, r.state)
-                                                            aria-label=format!("Pick {}", r.job_id)/>
-                                                    })}</td>
-                                                }
+                                            {acting.then(|| view! {
+                                                <td data-label="Pick">{r.cancellable.then(|| view! {
+                                                    <input type="checkbox" name="job" checked=select_all
+                                                        value=format!("{}:{}:{}", r.job_id, r.epoch, r.state)
+                                                        aria-label=format!("Pick {}", r.job_id)/>
+                                                })}</td>
                                             })}
                                             <td data-label="Job"><a class="mono" href=format!("/jobs/{}", r.job_id)>{r.job_id.clone()}</a></td>
                                             <td data-label="Key" class="key">{r.idempotency_key}</td>

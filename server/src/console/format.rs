@@ -28,6 +28,7 @@ pub(super) fn job_row(now: i64, j: &Job, zone: Tz) -> JobRow {
         tenant: j.tenant.clone(),
         idempotency_key: j.idempotency_key.clone(),
         state: j.state.as_str().into(),
+        cancellable: j.state.cancellable(),
         epoch: j.owner_epoch,
         attempts: format!("{}/{}", j.attempt_count, j.max_attempts),
         created: date_time(j.created_at, zone),

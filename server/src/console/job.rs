@@ -92,6 +92,7 @@ impl LedgerConsole {
             idempotency_key: job.idempotency_key.clone(),
             state: job.state.as_str().into(),
             terminal: job.state.is_terminal(),
+            cancellable: job.state.cancellable(),
             epoch: job.owner_epoch,
             owner: job.owner_id.clone(),
             lease: (job.state == JobState::Running)

@@ -79,6 +79,12 @@ impl JobState {
         )
     }
 
+    /// Whether an operator may cancel a job in this state: the table lets it fail for good
+    /// from here (it has started, or waits for a decision, and is not terminal).
+    pub fn cancellable(self) -> bool {
+        self.can_move_to(JobState::FailedTerminal).is_ok()
+    }
+
     /// Whether the table has an edge `self → to`; the error says why not.
     pub fn can_move_to(self, to: JobState) -> Result<(), TransitionError> {
         use JobState::*;
