@@ -145,6 +145,8 @@ pub fn JobsPage() -> impl IntoView {
                         let narrowed = filtered(&query);
                         let drills_apart = query.without_drills;
                         let owner = query.owner.clone();
+                        // Pick boxes and the cancel form only where some job here can be cancelled.
+                        let picking = acting && page.rows.iter().any(|r| r.cancellable);
                         view! {
                             {filters}
                             {narrowed.then(|| view! {
@@ -176,7 +178,7 @@ pub fn JobsPage() -> impl IntoView {
                                 }).collect_view()}
                             </nav>
                             {page.notice.map(|n| view! { <p class="notice">{n}</p> })}
-                            {acting.then(|| view! {
+                            {picking.then(|| view! {
                                 <p class="muted">
                                     "Tick running, unknown or retry-authorized jobs to cancel them together (at most 100; each is fenced at the epoch and state shown, and one that moved on is left as it is). "
                                     <a href=this_page_with("select", Some("all"))>"Select all on this page"</a>
@@ -185,7 +187,7 @@ pub fn JobsPage() -> impl IntoView {
                             <form method="post" action="/jobs/cancel" id="bulk">
                             <table class="jobs stack-narrow">
                                 <thead><tr>
-                                    {acting.then(|| view! { <th scope="col">"Pick"</th> })}
+                                    {picking.then(|| view! { <th scope="col">"Pick"</th> })}
                                     <th scope="col">"Job"</th>
                                     <th scope="col">"Key"</th>
                                     <th scope="col">"State"</th>
@@ -200,7 +202,7 @@ pub fn JobsPage() -> impl IntoView {
                                 <tbody>
                                     {page.rows.into_iter().map(|r| view! {
                                         <tr>
-                                            {acting.then(|| view! {
+                                            {picking.then(|| view! {
                                                 <td data-label="Pick">{r.cancellable.then(|| view! {
                                                     <input type="checkbox" name="job" checked=select_all
                                                         value=format!("{}:{}:{}", r.job_id, r.epoch, r.state)
@@ -221,7 +223,7 @@ pub fn JobsPage() -> impl IntoView {
                                     }).collect_view()}
                                 </tbody>
                             </table>
-                            {acting.then(|| view! {
+                            {picking.then(|| view! {
                                 <input type="hidden" name="csrf" value=csrf.clone()/>
                                 <input type="hidden" name="back" value=this_page_with("select", None)/>
                                 <fieldset class="bulk">

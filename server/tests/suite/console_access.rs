@@ -1826,6 +1826,12 @@ async fn a_bulk_cancel_from_the_jobs_list_fences_each_job_on_its_own(db: Db) {
         "a pick box per running job"
     );
     assert!(page.contains(&waiting) && !page.contains(&format!("{waiting}:")));
+    let nothing_to_pick = olga.page("/jobs?tenant=acme&state=ready").await;
+    assert!(nothing_to_pick.contains(&waiting));
+    assert!(
+        !nothing_to_pick.contains("Cancel picked jobs") && !nothing_to_pick.contains(">Pick<"),
+        "no pick column or cancel form where no job can be cancelled"
+    );
     assert!(
         !page.contains("name=\"job\" checked"),
         "nothing picked unless asked"
