@@ -403,7 +403,7 @@ test('an operator cancels picked jobs from the filtered jobs list and comes back
   await page.screenshot({ path: info.outputPath('jobs-picked.png'), fullPage: true });
   await page.getByRole('button', { name: 'Cancel picked jobs' }).click();
   await expect(page).toHaveURL(/\/jobs\?tenant=e2e-cancel&state=unknown$/);
-  await expect(page.locator('.flash')).toContainText('1 cancelled: each failed for good at a new epoch');
+  await expect(page.locator('.flash')).toContainText('1 job cancelled: it failed for good at a new epoch');
   await expect(page.getByLabel(`Pick ${jobId}`)).toHaveCount(0);
   await page.goto(`/jobs/${jobId}`);
   await expect(page.locator('.job-header .badge')).toHaveText('failed terminal');

@@ -501,6 +501,23 @@ fn bulk_refusal(picked: usize, reason: &str, needs: &str) -> Option<String> {
     }
 }
 
+/// What a bulk action says it did: what was done, then only the counts that are not zero of
+/// the jobs that had moved on and of those refused (`refused_why` follows their count).
+fn bulk_outcome(done: String, moved_on: usize, refused: usize, refused_why: &str) -> String {
+    let mut parts = vec![done];
+    match moved_on {
+        0 => {}
+        1 => parts.push("1 had changed since the page was loaded and was left as it is".into()),
+        n => parts.push(format!(
+            "{n} had changed since the page was loaded and were left as they are"
+        )),
+    }
+    if refused > 0 {
+        parts.push(format!("{refused} {refused_why}"));
+    }
+    format!("{}.", parts.join("; "))
+}
+
 /// `POST /unknown/decisions`: one decision (a fenced retry or failed) over the picked jobs,
 /// each at the epoch its row showed and each fenced on its own: a job that moved on is left as
 /// it is and counted, never failing its neighbours.
@@ -566,16 +583,21 @@ pub(super) async fn decide_many(
         }
     }
     tracing::info!(operator = %operator.name, applied, moved_on, refused, decision = decision.as_str(), "bulk decision");
-    let what = match decision {
-        Decision::AuthorizeRetry => "retry authorized",
-        _ => "resolved as failed",
+    let done = match (applied, &decision) {
+        (0, _) => "No job was decided".to_owned(),
+        (1, Decision::AuthorizeRetry) => "Retry authorized for 1 job".to_owned(),
+        (n, Decision::AuthorizeRetry) => format!("Retry authorized for {n} jobs"),
+        (1, _) => "1 job resolved as failed".to_owned(),
+        (n, _) => format!("{n} jobs resolved as failed"),
     };
     flash(
         &session,
         applied > 0 && moved_on + refused == 0,
-        format!(
-            "{applied} {what}; {moved_on} had changed since the page was loaded and were left as \
-             they are; {refused} could not be decided (no budget or time left, or not yours)."
+        bulk_outcome(
+            done,
+            moved_on,
+            refused,
+            "could not be decided (no budget or time left, or not yours)",
         ),
     )
     .await;
@@ -644,14 +666,24 @@ pub(super) async fn cancel_many(
         }
     }
     tracing::info!(operator = %operator.name, cancelled, moved_on, refused, "bulk cancel");
+    let done = match cancelled {
+        0 => "No job was cancelled".to_owned(),
+        1 => "1 job cancelled: it failed for good at a new epoch, so an attempt still running \
+              can no longer commit"
+            .to_owned(),
+        n => format!(
+            "{n} jobs cancelled: each failed for good at a new epoch, so an attempt still \
+             running can no longer commit"
+        ),
+    };
     flash(
         &session,
         cancelled > 0 && moved_on + refused == 0,
-        format!(
-            "{cancelled} cancelled: each failed for good at a new epoch, so an attempt still \
-             running can no longer commit; {moved_on} had changed since the page was loaded and \
-             were left as they are; {refused} could not be cancelled (not yours, not started, or \
-             the ledger did not answer)."
+        bulk_outcome(
+            done,
+            moved_on,
+            refused,
+            "could not be cancelled (not yours, not started, or the ledger did not answer)",
         ),
     )
     .await;

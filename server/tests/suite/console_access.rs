@@ -1319,7 +1319,17 @@ async fn a_bulk_decision_fences_each_job_on_its_own(db: Db) {
     let response = olga.post("/unknown/decisions", &form).await;
     assert_eq!(location(&response), "/unknown");
     let page = olga.page("/unknown").await;
-    assert!(page.contains("2 retry authorized; 1 had changed"), "{page}");
+    assert!(
+        page.contains(
+            "Retry authorized for 2 jobs; 1 had changed since the page was loaded and was left \
+             as it is."
+        ),
+        "{page}"
+    );
+    assert!(
+        !page.contains("could not be decided"),
+        "a count of 0 is left out"
+    );
     for (i, (id, _, epoch)) in jobs.iter().enumerate() {
         let job = ledger.job(id).await.unwrap().unwrap();
         if i == 1 {
@@ -1868,8 +1878,9 @@ async fn a_bulk_cancel_from_the_jobs_list_fences_each_job_on_its_own(db: Db) {
     );
     let page = olga.page(list).await;
     assert!(
-        page.contains("2 cancelled: each failed for good at a new epoch")
-            && page.contains("1 had changed since the page was loaded"),
+        page.contains("2 jobs cancelled: each failed for good at a new epoch")
+            && page.contains("; 1 had changed since the page was loaded and was left as it is.")
+            && !page.contains("could not be cancelled"),
         "{page}"
     );
     for (i, id) in running.iter().enumerate() {
@@ -1947,7 +1958,10 @@ async fn a_bulk_cancel_from_the_jobs_list_fences_each_job_on_its_own(db: Db) {
         )
         .await;
     assert_eq!(location(&response), "/jobs");
-    assert!(sam.page("/jobs").await.contains("1 could not be cancelled"));
+    assert!(sam
+        .page("/jobs")
+        .await
+        .contains("No job was cancelled; 1 could not be cancelled (not yours"));
     assert_eq!(
         ledger.job(&theirs).await.unwrap().unwrap().state,
         JobState::Running
