@@ -50,9 +50,22 @@ test.beforeAll(() => {
   expect(cancelJobs.length, 'scripts/e2e.sh seeds FENCELINE_E2E_CANCEL_JOBS').toBe(2);
 });
 
+// What the browser refused under the content security policy, per page (with JavaScript on,
+// it reports each inline script it would not run).
+const refusals = new WeakMap<Page, string[]>();
+
 test.beforeEach(async ({ page }) => {
+  const refused: string[] = [];
+  refusals.set(page, refused);
+  page.on('console', (message) => {
+    if (message.text().includes('Content Security Policy')) refused.push(`${page.url()}: ${message.text()}`);
+  });
   await signIn(page, 'e2e-operator');
   await expect(page).toHaveURL(/\/$/);
+});
+
+test.afterEach(async ({ page }) => {
+  expect(refusals.get(page) ?? [], 'scripts or styles refused by the content security policy').toEqual([]);
 });
 
 test('a shared link opened signed out goes through sign-in to the job; an operator authorizes a retry and finds it in the audit log', async ({ page }, info) => {

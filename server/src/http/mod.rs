@@ -20,6 +20,7 @@ pub mod sessions;
 mod signin;
 
 use axum::extract::DefaultBodyLimit;
+use axum::http::header::Entry;
 use axum::http::{header, HeaderValue, Request, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -55,6 +56,7 @@ pub struct AppState {
 
 const STYLESHEET: &str = include_str!("../../../style/fenceline.css");
 const CONSOLE_JS: &str = include_str!("../../../style/console.js");
+const FAVICON: &str = include_str!("../../../style/favicon.svg");
 
 /// The body of a job's accepted result; 404 while the job has none.
 async fn accepted_result(state: &AppState, job: &crate::ledger::Job) -> Result<String, ApiError> {
@@ -139,6 +141,7 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/style/fenceline.css", get(stylesheet))
         .route("/static/console.js", get(console_js))
+        .route("/favicon.svg", get(favicon))
         .with_state(state)
         .layer(DefaultBodyLimit::max(max_body_bytes));
 
@@ -179,6 +182,18 @@ fn page_context(ledger: &Ledger, queue: &crate::console::QueueInfo) {
             },
         )));
     }
+    // A page's only inline scripts are the renderer's own, each carrying this response's
+    // nonce; the policy allows those and nothing else inline.
+    if let (Some(nonce), Some(response)) = (
+        leptos::nonce::use_nonce(),
+        use_context::<leptos_axum::ResponseOptions>(),
+    ) {
+        if let Ok(policy) =
+            HeaderValue::from_str(&content_security_policy(&format!("'self' 'nonce-{nonce}'")))
+        {
+            response.insert_header(header::CONTENT_SECURITY_POLICY, policy);
+        }
+    }
     let port: fenceline_app::console::SharedConsole = std::sync::Arc::new(
         crate::console::LedgerConsole::new(ledger.clone(), queue.clone())
             // Signed out (only `/login` renders then): no tenant at all.
@@ -195,6 +210,16 @@ async fn stylesheet() -> impl IntoResponse {
             (header::CACHE_CONTROL, "public, max-age=300"),
         ],
         STYLESHEET,
+    )
+}
+
+async fn favicon() -> impl IntoResponse {
+    (
+        [
+            (header::CONTENT_TYPE, "image/svg+xml"),
+            (header::CACHE_CONTROL, "public, max-age=86400"),
+        ],
+        FAVICON,
     )
 }
 
@@ -226,13 +251,22 @@ async fn not_found(uri: axum::http::Uri) -> Response {
 const NOT_FOUND_PAGE: &str = "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"/>\
 <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/>\
 <meta name=\"color-scheme\" content=\"light dark\"/><title>Not found · Fenceline</title>\
-<link rel=\"stylesheet\" href=\"/style/fenceline.css\"/></head><body>\
+<link rel=\"stylesheet\" href=\"/style/fenceline.css\"/>\
+<link rel=\"icon\" href=\"/favicon.svg\" type=\"image/svg+xml\"/></head><body>\
 <header class=\"topbar\"><a href=\"/\" class=\"brand\">Fenceline</a></header>\
 <main id=\"main\"><h1>Not found</h1><p>There is no page at this address. \
 <a href=\"/\">Back to the overview</a></p></main></body></html>";
 
 async fn method_not_allowed() -> Response {
     ApiError::MethodNotAllowed.into_response()
+}
+
+/// The content security policy, with the given `script-src` sources: never `'unsafe-inline'`.
+fn content_security_policy(scripts: &str) -> String {
+    format!(
+        "default-src 'self'; script-src {scripts}; style-src 'self'; img-src 'self' data:; \
+         frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+    )
 }
 
 /// Headers every response carries. `Referrer-Policy` stays `same-origin`, never `no-referrer`:
@@ -244,13 +278,12 @@ async fn security_headers(request: Request<axum::body::Body>, next: Next) -> Res
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self'; \
-             img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
-        ),
-    );
+    // A rendered page has set its own, with its nonce; everything else runs no inline script.
+    if let Entry::Vacant(entry) = headers.entry(header::CONTENT_SECURITY_POLICY) {
+        if let Ok(policy) = HeaderValue::from_str(&content_security_policy("'self'")) {
+            entry.insert(policy);
+        }
+    }
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers.insert(
         header::REFERRER_POLICY,

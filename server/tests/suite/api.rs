@@ -381,7 +381,13 @@ async fn every_documented_path_answers_without_a_server_error(db: Db) {
     let console = app.get(None, "/").await;
     assert_eq!(console.status(), 200);
     assert_eq!(console.headers()["x-content-type-options"], "nosniff");
-    assert!(console.text().await.unwrap().contains("Sign in"));
+    let signin = console.text().await.unwrap();
+    assert!(signin.contains("Sign in"));
+    assert!(signin.contains(r#"<link rel="icon" href="/favicon.svg" type="image/svg+xml">"#));
+    let icon = app.get(None, "/favicon.svg").await;
+    assert_eq!(icon.status(), 200);
+    assert_eq!(icon.headers()["content-type"], "image/svg+xml");
+    assert!(icon.text().await.unwrap().starts_with("<svg "));
     let mut browser = app.signed_in(fenceline::operators::Role::Viewer).await;
     assert!(browser.page("/").await.contains("<h1>Overview</h1>"));
     let css = app.get(None, "/style/fenceline.css").await;

@@ -2056,3 +2056,86 @@ async fn a_ready_job_is_not_offered_for_cancelling_and_a_request_to_is_told_why(
         JobState::Ready
     );
 }
+
+/// The content security policy allows no inline script but the page's own: each rendered page
+/// names a fresh nonce, every inline `<script>` it sends carries it, and every other response
+/// allows scripts from this origin only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_allow_only_their_own_inline_scripts_by_a_fresh_nonce() {
+    fn policy(response: &reqwest::Response) -> String {
+        response.headers()["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .to_owned()
+    }
+    fn script_src(policy: &str) -> Vec<String> {
+        let directive = policy
+            .split(';')
+            .map(str::trim)
+            .find(|d| d.starts_with("script-src "))
+            .unwrap_or_else(|| panic!("no script-src in {policy}"));
+        directive
+            .split_whitespace()
+            .skip(1)
+            .map(str::to_owned)
+            .collect()
+    }
+    async fn rendered(browser: &mut Browser, path: &str) -> String {
+        let response = browser.get(path).await;
+        assert_eq!(response.status(), 200, "GET {path}");
+        let policy = policy(&response);
+        let sources = script_src(&policy);
+        let nonce = sources
+            .iter()
+            .find_map(|s| s.strip_prefix("'nonce-")?.strip_suffix('\''))
+            .unwrap_or_else(|| panic!("{path}: no nonce in {policy}"))
+            .to_owned();
+        assert_eq!(sources.len(), 2, "{path}: {policy}");
+        assert_eq!(sources[0], "'self'", "{path}: {policy}");
+        assert!(nonce.len() >= 22, "{path}: a short nonce {nonce:?}");
+        let body = response.text().await.unwrap();
+        let mut inline = 0;
+        for tag in body.split("<script").skip(1) {
+            let open = &tag[..tag.find('>').unwrap()];
+            if !open.contains(" src=") {
+                inline += 1;
+                assert!(
+                    open.contains(&format!("nonce=\"{nonce}\"")),
+                    "{path}: an inline script without the policy's nonce: <script{open}>"
+                );
+            }
+        }
+        assert!(inline > 0, "{path}: no inline script to check");
+        nonce
+    }
+
+    let app = spawn_app(Db::Sqlite).await;
+    let mut visitor = Browser::new(&app.base);
+    let first = rendered(&mut visitor, "/login").await;
+    let second = rendered(&mut visitor, "/login").await;
+    assert_ne!(first, second, "the nonce is not fresh for each page");
+    let mut browser = app.signed_in(Role::Operator).await;
+    let job_id = create(&app.ledger, new_job("acme", "csp", json!("input"))).await;
+    for path in [
+        "/",
+        "/jobs",
+        &format!("/jobs/{job_id}"),
+        "/unknown",
+        "/drills",
+    ] {
+        rendered(&mut browser, path).await;
+    }
+    for path in [
+        "/api/v1/openapi.json",
+        "/healthz",
+        "/no/such/page",
+        "/style/fenceline.css",
+    ] {
+        let response = browser.get(path).await;
+        let policy = policy(&response);
+        assert_eq!(script_src(&policy), ["'self'"], "{path}: {policy}");
+    }
+    let export = browser.get(&format!("/jobs/{job_id}/export.md")).await;
+    assert_eq!(export.status(), 200);
+    assert_eq!(script_src(&policy(&export)), ["'self'"]);
+}
