@@ -131,6 +131,7 @@ pub fn JobPage() -> impl IntoView {
                                 <form method="post" action=format!("/jobs/{}/rerun", d.job_id) class="stack">
                                     <p class="muted">"This job stays as it is (terminal states are final). A new job gets the same input, model, attempt budget and deadline length, a new id and a key derived from this one's; both timelines link to each other. It calls the model again."</p>
                                     <input type="hidden" name="csrf" value=visitor.csrf.clone()/>
+                                    <input type="hidden" name="seen" value=d.event_count/>
                                     <label>"Reason"<textarea name="reason" required=true maxlength="2000" rows="2"></textarea></label>
                                     <button type="submit">"Run again"</button>
                                 </form>

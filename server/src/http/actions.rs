@@ -13,7 +13,7 @@ use super::gate::{check_form_token, flash, forbidden, plain, SignedIn};
 use super::AppState;
 use crate::job::{Actor, JobState};
 use crate::ledger::Job;
-use crate::ledger::{Decision, LedgerError, Refusal};
+use crate::ledger::{Created, Decision, LedgerError, Refusal};
 use crate::operators::{Operator, Role};
 
 #[derive(Deserialize)]
@@ -391,6 +391,9 @@ pub(super) struct RerunForm {
     csrf: String,
     #[serde(default)]
     reason: String,
+    /// How many events of the job's timeline the page showed.
+    #[serde(default)]
+    seen: Option<i64>,
 }
 
 /// `POST /jobs/{job_id}/rerun`: a terminal job runs again as a new job; the new job's page
@@ -410,19 +413,26 @@ pub(super) async fn rerun(
         return refused;
     }
     let actor = Actor::Operator(operator.name.clone());
-    match state.ledger.run_again(&job_id, &actor, &form.reason).await {
+    match state
+        .ledger
+        .run_again(&job_id, form.seen, &actor, &form.reason)
+        .await
+    {
         Ok(created) => {
             if state.ledger.sent_at_creation(&created) {
                 state.metrics.dispatch(1, 0);
             }
             let new = created.job();
-            tracing::info!(operator = %operator.name, %job_id, new_job_id = %new.job_id, "job run again");
-            flash(
-                &session,
-                true,
-                format!("Running {job_id} again as this new job."),
-            )
-            .await;
+            let text = if let Created::Existing(_) = created {
+                format!(
+                    "{job_id} was already run again from the page you sent this from, as this \
+                     job; nothing new was made."
+                )
+            } else {
+                tracing::info!(operator = %operator.name, %job_id, new_job_id = %new.job_id, "job run again");
+                format!("Running {job_id} again as this new job.")
+            };
+            flash(&session, true, text).await;
             Redirect::to(&format!("/jobs/{}", new.job_id)).into_response()
         }
         Err(LedgerError::Refused { refusal, .. }) => {

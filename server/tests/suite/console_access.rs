@@ -39,6 +39,14 @@ on_both_backends!(
 
 const PASSWORD: &str = "correct horse battery staple";
 
+/// The value of the first hidden field called `name` on a page.
+fn hidden_value(page: &str, name: &str) -> Option<String> {
+    let at = page.find(&format!("type=\"hidden\" name=\"{name}\" value=\""))?;
+    let rest = &page[at..];
+    let start = rest.find("value=\"")? + "value=\"".len();
+    Some(rest[start..start + rest[start..].find('"')?].to_owned())
+}
+
 async fn add_operator(ledger: &Ledger, name: &str, role: Role, tenants: Option<&[String]>) {
     ledger
         .add_operator(name, role, tenants, &hash_password(PASSWORD).unwrap())
@@ -1202,17 +1210,25 @@ async fn a_terminal_job_runs_again_as_a_new_linked_job_and_stays_terminal(db: Db
     let page = olga.page(&format!("/jobs/{old}")).await;
     assert!(page.contains(&format!("/jobs/{old}/rerun")));
     let csrf = token_in(&page).unwrap();
-    let response = olga
-        .post(
-            &format!("/jobs/{old}/rerun"),
-            &[("csrf", &csrf), ("reason", "the prompt template was fixed")],
-        )
-        .await;
+    let seen = hidden_value(&page, "seen").expect("the form names the timeline it was shown with");
+    let form = [
+        ("csrf", csrf.as_str()),
+        ("seen", seen.as_str()),
+        ("reason", "the prompt template was fixed"),
+    ];
+    let response = olga.post(&format!("/jobs/{old}/rerun"), &form).await;
     let new_page = location(&response);
     let new = new_page.strip_prefix("/jobs/").unwrap().to_owned();
     assert_ne!(new, old);
     let page = olga.page(&new_page).await;
     assert!(page.contains("again as this new job"), "{page}");
+    // The same form sent twice (a double click, a resent request) makes no second job.
+    let response = olga.post(&format!("/jobs/{old}/rerun"), &form).await;
+    assert_eq!(location(&response), new_page);
+    assert!(olga
+        .page(&new_page)
+        .await
+        .contains("was already run again from the page you sent this from, as this job"));
     assert!(
         page.contains(&format!("href=\"/jobs/{old}\"")),
         "the new job links back"
@@ -1246,7 +1262,7 @@ async fn a_terminal_job_runs_again_as_a_new_linked_job_and_stays_terminal(db: Db
     );
     // Running it again once more makes another job with the next key.
     let again = ledger
-        .run_again(&old, &Actor::Operator("olga".into()), "once more")
+        .run_again(&old, None, &Actor::Operator("olga".into()), "once more")
         .await
         .unwrap();
     assert_eq!(again.job().idempotency_key, "rerun-me~rerun-2");

@@ -2,6 +2,11 @@
 //! final), the new one gets its own id and an idempotency key derived from the old, the same
 //! input, model, contract, attempt budget and deadline length, and both timelines link to each
 //! other. Audited on the old job.
+//!
+//! The new key counts the re-runs the operator could see: `…~rerun-N`, N one more than the
+//! re-runs among the first `seen` events of the old job's timeline. A request sent twice from
+//! the same view (a double click, a resent form) names the same key, so it finds the job the
+//! first one made instead of making another.
 
 use std::time::Duration;
 
@@ -54,11 +59,13 @@ impl Ledger {
         })
     }
 
-    /// Runs the terminal job `job_id` again as a new job (see the module). Running it again
-    /// twice at once makes one new job: the derived key is idempotent.
+    /// Runs the terminal job `job_id` again as a new job (see the module), as seen with its
+    /// first `seen` events (`None`: as it is now). Running it again twice from one view makes
+    /// one new job: the derived key is idempotent, and `Created::Existing` says it was made.
     pub async fn run_again(
         &self,
         job_id: &str,
+        seen: Option<i64>,
         actor: &Actor,
         reason: &str,
     ) -> Result<Created, LedgerError> {
@@ -83,11 +90,17 @@ impl Ledger {
             .job_input(job_id)
             .await?
             .ok_or_else(|| LedgerError::Corrupt(format!("job {job_id} has no stored input")))?;
-        let earlier = self
-            .rerun_links(job_id)
-            .await?
-            .into_iter()
-            .filter(|(dir, _)| dir == "to")
+        let reruns: Vec<(i64, String)> = sqlx::query_as(
+            "SELECT seq, detail FROM events WHERE job_id = $1 AND kind = 'rerun' AND seq <= $2",
+        )
+        .bind(job_id)
+        .bind(seen.unwrap_or(i64::MAX))
+        .fetch_all(&self.reader)
+        .await?;
+        let earlier = reruns
+            .iter()
+            .filter_map(|(_, d)| serde_json::from_str::<serde_json::Value>(d).ok())
+            .filter(|detail| detail["to"].is_string())
             .count();
         let new = NewJob {
             tenant: old.tenant.clone(),
