@@ -149,6 +149,10 @@ pub struct JobRow {
     /// Whether the state table lets an operator cancel it now (it has started and is not
     /// terminal).
     pub cancellable: bool,
+    /// Whether it has finished (succeeded, failed or expired): it may run again as a new job.
+    pub terminal: bool,
+    /// How many events its timeline had when the row was read.
+    pub events: i64,
     pub epoch: i64,
     pub attempts: String,
     pub created: String,

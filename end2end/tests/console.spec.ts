@@ -408,7 +408,7 @@ test('the jobs list narrows by key prefix and tenant, and the tabs keep the filt
   await expect(page.locator('table.jobs tbody tr')).toHaveCount(1);
 });
 
-test('an operator cancels picked jobs from the filtered jobs list and comes back to it', async ({ page }, info) => {
+test('an operator cancels picked jobs from the filtered jobs list, comes back to it, and runs one again', async ({ page }, info) => {
   const jobId = cancelJobs[info.project.name === 'with-js' ? 0 : 1];
   await page.goto('/jobs?tenant=e2e-cancel&state=unknown');
   await page.getByLabel(`Pick ${jobId}`).check();
@@ -420,4 +420,19 @@ test('an operator cancels picked jobs from the filtered jobs list and comes back
   await expect(page.getByLabel(`Pick ${jobId}`)).toHaveCount(0);
   await page.goto(`/jobs/${jobId}`);
   await expect(page.locator('.job-header .badge')).toHaveText('failed terminal');
+  // Finished now, it can run again from the list as a new job; Enter in the reason picks no action.
+  await page.goto('/jobs?tenant=e2e-cancel&state=failed_terminal');
+  await page.getByLabel(`Pick ${jobId}`).check();
+  await page.getByLabel('Reason').fill('cancelled by mistake');
+  await page.getByLabel('Reason').press('Enter');
+  await page.waitForLoadState();
+  await expect(page.locator('.flash')).toHaveCount(0);
+  await expect(page.getByLabel(`Pick ${jobId}`)).toBeChecked();
+  await expect(page.getByRole('button', { name: 'Cancel picked jobs' })).toHaveCount(0);
+  await page.getByRole('button', { name: 'Run picked jobs again' }).click();
+  await expect(page).toHaveURL(/\/jobs\?tenant=e2e-cancel&state=failed_terminal$/);
+  await expect(page.locator('.flash')).toContainText('1 job runs again as a new job');
+  await page.goto(`/jobs/${jobId}`);
+  await expect(page.locator('.job-header .badge')).toHaveText('failed terminal');
+  await expect(page.locator('.reruns')).toContainText('Run again as');
 });

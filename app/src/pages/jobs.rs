@@ -145,8 +145,11 @@ pub fn JobsPage() -> impl IntoView {
                         let narrowed = filtered(&query);
                         let drills_apart = query.without_drills;
                         let owner = query.owner.clone();
-                        // Pick boxes and the cancel form only where some job here can be cancelled.
-                        let picking = acting && page.rows.iter().any(|r| r.cancellable);
+                        // Pick boxes and the bulk form only where some job here can be
+                        // cancelled or run again, and each action only for the jobs it suits.
+                        let cancelling = acting && page.rows.iter().any(|r| r.cancellable);
+                        let rerunning = acting && page.rows.iter().any(|r| r.terminal);
+                        let picking = cancelling || rerunning;
                         view! {
                             {filters}
                             {narrowed.then(|| view! {
@@ -180,7 +183,9 @@ pub fn JobsPage() -> impl IntoView {
                             {page.notice.map(|n| view! { <p class="notice">{n}</p> })}
                             {picking.then(|| view! {
                                 <p class="muted">
-                                    "Tick running, unknown or retry-authorized jobs to cancel them together (at most 100; each is fenced at the epoch and state shown, and one that moved on is left as it is). "
+                                    "Tick jobs to act on them together (at most 100). "
+                                    {cancelling.then_some("Running, unknown or retry-authorized jobs can be cancelled, each fenced at the epoch and state shown; one that moved on is left as it is. ")}
+                                    {rerunning.then_some("Finished jobs can run again as new jobs. ")}
                                     <a href=this_page_with("select", Some("all"))>"Select all on this page"</a>
                                 </p>
                             })}
@@ -203,9 +208,9 @@ pub fn JobsPage() -> impl IntoView {
                                     {page.rows.into_iter().map(|r| view! {
                                         <tr>
                                             {picking.then(|| view! {
-                                                <td data-label="Pick">{r.cancellable.then(|| view! {
+                                                <td data-label="Pick">{(r.cancellable || r.terminal).then(|| view! {
                                                     <input type="checkbox" name="job" checked=select_all
-                                                        value=format!("{}:{}:{}", r.job_id, r.epoch, r.state)
+                                                        value=format!("{}:{}:{}:{}", r.job_id, r.epoch, r.state, r.events)
                                                         aria-label=format!("Pick {}", r.job_id)/>
                                                 })}</td>
                                             })}
@@ -227,10 +232,28 @@ pub fn JobsPage() -> impl IntoView {
                                 <input type="hidden" name="csrf" value=csrf.clone()/>
                                 <input type="hidden" name="back" value=this_page_with("select", None)/>
                                 <fieldset class="bulk">
-                                    <legend>"Cancel the picked jobs"</legend>
-                                    <p class="muted">"Each fails for good (error “cancelled”) at a new epoch, so an attempt still running can never commit. This cannot be undone; “Run again” on a job's page makes a new one."</p>
+                                    <legend>{match (rerunning, cancelling) {
+                                        (true, true) => "Run again or cancel the picked jobs",
+                                        (true, false) => "Run the picked jobs again",
+                                        _ => "Cancel the picked jobs",
+                                    }}</legend>
+                                    {rerunning.then(|| view! {
+                                        <p class="muted">"Run again: each finished job stays as it is and a new job gets its input, model, attempt budget and deadline length, a key derived from its own and a link to it. It calls the model again. Sending the same form twice makes no second set."</p>
+                                    })}
+                                    {cancelling.then(|| view! {
+                                        <p class="muted">"Cancel: each fails for good (error “cancelled”) at a new epoch, so an attempt still running can never commit. This cannot be undone."</p>
+                                    })}
                                     <label>"Reason"<input name="reason" required=true maxlength="2000" size="40"/></label>
-                                    <button type="submit" class="danger">"Cancel picked jobs"</button>
+                                    // Enter in the reason does nothing: each action takes its own button.
+                                    <button type="submit" disabled=true hidden=true aria-hidden="true" tabindex="-1">"Choose an action"</button>
+                                    <span class="actions">
+                                        {rerunning.then(|| view! {
+                                            <button type="submit" formaction="/jobs/rerun">"Run picked jobs again"</button>
+                                        })}
+                                        {cancelling.then(|| view! {
+                                            <button type="submit" class="danger">"Cancel picked jobs"</button>
+                                        })}
+                                    </span>
                                 </fieldset>
                             })}
                             </form>

@@ -29,6 +29,8 @@ pub(super) fn job_row(now: i64, j: &Job, zone: Tz) -> JobRow {
         idempotency_key: j.idempotency_key.clone(),
         state: j.state.as_str().into(),
         cancellable: j.state.cancellable(),
+        terminal: j.state.is_terminal(),
+        events: j.next_event_seq - 1,
         epoch: j.owner_epoch,
         attempts: format!("{}/{}", j.attempt_count, j.max_attempts),
         created: date_time(j.created_at, zone),

@@ -631,24 +631,8 @@ pub(super) async fn cancel_many(
     if let Err(refused) = may_act(&session, &operator, &field("csrf")).await {
         return refused;
     }
-    // Only back to a jobs list of this console, and only an address a header can carry.
-    let back = field("back");
-    let listed = back == "/jobs" || back.starts_with("/jobs?");
-    let back = if listed && !back.contains("//") && back.chars().all(|c| c.is_ascii_graphic()) {
-        back
-    } else {
-        "/jobs".to_owned()
-    };
-    let back = Redirect::to(&back).into_response();
-    let picked: Vec<(String, i64, JobState)> = pairs
-        .iter()
-        .filter(|(k, _)| k == "job")
-        .filter_map(|(_, v)| {
-            let mut parts = v.splitn(3, ':');
-            let (id, epoch, seen) = (parts.next()?, parts.next()?, parts.next()?);
-            Some((id.to_owned(), epoch.parse().ok()?, seen.parse().ok()?))
-        })
-        .collect();
+    let back = list_back(&field("back"));
+    let picked = list_picks(&pairs);
     let reason = field("reason");
     if let Some(why) = bulk_refusal(picked.len(), &reason, "A cancellation") {
         flash(&session, false, why).await;
@@ -656,14 +640,15 @@ pub(super) async fn cancel_many(
     }
     let actor = Actor::Operator(operator.name.clone());
     let (mut cancelled, mut moved_on, mut refused) = (0usize, 0usize, 0usize);
-    for (job_id, epoch, seen) in &picked {
-        if !covers(&state, &operator, job_id).await {
+    for pick in &picked {
+        let job_id = &pick.job_id;
+        if !pick.state.cancellable() || !covers(&state, &operator, job_id).await {
             refused += 1;
             continue;
         }
         match state
             .ledger
-            .cancel(job_id, *epoch, *seen, &actor, &reason)
+            .cancel(job_id, pick.epoch, pick.state, &actor, &reason)
             .await
         {
             Ok(()) => cancelled += 1,
@@ -693,7 +678,134 @@ pub(super) async fn cancel_many(
             done,
             moved_on,
             refused,
-            "could not be cancelled (not yours, not started, or the ledger did not answer)",
+            "could not be cancelled (finished or not started, not yours, or the ledger did not \
+             answer)",
+        ),
+    )
+    .await;
+    back
+}
+
+/// A job picked on the jobs list, as its row showed it.
+struct ListPick {
+    job_id: String,
+    epoch: i64,
+    state: JobState,
+    /// The events its timeline had (a page from before the list named them: none).
+    events: Option<i64>,
+}
+
+/// The jobs picked on the jobs list (`job=ID:EPOCH:STATE:EVENTS`, or without `:EVENTS`); a
+/// pick that cannot be read is left out.
+fn list_picks(pairs: &[(String, String)]) -> Vec<ListPick> {
+    pairs
+        .iter()
+        .filter(|(k, _)| k == "job")
+        .filter_map(|(_, v)| {
+            let mut parts = v.split(':');
+            let pick = ListPick {
+                job_id: parts.next()?.to_owned(),
+                epoch: parts.next()?.parse().ok()?,
+                state: parts.next()?.parse().ok()?,
+                events: match parts.next() {
+                    None => None,
+                    Some(events) => Some(events.parse().ok()?),
+                },
+            };
+            parts.next().is_none().then_some(pick)
+        })
+        .collect()
+}
+
+/// The way back after a bulk action from the jobs list: only to a jobs list of this console,
+/// and only an address a header can carry.
+fn list_back(back: &str) -> Response {
+    let listed = back == "/jobs" || back.starts_with("/jobs?");
+    let safe = listed && !back.contains("//") && back.chars().all(|c| c.is_ascii_graphic());
+    Redirect::to(if safe { back } else { "/jobs" }).into_response()
+}
+
+/// `POST /jobs/rerun`: the picked finished jobs each run again as a new job, as their rows
+/// showed them, so sending the same form twice finds the jobs the first made. A pick that has
+/// not finished is refused and counted, never failing its neighbours.
+pub(super) async fn rerun_many(
+    State(state): State<AppState>,
+    Extension(SignedIn(operator)): Extension<SignedIn>,
+    session: Session,
+    body: String,
+) -> Response {
+    let pairs = match repeated_fields(&body) {
+        Ok(pairs) => pairs,
+        Err(refused) => return *refused,
+    };
+    let field = |name: &str| field_of(&pairs, name);
+    if let Err(refused) = may_act(&session, &operator, &field("csrf")).await {
+        return refused;
+    }
+    let back = list_back(&field("back"));
+    let picked = list_picks(&pairs);
+    let reason = field("reason");
+    if let Some(why) = bulk_refusal(picked.len(), &reason, "Running jobs again") {
+        flash(&session, false, why).await;
+        return back;
+    }
+    let actor = Actor::Operator(operator.name.clone());
+    let (mut ran, mut already, mut refused) = (0usize, 0usize, 0usize);
+    for pick in &picked {
+        let job_id = &pick.job_id;
+        if !pick.state.is_terminal() || !covers(&state, &operator, job_id).await {
+            refused += 1;
+            continue;
+        }
+        match state
+            .ledger
+            .run_again(job_id, pick.events, &actor, &reason)
+            .await
+        {
+            Ok(created) => {
+                if state.ledger.sent_at_creation(&created) {
+                    state.metrics.dispatch(1, 0);
+                }
+                match created {
+                    Created::New(new) => {
+                        tracing::info!(operator = %operator.name, %job_id, new_job_id = %new.job_id, "job run again");
+                        ran += 1;
+                    }
+                    Created::Existing(_) => already += 1,
+                }
+            }
+            Err(LedgerError::Refused { .. } | LedgerError::Invalid(_)) => refused += 1,
+            Err(error) => {
+                tracing::error!(%error, %job_id, "running a job again failed");
+                refused += 1;
+            }
+        }
+    }
+    tracing::info!(operator = %operator.name, ran, already, refused, "bulk run again");
+    let mut done = match ran {
+        0 => "No job was run again".to_owned(),
+        1 => "1 job runs again as a new job; the finished one stays as it is".to_owned(),
+        n => format!("{n} jobs run again as new jobs; the finished ones stay as they are"),
+    };
+    match already {
+        0 => {}
+        1 => done.push_str(
+            "; 1 had already been run again from the page you sent this from, and nothing new \
+             was made for it",
+        ),
+        n => done.push_str(&format!(
+            "; {n} had already been run again from the page you sent this from, and nothing \
+             new was made for them"
+        )),
+    }
+    flash(
+        &session,
+        ran > 0 && already + refused == 0,
+        bulk_outcome(
+            done,
+            0,
+            refused,
+            "could not run again (not finished, not yours, or the ledger did not answer)",
         ),
     )
     .await;

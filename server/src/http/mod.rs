@@ -103,6 +103,7 @@ pub fn router(state: AppState) -> Router {
         .route("/jobs/{job_id}/decisions", post(actions::decide))
         .route("/jobs/{job_id}/cancel", post(actions::cancel))
         .route("/jobs/cancel", post(actions::cancel_many))
+        .route("/jobs/rerun", post(actions::rerun_many))
         .route("/dlq/replay", post(actions::replay_dead_letters))
         .route("/dlq/{message_id}/drop", post(actions::drop_dead_letter))
         .route(

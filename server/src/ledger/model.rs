@@ -135,6 +135,10 @@ pub struct Job {
     /// The drill run that made this job, if a drill did.
     #[sqlx(default)]
     pub drill_run: Option<String>,
+    /// The number its timeline's next event will take: the events so far, plus one.
+    #[sqlx(default)]
+    #[serde(skip)]
+    pub next_event_seq: i64,
 }
 
 fn serialize_state<S: serde::Serializer>(state: &JobState, s: S) -> Result<S::Ok, S::Error> {

@@ -30,6 +30,7 @@ on_both_backends!(
     a_terminal_job_runs_again_as_a_new_linked_job_and_stays_terminal,
     a_bulk_decision_fences_each_job_on_its_own,
     a_bulk_cancel_from_the_jobs_list_fences_each_job_on_its_own,
+    finished_jobs_run_again_in_bulk_from_the_jobs_list_once_for_each_view,
     a_ready_job_is_not_offered_for_cancelling_and_a_request_to_is_told_why,
     one_dead_letter_is_replayed_after_inspection_or_dropped_by_an_operator_of_its_tenant,
     the_overview_leaves_drill_jobs_out_of_its_counts_and_says_so,
@@ -1974,10 +1975,9 @@ async fn a_bulk_cancel_from_the_jobs_list_fences_each_job_on_its_own(db: Db) {
         )
         .await;
     assert_eq!(location(&response), "/jobs");
-    assert!(sam
-        .page("/jobs")
-        .await
-        .contains("No job was cancelled; 1 could not be cancelled (not yours"));
+    assert!(sam.page("/jobs").await.contains(
+        "No job was cancelled; 1 could not be cancelled (finished or not started, not yours"
+    ));
     assert_eq!(
         ledger.job(&theirs).await.unwrap().unwrap().state,
         JobState::Running
@@ -2154,4 +2154,214 @@ async fn pages_allow_only_their_own_inline_scripts_by_a_fresh_nonce() {
     let export = browser.get(&format!("/jobs/{job_id}/export.md")).await;
     assert_eq!(export.status(), 200);
     assert_eq!(script_src(&policy(&export)), ["'self'"]);
+}
+
+/// The values of the pick boxes on a page of the jobs list, in order.
+fn pick_values(page: &str) -> Vec<String> {
+    page.split("<input")
+        .skip(1)
+        .filter(|tag| tag.contains("name=\"job\""))
+        .filter_map(|tag| {
+            let start = tag.find("value=\"")? + "value=\"".len();
+            Some(tag[start..start + tag[start..].find('"')?].to_owned())
+        })
+        .collect()
+}
+
+async fn finished(ledger: &Ledger, tenant: &str, key: &str) -> String {
+    let id = create(ledger, new_job(tenant, key, json!({ "document": key }))).await;
+    let claimed = ledger
+        .claim(&id, "w", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let owner = as_owner(&id, claimed.epoch, "w");
+    let attempt = ledger.start_attempt(&owner, "stub").await.unwrap();
+    ledger
+        .accept_result(&owner, attempt.attempt_no, "{}")
+        .await
+        .unwrap();
+    id
+}
+
+async fn keys_of(ledger: &Ledger, tenant: &str) -> Vec<String> {
+    let page = ledger
+        .list_jobs(&fenceline::ledger::JobFilter {
+            tenant: Some(tenant.into()),
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut keys: Vec<String> = page.jobs.into_iter().map(|j| j.idempotency_key).collect();
+    keys.sort();
+    keys
+}
+
+async fn finished_jobs_run_again_in_bulk_from_the_jobs_list_once_for_each_view(db: Db) {
+    let app = spawn_app(db).await;
+    let ledger = &app.ledger;
+    let done = finished(ledger, "acme", "bulk-a").await;
+    let failed = create(ledger, new_job("acme", "bulk-b", json!(2))).await;
+    ledger
+        .claim(&failed, "w", Duration::from_secs(30))
+        .await
+        .unwrap();
+    ledger
+        .cancel(
+            &failed,
+            1,
+            JobState::Running,
+            &Actor::Operator("omar".into()),
+            "stop",
+        )
+        .await
+        .unwrap();
+    let running = create(ledger, new_job("acme", "bulk-c", json!(3))).await;
+    ledger
+        .claim(&running, "w", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let theirs = finished(ledger, "globex", "bulk-theirs").await;
+
+    let list = "/jobs?tenant=acme";
+    let mut olga = signed_in(&app, "olga", Role::Operator, None).await;
+    let page = olga.page(list).await;
+    let picks = pick_values(&page);
+    assert_eq!(
+        picks.len(),
+        3,
+        "finished and running jobs can be picked: {picks:?}"
+    );
+    assert!(page.contains("formaction=\"/jobs/rerun\"") && page.contains("Cancel picked jobs"));
+    let succeeded = olga.page("/jobs?tenant=acme&state=succeeded").await;
+    assert!(
+        succeeded.contains("Run picked jobs again") && !succeeded.contains("Cancel picked jobs"),
+        "only the action that suits the jobs shown"
+    );
+    let csrf = token_in(&page).unwrap();
+    let mut form = vec![
+        ("csrf", csrf.as_str()),
+        ("reason", "the provider outage is over"),
+        ("back", list),
+    ];
+    for p in &picks {
+        form.push(("job", p.as_str()));
+    }
+    let response = olga.post("/jobs/rerun", &form).await;
+    assert_eq!(location(&response), list, "back to the same list");
+    let page = olga.page(list).await;
+    assert!(
+        page.contains(
+            "2 jobs run again as new jobs; the finished ones stay as they are; 1 could not run \
+             again (not finished"
+        ),
+        "{page}"
+    );
+    assert_eq!(
+        keys_of(ledger, "acme").await,
+        [
+            "bulk-a",
+            "bulk-a~rerun-1",
+            "bulk-b",
+            "bulk-b~rerun-1",
+            "bulk-c"
+        ]
+    );
+    assert_eq!(
+        ledger.job(&done).await.unwrap().unwrap().state,
+        JobState::Succeeded
+    );
+    assert_eq!(
+        ledger.job(&failed).await.unwrap().unwrap().state,
+        JobState::FailedTerminal
+    );
+    assert_eq!(
+        ledger.job(&running).await.unwrap().unwrap().state,
+        JobState::Running
+    );
+    let audit = ledger
+        .audit_entries(&fenceline::ledger::AuditFilter {
+            action: Some("run_again".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(audit.len(), 2, "one audit entry a job run again");
+
+    // The same form again (a double click, a resent request): nothing new.
+    olga.post("/jobs/rerun", &form).await;
+    assert!(olga.page(list).await.contains(
+        "No job was run again; 2 had already been run again from the page you sent this from, \
+         and nothing new was made for them; 1 could not run again"
+    ));
+    assert_eq!(keys_of(ledger, "acme").await.len(), 5);
+
+    // From a fresh view of the finished jobs, each runs again once more.
+    let page = olga.page("/jobs?tenant=acme&state=succeeded").await;
+    let picks = pick_values(&page);
+    assert_eq!(picks.len(), 1);
+    let csrf = token_in(&page).unwrap();
+    olga.post(
+        "/jobs/rerun",
+        &[("csrf", &csrf), ("reason", "once more"), ("job", &picks[0])],
+    )
+    .await;
+    assert!(olga
+        .page("/jobs")
+        .await
+        .contains("1 job runs again as a new job"));
+    assert!(keys_of(ledger, "acme")
+        .await
+        .contains(&"bulk-a~rerun-2".to_owned()));
+
+    // Cancelling a finished job it picked is refused and counted, changing nothing.
+    let pick = pick_values(&olga.page("/jobs?tenant=acme&state=failed_terminal").await);
+    let csrf = olga.token("/jobs").await;
+    olga.post(
+        "/jobs/cancel",
+        &[("csrf", &csrf), ("reason", "x"), ("job", &pick[0])],
+    )
+    .await;
+    assert!(olga
+        .page("/jobs")
+        .await
+        .contains("No job was cancelled; 1 could not be cancelled (finished or not started"));
+
+    // No reason, nothing made; another tenant's job named by an operator limited to acme, refused.
+    let csrf = olga.token("/jobs").await;
+    let pick = format!("{theirs}:1:succeeded:9");
+    olga.post(
+        "/jobs/rerun",
+        &[("csrf", &csrf), ("reason", " "), ("job", &pick)],
+    )
+    .await;
+    assert!(olga
+        .page("/jobs")
+        .await
+        .contains("Running jobs again needs a reason"));
+    let acme = ["acme".to_owned()];
+    let mut sam = signed_in(&app, "sam", Role::Operator, Some(&acme)).await;
+    let csrf = sam.token("/jobs").await;
+    sam.post(
+        "/jobs/rerun",
+        &[("csrf", &csrf), ("reason", "not mine"), ("job", &pick)],
+    )
+    .await;
+    assert!(sam
+        .page("/jobs")
+        .await
+        .contains("No job was run again; 1 could not run again (not finished, not yours"));
+    assert_eq!(keys_of(ledger, "globex").await, ["bulk-theirs"]);
+    let mut vera = signed_in(&app, "vera", Role::Viewer, None).await;
+    let page = vera.page(list).await;
+    assert!(pick_values(&page).is_empty() && !page.contains("Run picked jobs again"));
+    let csrf = token_in(&page).unwrap();
+    let refused = vera
+        .post(
+            "/jobs/rerun",
+            &[("csrf", &csrf), ("reason", "x"), ("job", &pick)],
+        )
+        .await;
+    assert_eq!(refused.status(), 403);
 }

@@ -498,6 +498,7 @@ mod tests {
             terminal_at: None,
             pending_attempt: None,
             drill_run: None,
+            next_event_seq: 1,
         }
     }
 
