@@ -623,21 +623,11 @@ pub(super) async fn cancel_many(
     session: Session,
     body: String,
 ) -> Response {
-    let pairs = match repeated_fields(&body) {
-        Ok(pairs) => pairs,
-        Err(refused) => return *refused,
+    let (picked, reason, back) = match list_form(&session, &operator, &body, "A cancellation").await
+    {
+        Ok(form) => form,
+        Err(answer) => return answer,
     };
-    let field = |name: &str| field_of(&pairs, name);
-    if let Err(refused) = may_act(&session, &operator, &field("csrf")).await {
-        return refused;
-    }
-    let back = list_back(&field("back"));
-    let picked = list_picks(&pairs);
-    let reason = field("reason");
-    if let Some(why) = bulk_refusal(picked.len(), &reason, "A cancellation") {
-        flash(&session, false, why).await;
-        return back;
-    }
     let actor = Actor::Operator(operator.name.clone());
     let (mut cancelled, mut moved_on, mut refused) = (0usize, 0usize, 0usize);
     for pick in &picked {
@@ -717,6 +707,28 @@ fn list_picks(pairs: &[(String, String)]) -> Vec<ListPick> {
         .collect()
 }
 
+/// A bulk action's form from the jobs list, read and checked: the picks, the reason and the
+/// way back; or the answer when it must change nothing (`needs` names the action for the
+/// reason's refusal).
+async fn list_form(
+    session: &Session,
+    operator: &Operator,
+    body: &str,
+    needs: &str,
+) -> Result<(Vec<ListPick>, String, Response), Response> {
+    let pairs = repeated_fields(body).map_err(|refused| *refused)?;
+    let field = |name: &str| field_of(&pairs, name);
+    may_act(session, operator, &field("csrf")).await?;
+    let back = list_back(&field("back"));
+    let picked = list_picks(&pairs);
+    let reason = field("reason");
+    if let Some(why) = bulk_refusal(picked.len(), &reason, needs) {
+        flash(session, false, why).await;
+        return Err(back);
+    }
+    Ok((picked, reason, back))
+}
+
 /// The way back after a bulk action from the jobs list: only to a jobs list of this console,
 /// and only an address a header can carry.
 fn list_back(back: &str) -> Response {
@@ -734,21 +746,11 @@ pub(super) async fn rerun_many(
     session: Session,
     body: String,
 ) -> Response {
-    let pairs = match repeated_fields(&body) {
-        Ok(pairs) => pairs,
-        Err(refused) => return *refused,
-    };
-    let field = |name: &str| field_of(&pairs, name);
-    if let Err(refused) = may_act(&session, &operator, &field("csrf")).await {
-        return refused;
-    }
-    let back = list_back(&field("back"));
-    let picked = list_picks(&pairs);
-    let reason = field("reason");
-    if let Some(why) = bulk_refusal(picked.len(), &reason, "Running jobs again") {
-        flash(&session, false, why).await;
-        return back;
-    }
+    let (picked, reason, back) =
+        match list_form(&session, &operator, &body, "Running jobs again").await {
+            Ok(form) => form,
+            Err(answer) => return answer,
+        };
     let actor = Actor::Operator(operator.name.clone());
     let (mut ran, mut already, mut refused) = (0usize, 0usize, 0usize);
     for pick in &picked {

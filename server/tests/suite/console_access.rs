@@ -630,16 +630,7 @@ async fn an_operator_authorizes_a_fenced_retry_and_the_earlier_attempt_cannot_co
         })
     ));
     // The retry runs and its result is accepted; the budget counts both attempts.
-    let claimed = ledger
-        .claim(&job_id, "w2", Duration::from_secs(30))
-        .await
-        .unwrap();
-    let owner = as_owner(&job_id, claimed.epoch, "w2");
-    let attempt = ledger.start_attempt(&owner, "stub").await.unwrap();
-    ledger
-        .accept_result(&owner, attempt.attempt_no, "{\"summary\":\"retried\"}")
-        .await
-        .unwrap();
+    succeed(ledger, &job_id, "w2", "{\"summary\":\"retried\"}").await;
     let job = ledger.job(&job_id).await.unwrap().unwrap();
     assert_eq!(job.state, JobState::Succeeded);
     assert_eq!(job.attempt_count, 2, "the attempt budget is cumulative");
@@ -1198,16 +1189,7 @@ async fn a_terminal_job_runs_again_as_a_new_linked_job_and_stays_terminal(db: Db
         .await
         .contains("Only a terminal job can run again"));
 
-    let claimed = ledger
-        .claim(&old, "w", Duration::from_secs(30))
-        .await
-        .unwrap();
-    let owner = as_owner(&old, claimed.epoch, "w");
-    let attempt = ledger.start_attempt(&owner, "stub").await.unwrap();
-    ledger
-        .accept_result(&owner, attempt.attempt_no, "{}")
-        .await
-        .unwrap();
+    succeed(ledger, &old, "w", "{}").await;
     let page = olga.page(&format!("/jobs/{old}")).await;
     assert!(page.contains(&format!("/jobs/{old}/rerun")));
     let csrf = token_in(&page).unwrap();
@@ -2168,18 +2150,24 @@ fn pick_values(page: &str) -> Vec<String> {
         .collect()
 }
 
-async fn finished(ledger: &Ledger, tenant: &str, key: &str) -> String {
-    let id = create(ledger, new_job(tenant, key, json!({ "document": key }))).await;
+/// `worker` claims the job, records an attempt and has `answer` accepted.
+async fn succeed(ledger: &Ledger, job_id: &str, worker: &str, answer: &str) {
     let claimed = ledger
-        .claim(&id, "w", Duration::from_secs(30))
+        .claim(job_id, worker, Duration::from_secs(30))
         .await
         .unwrap();
-    let owner = as_owner(&id, claimed.epoch, "w");
+    let owner = as_owner(job_id, claimed.epoch, worker);
     let attempt = ledger.start_attempt(&owner, "stub").await.unwrap();
     ledger
-        .accept_result(&owner, attempt.attempt_no, "{}")
+        .accept_result(&owner, attempt.attempt_no, answer)
         .await
         .unwrap();
+}
+
+/// A new job of `tenant`, already succeeded.
+async fn finished(ledger: &Ledger, tenant: &str, key: &str) -> String {
+    let id = create(ledger, new_job(tenant, key, json!({ "document": key }))).await;
+    succeed(ledger, &id, "w", "{}").await;
     id
 }
 
