@@ -165,6 +165,30 @@ async fn run() -> anyhow::Result<()> {
             println!("cancelled {job_id}: failed_terminal at epoch {}", epoch + 1);
             Ok(())
         }
+        Command::Rerun {
+            job_id,
+            reason,
+            operator,
+            seen_events,
+        } => {
+            let ledger = Ledger::connect(url, options).await?;
+            ledger.migrate().await?;
+            let actor = acting_operator(&ledger, operator).await?;
+            let created = ledger
+                .run_again(job_id, *seen_events, &actor, reason)
+                .await
+                .map_err(refused_plainly)?;
+            match created {
+                fenceline::ledger::Created::New(new) => {
+                    println!("{job_id} runs again as {}", new.job_id)
+                }
+                fenceline::ledger::Created::Existing(new) => println!(
+                    "{job_id} was already run again from that view, as {}; nothing new was made",
+                    new.job_id
+                ),
+            }
+            Ok(())
+        }
         Command::DlqReplay { max, operator, .. } => {
             let ledger = Ledger::connect(url, options).await?;
             ledger.migrate().await?;

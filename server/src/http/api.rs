@@ -37,6 +37,10 @@ pub(super) fn routes() -> Router<AppState> {
             "/jobs/{job_id}/cancel",
             axum::routing::post(super::api_actions::cancel),
         )
+        .route(
+            "/jobs/{job_id}/rerun",
+            axum::routing::post(super::api_actions::rerun),
+        )
         .route("/openapi.json", get(openapi::document))
 }
 

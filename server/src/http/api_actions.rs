@@ -1,18 +1,22 @@
-//! API v1 for automation of operators' actions: decisions on `unknown` jobs and cancels, with
-//! an operator token (`flo_…`), under that operator's role and tenants. The same guarded ledger
-//! transitions as the console's forms: fenced by the epoch seen, audited.
+//! API v1 for automation of operators' actions: decisions on `unknown` jobs, cancels and
+//! running finished jobs again, with an operator token (`flo_…`), under that operator's role
+//! and tenants. The same guarded ledger transitions as the console's forms: fenced by what the
+//! caller saw, audited.
 
 use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::api::JsonBody;
 use super::auth::ActingOperator;
 use super::contract::{
-    ActionOutcome, CancelRequest, DecisionKind, DecisionRequest, ErrorBody, JobIdPath,
+    ActionOutcome, CancelRequest, DecisionKind, DecisionRequest, ErrorBody, JobIdPath, JobView,
+    RerunRequest,
 };
 use super::{ApiError, AppState};
 use crate::job::{Actor, JobId};
-use crate::ledger::{Decision, Job};
+use crate::ledger::{Created, Decision, Job};
 use crate::operators::{Operator, Role};
 
 /// The job, if the acting operator may act on it.
@@ -146,4 +150,52 @@ pub(super) async fn cancel(
         )
         .await?;
     outcome(&state, &job.job_id).await
+}
+
+#[utoipa::path(
+    post,
+    path = "/jobs/{job_id}/rerun",
+    operation_id = "rerunJob",
+    params(JobIdPath),
+    request_body = RerunRequest,
+    responses(
+        (status = 201, description = "A new job runs the finished one again (same input, model, attempt budget and deadline length; a key derived from its own); the finished job stays as it is", body = JobView),
+        (status = 200, description = "This re-run was made before, from the same `seen_events`: the job it made", body = JobView),
+        (status = 400, description = "Invalid request (a missing reason)", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Not an operator token, or a viewer's", body = ErrorBody),
+        (status = 404, description = "No such job for this operator", body = ErrorBody),
+        (status = 409, description = "The job has not finished; nothing changed", body = ErrorBody),
+        (status = 503, description = "Ledger database unavailable", body = ErrorBody)
+    )
+)]
+pub(super) async fn rerun(
+    State(state): State<AppState>,
+    ActingOperator(operator): ActingOperator,
+    Path(job_id): Path<String>,
+    JsonBody(request): JsonBody<RerunRequest>,
+) -> Result<Response, ApiError> {
+    let job = actionable(&state, &operator, &job_id).await?;
+    let actor = Actor::Operator(operator.name.clone());
+    let created = state
+        .ledger
+        .run_again(&job.job_id, request.seen_events, &actor, &request.reason)
+        .await?;
+    if state.ledger.sent_at_creation(&created) {
+        state.metrics.dispatch(1, 0);
+    }
+    let status = match created {
+        Created::New(_) => StatusCode::CREATED,
+        Created::Existing(_) => StatusCode::OK,
+    };
+    let new = created.job();
+    Ok((
+        status,
+        [(
+            axum::http::header::LOCATION,
+            format!("/api/v1/jobs/{}", new.job_id),
+        )],
+        Json(JobView::of(new)),
+    )
+        .into_response())
 }

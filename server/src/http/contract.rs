@@ -436,6 +436,20 @@ pub struct CancelRequest {
     pub reason: String,
 }
 
+/// `POST /api/v1/jobs/{job_id}/rerun` (an operator token).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RerunRequest {
+    /// Why, for the audit log and both timelines (1 to 2000 characters).
+    pub reason: String,
+    /// How many events of the finished job's timeline the caller saw (`GET …/events`). The new
+    /// key counts the re-runs among them, so a request sent again with the same value finds the
+    /// job the first made (`200`) instead of making another. Without it, the job runs again as
+    /// it is now, once more.
+    #[serde(default)]
+    pub seen_events: Option<i64>,
+}
+
 /// Where a job stands after an operator's action.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ActionOutcome {

@@ -9,7 +9,7 @@ use utoipa::{Modify, OpenApi};
 use super::contract::{
     ActionOutcome, AttemptView, BatchItem, BatchResponse, CancelRequest, CreateJobRequest,
     CreateJobsRequest, DecisionKind, DecisionRequest, Delivery, ErrorBody, ErrorDetail, EventPage,
-    EventView, JobPage, JobResult, JobView, Links, ModelParameters,
+    EventView, JobPage, JobResult, JobView, Links, ModelParameters, RerunRequest,
 };
 use super::{api, api_actions};
 use crate::job::JobState;
@@ -33,7 +33,8 @@ use crate::ledger::ReplayPolicy;
         api::read_events,
         api::read_result,
         api_actions::decide,
-        api_actions::cancel
+        api_actions::cancel,
+        api_actions::rerun
     ),
     components(schemas(
         CreateJobRequest,
@@ -56,6 +57,7 @@ use crate::ledger::ReplayPolicy;
         DecisionRequest,
         DecisionKind,
         CancelRequest,
+        RerunRequest,
         ActionOutcome
     )),
     modifiers(&BearerAuth)

@@ -105,6 +105,22 @@ pub enum Command {
         #[arg(long)]
         operator: String,
     },
+    /// Run a finished job again as a new job, as a named operator (audited): same input,
+    /// model, attempt budget and deadline length, a key derived from the old one's; the finished
+    /// job stays as it is. Prints the new job's id.
+    Rerun {
+        job_id: String,
+        /// Why, for the audit log and both timelines.
+        #[arg(long)]
+        reason: String,
+        /// Who runs it again: an operator (role `operator` or `admin`) of this deployment.
+        #[arg(long)]
+        operator: String,
+        /// How many events of its timeline you saw: run again twice with the same value, it
+        /// makes one job. Without it, the job runs again once more.
+        #[arg(long)]
+        seen_events: Option<i64>,
+    },
     /// Apply database migrations and exit.
     Migrate,
     /// Manage API tokens.

@@ -31,6 +31,7 @@ on_both_backends!(
     a_bulk_decision_fences_each_job_on_its_own,
     a_bulk_cancel_from_the_jobs_list_fences_each_job_on_its_own,
     finished_jobs_run_again_in_bulk_from_the_jobs_list_once_for_each_view,
+    automation_runs_a_finished_job_again_over_the_api_once_for_each_view,
     a_ready_job_is_not_offered_for_cancelling_and_a_request_to_is_told_why,
     one_dead_letter_is_replayed_after_inspection_or_dropped_by_an_operator_of_its_tenant,
     the_overview_leaves_drill_jobs_out_of_its_counts_and_says_so,
@@ -2352,4 +2353,85 @@ async fn finished_jobs_run_again_in_bulk_from_the_jobs_list_once_for_each_view(d
         )
         .await;
     assert_eq!(refused.status(), 403);
+}
+
+async fn automation_runs_a_finished_job_again_over_the_api_once_for_each_view(db: Db) {
+    let app = spawn_app(db).await;
+    let ledger = &app.ledger;
+    let done = finished(ledger, "acme", "api-rerun").await;
+    let running = create(ledger, new_job("acme", "api-running", json!(2))).await;
+    ledger
+        .claim(&running, "w", Duration::from_secs(60))
+        .await
+        .unwrap();
+    add_operator(ledger, "olga", Role::Operator, None).await;
+    add_operator(ledger, "vera", Role::Viewer, None).await;
+    let globex = ["globex".to_owned()];
+    add_operator(ledger, "gus", Role::Operator, Some(&globex)).await;
+    let olga = ledger.add_operator_token("olga", "ops").await.unwrap();
+    let vera = ledger.add_operator_token("vera", "read").await.unwrap();
+    let gus = ledger.add_operator_token("gus", "ops").await.unwrap();
+    let post = |token: &str, job_id: &str, body: serde_json::Value| {
+        let request = app
+            .client
+            .post(format!("{}/api/v1/jobs/{job_id}/rerun", app.base))
+            .bearer_auth(token)
+            .json(&body);
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            let location = response
+                .headers()
+                .get("location")
+                .map(|l| l.to_str().unwrap().to_owned());
+            let body = response.json::<serde_json::Value>().await.unwrap();
+            (status, location, body)
+        }
+    };
+    let seen = ledger.event_count(&done).await.unwrap();
+    let body = json!({ "reason": "the template was fixed", "seen_events": seen });
+    let (status, location, first) = post(&olga, &done, body.clone()).await;
+    assert_eq!(status, 201, "{first}");
+    let new = first["job_id"].as_str().unwrap().to_owned();
+    assert_eq!(location, Some(format!("/api/v1/jobs/{new}")));
+    assert_eq!(first["idempotency_key"], "api-rerun~rerun-1");
+    // Sent again with what it saw: the job the first request made, nothing new.
+    let (status, _, again) = post(&olga, &done, body.clone()).await;
+    assert_eq!(
+        (status, again["job_id"].as_str()),
+        (200, Some(new.as_str()))
+    );
+    // Without `seen_events`, once more.
+    let (status, _, more) = post(&olga, &done, json!({ "reason": "once more" })).await;
+    assert_eq!(
+        (status, more["idempotency_key"].as_str()),
+        (201, Some("api-rerun~rerun-2"))
+    );
+    let (status, _, refused) = post(&olga, &running, json!({ "reason": "too early" })).await;
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(post(&olga, &done, json!({ "reason": " " })).await.0, 400);
+    assert_eq!(
+        post(&olga, &done, json!({ "reason": "x", "seen": 3 }))
+            .await
+            .0,
+        400
+    );
+    assert_eq!(post(&vera, &done, body.clone()).await.0, 403);
+    assert_eq!(post(&gus, &done, body.clone()).await.0, 404);
+    let tenant = app.token("acme").await;
+    assert_eq!(post(&tenant, &done, body).await.0, 403);
+    let audit = ledger
+        .audit_entries(&fenceline::ledger::AuditFilter {
+            action: Some("run_again".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(audit.len(), 2);
+    assert!(audit.iter().all(|e| e.actor == "operator:olga"));
+    assert_eq!(
+        ledger.job(&done).await.unwrap().unwrap().state,
+        JobState::Succeeded
+    );
 }

@@ -925,7 +925,7 @@ async fn the_overview_says_how_long_records_are_kept() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_call_decides_and_cancels_from_a_terminal_fenced_and_audited() {
+async fn on_call_decides_cancels_and_runs_again_from_a_terminal_fenced_and_audited() {
     use fenceline::operators::{hash_password, Role};
     let db = crate::helpers::fresh_db(Db::Sqlite).await;
     let ledger = Ledger::connect(&db.url, &crate::helpers::options())
@@ -1011,6 +1011,39 @@ async fn on_call_decides_and_cancels_from_a_terminal_fenced_and_audited() {
     assert!(cancel.status.success(), "{cancel:?}");
     let job = ledger.job(&job_id).await.unwrap().unwrap();
     assert_eq!(job.state, JobState::FailedTerminal);
+    // Finished, it runs again as a new job; the same command again, from the same view, makes
+    // no second one.
+    let seen = ledger.event_count(&job_id).await.unwrap().to_string();
+    let rerun = |who: &str| {
+        vec![
+            "rerun".to_owned(),
+            job_id.clone(),
+            "--reason".into(),
+            "cancelled by mistake".into(),
+            "--operator".into(),
+            who.into(),
+            "--seen-events".into(),
+            seen.clone(),
+        ]
+    };
+    let viewer = run(rerun("vera")).await;
+    assert!(String::from_utf8_lossy(&viewer.stderr).contains("only operators and admins"));
+    let first = run(rerun("olga")).await;
+    assert!(first.status.success(), "{first:?}");
+    let said = String::from_utf8_lossy(&first.stdout).trim().to_owned();
+    let new = said
+        .strip_prefix(&format!("{job_id} runs again as "))
+        .unwrap_or_else(|| panic!("{said}"))
+        .to_owned();
+    let again = run(rerun("olga")).await;
+    assert!(again.status.success(), "{again:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout).trim(),
+        format!("{job_id} was already run again from that view, as {new}; nothing new was made")
+    );
+    let made = ledger.job(&new).await.unwrap().unwrap();
+    assert_eq!(made.idempotency_key, "cli-decide~rerun-1");
+    assert_eq!(made.state, JobState::Ready);
     let audit = ledger
         .audit_entries(&fenceline::ledger::AuditFilter {
             job_id: Some(job_id.clone()),
@@ -1020,7 +1053,7 @@ async fn on_call_decides_and_cancels_from_a_terminal_fenced_and_audited() {
         .await
         .unwrap();
     let actions: Vec<_> = audit.iter().map(|e| e.action.as_str()).collect();
-    assert_eq!(actions, ["cancel", "authorize_retry"]);
+    assert_eq!(actions, ["run_again", "cancel", "authorize_retry"]);
     assert!(audit.iter().all(|e| e.actor == "operator:olga"));
 }
 
