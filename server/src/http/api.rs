@@ -12,7 +12,7 @@ use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::auth::Tenant;
+use super::auth::{JobReader, Tenant};
 use super::contract::{
     AttemptView, BatchItem, BatchResponse, CreateJobRequest, CreateJobsRequest, ErrorBody,
     EventPage, EventView, EventsQuery, JobIdPath, JobPage, JobResult, JobView, ListQuery,
@@ -304,6 +304,22 @@ fn parse_job_id(raw: &str) -> Result<JobId, ApiError> {
         .map_err(|e| ApiError::BadRequest(e.to_string()))
 }
 
+/// The job a reader may see: its tenant's own, or one of the operator's tenants'.
+async fn readable_job(state: &AppState, reader: &JobReader, raw_id: &str) -> Result<Job, ApiError> {
+    match reader {
+        JobReader::Tenant(tenant) => tenant_job(state, tenant, raw_id).await,
+        JobReader::Operator(operator) => {
+            let job_id = parse_job_id(raw_id)?;
+            state
+                .ledger
+                .job(job_id.as_str())
+                .await?
+                .filter(|job| operator.covers(&job.tenant))
+                .ok_or_else(|| ApiError::NotFound(format!("no job {job_id} for this operator")))
+        }
+    }
+}
+
 async fn tenant_job(state: &AppState, tenant: &str, raw_id: &str) -> Result<Job, ApiError> {
     let job_id = parse_job_id(raw_id)?;
     state
@@ -313,7 +329,8 @@ async fn tenant_job(state: &AppState, tenant: &str, raw_id: &str) -> Result<Job,
         .ok_or_else(|| ApiError::NotFound(format!("no job {job_id} for this tenant")))
 }
 
-/// A job with its attempts.
+/// A job with its attempts. A tenant's token reads its own jobs; an operator token (any
+/// role) reads the jobs of the operator's tenants.
 #[utoipa::path(
     get,
     path = "/jobs/{job_id}",
@@ -323,15 +340,15 @@ async fn tenant_job(state: &AppState, tenant: &str, raw_id: &str) -> Result<Job,
         (status = 200, description = "The job", body = JobView),
         (status = 400, description = "Not a job id", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
-        (status = 404, description = "No such job for this tenant", body = ErrorBody)
+        (status = 404, description = "No such job for this tenant or operator", body = ErrorBody)
     )
 )]
 pub(super) async fn read_job(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    reader: JobReader,
     Path(job_id): Path<String>,
 ) -> Result<Json<JobView>, ApiError> {
-    let job = tenant_job(&state, &tenant, &job_id).await?;
+    let job = readable_job(&state, &reader, &job_id).await?;
     let attempts = state.ledger.attempts(&job.job_id).await?;
     let mut view = JobView::of(&job);
     view.attempts = Some(attempts.iter().map(AttemptView::of).collect());
@@ -374,7 +391,8 @@ fn query_or_400<T>(
         .map_err(|e| ApiError::BadRequest(e.body_text()))
 }
 
-/// A page of the job's timeline, oldest first.
+/// A page of the job's timeline, oldest first. A tenant's token reads its own jobs'; an
+/// operator token (any role) those of the operator's tenants.
 #[utoipa::path(
     get,
     path = "/jobs/{job_id}/events",
@@ -384,12 +402,12 @@ fn query_or_400<T>(
         (status = 200, description = "Events", body = EventPage),
         (status = 400, description = "Invalid query", body = ErrorBody),
         (status = 401, description = "Missing or invalid token", body = ErrorBody),
-        (status = 404, description = "No such job for this tenant", body = ErrorBody)
+        (status = 404, description = "No such job for this tenant or operator", body = ErrorBody)
     )
 )]
 pub(super) async fn read_events(
     State(state): State<AppState>,
-    Tenant(tenant): Tenant,
+    reader: JobReader,
     Path(job_id): Path<String>,
     query: Result<Query<EventsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<EventPage>, ApiError> {
@@ -400,7 +418,7 @@ pub(super) async fn read_events(
             "limit must be between 1 and 1000".into(),
         ));
     }
-    let job = tenant_job(&state, &tenant, &job_id).await?;
+    let job = readable_job(&state, &reader, &job_id).await?;
     let events = state
         .ledger
         .events(&job.job_id, query.after.unwrap_or(0), limit)

@@ -1,4 +1,5 @@
-//! Bearer-token authentication for the API: the token names the tenant.
+//! Bearer-token authentication for the API: a tenant's token names the tenant; an operator
+//! token (`flo_…`) names the operator, whose role and tenants apply.
 
 use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
@@ -30,6 +31,45 @@ impl FromRequestParts<AppState> for Tenant {
             ))?;
         match state.ledger.tenant_for_token(token).await? {
             Some(tenant) => Ok(Tenant(tenant)),
+            None if state.ledger.operator_for_token(token).await?.is_some() => {
+                Err(ApiError::Forbidden(
+                    "an operator token reads one job and its events and acts on jobs; \
+                     submitting, listing jobs and reading results take a tenant's token \
+                     (fenceline token add <tenant>)",
+                ))
+            }
+            None => Err(ApiError::Unauthorized("the API token is not valid")),
+        }
+    }
+}
+
+/// Who reads one job: a tenant's token (that tenant's jobs), or an operator token of any role
+/// (the jobs of the operator's tenants), so that automation can see the epoch and the timeline
+/// it then acts on.
+#[derive(Debug, Clone)]
+pub(super) enum JobReader {
+    Tenant(String),
+    Operator(crate::operators::Operator),
+}
+
+impl FromRequestParts<AppState> for JobReader {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let token = parts
+            .headers
+            .get(AUTHORIZATION)
+            .and_then(|h| h.to_str().ok())
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or(ApiError::Unauthorized(
+                "send an API token as `Authorization: Bearer <token>`",
+            ))?;
+        if let Some(tenant) = state.ledger.tenant_for_token(token).await? {
+            return Ok(JobReader::Tenant(tenant));
+        }
+        match state.ledger.operator_for_token(token).await? {
+            Some(operator) => Ok(JobReader::Operator(operator)),
             None => Err(ApiError::Unauthorized("the API token is not valid")),
         }
     }

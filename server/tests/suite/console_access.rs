@@ -31,7 +31,7 @@ on_both_backends!(
     a_bulk_decision_fences_each_job_on_its_own,
     a_bulk_cancel_from_the_jobs_list_fences_each_job_on_its_own,
     finished_jobs_run_again_in_bulk_from_the_jobs_list_once_for_each_view,
-    automation_runs_a_finished_job_again_over_the_api_once_for_each_view,
+    automation_reads_and_runs_a_finished_job_again_over_the_api_once_for_each_view,
     a_ready_job_is_not_offered_for_cancelling_and_a_request_to_is_told_why,
     one_dead_letter_is_replayed_after_inspection_or_dropped_by_an_operator_of_its_tenant,
     the_overview_leaves_drill_jobs_out_of_its_counts_and_says_so,
@@ -2355,7 +2355,7 @@ async fn finished_jobs_run_again_in_bulk_from_the_jobs_list_once_for_each_view(d
     assert_eq!(refused.status(), 403);
 }
 
-async fn automation_runs_a_finished_job_again_over_the_api_once_for_each_view(db: Db) {
+async fn automation_reads_and_runs_a_finished_job_again_over_the_api_once_for_each_view(db: Db) {
     let app = spawn_app(db).await;
     let ledger = &app.ledger;
     let done = finished(ledger, "acme", "api-rerun").await;
@@ -2388,7 +2388,40 @@ async fn automation_runs_a_finished_job_again_over_the_api_once_for_each_view(db
             (status, location, body)
         }
     };
-    let seen = ledger.event_count(&done).await.unwrap();
+    // An operator token of any role reads the jobs of the operator's tenants, and the timeline
+    // it then acts on; submitting and listing stay with the tenant's token, and say so.
+    let get = |token: &str, path: String| {
+        let request = app
+            .client
+            .get(format!("{}/api/v1{path}", app.base))
+            .bearer_auth(token);
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    let (status, read) = get(&olga, format!("/jobs/{done}")).await;
+    assert_eq!((status, read["state"].as_str()), (200, Some("succeeded")));
+    assert_eq!(get(&vera, format!("/jobs/{done}")).await.0, 200);
+    assert_eq!(get(&gus, format!("/jobs/{done}")).await.0, 404);
+    let (status, page) = get(&olga, format!("/jobs/{done}/events")).await;
+    assert_eq!(status, 200);
+    let seen = page["events"].as_array().unwrap().len() as i64;
+    assert_eq!(seen, ledger.event_count(&done).await.unwrap());
+    assert_eq!(get(&gus, format!("/jobs/{done}/events")).await.0, 404);
+    for path in ["/jobs".to_owned(), format!("/jobs/{done}/result")] {
+        let (status, body) = get(&olga, path.clone()).await;
+        assert_eq!(status, 403, "{path}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("take a tenant's token"),
+            "{body}"
+        );
+    }
+    assert_eq!(get("flo_nope", format!("/jobs/{done}")).await.0, 401);
     let body = json!({ "reason": "the template was fixed", "seen_events": seen });
     let (status, location, first) = post(&olga, &done, body.clone()).await;
     assert_eq!(status, 201, "{first}");
