@@ -15,29 +15,19 @@ impl FromRequestParts<AppState> for Tenant {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let header = parts
-            .headers
-            .get(AUTHORIZATION)
-            .ok_or(ApiError::Unauthorized(
-                "send an API token as `Authorization: Bearer <token>`",
-            ))?;
-        let token = header
-            .to_str()
-            .ok()
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .map(str::trim)
-            .ok_or(ApiError::Unauthorized(
-                "the Authorization header must be `Bearer <token>`",
-            ))?;
-        match state.ledger.tenant_for_token(token).await? {
-            Some(tenant) => Ok(Tenant(tenant)),
-            None if state.ledger.operator_for_token(token).await?.is_some() => {
-                Err(ApiError::Forbidden(
-                    "an operator token reads one job and its events and acts on jobs; \
-                     submitting, listing jobs and reading results take a tenant's token \
-                     (fenceline token add <tenant>)",
-                ))
-            }
+        match JobReader::of(
+            parts,
+            state,
+            "send an API token as `Authorization: Bearer <token>`",
+        )
+        .await?
+        {
+            Some(JobReader::Tenant(tenant)) => Ok(Tenant(tenant)),
+            Some(JobReader::Operator(_)) => Err(ApiError::Forbidden(
+                "an operator token reads one job and its events and acts on jobs; submitting, \
+                 listing jobs and reading results take a tenant's token (fenceline token add \
+                 <tenant>)",
+            )),
             None => Err(ApiError::Unauthorized("the API token is not valid")),
         }
     }
@@ -52,26 +42,48 @@ pub(super) enum JobReader {
     Operator(crate::operators::Operator),
 }
 
+impl JobReader {
+    /// Whom the request's bearer token stands for; `None` for a token of nobody. `missing` is
+    /// the answer when the request has no token at all.
+    async fn of(
+        parts: &Parts,
+        state: &AppState,
+        missing: &'static str,
+    ) -> Result<Option<Self>, ApiError> {
+        let header = parts
+            .headers
+            .get(AUTHORIZATION)
+            .ok_or(ApiError::Unauthorized(missing))?;
+        let token = header
+            .to_str()
+            .ok()
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .map(str::trim)
+            .ok_or(ApiError::Unauthorized(
+                "the Authorization header must be `Bearer <token>`",
+            ))?;
+        if let Some(tenant) = state.ledger.tenant_for_token(token).await? {
+            return Ok(Some(JobReader::Tenant(tenant)));
+        }
+        Ok(state
+            .ledger
+            .operator_for_token(token)
+            .await?
+            .map(JobReader::Operator))
+    }
+}
+
 impl FromRequestParts<AppState> for JobReader {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let token = parts
-            .headers
-            .get(AUTHORIZATION)
-            .and_then(|h| h.to_str().ok())
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .map(str::trim)
-            .ok_or(ApiError::Unauthorized(
-                "send an API token as `Authorization: Bearer <token>`",
-            ))?;
-        if let Some(tenant) = state.ledger.tenant_for_token(token).await? {
-            return Ok(JobReader::Tenant(tenant));
-        }
-        match state.ledger.operator_for_token(token).await? {
-            Some(operator) => Ok(JobReader::Operator(operator)),
-            None => Err(ApiError::Unauthorized("the API token is not valid")),
-        }
+        JobReader::of(
+            parts,
+            state,
+            "send an API token as `Authorization: Bearer <token>`",
+        )
+        .await?
+        .ok_or(ApiError::Unauthorized("the API token is not valid"))
     }
 }
 
@@ -84,24 +96,14 @@ impl FromRequestParts<AppState> for ActingOperator {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let token = parts
-            .headers
-            .get(AUTHORIZATION)
-            .and_then(|h| h.to_str().ok())
-            .and_then(|h| h.strip_prefix("Bearer "))
-            .map(str::trim)
-            .ok_or(ApiError::Unauthorized(
-                "send an operator token as `Authorization: Bearer <token>`",
-            ))?;
-        if let Some(operator) = state.ledger.operator_for_token(token).await? {
-            return Ok(ActingOperator(operator));
-        }
-        if state.ledger.tenant_for_token(token).await?.is_some() {
-            return Err(ApiError::Forbidden(
+        let missing = "send an operator token as `Authorization: Bearer <token>`";
+        match JobReader::of(parts, state, missing).await? {
+            Some(JobReader::Operator(operator)) => Ok(ActingOperator(operator)),
+            Some(JobReader::Tenant(_)) => Err(ApiError::Forbidden(
                 "a tenant's token submits and reads jobs; acting on them needs an operator \
                  token (fenceline operator token <name>)",
-            ));
+            )),
+            None => Err(ApiError::Unauthorized("the operator token is not valid")),
         }
-        Err(ApiError::Unauthorized("the operator token is not valid"))
     }
 }
