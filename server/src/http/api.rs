@@ -305,7 +305,11 @@ fn parse_job_id(raw: &str) -> Result<JobId, ApiError> {
 }
 
 /// The job a reader may see: its tenant's own, or one of the operator's tenants'.
-async fn readable_job(state: &AppState, reader: &JobReader, raw_id: &str) -> Result<Job, ApiError> {
+pub(super) async fn readable_job(
+    state: &AppState,
+    reader: &JobReader,
+    raw_id: &str,
+) -> Result<Job, ApiError> {
     match reader {
         JobReader::Tenant(tenant) => tenant_job(state, tenant, raw_id).await,
         JobReader::Operator(operator) => {

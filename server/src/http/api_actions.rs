@@ -9,13 +9,13 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use super::api::JsonBody;
-use super::auth::ActingOperator;
+use super::auth::{ActingOperator, JobReader};
 use super::contract::{
     ActionOutcome, CancelRequest, DecisionKind, DecisionRequest, ErrorBody, JobIdPath, JobView,
     RerunRequest,
 };
 use super::{ApiError, AppState};
-use crate::job::{Actor, JobId};
+use crate::job::Actor;
 use crate::ledger::{Created, Decision, Job};
 use crate::operators::{Operator, Role};
 
@@ -26,15 +26,7 @@ async fn actionable(state: &AppState, operator: &Operator, raw: &str) -> Result<
             "this token's operator is a viewer: viewers read, they do not act",
         ));
     }
-    let id = raw
-        .parse::<JobId>()
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    state
-        .ledger
-        .job(id.as_str())
-        .await?
-        .filter(|job| operator.covers(&job.tenant))
-        .ok_or_else(|| ApiError::NotFound(format!("no job {id}")))
+    super::api::readable_job(state, &JobReader::Operator(operator.clone()), raw).await
 }
 
 async fn outcome(state: &AppState, job_id: &str) -> Result<Json<ActionOutcome>, ApiError> {
