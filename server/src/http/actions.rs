@@ -419,9 +419,7 @@ pub(super) async fn rerun(
         .await
     {
         Ok(created) => {
-            if state.ledger.sent_at_creation(&created) {
-                state.metrics.dispatch(1, 0);
-            }
+            super::count_send_at_creation(&state, &created);
             let new = created.job();
             let text = if let Created::Existing(_) = created {
                 format!(
@@ -765,9 +763,7 @@ pub(super) async fn rerun_many(
             .await
         {
             Ok(created) => {
-                if state.ledger.sent_at_creation(&created) {
-                    state.metrics.dispatch(1, 0);
-                }
+                super::count_send_at_creation(&state, &created);
                 match created {
                     Created::New(new) => {
                         tracing::info!(operator = %operator.name, %job_id, new_job_id = %new.job_id, "job run again");

@@ -136,13 +136,7 @@ pub(super) async fn create_job(
     JsonBody(request): JsonBody<CreateJobRequest>,
 ) -> Result<Response, ApiError> {
     let (status, job) = create_one(&state, &tenant, request).await?;
-    let location = format!("/api/v1/jobs/{}", job.job_id);
-    Ok((
-        status,
-        [(axum::http::header::LOCATION, location)],
-        Json(JobView::of(&job)),
-    )
-        .into_response())
+    Ok(made(status, &job))
 }
 
 /// Check one job's request and make it, idempotently: 201 and the new job, or 200 and the one
@@ -178,13 +172,27 @@ async fn create_one(
         .ledger
         .create_job(new, &Actor::Api(tenant.to_owned()))
         .await?;
-    if state.ledger.sent_at_creation(&created) {
-        state.metrics.dispatch(1, 0);
-    }
-    Ok(match created {
+    super::count_send_at_creation(state, &created);
+    Ok(status_of(created))
+}
+
+/// `201` and a job just made, or `200` and the one the same request made before.
+pub(super) fn status_of(created: Created) -> (StatusCode, Job) {
+    match created {
         Created::New(job) => (StatusCode::CREATED, job),
         Created::Existing(job) => (StatusCode::OK, job),
-    })
+    }
+}
+
+/// The answer for a job made (or found made before), with its address.
+pub(super) fn made(status: StatusCode, job: &Job) -> Response {
+    let location = format!("/api/v1/jobs/{}", job.job_id);
+    (
+        status,
+        [(axum::http::header::LOCATION, location)],
+        Json(JobView::of(job)),
+    )
+        .into_response()
 }
 
 /// Create up to 500 jobs in one request, each idempotently and on its own.
@@ -312,15 +320,7 @@ pub(super) async fn readable_job(
 ) -> Result<Job, ApiError> {
     match reader {
         JobReader::Tenant(tenant) => tenant_job(state, tenant, raw_id).await,
-        JobReader::Operator(operator) => {
-            let job_id = parse_job_id(raw_id)?;
-            state
-                .ledger
-                .job(job_id.as_str())
-                .await?
-                .filter(|job| operator.covers(&job.tenant))
-                .ok_or_else(|| ApiError::NotFound(format!("no job {job_id} for this operator")))
-        }
+        JobReader::Operator(operator) => super::export::covered_job(state, operator, raw_id).await,
     }
 }
 

@@ -4,8 +4,7 @@
 //! caller saw, audited.
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::Json;
 
 use super::api::JsonBody;
@@ -16,7 +15,7 @@ use super::contract::{
 };
 use super::{ApiError, AppState};
 use crate::job::Actor;
-use crate::ledger::{Created, Decision, Job};
+use crate::ledger::{Decision, Job};
 use crate::operators::{Operator, Role};
 
 /// The job, if the acting operator may act on it.
@@ -173,21 +172,7 @@ pub(super) async fn rerun(
         .ledger
         .run_again(&job.job_id, request.seen_events, &actor, &request.reason)
         .await?;
-    if state.ledger.sent_at_creation(&created) {
-        state.metrics.dispatch(1, 0);
-    }
-    let status = match created {
-        Created::New(_) => StatusCode::CREATED,
-        Created::Existing(_) => StatusCode::OK,
-    };
-    let new = created.job();
-    Ok((
-        status,
-        [(
-            axum::http::header::LOCATION,
-            format!("/api/v1/jobs/{}", new.job_id),
-        )],
-        Json(JobView::of(new)),
-    )
-        .into_response())
+    super::count_send_at_creation(&state, &created);
+    let (status, new) = super::api::status_of(created);
+    Ok(super::api::made(status, &new))
 }

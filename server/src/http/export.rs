@@ -24,7 +24,11 @@ struct Record {
 }
 
 /// The job, if the signed-in operator's tenants include it (else it does not exist for them).
-async fn covered_job(state: &AppState, operator: &Operator, raw: &str) -> Result<Job, ApiError> {
+pub(super) async fn covered_job(
+    state: &AppState,
+    operator: &Operator,
+    raw: &str,
+) -> Result<Job, ApiError> {
     let id = raw
         .parse::<JobId>()
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;

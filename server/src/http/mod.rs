@@ -77,6 +77,13 @@ async fn accepted_result(state: &AppState, job: &crate::ledger::Job) -> Result<S
         .ok_or(ApiError::Internal)
 }
 
+/// Counts the queue send that a job's creation made in its own transaction, if it did.
+fn count_send_at_creation(state: &AppState, created: &crate::ledger::Created) {
+    if state.ledger.sent_at_creation(created) {
+        state.metrics.dispatch(1, 0);
+    }
+}
+
 /// The whole HTTP application.
 pub fn router(state: AppState) -> Router {
     let max_body_bytes = state.max_body_bytes;
@@ -280,10 +287,11 @@ async fn security_headers(request: Request<axum::body::Body>, next: Next) -> Res
         HeaderValue::from_static("nosniff"),
     );
     // A rendered page has set its own, with its nonce; everything else runs no inline script.
+    static NO_INLINE_SCRIPT: std::sync::LazyLock<HeaderValue> = std::sync::LazyLock::new(|| {
+        HeaderValue::from_str(&content_security_policy("'self'")).expect("a header value")
+    });
     if let Entry::Vacant(entry) = headers.entry(header::CONTENT_SECURITY_POLICY) {
-        if let Ok(policy) = HeaderValue::from_str(&content_security_policy("'self'")) {
-            entry.insert(policy);
-        }
+        entry.insert(NO_INLINE_SCRIPT.clone());
     }
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     headers.insert(

@@ -20,10 +20,21 @@ use crate::ledger::{Ledger, LedgerError, Refusal};
 impl Ledger {
     /// The jobs `job_id` was run again as (`to`) or is a re-run of (`from`), oldest first.
     pub async fn rerun_links(&self, job_id: &str) -> Result<Vec<(String, String)>, LedgerError> {
+        self.rerun_links_through(job_id, i64::MAX).await
+    }
+
+    /// The same, among the job's events up to number `last`.
+    async fn rerun_links_through(
+        &self,
+        job_id: &str,
+        last: i64,
+    ) -> Result<Vec<(String, String)>, LedgerError> {
         let details: Vec<String> = sqlx::query_scalar(
-            "SELECT detail FROM events WHERE job_id = $1 AND kind = 'rerun' ORDER BY seq",
+            "SELECT detail FROM events WHERE job_id = $1 AND kind = 'rerun' AND seq <= $2 \
+             ORDER BY seq",
         )
         .bind(job_id)
+        .bind(last)
         .fetch_all(&self.reader)
         .await?;
         Ok(details
@@ -90,17 +101,11 @@ impl Ledger {
             .job_input(job_id)
             .await?
             .ok_or_else(|| LedgerError::Corrupt(format!("job {job_id} has no stored input")))?;
-        let reruns: Vec<(i64, String)> = sqlx::query_as(
-            "SELECT seq, detail FROM events WHERE job_id = $1 AND kind = 'rerun' AND seq <= $2",
-        )
-        .bind(job_id)
-        .bind(seen.unwrap_or(i64::MAX))
-        .fetch_all(&self.reader)
-        .await?;
-        let earlier = reruns
-            .iter()
-            .filter_map(|(_, d)| serde_json::from_str::<serde_json::Value>(d).ok())
-            .filter(|detail| detail["to"].is_string())
+        let earlier = self
+            .rerun_links_through(job_id, seen.unwrap_or(i64::MAX))
+            .await?
+            .into_iter()
+            .filter(|(dir, _)| dir == "to")
             .count();
         let new = NewJob {
             tenant: old.tenant.clone(),
