@@ -109,12 +109,17 @@ pub fn App() -> impl IntoView {
     }
 }
 
+/// An address no page answers, in the console's frame (with its menu, signed in).
 #[component]
 fn NotFound() -> impl IntoView {
     console::HttpStatus::set(404);
+    let path = leptos_router::hooks::use_location()
+        .pathname
+        .get_untracked();
     view! {
         <Title text="Not found · Fenceline"/>
         <h1>"Not found"</h1>
-        <p>"There is no page at this address. "<a href="/">"Back to the overview"</a></p>
+        <p>"There is no page at "<code>{path}</code>". "</p>
+        <p><a href="/">"Back to the overview"</a>" · "<a href="/jobs">"All jobs"</a></p>
     }
 }

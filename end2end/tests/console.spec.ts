@@ -315,9 +315,13 @@ test('readiness reports the embedded ledger', async ({ request }) => {
   expect(ready).toEqual({ ready: true, database: 'sqlite' });
 });
 
-test('an unknown address is a 404 page', async ({ page }) => {
+test('an unknown address is a 404 page in the console, with its menu', async ({ page }) => {
   const response = await page.goto('/no-such-page');
   expect(response?.status()).toBe(404);
+  await expect(page.getByRole('heading', { name: 'Not found' })).toBeVisible();
+  await expect(page.locator('main code')).toHaveText('/no-such-page');
+  await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Jobs' }).click();
+  await expect(page).toHaveURL(/\/jobs$/);
 });
 
 test('every page fits the screen at 1400 and 420 px, in light and dark', async ({ page, request }, info) => {

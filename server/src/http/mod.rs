@@ -24,7 +24,7 @@ use axum::http::header::Entry;
 use axum::http::{header, HeaderValue, Request, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::Router;
 use leptos::config::LeptosOptions;
 use leptos_axum::LeptosRoutes;
@@ -95,11 +95,18 @@ pub fn router(state: AppState) -> Router {
         .build();
     let routes = leptos_axum::generate_route_list(fenceline_app::App);
     let (ledger, queue) = (state.ledger.clone(), state.queue.clone());
+    let context = move || page_context(&ledger, &queue);
+    let shell = {
+        let options = options.clone();
+        move || fenceline_app::shell(options.clone())
+    };
+    // An address no page answers renders the app's own "not found" page, inside the console's
+    // frame: a signed-in operator keeps the menu (a signed-out visitor signs in first, as for
+    // any page).
+    let unknown_address =
+        leptos_axum::render_app_async_with_context(context.clone(), shell.clone());
     let pages = Router::new()
-        .leptos_routes_with_context(&options, routes, move || page_context(&ledger, &queue), {
-            let options = options.clone();
-            move || fenceline_app::shell(options.clone())
-        })
+        .leptos_routes_with_context(&options, routes, context, shell)
         .with_state(options);
 
     // Everything an operator's browser reaches with the session cookie.
@@ -127,6 +134,7 @@ pub fn router(state: AppState) -> Router {
         .route("/jobs/{job_id}/result", get(export::result_view))
         .with_state(state.clone())
         .merge(pages)
+        .fallback(unknown_address)
         .layer(middleware::from_fn_with_state(
             state.clone(),
             gate::console_gate,
@@ -150,12 +158,12 @@ pub fn router(state: AppState) -> Router {
         .route("/style/fenceline.css", get(stylesheet))
         .route("/static/console.js", get(console_js))
         .route("/favicon.svg", get(favicon))
+        .route("/api/{*rest}", any(no_endpoint))
         .with_state(state)
         .layer(DefaultBodyLimit::max(max_body_bytes));
 
     service
         .merge(console)
-        .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn(security_headers))
 }
@@ -241,29 +249,10 @@ async fn console_js() -> impl IntoResponse {
     )
 }
 
-/// An address nothing answers: JSON under `/api/`, else a page in the console's style that
-/// leads back (it reveals nothing, so it needs no sign-in).
-async fn not_found(uri: axum::http::Uri) -> Response {
-    if uri.path().starts_with("/api/") {
-        ApiError::NotFound(format!("no endpoint at {}", uri.path())).into_response()
-    } else {
-        (
-            StatusCode::NOT_FOUND,
-            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-            NOT_FOUND_PAGE,
-        )
-            .into_response()
-    }
+/// An API address nothing answers: JSON, as every API error.
+async fn no_endpoint(uri: axum::http::Uri) -> Response {
+    ApiError::NotFound(format!("no endpoint at {}", uri.path())).into_response()
 }
-
-const NOT_FOUND_PAGE: &str = "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"/>\
-<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"/>\
-<meta name=\"color-scheme\" content=\"light dark\"/><title>Not found · Fenceline</title>\
-<link rel=\"stylesheet\" href=\"/style/fenceline.css\"/>\
-<link rel=\"icon\" href=\"/favicon.svg\" type=\"image/svg+xml\"/></head><body>\
-<header class=\"topbar\"><a href=\"/\" class=\"brand\">Fenceline</a></header>\
-<main id=\"main\"><h1>Not found</h1><p>There is no page at this address. \
-<a href=\"/\">Back to the overview</a></p></main></body></html>";
 
 async fn method_not_allowed() -> Response {
     ApiError::MethodNotAllowed.into_response()

@@ -392,9 +392,18 @@ async fn every_documented_path_answers_without_a_server_error(db: Db) {
     assert!(browser.page("/").await.contains("<h1>Overview</h1>"));
     let css = app.get(None, "/style/fenceline.css").await;
     assert_eq!(css.headers()["content-type"], "text/css; charset=utf-8");
-    // The working directory is never served.
+    // The working directory is never served: signed in, there is no page there; signed out,
+    // the address leads to sign-in.
     for path in ["/Cargo.toml", "/fenceline.sqlite", "/style/../Cargo.toml"] {
-        assert_eq!(app.get(None, path).await.status(), 404, "{path}");
+        let response = browser.get(path).await;
+        assert_eq!(response.status(), 404, "{path}");
+        assert!(
+            response.text().await.unwrap().contains("Not found"),
+            "{path}"
+        );
+        let signed_out = app.get(None, path).await;
+        assert!(signed_out.url().path() == "/login", "{path}");
+        assert!(!signed_out.text().await.unwrap().contains("[package]"));
     }
 }
 

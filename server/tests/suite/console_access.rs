@@ -1507,11 +1507,25 @@ async fn addresses_that_find_nothing_answer_404_and_unknown_filters_are_said() {
             "{path} is in the console's frame"
         );
     }
-    let nope = vera.get("/nope").await;
+    // An address no page answers: the console's "not found" page, with its menu, naming the
+    // address; signed out, sign in first and come back to it, as for any page.
+    let nope = vera.get("/nope/x").await;
     assert_eq!(nope.status(), 404);
     assert_eq!(nope.headers()["content-type"], "text/html; charset=utf-8");
     let page = nope.text().await.unwrap();
     assert!(page.contains("/style/fenceline.css") && page.contains("Back to the overview"));
+    assert!(page.contains("<code>/nope/x</code>"), "{page}");
+    assert!(
+        page.contains(r#"href="/dlq""#) && page.contains("Sign out"),
+        "the menu is on the page: {page}"
+    );
+    let signed_out = Browser::new(&app.base).get("/nope/x").await;
+    assert_eq!(signed_out.status(), 303);
+    assert_eq!(
+        signed_out.headers()["location"],
+        "/login?next=%2Fnope%2Fx",
+        "nothing about the address is said before sign-in"
+    );
     // A parameter a page cannot use is a 400 that names it, never silently ignored.
     let job_id = create(&app.ledger, new_job("acme", "bad-params", json!(1))).await;
     for (path, named) in [
@@ -2080,8 +2094,11 @@ async fn pages_allow_only_their_own_inline_scripts_by_a_fresh_nonce() {
             .collect()
     }
     async fn rendered(browser: &mut Browser, path: &str) -> String {
+        rendered_as(browser, path, 200).await
+    }
+    async fn rendered_as(browser: &mut Browser, path: &str, status: u16) -> String {
         let response = browser.get(path).await;
-        assert_eq!(response.status(), 200, "GET {path}");
+        assert_eq!(response.status(), status, "GET {path}");
         let policy = policy(&response);
         let sources = script_src(&policy);
         let nonce = sources
@@ -2124,12 +2141,9 @@ async fn pages_allow_only_their_own_inline_scripts_by_a_fresh_nonce() {
     ] {
         rendered(&mut browser, path).await;
     }
-    for path in [
-        "/api/v1/openapi.json",
-        "/healthz",
-        "/no/such/page",
-        "/style/fenceline.css",
-    ] {
+    // An address no page answers is rendered by the console too.
+    rendered_as(&mut browser, "/no/such/page", 404).await;
+    for path in ["/api/v1/openapi.json", "/healthz", "/style/fenceline.css"] {
         let response = browser.get(path).await;
         let policy = policy(&response);
         assert_eq!(script_src(&policy), ["'self'"], "{path}: {policy}");
