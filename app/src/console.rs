@@ -98,6 +98,15 @@ pub struct Overview {
     /// Drill jobs in the ledger, which the tiles and charts leave out.
     pub drill_jobs: i64,
     pub workers: WorkerPresence,
+    /// The oldest job waiting in `ready` for a worker's claim, if any.
+    pub oldest_ready: Option<Waiting>,
+}
+
+/// A job waiting for a worker, and for how long (`3m 5s`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Waiting {
+    pub job_id: String,
+    pub waited: String,
 }
 
 /// The worker processes by their latest reports (those listed on `/workers`), for the line

@@ -121,6 +121,12 @@ pub fn OverviewPage() -> impl IntoView {
                                     }).collect_view()}
                                 </ul>
                                 <WorkersLine workers=o.workers/>
+                                {o.oldest_ready.map(|w| view! {
+                                    <p class="muted oldest-ready">
+                                        {format!("The oldest ready job has waited {} for a worker: ", w.waited)}
+                                        <a href=format!("/jobs/{}", w.job_id)><code>{w.job_id.clone()}</code></a>
+                                    </p>
+                                })}
                                 <p class="muted">
                                     {format!("Queue: {}. ", o.queue)}
                                     {o.retention}

@@ -1,6 +1,8 @@
 //! `/`: jobs by state now, the activity charts of a window, and what retention keeps.
 
-use fenceline_app::console::{Chart, Figure, Overview, Window, WorkerPresence, WorkerStatus};
+use fenceline_app::console::{
+    Chart, Figure, Overview, Waiting, Window, WorkerPresence, WorkerStatus,
+};
 
 use super::{charts, plot};
 use crate::job::{EventKind, JobState};
@@ -182,7 +184,30 @@ impl LedgerConsole {
                 self.ledger.drill_job_count().await?
             },
             workers: self.worker_presence(now).await?,
+            oldest_ready: self.oldest_ready(now).await?,
         })
+    }
+
+    /// The oldest ready job of the operator's tenants, outside drills.
+    async fn oldest_ready(&self, now: i64) -> Result<Option<Waiting>, LedgerError> {
+        let oldest = match self.tenants.as_deref() {
+            None => self.ledger.oldest_ready(None).await?,
+            Some(tenants) => {
+                let mut oldest: Option<(String, i64)> = None;
+                for tenant in tenants {
+                    if let Some(found) = self.ledger.oldest_ready(Some(tenant)).await? {
+                        if oldest.as_ref().is_none_or(|o| found.0 < o.0) {
+                            oldest = Some(found);
+                        }
+                    }
+                }
+                oldest
+            }
+        };
+        Ok(oldest.map(|(job_id, created_at)| Waiting {
+            job_id,
+            waited: crate::time::human_duration((now - created_at).max(0)),
+        }))
     }
 
     /// The workers by their latest reports and, when some are silent, the running jobs they

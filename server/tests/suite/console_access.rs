@@ -35,6 +35,7 @@ on_both_backends!(
     a_ready_job_is_not_offered_for_cancelling_and_a_request_to_is_told_why,
     one_dead_letter_is_replayed_after_inspection_or_dropped_by_an_operator_of_its_tenant,
     the_overview_leaves_drill_jobs_out_of_its_counts_and_says_so,
+    the_overview_says_how_long_the_oldest_ready_job_has_waited_within_the_operators_tenants,
     the_workers_page_shows_who_is_alive_silent_or_stopped_and_what_each_owns,
     a_job_page_folds_long_runs_and_shows_every_other_event_in_place,
 );
@@ -434,6 +435,51 @@ async fn the_overview_leaves_drill_jobs_out_of_its_counts_and_says_so(db: Db) {
     assert!(!page.contains("drill job"), "{page}");
     // No drill job in her view, nothing to leave out: the plain list.
     assert_eq!(tile_link(&page, "ready").unwrap(), "/jobs?state=ready");
+}
+
+async fn the_overview_says_how_long_the_oldest_ready_job_has_waited_within_the_operators_tenants(
+    db: Db,
+) {
+    let app = spawn_app(db).await;
+    let mut olga = signed_in(&app, "olga", Role::Viewer, None).await;
+    assert!(!olga.page("/").await.contains("oldest ready"));
+    // The drill's job is the oldest of all, then globex's, then acme's.
+    let mut drill = new_job(fenceline::drill::DRILL_TENANT, "drilled", json!(1));
+    drill.drill_run = Some("run-1".into());
+    create(&app.ledger, drill).await;
+    let theirs = create(&app.ledger, new_job("globex", "theirs", json!(2))).await;
+    let served = create(&app.ledger, new_job("acme", "served", json!(3))).await;
+    let raw = app.db.raw_pool().await;
+    for (job_id, back_us) in [(&theirs, 3_725_000_000_i64), (&served, 125_000_000)] {
+        sqlx::query(&format!(
+            "UPDATE jobs SET created_at = created_at - {back_us} WHERE job_id = '{job_id}'"
+        ))
+        .execute(&raw)
+        .await
+        .unwrap();
+    }
+    let page = olga.page("/").await;
+    assert!(
+        page.contains("The oldest ready job has waited 1h 2m for a worker: "),
+        "{page}"
+    );
+    assert!(page.contains(&format!("href=\"/jobs/{theirs}\"")), "{page}");
+    // An operator of acme alone hears of acme's job only.
+    let acme = ["acme".to_owned()];
+    let mut ana = signed_in(&app, "ana", Role::Operator, Some(&acme)).await;
+    let page = ana.page("/").await;
+    assert!(
+        page.contains("The oldest ready job has waited 2m "),
+        "{page}"
+    );
+    assert!(page.contains(&format!("href=\"/jobs/{served}\"")), "{page}");
+    assert!(!page.contains(theirs.as_str()), "{page}");
+    // Once claimed, it no longer waits.
+    app.ledger
+        .claim_and_start(&served, "w-1", Duration::from_secs(60), None, "stub")
+        .await
+        .unwrap();
+    assert!(!ana.page("/").await.contains("oldest ready"));
 }
 
 fn report(worker_id: &str) -> fenceline::ledger::WorkerReport {
