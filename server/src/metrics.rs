@@ -123,6 +123,7 @@ struct Inner {
     ledger_up: Gauge,
     jobs: Family<StateLabels, Gauge>,
     outbox_pending: Gauge,
+    oldest_ready: Gauge<f64, std::sync::atomic::AtomicU64>,
     rejected_messages: Family<ReasonLabels, Gauge>,
     workers: Family<StatusLabels, Gauge>,
 }
@@ -132,6 +133,9 @@ struct Inner {
 pub struct LedgerGauges {
     pub jobs_by_state: Vec<(JobState, i64)>,
     pub outbox_pending: Option<i64>,
+    /// How long the oldest `ready` job (drills left out) has waited for a worker, in seconds;
+    /// 0 without one, `None` when the ledger did not say.
+    pub oldest_ready_seconds: Option<f64>,
     pub rejected_by_reason: Vec<(String, i64)>,
     /// Worker processes that reported in the last day, as `(alive, silent, stopped)` (see
     /// `/workers`); `None` when the ledger did not say.
@@ -159,6 +163,7 @@ impl Default for Metrics {
             ledger_up: Gauge::default(),
             jobs: Family::default(),
             outbox_pending: Gauge::default(),
+            oldest_ready: Gauge::default(),
             rejected_messages: Family::default(),
             workers: Family::default(),
             registry: Registry::default(),
@@ -197,6 +202,13 @@ impl Default for Metrics {
             "fenceline_outbox_pending",
             "Outbox rows not yet sent to the queue",
             inner.outbox_pending.clone(),
+        );
+        registry.register_with_unit(
+            "fenceline_oldest_ready_age",
+            "How long the oldest ready job (drills left out) has waited for a worker's claim: \
+             the queue's latency, 0 when none waits",
+            prometheus_client::registry::Unit::Seconds,
+            inner.oldest_ready.clone(),
         );
         registry.register(
             "fenceline_rejected_messages",
@@ -270,6 +282,9 @@ impl Metrics {
             if let Some(pending) = gauges.outbox_pending {
                 inner.outbox_pending.set(pending);
             }
+            if let Some(seconds) = gauges.oldest_ready_seconds {
+                inner.oldest_ready.set(seconds);
+            }
             if let Some((alive, silent, stopped)) = gauges.workers {
                 for (status, n) in [("alive", alive), ("silent", silent), ("stopped", stopped)] {
                     inner.workers.get_or_create(&StatusLabels { status }).set(n);
@@ -304,6 +319,7 @@ mod tests {
         let gauges = LedgerGauges {
             jobs_by_state: vec![(JobState::Succeeded, 1)],
             outbox_pending: Some(3),
+            oldest_ready_seconds: Some(2.5),
             rejected_by_reason: vec![("not_json".into(), 4)],
             workers: Some((2, 1, 0)),
         };
@@ -327,6 +343,10 @@ mod tests {
         );
         assert!(text.contains("fenceline_ledger_up 1"));
         assert!(text.contains("fenceline_outbox_pending 3"));
+        assert!(
+            text.contains("fenceline_oldest_ready_age_seconds 2.5"),
+            "{text}"
+        );
         assert!(text.contains("fenceline_rejected_messages{reason=\"not_json\"} 4"));
         assert!(
             text.contains("fenceline_workers{status=\"alive\"} 2"),
@@ -343,7 +363,8 @@ mod tests {
         assert!(text.trim_end().ends_with("# EOF"));
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let value = line.rsplit(' ').next().unwrap();
-            assert!(value.parse::<u64>().is_ok(), "{line}");
+            let value = value.parse::<f64>();
+            assert!(value.is_ok_and(|v| v.is_finite() && v >= 0.0), "{line}");
         }
         assert!(metrics.render(None).contains("fenceline_ledger_up 0"));
     }

@@ -86,6 +86,7 @@ pub(super) async fn metrics(
         Ok(Ok(jobs_by_state)) => Some(LedgerGauges {
             jobs_by_state,
             outbox_pending: ledger.outbox_pending().await.ok(),
+            oldest_ready_seconds: oldest_ready_seconds(ledger).await,
             rejected_by_reason: ledger.rejected_message_counts().await.unwrap_or_default(),
             workers: workers_by_status(ledger).await,
         }),
@@ -109,4 +110,14 @@ async fn workers_by_status(ledger: &crate::ledger::Ledger) -> Option<(i64, i64, 
         .worker_statuses(listed_since(now), quiet_since(now))
         .await
         .ok()
+}
+
+/// How long the oldest ready job has waited, by the database clock (0 when none waits).
+async fn oldest_ready_seconds(ledger: &crate::ledger::Ledger) -> Option<f64> {
+    let oldest = ledger.oldest_ready(None).await.ok()?;
+    let Some((_, created_at)) = oldest else {
+        return Some(0.0);
+    };
+    let now = ledger.now_us().await.ok()?;
+    Some((now - created_at).max(0) as f64 / 1e6)
 }

@@ -440,9 +440,32 @@ async fn the_overview_leaves_drill_jobs_out_of_its_counts_and_says_so(db: Db) {
 async fn the_overview_says_how_long_the_oldest_ready_job_has_waited_within_the_operators_tenants(
     db: Db,
 ) {
-    let app = spawn_app(db).await;
+    let app = crate::helpers::spawn_app_configured(db, |s| {
+        s.http.metrics_token = Some(fenceline::settings::Secret::new("metrics-token"));
+    })
+    .await;
+    // The same figure for alerts, in seconds.
+    let latency = || async {
+        let metrics = app
+            .client
+            .get(format!("{}/metrics", app.base))
+            .bearer_auth("metrics-token")
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with("fenceline_oldest_ready_age_seconds "))
+            .unwrap_or_else(|| panic!("no latency gauge: {metrics}"))
+            .to_owned();
+        line.rsplit(' ').next().unwrap().parse::<f64>().unwrap()
+    };
     let mut olga = signed_in(&app, "olga", Role::Viewer, None).await;
     assert!(!olga.page("/").await.contains("oldest ready"));
+    assert_eq!(latency().await, 0.0);
     // The drill's job is the oldest of all, then globex's, then acme's.
     let mut drill = new_job(fenceline::drill::DRILL_TENANT, "drilled", json!(1));
     drill.drill_run = Some("run-1".into());
@@ -464,6 +487,8 @@ async fn the_overview_says_how_long_the_oldest_ready_job_has_waited_within_the_o
         "{page}"
     );
     assert!(page.contains(&format!("href=\"/jobs/{theirs}\"")), "{page}");
+    let seconds = latency().await;
+    assert!((3725.0..3800.0).contains(&seconds), "{seconds}");
     // An operator of acme alone hears of acme's job only.
     let acme = ["acme".to_owned()];
     let mut ana = signed_in(&app, "ana", Role::Operator, Some(&acme)).await;
