@@ -446,16 +446,8 @@ async fn the_overview_says_how_long_the_oldest_ready_job_has_waited_within_the_o
     .await;
     // The same figure for alerts, in seconds.
     let latency = || async {
-        let metrics = app
-            .client
-            .get(format!("{}/metrics", app.base))
-            .bearer_auth("metrics-token")
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = app.get(Some("metrics-token"), "/metrics").await;
+        let metrics = metrics.text().await.unwrap();
         let line = metrics
             .lines()
             .find(|l| l.starts_with("fenceline_oldest_ready_age_seconds "))
@@ -634,16 +626,8 @@ async fn the_workers_page_shows_who_is_alive_silent_or_stopped_and_what_each_own
     );
 
     // The same judgement for alerts: the gauge counts the processes by status.
-    let metrics = app
-        .client
-        .get(format!("{}/metrics", app.base))
-        .bearer_auth("metrics-token")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = app.get(Some("metrics-token"), "/metrics").await;
+    let metrics = metrics.text().await.unwrap();
     for (status, n) in [("alive", 1), ("silent", 1), ("stopped", 1)] {
         let line = format!("fenceline_workers{{status=\"{status}\"}} {n}");
         assert!(metrics.contains(&line), "{line}: {metrics}");
