@@ -18,23 +18,39 @@ pub async fn seed_timeline(
 ) -> Result<String, LedgerError> {
     use crate::job::EventKind;
     use crate::ledger::{DeliveryRef, NewEvent};
-    let run = uuid::Uuid::now_v7().simple().to_string();
-    let job = generated_job(
-        tenant,
-        format!("seed-{run}"),
-        "seed",
-        0,
-        Duration::from_secs(12 * 3600),
-        3,
-    );
-    let created = ledger.create_job(job, &Actor::Drill).await?;
-    let job_id = created.job().job_id.clone();
+    let mut tries = 0;
+    let (run, job_id, claimed) = loop {
+        let run = uuid::Uuid::now_v7().simple().to_string();
+        let job = generated_job(
+            tenant,
+            format!("seed-{run}"),
+            "seed",
+            0,
+            Duration::from_secs(12 * 3600),
+            3,
+        );
+        let created = ledger.create_job(job, &Actor::Drill).await?;
+        let job_id = created.job().job_id.clone();
+        let lease = if pattern == "unknown" {
+            Duration::from_millis(200)
+        } else {
+            Duration::from_secs(11 * 3600)
+        };
+        // A worker already serving this ledger may claim the job between its creation and the
+        // seed's claim (its dispatcher sends the message in that moment): that job is the
+        // worker's, and the seed makes another.
+        match ledger.claim(&job_id, "seed-worker", lease).await {
+            Ok(claimed) => break (run, job_id, claimed),
+            Err(LedgerError::Refused { .. }) if tries < 10 => {
+                tries += 1;
+                tracing::info!(%job_id, "a running worker claimed the seeded job first; seeding another");
+            }
+            Err(error) => return Err(error),
+        }
+    };
+    ledger.start_attempt(&claimed.owner, "stub").await?;
     if pattern == "unknown" {
         // A call that may have reached the model, whose worker vanished: `unknown`.
-        let claimed = ledger
-            .claim(&job_id, "seed-worker", Duration::from_millis(200))
-            .await?;
-        ledger.start_attempt(&claimed.owner, "stub").await?;
         tokio::time::sleep(Duration::from_millis(300)).await;
         // A running reaper may get there first: the job is as wanted either way.
         match ledger
@@ -49,10 +65,6 @@ pub async fn seed_timeline(
             Err(error) => return Err(error),
         }
     }
-    let claimed = ledger
-        .claim(&job_id, "seed-worker", Duration::from_secs(11 * 3600))
-        .await?;
-    ledger.start_attempt(&claimed.owner, "stub").await?;
     let worker = Actor::Worker("seed-worker".into());
     let other = Actor::Worker("seed-other".into());
     let delivery = |n: i64| DeliveryRef {
