@@ -18,14 +18,20 @@ use crate::job::Actor;
 use crate::ledger::{Decision, Job};
 use crate::operators::{Operator, Role};
 
-/// The job, if the acting operator may act on it.
-async fn actionable(state: &AppState, operator: &Operator, raw: &str) -> Result<Job, ApiError> {
+/// The job, if the acting operator may act on it, and the operator as the actor the ledger
+/// records.
+async fn actionable(
+    state: &AppState,
+    operator: &Operator,
+    raw: &str,
+) -> Result<(Job, Actor), ApiError> {
     if !operator.role.allows(Role::Operator) {
         return Err(ApiError::Forbidden(
             "this token's operator is a viewer: viewers read, they do not act",
         ));
     }
-    super::api::readable_job(state, &JobReader::Operator(operator.clone()), raw).await
+    let job = super::api::readable_job(state, &JobReader::Operator(operator.clone()), raw).await?;
+    Ok((job, Actor::Operator(operator.name.clone())))
 }
 
 async fn outcome(state: &AppState, job_id: &str) -> Result<Json<ActionOutcome>, ApiError> {
@@ -63,7 +69,7 @@ pub(super) async fn decide(
     Path(job_id): Path<String>,
     JsonBody(request): JsonBody<DecisionRequest>,
 ) -> Result<Json<ActionOutcome>, ApiError> {
-    let job = actionable(&state, &operator, &job_id).await?;
+    let (job, actor) = actionable(&state, &operator, &job_id).await?;
     let decision = match request.decision {
         DecisionKind::AuthorizeRetry => Decision::AuthorizeRetry,
         DecisionKind::ResolveFailed => Decision::ResolveFailed {
@@ -92,7 +98,6 @@ pub(super) async fn decide(
             }
         }
     };
-    let actor = Actor::Operator(operator.name.clone());
     state
         .ledger
         .decide(
@@ -128,8 +133,7 @@ pub(super) async fn cancel(
     Path(job_id): Path<String>,
     JsonBody(request): JsonBody<CancelRequest>,
 ) -> Result<Json<ActionOutcome>, ApiError> {
-    let job = actionable(&state, &operator, &job_id).await?;
-    let actor = Actor::Operator(operator.name.clone());
+    let (job, actor) = actionable(&state, &operator, &job_id).await?;
     state
         .ledger
         .cancel(
@@ -166,8 +170,7 @@ pub(super) async fn rerun(
     Path(job_id): Path<String>,
     JsonBody(request): JsonBody<RerunRequest>,
 ) -> Result<Response, ApiError> {
-    let job = actionable(&state, &operator, &job_id).await?;
-    let actor = Actor::Operator(operator.name.clone());
+    let (job, actor) = actionable(&state, &operator, &job_id).await?;
     let created = state
         .ledger
         .run_again(&job.job_id, request.seen_events, &actor, &request.reason)

@@ -1305,14 +1305,7 @@ async fn a_terminal_job_runs_again_as_a_new_linked_job_and_stays_terminal(db: Db
         .await
         .unwrap();
     assert_eq!(again.job().idempotency_key, "rerun-me~rerun-2");
-    let audit = ledger
-        .audit_entries(&fenceline::ledger::AuditFilter {
-            action: Some("run_again".into()),
-            limit: 10,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let audit = run_again_audits(ledger).await;
     assert_eq!(audit.len(), 2);
     assert!(audit
         .iter()
@@ -1883,19 +1876,11 @@ async fn a_bulk_cancel_from_the_jobs_list_fences_each_job_on_its_own(db: Db) {
     // Three running jobs, and one still ready (not offered: it has not started).
     let mut running = Vec::new();
     for i in 0..3 {
-        let id = create(ledger, new_job("acme", &format!("cancel-{i}"), json!(i))).await;
-        ledger
-            .claim(&id, "w1", Duration::from_secs(60))
-            .await
-            .unwrap();
+        let id = claimed_job(ledger, "acme", &format!("cancel-{i}"), "w1").await;
         running.push(id);
     }
     let waiting = create(ledger, new_job("acme", "cancel-waiting", json!(8))).await;
-    let theirs = create(ledger, new_job("globex", "cancel-theirs", json!(9))).await;
-    ledger
-        .claim(&theirs, "w1", Duration::from_secs(60))
-        .await
-        .unwrap();
+    let theirs = claimed_job(ledger, "globex", "cancel-theirs", "w1").await;
     let list = "/jobs?tenant=acme";
     let mut olga = signed_in(&app, "olga", Role::Operator, None).await;
     let page = olga.page(list).await;
@@ -1983,11 +1968,7 @@ async fn a_bulk_cancel_from_the_jobs_list_fences_each_job_on_its_own(db: Db) {
     );
 
     // Nothing changes without a reason, and the way back stays in this console.
-    let other = create(ledger, new_job("acme", "cancel-3", json!(3))).await;
-    ledger
-        .claim(&other, "w1", Duration::from_secs(60))
-        .await
-        .unwrap();
+    let other = claimed_job(ledger, "acme", "cancel-3", "w1").await;
     let pick = format!("{other}:1:running");
     let csrf = olga.token("/jobs").await;
     let response = olga
@@ -2234,6 +2215,28 @@ async fn succeed(ledger: &Ledger, job_id: &str, worker: &str, answer: &str) {
         .unwrap();
 }
 
+/// A new job of `tenant`, claimed by `worker`: running at epoch 1.
+async fn claimed_job(ledger: &Ledger, tenant: &str, key: &str, worker: &str) -> String {
+    let id = create(ledger, new_job(tenant, key, json!({ "document": key }))).await;
+    ledger
+        .claim(&id, worker, Duration::from_secs(60))
+        .await
+        .unwrap();
+    id
+}
+
+/// The audit log's entries for jobs run again.
+async fn run_again_audits(ledger: &Ledger) -> Vec<fenceline::ledger::AuditEntry> {
+    ledger
+        .audit_entries(&fenceline::ledger::AuditFilter {
+            action: Some("run_again".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+}
+
 /// A new job of `tenant`, already succeeded.
 async fn finished(ledger: &Ledger, tenant: &str, key: &str) -> String {
     let id = create(ledger, new_job(tenant, key, json!({ "document": key }))).await;
@@ -2259,11 +2262,7 @@ async fn finished_jobs_run_again_in_bulk_from_the_jobs_list_once_for_each_view(d
     let app = spawn_app(db).await;
     let ledger = &app.ledger;
     let done = finished(ledger, "acme", "bulk-a").await;
-    let failed = create(ledger, new_job("acme", "bulk-b", json!(2))).await;
-    ledger
-        .claim(&failed, "w", Duration::from_secs(30))
-        .await
-        .unwrap();
+    let failed = claimed_job(ledger, "acme", "bulk-b", "w").await;
     ledger
         .cancel(
             &failed,
@@ -2274,11 +2273,7 @@ async fn finished_jobs_run_again_in_bulk_from_the_jobs_list_once_for_each_view(d
         )
         .await
         .unwrap();
-    let running = create(ledger, new_job("acme", "bulk-c", json!(3))).await;
-    ledger
-        .claim(&running, "w", Duration::from_secs(60))
-        .await
-        .unwrap();
+    let running = claimed_job(ledger, "acme", "bulk-c", "w").await;
     let theirs = finished(ledger, "globex", "bulk-theirs").await;
 
     let list = "/jobs?tenant=acme";
@@ -2337,14 +2332,7 @@ async fn finished_jobs_run_again_in_bulk_from_the_jobs_list_once_for_each_view(d
         ledger.job(&running).await.unwrap().unwrap().state,
         JobState::Running
     );
-    let audit = ledger
-        .audit_entries(&fenceline::ledger::AuditFilter {
-            action: Some("run_again".into()),
-            limit: 10,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let audit = run_again_audits(ledger).await;
     assert_eq!(audit.len(), 2, "one audit entry a job run again");
 
     // The same form again (a double click, a resent request): nothing new.
@@ -2428,11 +2416,7 @@ async fn automation_reads_and_runs_a_finished_job_again_over_the_api_once_for_ea
     let app = spawn_app(db).await;
     let ledger = &app.ledger;
     let done = finished(ledger, "acme", "api-rerun").await;
-    let running = create(ledger, new_job("acme", "api-running", json!(2))).await;
-    ledger
-        .claim(&running, "w", Duration::from_secs(60))
-        .await
-        .unwrap();
+    let running = claimed_job(ledger, "acme", "api-running", "w").await;
     add_operator(ledger, "olga", Role::Operator, None).await;
     add_operator(ledger, "vera", Role::Viewer, None).await;
     let globex = ["globex".to_owned()];
@@ -2522,14 +2506,7 @@ async fn automation_reads_and_runs_a_finished_job_again_over_the_api_once_for_ea
     assert_eq!(post(&gus, &done, body.clone()).await.0, 404);
     let tenant = app.token("acme").await;
     assert_eq!(post(&tenant, &done, body).await.0, 403);
-    let audit = ledger
-        .audit_entries(&fenceline::ledger::AuditFilter {
-            action: Some("run_again".into()),
-            limit: 10,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let audit = run_again_audits(ledger).await;
     assert_eq!(audit.len(), 2);
     assert!(audit.iter().all(|e| e.actor == "operator:olga"));
     assert_eq!(
