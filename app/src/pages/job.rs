@@ -98,7 +98,8 @@ pub fn JobPage() -> impl IntoView {
                         <LiveRefresh live seconds=2/>
                         <dl class="facts wide">
                             <dt>"Owner epoch"</dt><dd class="num">{d.epoch}</dd>
-                            <dt>"Owner"</dt><dd>{or_dash(d.owner)}</dd>
+                            // Only a running job has an owner now; otherwise this is who had it last.
+                            <dt>{if d.state == "running" { "Owner" } else { "Last owner" }}</dt><dd>{or_dash(d.owner)}</dd>
                             <dt>"Lease until"</dt><dd>{or_dash(d.lease)}</dd>
                             <dt>"Deadline"</dt><dd>{format!("{} ({})", d.deadline, d.deadline_left)}</dd>
                             <dt>"Attempts"</dt><dd>{d.attempts_used}</dd>

@@ -921,6 +921,10 @@ async fn a_running_job_is_cancelled_fenced_and_its_attempt_cannot_commit(db: Db)
     let html = olga.page(&page).await;
     assert!(html.contains("?act=cancel"), "a live job offers cancel");
     assert!(
+        html.contains("<dt>Owner</dt><dd>w1</dd>"),
+        "a running job names its owner"
+    );
+    assert!(
         html.contains("http-equiv=\"refresh\""),
         "a live job's page refreshes"
     );
@@ -964,6 +968,12 @@ async fn a_running_job_is_cancelled_fenced_and_its_attempt_cannot_commit(db: Db)
     let html = olga.page(&page).await;
     assert!(html.contains("Job cancelled"), "{html}");
     assert!(!html.contains("?act=cancel"), "a terminal job offers none");
+    // The cancel took the job at a new epoch: nobody owns it now, the operator had it last.
+    assert!(
+        html.contains("<dt>Last owner</dt><dd>operator:olga</dd>")
+            && !html.contains("<dt>Owner</dt>"),
+        "a finished job is owned by nobody: the page says who had it last"
+    );
     let job = ledger.job(&job_id).await.unwrap().unwrap();
     assert_eq!(job.state, JobState::FailedTerminal);
     assert_eq!(job.error_code.as_deref(), Some("cancelled"));
