@@ -35,6 +35,9 @@ pub async fn pipeline(
     };
     let (grouped, stats, second) = fenceline_pipeline(database_url, &grouped, args).await?;
     let ledger = Ledger::connect(database_url, options).await?;
+    // Last, on the ledger the passes left in use (and settled), so that nothing of it changes
+    // what they found.
+    let record = record_reference(&ledger, args.jobs).await?;
     for (tenant, queue) in [first, second] {
         ledger.bench_forget(&tenant, &queue).await?;
     }
@@ -48,6 +51,7 @@ pub async fn pipeline(
         ),
         runs: vec![
             baseline,
+            record,
             Measurement {
                 name: "fenceline, one transaction per write: submit → dispatch → receive → claim → attempt → accept → delete (embedded queue, stub 0 ms)",
                 ..one_by_one
@@ -167,6 +171,29 @@ async fn fenceline_pipeline(
         unit: "jobs",
     };
     Ok((measured, stats, (tenant, queue.name().to_owned())))
+}
+
+/// Writers of the record's reference: as many batches in flight as the group commit's
+/// runners and worker loops keep on PostgreSQL (SQLite takes one at a time anyway).
+const RECORD_WRITERS: usize = 8;
+
+/// The rows every job of the pipeline writes, by set-based statements and nothing else
+/// ([`Ledger::record_reference`]), on the ledger as the passes left it; then forgotten.
+async fn record_reference(ledger: &Ledger, jobs: usize) -> Result<Measurement, LedgerError> {
+    let run = uuid::Uuid::now_v7().simple().to_string();
+    let name = format!("reference-{run}");
+    let started = Instant::now();
+    let done = ledger
+        .record_reference(&name, &name, &run, jobs, RECORD_WRITERS)
+        .await?;
+    let elapsed = started.elapsed();
+    ledger.bench_forget(&name, &name).await?;
+    Ok(Measurement {
+        name: "reference: the same rows a job writes, by set-based SQL alone (batches of 128, no worker, no queue client)",
+        operations: done.max(0) as usize,
+        elapsed,
+        unit: "jobs",
+    })
 }
 
 /// A job table with no fencing, no events and no queue: insert every job, then workers take

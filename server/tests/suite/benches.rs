@@ -41,6 +41,7 @@ async fn the_pipeline_benchmark_runs_every_job_to_the_end_in_each_mode() {
     let report = bench(&["pipeline", "--jobs", "60"]).await;
     for name in [
         "baseline: naive job table",
+        "reference: the same rows a job writes",
         "fenceline, one transaction per write",
         "fenceline, group commit",
     ] {

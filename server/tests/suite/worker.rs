@@ -1592,3 +1592,79 @@ mod slow_sends {
         );
     }
 }
+
+/// `fenceline bench pipeline`'s reference writes the record of a job's path with set-based
+/// statements alone: it must write what that path writes, or its figure means nothing.
+mod record_reference {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn on_sqlite() {
+        writes_what_a_jobs_path_writes(QueueKind::EmbeddedSqlite).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn on_postgres() {
+        if crate::helpers::skip_postgres() {
+            return;
+        }
+        writes_what_a_jobs_path_writes(QueueKind::EmbeddedPostgres).await
+    }
+
+    async fn writes_what_a_jobs_path_writes(kind: QueueKind) {
+        let rig = rig(kind, quick(), 1).await;
+        let job_id = rig.submit("path").await;
+        rig.wait_for(&job_id, LIMIT, |j| j.state == JobState::Succeeded)
+            .await;
+        wait_for_event(&rig.ledger, &job_id, "message_deleted", LIMIT).await;
+        let ledger = &rig.ledger;
+        // 130 jobs: a whole batch of 128 and a short one, from two writers.
+        let done = ledger
+            .record_reference("reference", "reference-queue", "ref", 130, 2)
+            .await
+            .unwrap();
+        assert_eq!(done, 130, "every job of the reference ends succeeded");
+        let path_kinds = kinds(ledger, &job_id).await;
+        let path_job = ledger.job(&job_id).await.unwrap().unwrap();
+        let path_attempts = ledger.attempts(&job_id).await.unwrap();
+        let path_sends = ledger.outbox_sends(&job_id).await.unwrap();
+        for reference in ["job_ref_0_1", "job_ref_0_128", "job_ref_1_2"] {
+            assert_eq!(
+                kinds(ledger, reference).await,
+                path_kinds,
+                "{reference}: the same timeline"
+            );
+            let job = ledger.job(reference).await.unwrap().unwrap();
+            assert_eq!(job.state, JobState::Succeeded);
+            assert_eq!(
+                (job.owner_epoch, job.attempt_count, job.next_event_seq),
+                (
+                    path_job.owner_epoch,
+                    path_job.attempt_count,
+                    path_job.next_event_seq
+                ),
+                "{reference}: the same epoch, attempts and timeline places"
+            );
+            assert!(job.result_ref.is_some());
+            let attempts = ledger.attempts(reference).await.unwrap();
+            assert_eq!(attempts.len(), path_attempts.len());
+            assert_eq!(attempts[0].outcome, AttemptOutcome::Succeeded);
+            let sends = ledger.outbox_sends(reference).await.unwrap();
+            assert_eq!(sends.len(), path_sends.len());
+            assert!(sends.iter().all(|s| s.dispatched_at.is_some()));
+        }
+        assert!(
+            ledger.job("job_ref_1_3").await.unwrap().is_none(),
+            "the short batch has two jobs"
+        );
+        let queue =
+            fenceline::queue::embedded::EmbeddedQueue::new(ledger.clone(), "reference-queue", 5);
+        let depth = queue.depth().await.unwrap();
+        assert_eq!(
+            (depth.visible, depth.in_flight),
+            (0, 0),
+            "every message was received, then deleted"
+        );
+        rig.stop().await;
+    }
+}
