@@ -184,12 +184,12 @@ impl LedgerConsole {
                 self.ledger.drill_job_count().await?
             },
             workers: self.worker_presence(now).await?,
-            oldest_ready: self.oldest_ready(now).await?,
+            oldest_ready: self.oldest_ready().await?,
         })
     }
 
     /// The oldest ready job of the operator's tenants, outside drills.
-    async fn oldest_ready(&self, now: i64) -> Result<Option<Waiting>, LedgerError> {
+    async fn oldest_ready(&self) -> Result<Option<Waiting>, LedgerError> {
         let oldest = match self.tenants.as_deref() {
             None => self.ledger.oldest_ready(None).await?,
             Some(tenants) => {
@@ -204,9 +204,9 @@ impl LedgerConsole {
                 oldest
             }
         };
-        Ok(oldest.map(|(job_id, created_at)| Waiting {
+        Ok(oldest.map(|(job_id, waited)| Waiting {
             job_id,
-            waited: crate::time::human_duration((now - created_at).max(0)),
+            waited: crate::time::human_duration(waited.max(0)),
         }))
     }
 

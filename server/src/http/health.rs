@@ -115,9 +115,5 @@ async fn workers_by_status(ledger: &crate::ledger::Ledger) -> Option<(i64, i64, 
 /// How long the oldest ready job has waited, by the database clock (0 when none waits).
 async fn oldest_ready_seconds(ledger: &crate::ledger::Ledger) -> Option<f64> {
     let oldest = ledger.oldest_ready(None).await.ok()?;
-    let Some((_, created_at)) = oldest else {
-        return Some(0.0);
-    };
-    let now = ledger.now_us().await.ok()?;
-    Some((now - created_at).max(0) as f64 / 1e6)
+    Some(oldest.map_or(0.0, |(_, waited)| waited.max(0) as f64 / 1e6))
 }

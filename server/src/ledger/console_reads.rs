@@ -501,22 +501,15 @@ impl Ledger {
             .collect())
     }
 
-    /// The oldest `ready` job outside drills (of `tenant`, or of any): its id and when it was
-    /// created. Job ids are time-ordered (UUIDv7), so the state's index leads to it at once.
+    /// The oldest `ready` job outside drills (of `tenant`, or of any): its id and how long it
+    /// has waited, in microseconds by the database clock.
     pub async fn oldest_ready(
         &self,
         tenant: Option<&str>,
     ) -> Result<Option<(String, i64)>, LedgerError> {
         let query = match tenant {
-            Some(tenant) => sqlx::query_as(
-                "SELECT job_id, created_at FROM jobs WHERE tenant = $1 AND state = 'ready' \
-                 AND drill_run IS NULL ORDER BY job_id LIMIT 1",
-            )
-            .bind(tenant),
-            None => sqlx::query_as(
-                "SELECT job_id, created_at FROM jobs WHERE state = 'ready' \
-                 AND drill_run IS NULL ORDER BY job_id LIMIT 1",
-            ),
+            Some(tenant) => sqlx::query_as(&self.sql.oldest_ready_of).bind(tenant),
+            None => sqlx::query_as(&self.sql.oldest_ready),
         };
         Ok(query.fetch_optional(&self.reader).await?)
     }

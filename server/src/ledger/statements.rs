@@ -317,6 +317,13 @@ catalogue! {
     fixed {
         /// The database clock.
         now: "SELECT {now}",
+        /// The oldest `ready` job outside drills (job ids are time-ordered, so the state's
+        /// index leads to it at once), with how long it has waited by the database clock.
+        oldest_ready: "SELECT job_id, {now} - created_at AS waited_us FROM jobs \
+             WHERE state = 'ready' AND drill_run IS NULL ORDER BY job_id LIMIT 1",
+        /// The same within one tenant.
+        oldest_ready_of: "SELECT job_id, {now} - created_at AS waited_us FROM jobs \
+             WHERE tenant = $1 AND state = 'ready' AND drill_run IS NULL ORDER BY job_id LIMIT 1",
 
         // create
 
