@@ -43,16 +43,42 @@ macro_rules! bind_keys {
     }};
 }
 
-/// Binds the rows of a batched statement (`$batched`) to `$query`, each row's values listed
-/// in order, as one JSON array of arrays.
+/// The query of a batched statement of rows (`$batched`, a [`statements::Batched`]) over
+/// `$rows`: `$query` makes it from the text the rows take (named `$sql` in it, with its shared
+/// values bound), then each row's values are bound in order. On SQLite the rows are a
+/// `VALUES` list of a fixed length, each value bound on its own and the list padded with rows
+/// of `NULL`s; on PostgreSQL (and past SQLite's longest list) they are one JSON array of arrays.
 macro_rules! bind_rows {
-    ($query:expr, $batched:expr, $rows:expr, |$row:pat_param| [$($value:expr),+ $(,)?]) => {{
+    (|$sql:ident| $query:expr, $batched:expr, $rows:expr, |$row:pat_param| [$($value:expr),+ $(,)?]) => {{
         debug_assert!($batched.rows_as_json(), "a batched list of keys bound as rows");
-        let rows: Vec<serde_json::Value> = $rows
-            .into_iter()
-            .map(|$row| serde_json::json!([$($value),+]))
-            .collect();
-        $query.bind(serde_json::to_string(&rows).expect("rows serialise"))
+        let rows: Vec<_> = $rows.into_iter().collect();
+        let n = rows.len();
+        let ($sql, direct) = $batched.for_rows(n);
+        let query = $query;
+        match direct {
+            None => {
+                let rows: Vec<serde_json::Value> = rows
+                    .into_iter()
+                    .map(|$row| serde_json::json!([$($value),+]))
+                    .collect();
+                query.bind(serde_json::to_string(&rows).expect("rows serialise"))
+            }
+            Some(listed) => {
+                let mut query = query;
+                for $row in rows {
+                    $( query = query.bind($value); )+
+                    if listed.marked {
+                        query = query.bind(1_i64);
+                    }
+                }
+                // Each padding row: its values, and its marker if rows have one.
+                let width = [$(stringify!($value)),+].len() + usize::from(listed.marked);
+                for _ in 0..(listed.rows - n) * width {
+                    query = query.bind(None::<i64>);
+                }
+                query
+            }
+        }
     }};
 }
 

@@ -67,9 +67,8 @@ pub(crate) async fn queue_insert_in(
     messages: &[(String, String)],
     delay: Duration,
 ) -> Result<(), LedgerError> {
-    let text = sql.queue_insert.sql();
     let query = bind_rows!(
-        sqlx::query(text).bind(queue).bind(micros(delay)),
+        |text| sqlx::query(text).bind(queue).bind(micros(delay)),
         sql.queue_insert,
         messages,
         |(id, body)| [id.as_str(), body.as_str()]
@@ -178,9 +177,8 @@ impl Ledger {
         let mut taken = Vec::with_capacity(taking.len());
         if !taking.is_empty() {
             // One statement takes them all, each with its own new handle.
-            let sql = self.sql.queue_take.sql();
             let query = bind_rows!(
-                sqlx::query_as::<_, TakenMessage>(sql).bind(micros(visibility)),
+                |sql| sqlx::query_as::<_, TakenMessage>(sql).bind(micros(visibility)),
                 self.sql.queue_take,
                 taking.iter().zip(handles),
                 |(id, hash)| [*id, hash.as_str()]
@@ -240,9 +238,8 @@ impl Ledger {
         if changes.is_empty() {
             return Ok(out);
         }
-        let sql = self.sql.queue_change_each.sql();
         let query = bind_rows!(
-            sqlx::query_as::<_, (i64, String)>(sql)
+            |sql| sqlx::query_as::<_, (i64, String)>(sql)
                 .bind(queue)
                 .bind(micros(cap)),
             self.sql.queue_change_each,

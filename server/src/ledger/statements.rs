@@ -93,7 +93,35 @@ pub(crate) struct Batched {
     /// Whether its one parameter after the shared ones is a JSON array of keys (`bind_keys!`)
     /// rather than of rows (`bind_rows!`).
     keys: bool,
+    /// On SQLite, the same rows as a `VALUES` list of a fixed number of rows, each row's values
+    /// bound one by one: `(rows, text)`, fewest rows first (see [`DIRECT_ROWS`]).
+    direct: Vec<(usize, Box<str>)>,
+    /// Whether each row of those lists ends in a marker (see `direct_rows`).
+    marked: bool,
 }
+
+/// How a batch's rows are bound to a `VALUES` list: its number of rows (the batch padded to
+/// it), and whether each row ends in a marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Listed {
+    pub(crate) rows: usize,
+    pub(crate) marked: bool,
+}
+
+/// The lengths of SQLite's `VALUES` lists, a batch's rows padded to the first that holds
+/// them (a batch longer than the last goes as one JSON array).
+///
+/// SQLite reads a JSON array of rows element by element: each row is turned back into text
+/// and parsed again for its values. In the group commit of the pipeline benchmark that was
+/// about a third of the writer thread's time. Rows bound one value at a time skip it; a few
+/// fixed lengths keep the texts few, so each is prepared once a connection, and a padding row
+/// (every value `NULL`, its last one too) is dropped by the statement itself.
+pub(crate) const DIRECT_ROWS: [usize; 4] = [16, 64, 256, 1024];
+
+/// The most rows of a list joined to a table (`FROM (VALUES …) AS v WHERE t.key = v.…`): from
+/// 256 rows on, SQLite plans a scan of the whole table against the list instead of one lookup
+/// a row, so a longer batch of those goes as one JSON array.
+const JOINED_ROWS: usize = 64;
 
 /// A list of keys (`… IN (` one parameter `)`) reading its keys from the JSON array `$first`
 /// as one array value: `= ANY` of an array is looked up in an index key by key, where a
@@ -122,22 +150,7 @@ fn json_keys(backend: Backend, head: &str, row: &str, tail: &str, first: usize) 
 /// array of arrays (`$first`) instead: each row's `k`-th parameter becomes the row's `k`-th
 /// element, its expressions (casts, the clock) kept, its columns named as `VALUES` names them.
 fn json_rows(backend: Backend, head: &str, row: &str, tail: &str, first: usize) -> Option<String> {
-    let inner = row.strip_prefix('(')?.strip_suffix(')')?;
-    // The row's expressions, split at its top-level commas.
-    let mut exprs = Vec::new();
-    let (mut depth, mut start) = (0i32, 0);
-    for (i, c) in inner.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            ',' if depth == 0 => {
-                exprs.push(inner[start..i].trim());
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    exprs.push(inner[start..].trim());
+    let exprs = row_exprs(row)?;
     let mut k = 0;
     let columns: Vec<String> = exprs
         .iter()
@@ -162,18 +175,77 @@ fn json_rows(backend: Backend, head: &str, row: &str, tail: &str, first: usize) 
         Backend::Sqlite => format!("json_each(${first}) AS r"),
     };
     let select = format!("SELECT {} FROM {rows}", columns.join(", "));
+    // SQLite reads `ON` after `INSERT … SELECT … FROM t` as the start of a join unless a
+    // `WHERE` ends the select.
+    let select = match backend {
+        Backend::Postgres => select,
+        Backend::Sqlite if !head.ends_with("(VALUES ") => format!("{select} WHERE true"),
+        Backend::Sqlite => select,
+    };
+    in_place_of_values(head, &select, tail)
+}
+
+/// A row template's expressions, split at its top-level commas.
+fn row_exprs(row: &str) -> Option<Vec<&str>> {
+    let inner = row.strip_prefix('(')?.strip_suffix(')')?;
+    let mut exprs = Vec::new();
+    let (mut depth, mut start) = (0i32, 0);
+    for (i, c) in inner.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                exprs.push(inner[start..i].trim());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    exprs.push(inner[start..].trim());
+    Some(exprs)
+}
+
+/// Whether a template's rows are joined to a table (`FROM (VALUES …) AS v`), not inserted
+/// (`INSERT … VALUES`) or matched as a list (`IN (VALUES …)`).
+fn joined(head: &str) -> bool {
+    head.ends_with("(VALUES ") && !head.ends_with(" IN (VALUES ")
+}
+
+/// The statement with `select` where its template lists `VALUES`.
+fn in_place_of_values(head: &str, select: &str, tail: &str) -> Option<String> {
     if let Some(head) = head.strip_suffix("(VALUES ") {
         let tail = tail.strip_prefix(')')?;
         return Some(format!("{head}({select}){tail}"));
     }
     let head = head.strip_suffix("VALUES ")?;
-    // SQLite reads `ON` after `INSERT … SELECT … FROM t` as the start of a join unless a
-    // `WHERE` ends the select.
-    let end = match backend {
-        Backend::Postgres => "",
-        Backend::Sqlite => " WHERE true",
-    };
-    Some(format!("{head}{select}{end}{tail}"))
+    Some(format!("{head}{select}{tail}"))
+}
+
+/// A batched template of rows on SQLite as a `VALUES` list of `rows` rows, and whether each
+/// row ends in a marker. A padding row binds `NULL` to every value. Where the rows are
+/// inserted, each row has one more value after its own (1, and `NULL` only in padding), and a
+/// select around the list drops the rows without it; where they are matched against a
+/// table's rows (`FROM (VALUES …) AS v WHERE t.key = v.column1`, `(a, b) IN (VALUES …)`), a
+/// padding row matches none and the list stays as the template wrote it, so that SQLite
+/// still walks the list and looks each row up by its key.
+fn direct_rows(head: &str, row: &str, tail: &str, rows: usize) -> Option<(String, bool)> {
+    let exprs = row_exprs(row)?;
+    if joined(head) && rows > JOINED_ROWS {
+        return None;
+    }
+    if !head.trim_start().starts_with("INSERT") {
+        let list = vec![row; rows].join(", ");
+        return Some((format!("{head}{list}{tail}"), false));
+    }
+    let one = format!("({}, ?)", exprs.join(", "));
+    let list = vec![one.as_str(); rows].join(", ");
+    let columns: Vec<String> = (1..=exprs.len()).map(|n| format!("column{n}")).collect();
+    let marker = exprs.len() + 1;
+    let select = format!(
+        "SELECT {} FROM (VALUES {list}) WHERE column{marker} IS NOT NULL",
+        columns.join(", ")
+    );
+    Some((in_place_of_values(head, &select, tail)?, true))
 }
 
 /// `$1`, `$2`, … of a template rendered as `?`.
@@ -208,7 +280,44 @@ impl Batched {
             Backend::Postgres => render(backend, &sql),
             Backend::Sqlite => anonymous(&render(backend, &sql)),
         };
-        Batched { sql, keys }
+        let mut marked = false;
+        let direct = match backend {
+            Backend::Sqlite if !keys => DIRECT_ROWS
+                .iter()
+                .filter_map(|&n| {
+                    let (sql, marker) = direct_rows(head, row, tail, n)?;
+                    marked = marker;
+                    Some((n, anonymous(&render(backend, &sql))))
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        Batched {
+            sql,
+            keys,
+            direct,
+            marked,
+        }
+    }
+
+    /// The text for a batch of `rows` rows, with the `VALUES` list it takes when its rows are
+    /// bound one value at a time (`None`: as one JSON array).
+    pub(crate) fn for_rows(&self, rows: usize) -> (&str, Option<Listed>) {
+        match self.direct.iter().find(|(n, _)| *n >= rows) {
+            Some((n, sql)) => (
+                sql,
+                Some(Listed {
+                    rows: *n,
+                    marked: self.marked,
+                }),
+            ),
+            None => (&self.sql, None),
+        }
+    }
+
+    /// The most rows one statement of this backend binds one value at a time (0: none).
+    pub(crate) fn most_direct(&self) -> usize {
+        self.direct.last().map_or(0, |(n, _)| *n)
     }
 
     /// Whether this statement takes its keys as one JSON array (see `bind_keys!`).
@@ -273,11 +382,15 @@ macro_rules! catalogue {
                 vec![$( (stringify!($bname), String::from($head), String::from($row), String::from($tail), $first), )+]
             }
 
-            /// Every statement by name, batched ones with one and with three rows.
+            /// Every statement by name; a batched one as one JSON array, and on SQLite also as
+            /// each of its `VALUES` lists.
             pub(crate) fn all(&self) -> Vec<(String, String)> {
                 let mut out = vec![$( (stringify!($name).to_owned(), self.$name.to_string()), )+];
                 $(
                     out.push((stringify!($bname).to_owned(), self.$bname.sql().to_owned()));
+                    for (n, sql) in &self.$bname.direct {
+                        out.push((format!("{} ({n} rows)", stringify!($bname)), sql.to_string()));
+                    }
                 )+
                 out
             }
@@ -918,6 +1031,71 @@ mod tests {
             assert_eq!(b.sql().matches('?').count(), first, "{name}: {}", b.sql());
             assert!(b.sql().contains("json_each(?)"), "{name}: {}", b.sql());
         }
+    }
+
+    #[test]
+    fn on_sqlite_batched_rows_are_also_values_lists_of_fixed_lengths_with_a_marker() {
+        for (name, head, row, tail, first) in Statements::batched_templates() {
+            let b = Batched::render(Backend::Sqlite, &head, &row, &tail, first);
+            if b.keys_as_json() {
+                assert!(b.direct.is_empty(), "{name}");
+                assert_eq!(b.for_rows(3), (b.sql(), None), "{name}");
+                continue;
+            }
+            // Each row binds its own values and the marker, which follows its columns.
+            // Rows that are inserted end in a marker; rows matched against a table do not.
+            let inserted = head.starts_with("INSERT");
+            assert_eq!(b.marked, inserted, "{name}");
+            let width = row.matches('?').count() + usize::from(inserted);
+            let marker = row_exprs(&row).unwrap().len() + 1;
+            let lengths: Vec<usize> = b.direct.iter().map(|(n, _)| *n).collect();
+            if joined(&head) {
+                assert_eq!(lengths, [16, 64], "{name}");
+                assert_eq!(b.for_rows(65), (b.sql(), None), "{name}");
+                continue;
+            }
+            assert_eq!(lengths, DIRECT_ROWS, "{name}");
+            for (n, sql) in &b.direct {
+                assert_eq!(
+                    sql.matches('?').count(),
+                    first - 1 + n * width,
+                    "{name}: {sql}"
+                );
+                assert!(
+                    !sql.contains('$') && !sql.contains("json_each"),
+                    "{name}: {sql}"
+                );
+                let marker = format!(") WHERE column{marker} IS NOT NULL");
+                assert_eq!(sql.contains(&marker), inserted, "{name}: {sql}");
+            }
+            // A batch takes the shortest list that holds it; a longer one goes as JSON.
+            let rows = |n| b.for_rows(n).1.map(|l| l.rows);
+            assert_eq!(rows(0), Some(16), "{name}");
+            assert_eq!(rows(16), Some(16), "{name}");
+            assert_eq!(rows(17), Some(64), "{name}");
+            assert_eq!(rows(1024), Some(1024), "{name}");
+            assert_eq!(b.for_rows(1025), (b.sql(), None), "{name}");
+            assert_eq!(b.most_direct(), 1024, "{name}");
+        }
+        // On PostgreSQL every batch is one JSON array.
+        for (name, head, row, tail, first) in Statements::batched_templates() {
+            let b = Batched::render(Backend::Postgres, &head, &row, &tail, first);
+            assert_eq!(b.for_rows(3), (b.sql(), None), "{name}");
+            assert_eq!(b.most_direct(), 0, "{name}");
+        }
+        let s = Statements::render(Backend::Sqlite);
+        let (sql, _) = s.create_each.for_rows(1);
+        assert!(
+            sql.contains("IS NOT NULL ON CONFLICT (tenant, idempotency_key) DO NOTHING"),
+            "{sql}"
+        );
+        let (sql, _) = s.claim_each.for_rows(1);
+        assert!(
+            sql.contains("AND (job_id, tenant) IN (VALUES (?, ?), (?, ?), "),
+            "{sql}"
+        );
+        let (sql, _) = s.accept_each.for_rows(1);
+        assert!(sql.contains(" FROM (VALUES (?, "), "{sql}");
     }
 
     #[test]

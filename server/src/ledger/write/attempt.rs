@@ -232,7 +232,7 @@ impl Ledger {
                 }
             }
             let rows = bind_rows!(
-                sqlx::query_as::<_, RenewRow>(statement.sql()).bind(micros(lease)),
+                |sql| sqlx::query_as::<_, RenewRow>(sql).bind(micros(lease)),
                 statement,
                 chunk,
                 |r| [r.job_id.as_str(), r.epoch]
@@ -319,7 +319,7 @@ impl Ledger {
         let mut out = Vec::with_capacity(leases.len());
         for chunk in leases.chunks(RENEW_CHUNK) {
             let query = bind_rows!(
-                sqlx::query_as::<_, RenewRow>(statement.sql()).bind(micros(lease)),
+                |sql| sqlx::query_as::<_, RenewRow>(sql).bind(micros(lease)),
                 statement,
                 chunk,
                 |(job_id, epoch)| [job_id.as_str(), *epoch]

@@ -27,7 +27,7 @@ use tokio::sync::{mpsc, oneshot, Mutex};
 
 use super::accept::{accept_events, ACCEPT_EVENTS};
 use super::outbox::{send_new_in, NewSend};
-use super::{event_rows, insert_event_rows, micros, new_result_ref, Placed, Reserved};
+use super::{event_rows, insert_event_rows, micros, new_result_ref, EventRow, Placed, Reserved};
 use crate::job::{Actor, JobId, JobState};
 use crate::ledger::model::{Accepted, AttemptStarted, Claimed, Job, NewEvent, NewJob, Owner};
 use crate::ledger::read::job_from_row;
@@ -434,7 +434,7 @@ impl Ledger {
             (events, slots[3]) = only_free(events, &mut slots[3], &free, |op| &op.0);
         }
         // The events of every write in it, inserted together last.
-        let mut events_out: Vec<serde_json::Value> = Vec::new();
+        let mut events_out: Vec<EventRow> = Vec::new();
         let mut answer = |kind: usize, done: Vec<Option<Done>>| {
             for (&i, done) in slots[kind].iter().zip(done) {
                 out[i] = done;
@@ -579,7 +579,7 @@ impl Ledger {
         &self,
         tx: &mut AnyConnection,
         ops: &[ClaimOp],
-        events_out: &mut Vec<serde_json::Value>,
+        events_out: &mut Vec<EventRow>,
     ) -> Result<Vec<Option<ClaimDone>>, LedgerError> {
         // One statement per worker and lease (in one worker, one of each); the provider is
         // each attempt's own. Only the message's own tenant's job is claimed here (the rows
@@ -590,12 +590,12 @@ impl Ledger {
         }
         let mut rows: Vec<(usize, ClaimedRow)> = Vec::with_capacity(ops.len());
         for ((worker_id, lease), members) in &groups {
-            let sql = self.sql.claim_each.sql();
-            let query = sqlx::query(sql).bind(*worker_id).bind(micros(*lease));
-            let query = bind_rows!(query, self.sql.claim_each, members, |&i| [
-                ops[i].job_id.as_str(),
-                ops[i].tenant.as_str(),
-            ]);
+            let query = bind_rows!(
+                |sql| sqlx::query(sql).bind(*worker_id).bind(micros(*lease)),
+                self.sql.claim_each,
+                members,
+                |&i| [ops[i].job_id.as_str(), ops[i].tenant.as_str()]
+            );
             let index: HashMap<&str, usize> = members
                 .iter()
                 .map(|&i| (ops[i].job_id.as_str(), i))
@@ -644,9 +644,8 @@ impl Ledger {
                 (i, r, done)
             })
             .collect();
-        let sql = self.sql.insert_attempts.sql();
         let query = bind_rows!(
-            sqlx::query(sql),
+            |sql| sqlx::query(sql),
             self.sql.insert_attempts,
             &claims,
             |(i, _, d)| [
@@ -692,14 +691,13 @@ impl Ledger {
         &self,
         tx: &mut AnyConnection,
         ops: &[AcceptOp],
-        events_out: &mut Vec<serde_json::Value>,
+        events_out: &mut Vec<EventRow>,
     ) -> Result<AcceptedMany, LedgerError> {
         let refs: Vec<String> = ops.iter().map(|_| new_result_ref()).collect();
         // The attempt finished, the result accepted, and the delivery's delete if it goes too.
         let places = |op: &AcceptOp| (ACCEPT_EVENTS + usize::from(op.delete.is_some())) as i64;
-        let sql = self.sql.accept_each.sql();
         let query = bind_rows!(
-            sqlx::query_as::<_, ReservedRow>(sql),
+            |sql| sqlx::query_as::<_, ReservedRow>(sql),
             self.sql.accept_each,
             ops.iter().zip(&refs),
             |(op, result_ref)| [
@@ -730,9 +728,8 @@ impl Ledger {
         if accepted.is_empty() {
             return Ok((ops.iter().map(|_| None).collect(), Vec::new()));
         }
-        let sql = self.sql.insert_results.sql();
         let query = bind_rows!(
-            sqlx::query(sql),
+            |sql| sqlx::query(sql),
             self.sql.insert_results,
             &accepted,
             |(i, r)| [
@@ -747,9 +744,8 @@ impl Ledger {
             ]
         );
         query.execute(&mut *tx).await?;
-        let sql = self.sql.attempts_succeeded.sql();
         let query = bind_rows!(
-            sqlx::query(sql),
+            |sql| sqlx::query(sql),
             self.sql.attempts_succeeded,
             &accepted,
             |(i, r)| [
@@ -792,15 +788,14 @@ impl Ledger {
         &self,
         tx: &mut AnyConnection,
         ops: &[CreateOp],
-        events_out: &mut Vec<serde_json::Value>,
+        events_out: &mut Vec<EventRow>,
     ) -> Result<Vec<Option<Job>>, LedgerError> {
         let input_refs: Vec<String> = ops
             .iter()
             .map(|op| format!("ledger:job_inputs/{}", op.job_id))
             .collect();
-        let sql = self.sql.create_each.sql();
         let query = bind_rows!(
-            sqlx::query(sql),
+            |sql| sqlx::query(sql),
             self.sql.create_each,
             ops.iter().zip(&input_refs),
             |(op, input_ref)| [
@@ -835,9 +830,8 @@ impl Ledger {
         if created.is_empty() {
             return Ok(out);
         }
-        let sql = self.sql.insert_inputs.sql();
         let query = bind_rows!(
-            sqlx::query(sql),
+            |sql| sqlx::query(sql),
             self.sql.insert_inputs,
             &created,
             |(i, _)| [
@@ -853,9 +847,8 @@ impl Ledger {
                 .is_some()
         });
         if !queued.is_empty() {
-            let sql = self.sql.insert_first_sends.sql();
             let query = bind_rows!(
-                sqlx::query(sql),
+                |sql| sqlx::query(sql),
                 self.sql.insert_first_sends,
                 &queued,
                 |(i, r)| [ops[*i].job_id.as_str(), r.at, r.at]
@@ -898,9 +891,8 @@ impl Ledger {
         tx: &mut AnyConnection,
         ops: &[DeleteOp],
     ) -> Result<Vec<Option<bool>>, LedgerError> {
-        let sql = self.sql.queue_delete_each.sql();
         let query = bind_rows!(
-            sqlx::query_as::<_, (i64, String, String)>(sql),
+            |sql| sqlx::query_as::<_, (i64, String, String)>(sql),
             self.sql.queue_delete_each,
             ops,
             |(queue, id, hash)| [*id, hash.as_str(), queue.as_str()]

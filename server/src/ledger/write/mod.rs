@@ -42,7 +42,7 @@ use crate::job::JobState;
 
 /// Event details longer than this are replaced by a marker: events stay small.
 const DETAIL_MAX: usize = 2048;
-/// Largest number of events one insert takes (its rows one JSON array).
+/// Largest number of events one insert takes as one JSON array.
 const EVENT_CHUNK: usize = 400;
 
 pub(crate) fn micros(d: Duration) -> i64 {
@@ -277,39 +277,40 @@ pub(crate) struct Placed<'a> {
     pub(crate) event: &'a NewEvent,
 }
 
-/// One event's columns, as bound.
-struct EventRow<'a> {
-    job_id: &'a str,
+/// One event's columns, as bound: a group commit gathers those of all its writes and inserts
+/// them together, last.
+pub(crate) struct EventRow {
+    job_id: String,
     seq: i64,
     at: i64,
-    kind: &'a str,
+    kind: &'static str,
     epoch: i64,
     actor: String,
-    message_id: Option<&'a str>,
+    message_id: Option<String>,
     receive_count: Option<i64>,
-    handle_hash: Option<&'a str>,
+    handle_hash: Option<String>,
     attempt_no: Option<i64>,
     deadline_left_ms: i64,
     detail: String,
 }
 
-impl<'a> EventRow<'a> {
-    fn of(row: &Placed<'a>) -> EventRow<'a> {
+impl EventRow {
+    fn of(row: &Placed<'_>) -> EventRow {
         let e = row.event;
         let mut detail = e.detail.to_string();
         if detail.len() > DETAIL_MAX {
             detail = json!({"truncated": true}).to_string();
         }
         EventRow {
-            job_id: row.job_id,
+            job_id: row.job_id.to_owned(),
             seq: row.seq,
             at: row.at,
             kind: e.kind.as_str(),
             epoch: e.epoch.unwrap_or(row.epoch),
             actor: e.actor.to_string(),
-            message_id: e.delivery.as_ref().map(|d| d.message_id.as_str()),
+            message_id: e.delivery.as_ref().map(|d| d.message_id.clone()),
             receive_count: e.delivery.as_ref().map(|d| d.receive_count),
-            handle_hash: e.delivery.as_ref().map(|d| d.handle_hash.as_str()),
+            handle_hash: e.delivery.as_ref().map(|d| d.handle_hash.clone()),
             attempt_no: e.attempt_no,
             deadline_left_ms: (row.deadline_at - row.at) / 1000,
             detail,
@@ -326,43 +327,38 @@ pub(crate) async fn insert_events(
     insert_event_rows(sql, conn, &event_rows(rows)).await
 }
 
-/// Placed events as `insert_events` binds them, one JSON array each: a group commit gathers
-/// those of all its writes and inserts them together, last.
-pub(crate) fn event_rows(rows: &[Placed<'_>]) -> Vec<serde_json::Value> {
-    rows.iter()
-        .map(EventRow::of)
-        .map(|e| {
-            json!([
-                e.job_id,
-                e.seq,
-                e.at,
-                e.kind,
-                e.epoch,
-                e.actor,
-                e.message_id,
-                e.receive_count,
-                e.handle_hash,
-                e.attempt_no,
-                e.deadline_left_ms,
-                e.detail,
-            ])
-        })
-        .collect()
+/// Placed events as `insert_events` binds them.
+pub(crate) fn event_rows(rows: &[Placed<'_>]) -> Vec<EventRow> {
+    rows.iter().map(EventRow::of).collect()
 }
 
-/// Inserts events bound by [`event_rows`], up to 400 a statement.
+/// Inserts events made by [`event_rows`]: on SQLite as many a statement as its longest
+/// `VALUES` list takes, on PostgreSQL up to 400.
 pub(crate) async fn insert_event_rows(
     sql: &Statements,
     conn: &mut AnyConnection,
-    rows: &[serde_json::Value],
+    rows: &[EventRow],
 ) -> Result<(), LedgerError> {
-    debug_assert!(sql.insert_events.rows_as_json());
-    for chunk in rows.chunks(EVENT_CHUNK) {
-        let rows = serde_json::to_string(chunk).expect("rows serialise");
-        sqlx::query(sql.insert_events.sql())
-            .bind(rows)
-            .execute(&mut *conn)
-            .await?;
+    let most = match sql.insert_events.most_direct() {
+        0 => EVENT_CHUNK,
+        n => n,
+    };
+    for chunk in rows.chunks(most) {
+        let query = bind_rows!(|text| sqlx::query(text), sql.insert_events, chunk, |e| [
+            e.job_id.as_str(),
+            e.seq,
+            e.at,
+            e.kind,
+            e.epoch,
+            e.actor.as_str(),
+            e.message_id.as_deref(),
+            e.receive_count,
+            e.handle_hash.as_deref(),
+            e.attempt_no,
+            e.deadline_left_ms,
+            e.detail.as_str(),
+        ]);
+        query.execute(&mut *conn).await?;
     }
     Ok(())
 }

@@ -81,9 +81,8 @@ pub(super) async fn send_new_in(
         })
         .collect();
     queue_insert_in(sql, conn, &queue.name, &messages, Duration::ZERO).await?;
-    let text = sql.insert_sent_sends.sql();
     let query = bind_rows!(
-        sqlx::query(text),
+        |text| sqlx::query(text),
         sql.insert_sent_sends,
         sends.iter().zip(&messages),
         |(send, (id, _))| [send.job_id, send.at, send.at, send.at, id.as_str()]
@@ -174,9 +173,8 @@ impl Ledger {
         }
         let mut tx = self.begin_write().await?;
         for chunk in sent.chunks(DISPATCHED_CHUNK) {
-            let sql = self.sql.outbox_dispatched.sql();
             let query = bind_rows!(
-                sqlx::query(sql),
+                |sql| sqlx::query(sql),
                 self.sql.outbox_dispatched,
                 chunk,
                 |(item, message_id)| [item.id, message_id.as_str()]

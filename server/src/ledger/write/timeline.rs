@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use sqlx::AnyConnection;
 
-use super::{event_rows, insert_event_rows, lock_jobs, Placed, Reserved};
+use super::{event_rows, insert_event_rows, lock_jobs, EventRow, Placed, Reserved};
 use crate::ledger::model::{EventSlot, NewEvent};
 use crate::ledger::{Ledger, LedgerError, Refusal};
 
@@ -108,7 +108,7 @@ impl Ledger {
         &self,
         tx: &mut AnyConnection,
         events: &[(String, NewEvent)],
-        rows: &mut Vec<serde_json::Value>,
+        rows: &mut Vec<EventRow>,
     ) -> Result<(), LedgerError> {
         // Several events for one job each need their own sequence number: place them in
         // rounds, each round holding at most one event per job.
