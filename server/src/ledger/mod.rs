@@ -50,7 +50,7 @@ macro_rules! bind_keys {
 /// of `NULL`s; on PostgreSQL (and past SQLite's longest list) they are one JSON array of arrays.
 macro_rules! bind_rows {
     (|$sql:ident| $query:expr, $batched:expr, $rows:expr, |$row:pat_param| [$($value:expr),+ $(,)?]) => {{
-        debug_assert!($batched.rows_as_json(), "a batched list of keys bound as rows");
+        debug_assert!($batched.takes_rows(), "a batched list of keys bound as rows");
         let rows: Vec<_> = $rows.into_iter().collect();
         let n = rows.len();
         let ($sql, direct) = $batched.for_rows(n);

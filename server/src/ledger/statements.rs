@@ -205,6 +205,11 @@ fn row_exprs(row: &str) -> Option<Vec<&str>> {
     Some(exprs)
 }
 
+/// Whether a template's rows are inserted (`INSERT …`): its `VALUES` lists mark their rows.
+fn inserted(head: &str) -> bool {
+    head.trim_start().starts_with("INSERT")
+}
+
 /// Whether a template's rows are joined to a table (`FROM (VALUES …) AS v`), not inserted
 /// (`INSERT … VALUES`) or matched as a list (`IN (VALUES …)`).
 fn joined(head: &str) -> bool {
@@ -221,22 +226,22 @@ fn in_place_of_values(head: &str, select: &str, tail: &str) -> Option<String> {
     Some(format!("{head}{select}{tail}"))
 }
 
-/// A batched template of rows on SQLite as a `VALUES` list of `rows` rows, and whether each
-/// row ends in a marker. A padding row binds `NULL` to every value. Where the rows are
-/// inserted, each row has one more value after its own (1, and `NULL` only in padding), and a
-/// select around the list drops the rows without it; where they are matched against a
-/// table's rows (`FROM (VALUES …) AS v WHERE t.key = v.column1`, `(a, b) IN (VALUES …)`), a
-/// padding row matches none and the list stays as the template wrote it, so that SQLite
-/// still walks the list and looks each row up by its key.
-fn direct_rows(head: &str, row: &str, tail: &str, rows: usize) -> Option<(String, bool)> {
-    let exprs = row_exprs(row)?;
+/// A batched template of rows on SQLite as a `VALUES` list of `rows` rows. A padding row
+/// binds `NULL` to every value. Where the rows are inserted, each row has one more value after
+/// its own (1, and `NULL` only in padding), and a select around the list drops the rows
+/// without it; where they are matched against a table's rows (`FROM (VALUES …) AS v WHERE
+/// t.key = v.column1`, `(a, b) IN (VALUES …)`), a padding row matches none and the list stays
+/// as the template wrote it, so that SQLite still walks the list and looks each row up by its
+/// key.
+fn direct_rows(head: &str, row: &str, tail: &str, rows: usize) -> Option<String> {
     if joined(head) && rows > JOINED_ROWS {
         return None;
     }
-    if !head.trim_start().starts_with("INSERT") {
+    if !inserted(head) {
         let list = vec![row; rows].join(", ");
-        return Some((format!("{head}{list}{tail}"), false));
+        return Some(format!("{head}{list}{tail}"));
     }
+    let exprs = row_exprs(row)?;
     let one = format!("({}, ?)", exprs.join(", "));
     let list = vec![one.as_str(); rows].join(", ");
     let columns: Vec<String> = (1..=exprs.len()).map(|n| format!("column{n}")).collect();
@@ -245,7 +250,7 @@ fn direct_rows(head: &str, row: &str, tail: &str, rows: usize) -> Option<(String
         "SELECT {} FROM (VALUES {list}) WHERE column{marker} IS NOT NULL",
         columns.join(", ")
     );
-    Some((in_place_of_values(head, &select, tail)?, true))
+    in_place_of_values(head, &select, tail)
 }
 
 /// `$1`, `$2`, … of a template rendered as `?`.
@@ -280,13 +285,11 @@ impl Batched {
             Backend::Postgres => render(backend, &sql),
             Backend::Sqlite => anonymous(&render(backend, &sql)),
         };
-        let mut marked = false;
         let direct = match backend {
             Backend::Sqlite if !keys => DIRECT_ROWS
                 .iter()
                 .filter_map(|&n| {
-                    let (sql, marker) = direct_rows(head, row, tail, n)?;
-                    marked = marker;
+                    let sql = direct_rows(head, row, tail, n)?;
                     Some((n, anonymous(&render(backend, &sql))))
                 })
                 .collect(),
@@ -295,8 +298,8 @@ impl Batched {
         Batched {
             sql,
             keys,
+            marked: !direct.is_empty() && inserted(head),
             direct,
-            marked,
         }
     }
 
@@ -325,8 +328,9 @@ impl Batched {
         self.keys
     }
 
-    /// Whether this statement takes its rows as one JSON array of arrays (see `bind_rows!`).
-    pub(crate) fn rows_as_json(&self) -> bool {
+    /// Whether this statement takes rows rather than keys (see `bind_rows!`): as one JSON
+    /// array of arrays, or on SQLite as a `VALUES` list.
+    pub(crate) fn takes_rows(&self) -> bool {
         !self.keys
     }
 
@@ -982,7 +986,7 @@ mod tests {
         // parameter.
         for (name, head, row, tail, first) in Statements::batched_templates() {
             let b = Batched::render(Backend::Postgres, &head, &row, &tail, first);
-            assert!(b.keys_as_json() != b.rows_as_json(), "{name}");
+            assert!(b.keys_as_json() != b.takes_rows(), "{name}");
             let sql = b.sql();
             assert!(
                 sql.contains(rows) || sql.contains("json_array_elements_text"),
@@ -1042,8 +1046,8 @@ mod tests {
                 assert_eq!(b.for_rows(3), (b.sql(), None), "{name}");
                 continue;
             }
-            // Each row binds its own values and the marker, which follows its columns.
-            // Rows that are inserted end in a marker; rows matched against a table do not.
+            // Rows that are inserted end in a marker after their columns; rows matched against
+            // a table do not.
             let inserted = head.starts_with("INSERT");
             assert_eq!(b.marked, inserted, "{name}");
             let width = row.matches('?').count() + usize::from(inserted);
