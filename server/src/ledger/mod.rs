@@ -121,7 +121,7 @@ pub use model::{
 pub use operators::{Credentials, FailureScope};
 pub use queue_store::{QueueDepth, TakenMessage, VisibilityChange};
 pub use retention::{Pruned, RetentionRun};
-pub use rollup::{Activity, FINISHED, HOUR, REDELIVERED};
+pub use rollup::{activity_statements, Activity, FINISHED, HOUR, REDELIVERED};
 pub use tokens::{valid_tenant, ActsAs, TokenInfo};
 pub use transport::{DeadLetterMove, RejectedMessage};
 pub use unknown::{UnknownForRetrieval, UnknownJob};
