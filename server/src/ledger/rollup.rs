@@ -164,23 +164,30 @@ fn counts(
     )
 }
 
+/// Activity counted from the records for rolling hours up: `[$1, $2)`, keyed by hour.
+fn hourly_counts(backend: Backend) -> String {
+    counts(
+        backend,
+        |c| format!("{c} - {c} % {HOUR}"),
+        |c| format!("{c} >= $1 AND {c} < $2"),
+    )
+}
+
+/// Activity counted from the records live: from `$3`, keyed by bucket of `$2` µs from `$1`.
+fn live_counts(backend: Backend) -> String {
+    counts(
+        backend,
+        |c| format!("({c} - $1) / $2"),
+        |c| format!("{c} >= $3"),
+    )
+}
+
 /// The two statements that count activity from the records, as rolling hours up and counting
 /// the open stretch live run them (`$1`…`$3` unbound): for the suite's check that they read
 /// events through the partial indexes made for them.
 #[doc(hidden)]
 pub fn activity_statements(backend: Backend) -> [String; 2] {
-    [
-        counts(
-            backend,
-            |c| format!("{c} - {c} % {HOUR}"),
-            |c| format!("{c} >= $1 AND {c} < $2"),
-        ),
-        counts(
-            backend,
-            |c| format!("({c} - $1) / $2"),
-            |c| format!("{c} >= $3"),
-        ),
-    ]
+    [hourly_counts(backend), live_counts(backend)]
 }
 
 impl Ledger {
@@ -240,7 +247,7 @@ impl Ledger {
             let sql = format!(
                 "INSERT INTO activity_hours (hour, series, bin, n) SELECT k, series, bin, n \
                  FROM ({}) c WHERE true ON CONFLICT DO NOTHING",
-                activity_statements(self.backend())[0]
+                hourly_counts(self.backend())
             );
             sqlx::query(&sql).bind(a).bind(b).execute(&mut *tx).await?;
             let mut hour = a;
@@ -287,7 +294,7 @@ impl Ledger {
         count: usize,
         from: i64,
     ) -> Result<(), LedgerError> {
-        let [_, sql] = activity_statements(self.backend());
+        let sql = live_counts(self.backend());
         let rows = sqlx::query(&sql)
             .bind(origin)
             .bind(width)
