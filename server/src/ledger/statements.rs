@@ -586,9 +586,10 @@ catalogue! {
         /// An outbox row that could not be sent, for another try later.
         outbox_failed: "UPDATE outbox SET locked_until = NULL, available_at = {now} + $2, \
              last_error = $3 WHERE id = $1",
-        /// A re-dispatch of a job at its current epoch.
+        /// A re-dispatch of a job at its current epoch. The job's row is locked (PostgreSQL),
+        /// as its other rows' writes hold it: a retention delete waits for it or goes first.
         redispatch: "INSERT INTO outbox (job_id, epoch, reason, created_at, available_at) \
-             SELECT job_id, owner_epoch, $2, {now}, {now} FROM jobs WHERE job_id = $1",
+             SELECT job_id, owner_epoch, $2, {now}, {now} FROM jobs WHERE job_id = $1{for_update}",
 
         // scans (the reaper's)
 

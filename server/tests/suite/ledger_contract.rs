@@ -1319,6 +1319,25 @@ async fn a_timeline_folds_into_the_same_runs_read_forward_back_or_around_any_eve
     assert_eq!(ledger.timeline_run_of(&job_id, past).await.unwrap(), None);
 }
 
+/// How many rows each table of a job's own rows holds for each of `jobs`, in their order.
+async fn rows_owned(raw: &sqlx::AnyPool, jobs: &[&String]) -> Vec<(&'static str, Vec<i64>)> {
+    let mut out = Vec::new();
+    for table in ["events", "attempts", "results", "job_inputs", "outbox"] {
+        let mut counts = Vec::new();
+        for job in jobs {
+            let sql = format!("SELECT COUNT(*) FROM {table} WHERE job_id = $1");
+            let n: i64 = sqlx::query_scalar(&sql)
+                .bind(job.as_str())
+                .fetch_one(raw)
+                .await
+                .unwrap();
+            counts.push(n);
+        }
+        out.push((table, counts));
+    }
+    out
+}
+
 /// Runs a job to `succeeded` and returns its id.
 async fn succeeded_job(ledger: &fenceline::ledger::Ledger, key: &str) -> String {
     let job_id = create(ledger, new_job("acme", key, json!(key))).await;
@@ -1338,7 +1357,7 @@ async fn succeeded_job(ledger: &fenceline::ledger::Ledger, key: &str) -> String 
 }
 
 async fn terminal_records_older_than_the_cutoff_are_pruned_and_live_jobs_never_are(db: Db) {
-    let (ledger, _db) = fresh_ledger(db).await;
+    let (ledger, test_db) = fresh_ledger(db).await;
     let old = succeeded_job(&ledger, "old").await;
     // Live jobs created before the cutoff: ready, and unknown.
     let ready = create(&ledger, new_job("acme", "ready", json!(1))).await;
@@ -1361,11 +1380,21 @@ async fn terminal_records_older_than_the_cutoff_are_pruned_and_live_jobs_never_a
         .terminal_at
         .unwrap();
 
+    let raw = test_db.raw_pool().await;
+    let owned = [&old, &ready, &unknown, &young];
+    let before = rows_owned(&raw, &owned).await;
     let pruned = ledger.prune_before(cutoff).await.unwrap();
     assert_eq!(pruned.jobs, 1, "only the old terminal job");
     assert!(ledger.job(&old).await.unwrap().is_none());
-    assert!(ledger.events(&old, 0, 10).await.unwrap().is_empty());
-    assert!(ledger.attempts(&old).await.unwrap().is_empty());
+    // Every row the old job owned went with it, and no other job's.
+    let after = rows_owned(&raw, &owned).await;
+    for (table, counts) in &before {
+        assert!(counts[0] > 0, "the old job had rows in {table}");
+    }
+    for ((table, was), (_, now)) in before.iter().zip(&after) {
+        assert_eq!(now[0], 0, "the old job's rows in {table}");
+        assert_eq!(now[1..], was[1..], "the kept jobs' rows in {table}");
+    }
     for live in [&ready, &unknown, &young] {
         assert!(ledger.job(live).await.unwrap().is_some(), "{live} is kept");
         assert!(!ledger.events(live, 0, 10).await.unwrap().is_empty());

@@ -160,7 +160,10 @@ impl<Op: Send + 'static, Out: Send + 'static> Lane<Op, Out> {
                     let batch = {
                         let mut rx = rx.lock().await;
                         let Some(first) = rx.recv().await else { return };
-                        let mut batch = vec![first];
+                        // Sized once for what is waiting: grown a push at a time, a batch of
+                        // hundreds of writes took fresh pages from the allocator each commit.
+                        let mut batch = Vec::with_capacity(most.min(rx.len() + 1));
+                        batch.push(first);
                         while batch.len() < most {
                             match rx.try_recv() {
                                 Ok(next) => batch.push(next),
