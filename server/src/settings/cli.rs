@@ -528,6 +528,10 @@ pub struct PipelineArgs {
     /// Worker loops in this process.
     #[arg(long, default_value_t = 4)]
     pub workers: usize,
+    /// Deliveries each worker loop holds at once. With the stub at 0 ms a delivery is in
+    /// flight only while the ledger writes it, so this is how deep the pipeline runs.
+    #[arg(long, default_value_t = 256)]
+    pub in_flight: usize,
 }
 
 #[derive(Debug, Clone, Args)]

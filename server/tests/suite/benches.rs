@@ -43,7 +43,8 @@ async fn the_pipeline_benchmark_runs_every_job_to_the_end_in_each_mode() {
         "baseline: naive job table",
         "reference: the same rows a job writes",
         "fenceline, one transaction per write",
-        "fenceline, group commit",
+        "fenceline, group commit: the same",
+        "fenceline, group commit, drained",
     ] {
         assert_eq!(row(&report, name)[2], "60", "{name}:\n{report}");
     }
