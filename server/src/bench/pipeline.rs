@@ -49,10 +49,11 @@ pub async fn pipeline(
     ledger.close().await;
     Ok(Report {
         title: format!(
-            "end-to-end benchmark on {} with {} worker loops holding up to {} deliveries each, {} jobs",
+            "end-to-end benchmark on {} with {} worker loops holding up to {} deliveries each ({} receives open), {} jobs",
             backend.as_str(),
             args.workers,
             args.in_flight,
+            args.receivers,
             args.jobs
         ),
         runs: vec![
@@ -138,6 +139,7 @@ async fn fenceline_pipeline(
             ..Timings::default()
         };
         config.max_in_flight = args.in_flight.max(1);
+        config.receivers = args.receivers.max(1);
         let worker = Worker::new(ledger.clone(), queue.clone(), stub.clone(), config);
         let (stop, go) = (stop.clone(), go.clone());
         tasks.spawn(async move {

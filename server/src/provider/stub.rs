@@ -83,6 +83,12 @@ impl<V> Remembered<V> {
     }
 }
 
+/// Whether the request's draw for `salt` falls under `rate`; a rate of 0 never does, and is
+/// not drawn.
+fn drawn(id: &str, salt: &str, rate: f64) -> bool {
+    rate > 0.0 && draw(id, salt) < rate
+}
+
 /// A number in `[0, 1)` from the request id and a salt: the same request, the same draw.
 fn draw(id: &str, salt: &str) -> f64 {
     let digest = Sha256::digest(format!("{salt}:{id}").as_bytes());
@@ -122,8 +128,8 @@ impl Provider for StubProvider {
     async fn call(&self, request: ProviderRequest, progress: Progress) -> ProviderOutcome {
         let id = request.client_request_id.clone();
         let request_id = Some(id.clone());
-        let fatal = draw(&id, "fatal") < self.config.fatal_rate;
-        let retryable = !fatal && draw(&id, "retryable") < self.config.retryable_rate;
+        let fatal = drawn(&id, "fatal", self.config.fatal_rate);
+        let retryable = !fatal && drawn(&id, "retryable", self.config.retryable_rate);
         if fatal || retryable {
             // Refused before execution: a confirmed failure, nothing billed.
             *self.executed.lock().expect("stub lock").entry(&id, || None) = None;
@@ -169,7 +175,7 @@ impl Provider for StubProvider {
         })
         .to_string();
         *self.executed.lock().expect("stub lock").entry(&id, || None) = Some(answer.clone());
-        if draw(&id, "lost") < self.config.lost_response_rate {
+        if drawn(&id, "lost", self.config.lost_response_rate) {
             return ProviderOutcome::Uncertain {
                 code: "stub_response_lost".into(),
                 request_id,
@@ -273,5 +279,15 @@ mod tests {
             .filter(|i| draw(&i.to_string(), "s") < 0.3)
             .count();
         assert!((200..400).contains(&below), "{below}");
+    }
+
+    #[test]
+    fn a_rate_fires_as_its_draw_says_and_a_rate_of_zero_never() {
+        for i in 0..1000 {
+            let id = i.to_string();
+            assert_eq!(drawn(&id, "s", 0.3), draw(&id, "s") < 0.3, "{id}");
+            assert!(!drawn(&id, "s", 0.0), "{id}");
+        }
+        assert!(drawn("x", "s", 1.0), "a rate of 1 always fires");
     }
 }

@@ -532,6 +532,10 @@ pub struct PipelineArgs {
     /// flight only while the ledger writes it, so this is how deep the pipeline runs.
     #[arg(long, default_value_t = 256)]
     pub in_flight: usize,
+    /// Receive requests each worker loop keeps open while the queue has a backlog, each for
+    /// up to ten messages; the worker's own default.
+    #[arg(long, default_value_t = 4)]
+    pub receivers: usize,
 }
 
 #[derive(Debug, Clone, Args)]
