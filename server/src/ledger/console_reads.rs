@@ -206,6 +206,20 @@ fn run_start_from_row(row: &sqlx::any::AnyRow) -> Result<RunStart, LedgerError> 
     })
 }
 
+/// The ids of the jobs whose idempotency key is `$1`, in any tenant ([`Ledger::find_jobs`]):
+/// the tenants by a skip scan (one probe each, as [`Ledger::job_tenants`]), then the key in
+/// each through its unique index, one probe a tenant. No index holds the keys alone: it would
+/// be one more entry written at every change of a job's state (migration 0017). A tenant
+/// without the key answers `NULL`.
+pub const FIND_KEY_STATEMENT: &str = "WITH RECURSIVE t(tenant) AS ( \
+        SELECT MIN(tenant) FROM jobs \
+        UNION ALL \
+        SELECT (SELECT MIN(tenant) FROM jobs WHERE tenant > t.tenant) \
+        FROM t WHERE t.tenant IS NOT NULL \
+     ) \
+     SELECT (SELECT k.job_id FROM jobs k WHERE k.tenant = t.tenant AND k.idempotency_key = $1) \
+     AS job_id FROM t WHERE t.tenant IS NOT NULL";
+
 /// Drill jobs per state, of one tenant (`$1`) or all (`$1` null), found by `jobs_drill_run`: a
 /// drill's jobs are few. Grouped by an expression, not the column: grouped by `state`, SQLite
 /// (on its default estimates) walks `jobs_state_id` — every job, in state order, to save a
@@ -536,16 +550,26 @@ impl Ledger {
             .sum())
     }
 
-    /// Finds jobs by exact job id, or by idempotency key in any tenant.
+    /// Finds jobs by exact job id, or by idempotency key in any tenant ([`FIND_KEY_STATEMENT`]),
+    /// at most 50.
     pub async fn find_jobs(&self, needle: &str) -> Result<Vec<Job>, LedgerError> {
-        let sql = format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE job_id = $1 \
-             UNION SELECT {JOB_COLUMNS} FROM jobs WHERE idempotency_key = $1 LIMIT 50"
-        );
-        let rows = sqlx::query(&sql)
+        let keyed: Vec<Option<String>> = sqlx::query_scalar(FIND_KEY_STATEMENT)
             .bind(needle)
             .fetch_all(&self.reader)
             .await?;
+        let mut ids = vec![needle.to_owned()];
+        ids.extend(keyed.into_iter().flatten().filter(|id| id != needle));
+        ids.truncate(50);
+        let marks: Vec<String> = (1..=ids.len()).map(|n| format!("${n}")).collect();
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE job_id IN ({}) ORDER BY job_id DESC",
+            marks.join(", ")
+        );
+        let mut query = sqlx::query(&sql);
+        for id in &ids {
+            query = query.bind(id.as_str());
+        }
+        let rows = query.fetch_all(&self.reader).await?;
         rows.iter().map(job_from_row).collect()
     }
 

@@ -107,8 +107,8 @@ mod write;
 pub use audit::{AuditEntry, AuditFilter};
 pub use connect::{LedgerOptions, SqliteSync};
 pub use console_reads::{
-    detail_text, Bucket, DeadLetter, Drills, Run, RunKind, DRILL_JOBS_BY_STATE, RENEWAL_KINDS,
-    TRANSPORT_KINDS,
+    detail_text, Bucket, DeadLetter, Drills, Run, RunKind, DRILL_JOBS_BY_STATE, FIND_KEY_STATEMENT,
+    RENEWAL_KINDS, TRANSPORT_KINDS,
 };
 pub use dialect::Backend;
 pub use drills::{DrillRunRow, OutboxSend};
@@ -120,6 +120,7 @@ pub use model::{
 };
 pub use operators::{Credentials, FailureScope};
 pub use queue_store::{QueueDepth, TakenMessage, VisibilityChange};
+pub use read::list_jobs_statement;
 pub use retention::{Pruned, RetentionRun};
 pub use rollup::{activity_statements, Activity, FINISHED, HOUR, REDELIVERED};
 pub use tokens::{valid_tenant, ActsAs, TokenInfo};

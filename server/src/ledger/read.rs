@@ -164,84 +164,12 @@ impl Ledger {
     /// Jobs newest first, filtered by tenant and state, one keyset page at a time.
     pub async fn list_jobs(&self, filter: &JobFilter) -> Result<JobPage, LedgerError> {
         let limit = filter.limit.clamp(1, 500);
-        let mut conditions = Vec::new();
-        let mut args: Vec<String> = Vec::new();
-        if let Some(tenant) = &filter.tenant {
-            args.push(tenant.clone());
-            conditions.push(format!("tenant = ${}", args.len()));
-        }
-        if let Some(tenants) = &filter.tenants {
-            if tenants.is_empty() {
-                return Ok(JobPage {
-                    jobs: Vec::new(),
-                    next: None,
-                });
-            }
-            conditions.push(tenant_in(&mut args, tenants));
-        }
-        if let Some(state) = filter.state {
-            args.push(state.as_str().to_owned());
-            conditions.push(format!("state = ${}", args.len()));
-        }
-        if let Some(before) = &filter.before {
-            args.push(before.clone());
-            conditions.push(format!("job_id < ${}", args.len()));
-        }
-        if let Some(from) = &filter.from_id {
-            args.push(from.clone());
-            conditions.push(format!("job_id >= ${}", args.len()));
-        }
-        if let Some(to) = &filter.to_id {
-            args.push(to.clone());
-            conditions.push(format!("job_id < ${}", args.len()));
-        }
-        if let Some(prefix) = filter.key_prefix.as_ref().filter(|p| !p.is_empty()) {
-            args.push(prefix.clone());
-            conditions.push(format!(
-                "substr(idempotency_key, 1, {}) = ${}",
-                prefix.chars().count(),
-                args.len()
-            ));
-        }
-        if let Some(worker) = &filter.worker {
-            args.push(worker.clone());
-            conditions.push(format!(
-                "EXISTS (SELECT 1 FROM attempts a WHERE a.job_id = jobs.job_id \
-                 AND a.worker_id = ${})",
-                args.len()
-            ));
-        }
-        if let Some(code) = &filter.error_code {
-            args.push(code.clone());
-            conditions.push(format!("error_code = ${}", args.len()));
-        }
-        if filter.redelivered {
-            conditions.push(
-                "EXISTS (SELECT 1 FROM events e WHERE e.job_id = jobs.job_id \
-                 AND e.kind = 'delivery_received' AND e.receive_count > 1)"
-                    .into(),
-            );
-        }
-        if filter.stale_rejected {
-            conditions.push(
-                "EXISTS (SELECT 1 FROM events e WHERE e.job_id = jobs.job_id \
-                 AND e.kind = 'result_rejected')"
-                    .into(),
-            );
-        }
-        if filter.without_drills {
-            conditions.push("drill_run IS NULL".into());
-        }
-        if let Some(owner) = &filter.owner {
-            args.push(owner.clone());
-            conditions.push(format!("owner_id = ${}", args.len()));
-        }
-        let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs");
-        if !conditions.is_empty() {
-            sql.push_str(" WHERE ");
-            sql.push_str(&conditions.join(" AND "));
-        }
-        sql.push_str(&format!(" ORDER BY job_id DESC LIMIT ${}", args.len() + 1));
+        let Some((sql, args)) = list_jobs_statement(filter) else {
+            return Ok(JobPage {
+                jobs: Vec::new(),
+                next: None,
+            });
+        };
         let mut query = sqlx::query(&sql);
         for arg in &args {
             query = query.bind(arg.as_str());
@@ -307,6 +235,113 @@ impl Ledger {
                 .await?,
         )
     }
+}
+
+/// The statement of [`Ledger::list_jobs`] for `filter`, with its text arguments in order; the
+/// page's size binds last. `None` when the filter matches no job (a scope of no tenant).
+pub fn list_jobs_statement(filter: &JobFilter) -> Option<(String, Vec<String>)> {
+    let mut conditions = Vec::new();
+    let mut args: Vec<String> = Vec::new();
+    if let Some(tenant) = &filter.tenant {
+        args.push(tenant.clone());
+        conditions.push(format!("tenant = ${}", args.len()));
+    }
+    if let Some(tenants) = &filter.tenants {
+        if tenants.is_empty() {
+            return None;
+        }
+        conditions.push(tenant_in(&mut args, tenants));
+    }
+    if let Some(state) = filter.state {
+        args.push(state.as_str().to_owned());
+        conditions.push(format!("state = ${}", args.len()));
+    }
+    if let Some(before) = &filter.before {
+        args.push(before.clone());
+        conditions.push(format!("job_id < ${}", args.len()));
+    }
+    if let Some(from) = &filter.from_id {
+        args.push(from.clone());
+        conditions.push(format!("job_id >= ${}", args.len()));
+    }
+    if let Some(to) = &filter.to_id {
+        args.push(to.clone());
+        conditions.push(format!("job_id < ${}", args.len()));
+    }
+    if let Some(prefix) = filter.key_prefix.as_ref().filter(|p| !p.is_empty()) {
+        args.push(prefix.clone());
+        conditions.push(format!(
+            "substr(idempotency_key, 1, {}) = ${}",
+            prefix.chars().count(),
+            args.len()
+        ));
+    }
+    if let Some(worker) = &filter.worker {
+        args.push(worker.clone());
+        conditions.push(format!(
+            "EXISTS (SELECT 1 FROM attempts a WHERE a.job_id = jobs.job_id \
+             AND a.worker_id = ${})",
+            args.len()
+        ));
+    }
+    if let Some(code) = &filter.error_code {
+        args.push(code.clone());
+        conditions.push(format!("error_code = ${}", args.len()));
+    }
+    if filter.redelivered {
+        conditions.push(
+            "EXISTS (SELECT 1 FROM events e WHERE e.job_id = jobs.job_id \
+             AND e.kind = 'delivery_received' AND e.receive_count > 1)"
+                .into(),
+        );
+    }
+    if filter.stale_rejected {
+        conditions.push(
+            "EXISTS (SELECT 1 FROM events e WHERE e.job_id = jobs.job_id \
+             AND e.kind = 'result_rejected')"
+                .into(),
+        );
+    }
+    if filter.without_drills {
+        conditions.push("drill_run IS NULL".into());
+    }
+    if let Some(owner) = &filter.owner {
+        args.push(owner.clone());
+        conditions.push(format!("owner_id = ${}", args.len()));
+    }
+    let page = format!("${}", args.len() + 1);
+    let by_tenant = filter.tenant.is_some() || filter.tenants.is_some();
+    let sql = if by_tenant && filter.state.is_none() {
+        // A tenant's jobs newest first, whatever their state: newest first in each state
+        // through `jobs_tenant_state_id`, each read stopping at the page's size, then
+        // merged. The ledger keeps no index of a tenant's jobs by id alone: each would be
+        // one more entry written at every change of a job's state (migration 0017).
+        let branches: Vec<String> = JobState::ALL
+            .iter()
+            .map(|state| {
+                format!(
+                    "SELECT * FROM (SELECT {JOB_COLUMNS} FROM jobs WHERE {} AND state = '{}' \
+                     ORDER BY job_id DESC LIMIT {page}) AS in_{}",
+                    conditions.join(" AND "),
+                    state.as_str(),
+                    state.as_str()
+                )
+            })
+            .collect();
+        format!(
+            "{} ORDER BY job_id DESC LIMIT {page}",
+            branches.join(" UNION ALL ")
+        )
+    } else {
+        let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs");
+        if !conditions.is_empty() {
+            sql.push_str(" WHERE ");
+            sql.push_str(&conditions.join(" AND "));
+        }
+        sql.push_str(&format!(" ORDER BY job_id DESC LIMIT {page}"));
+        sql
+    };
+    Some((sql, args))
 }
 
 /// `tenant IN ($k, …)` for `tenants`, whose values are pushed onto `args` and numbered by

@@ -1724,6 +1724,107 @@ async fn on_sqlite_drill_jobs_are_found_by_their_own_index() {
     );
 }
 
+/// A tenant's jobs newest first, and the search by key across tenants, read indexes only over
+/// many jobs on both backends. Neither has an index of its own (migration 0017): the list reads
+/// the tenant's jobs state by state, the search finds the tenants and the key in each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_list_and_the_search_by_key_read_no_whole_table() {
+    use fenceline::ledger::{list_jobs_statement, FIND_KEY_STATEMENT};
+    use sqlx::{Executor, Row};
+    for db in [Db::Sqlite, Db::Postgres] {
+        if db == Db::Postgres && crate::helpers::skip_postgres() {
+            continue;
+        }
+        let (ledger, test_db) = fresh_ledger(db).await;
+        ledger.seed_generated_jobs("many", 20_000).await.unwrap();
+        let mut few = Vec::new();
+        for i in 0..4 {
+            few.push(create(&ledger, new_job("few", &format!("f{i}"), json!(i))).await);
+        }
+        ledger.claim(&few[1], "w", LONG).await.unwrap();
+
+        // What they find: the tenant's jobs newest first across states, the key in its tenant.
+        let filter = JobFilter {
+            tenant: Some("few".into()),
+            limit: 3,
+            ..Default::default()
+        };
+        let page = ledger.list_jobs(&filter).await.unwrap();
+        let ids: Vec<&str> = page.jobs.iter().map(|j| j.job_id.as_str()).collect();
+        assert_eq!(ids, [&few[3], &few[2], &few[1]], "{db:?}");
+        assert_eq!(page.next.as_deref(), Some(few[1].as_str()), "{db:?}");
+        let found = ledger.find_jobs("seed-12345").await.unwrap();
+        assert_eq!(found.len(), 1, "{db:?}");
+        assert_eq!(found[0].tenant, "many", "{db:?}");
+        assert_eq!(ledger.find_jobs(&few[2]).await.unwrap()[0].job_id, few[2]);
+
+        // How: no statement reads the whole table.
+        let (list, args) = list_jobs_statement(&filter).unwrap();
+        assert_eq!(args, ["few"]);
+        let find = FIND_KEY_STATEMENT.to_owned();
+        let raw = test_db.raw_pool().await;
+        let mut plans = Vec::new();
+        if db == Db::Postgres {
+            let mut conn = raw.acquire().await.unwrap();
+            conn.execute("ANALYZE jobs").await.unwrap();
+            for (name, sql, execute) in [
+                ("list", &list, "EXECUTE planned('many', 51)"),
+                ("find", &find, "EXECUTE planned('seed-12345')"),
+            ] {
+                conn.execute(format!("PREPARE planned AS {sql}").as_str())
+                    .await
+                    .unwrap();
+                let plan: Vec<String> = sqlx::query(&format!("EXPLAIN {execute}"))
+                    .fetch_all(&mut *conn)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|row| row.get::<String, _>(0))
+                    .collect();
+                conn.execute("DEALLOCATE planned").await.unwrap();
+                plans.push((name, plan.join("\n")));
+            }
+            let (list_plan, find_plan) = (&plans[0].1, &plans[1].1);
+            // Each state's newest jobs through `jobs_tenant_state_id`, merged in order.
+            assert!(
+                list_plan.contains("jobs_tenant_state_id") && list_plan.contains("Merge Append"),
+                "{list_plan}"
+            );
+            // The key looked up in each tenant: both columns of its unique index.
+            assert!(
+                find_plan.contains("Index Cond: ((tenant = t.tenant) AND (idempotency_key = "),
+                "{find_plan}"
+            );
+            for (name, plan) in &plans {
+                assert!(!plan.contains("Seq Scan on jobs"), "{name}: {plan}");
+            }
+        } else {
+            for (name, sql) in [
+                ("list", list.replace("$2", "51").replace("$1", "'many'")),
+                ("find", find.replace("$1", "'seed-12345'")),
+            ] {
+                let plan: Vec<String> = sqlx::query(&format!("EXPLAIN QUERY PLAN {sql}"))
+                    .fetch_all(&raw)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|row| row.get::<String, _>("detail"))
+                    .collect();
+                assert!(
+                    !plan.iter().any(|l| l.starts_with("SCAN jobs")),
+                    "{name}: {plan:?}"
+                );
+                plans.push((name, plan.join(" / ")));
+            }
+            assert!(plans[0].1.contains("jobs_tenant_state_id"), "{plans:?}");
+            assert!(
+                plans[1].1.contains("(tenant=? AND idempotency_key=?)"),
+                "{plans:?}"
+            );
+        }
+    }
+}
+
 /// The bundled SQLite is built without memory statistics (`.cargo/config.toml`): with them,
 /// every allocation of the ledger's one writer takes a process-wide mutex.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
