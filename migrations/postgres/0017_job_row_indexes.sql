@@ -9,7 +9,7 @@
 -- * `jobs_idempotency_key` served the console's search by key across tenants. The search now
 --   finds the ledger's tenants by a skip scan of the tenant's index and looks the key up in
 --   each through `jobs_tenant_idempotency_key_key`, the key's own unique index.
--- In the pipeline benchmark's drained pass, the two cost about a tenth of the jobs a second
+-- In the pipeline benchmark's drained pass, the two cost about 8 % of the jobs a second
 -- (docs/benchmarks.md). A suite test reads both backends' plans of both reads.
 -- Kept in lockstep with ../sqlite/0017_job_row_indexes.sql.
 DROP INDEX jobs_tenant_id;
