@@ -1655,7 +1655,6 @@ async fn a_write_by_key_looks_its_row_up_by_key_whatever_the_statistics_say() {
 /// ledger, however many jobs it holds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_sqlite_a_batched_statement_finds_its_rows_by_key() {
-    use sqlx::Row;
     let (ledger, test_db) = fresh_ledger(Db::Sqlite).await;
     let raw = test_db.raw_pool().await;
     let tables: Vec<String> =
@@ -1670,13 +1669,7 @@ async fn on_sqlite_a_batched_statement_finds_its_rows_by_key() {
         if !sql.contains("json_each(?)") && !sql.contains("(VALUES (") {
             continue;
         }
-        let plan: Vec<String> = sqlx::query(&format!("EXPLAIN QUERY PLAN {sql}"))
-            .fetch_all(&raw)
-            .await
-            .unwrap_or_else(|e| panic!("{name}: {e}"))
-            .iter()
-            .map(|row| row.get::<String, _>("detail"))
-            .collect();
+        let plan = sqlite_plan(&raw, &sql).await;
         // A scan of the JSON rows (or of a one-row `WITH`) is the point; a table is only
         // searched, by its key.
         let by_key = ["job_id=?", "(rowid=?", "(id=?"];
@@ -1700,23 +1693,28 @@ async fn on_sqlite_a_batched_statement_finds_its_rows_by_key() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
+/// SQLite's plan of `sql`, a line of `EXPLAIN QUERY PLAN` each.
+async fn sqlite_plan(raw: &sqlx::AnyPool, sql: &str) -> Vec<String> {
+    use sqlx::Row;
+    sqlx::query(&format!("EXPLAIN QUERY PLAN {sql}"))
+        .fetch_all(raw)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .iter()
+        .map(|row| row.get::<String, _>("detail"))
+        .collect()
+}
+
 /// The overview takes drill jobs off its counts ([`fenceline::ledger::Drills`]) after finding
 /// them through their own index: a drill's jobs are few, whatever the number of jobs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_sqlite_drill_jobs_are_found_by_their_own_index() {
-    use sqlx::Row;
     let (ledger, test_db) = fresh_ledger(Db::Sqlite).await;
     ledger.seed_generated_jobs("many", 20_000).await.unwrap();
     // No `ANALYZE`: the embedded ledger runs on SQLite's default estimates.
     let raw = test_db.raw_pool().await;
     let sql = fenceline::ledger::DRILL_JOBS_BY_STATE.replace("$1", "NULL");
-    let plan: Vec<String> = sqlx::query(&format!("EXPLAIN QUERY PLAN {sql}"))
-        .fetch_all(&raw)
-        .await
-        .unwrap()
-        .iter()
-        .map(|row| row.get::<String, _>("detail"))
-        .collect();
+    let plan = sqlite_plan(&raw, &sql).await;
     assert!(
         plan.iter().any(|l| l.contains("jobs_drill_run"))
             && !plan.iter().any(|l| l.starts_with("SCAN jobs")),
@@ -1803,13 +1801,7 @@ async fn a_tenants_list_and_the_search_by_key_read_no_whole_table() {
                 ("list", list.replace("$2", "51").replace("$1", "'many'")),
                 ("find", find.replace("$1", "'seed-12345'")),
             ] {
-                let plan: Vec<String> = sqlx::query(&format!("EXPLAIN QUERY PLAN {sql}"))
-                    .fetch_all(&raw)
-                    .await
-                    .unwrap()
-                    .iter()
-                    .map(|row| row.get::<String, _>("detail"))
-                    .collect();
+                let plan = sqlite_plan(&raw, &sql).await;
                 assert!(
                     !plan.iter().any(|l| l.starts_with("SCAN jobs")),
                     "{name}: {plan:?}"
