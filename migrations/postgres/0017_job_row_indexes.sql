@@ -5,7 +5,8 @@
 -- readers that do as well without them:
 -- * `jobs_tenant_id` (tenant, job_id) served a tenant's jobs newest first. The list now reads
 --   `jobs_tenant_state_id` (tenant, state, job_id) once per state, newest first, each read
---   stopping at the page's size, and merges them (`list_jobs` in server/src/ledger/read.rs).
+--   stopping at the page's size, and merges them (`list_jobs_statement` in
+--   server/src/ledger/read.rs).
 -- * `jobs_idempotency_key` served the console's search by key across tenants. The search now
 --   finds the ledger's tenants by a skip scan of the tenant's index and looks the key up in
 --   each through `jobs_tenant_idempotency_key_key`, the key's own unique index.
