@@ -206,19 +206,33 @@ fn run_start_from_row(row: &sqlx::any::AnyRow) -> Result<RunStart, LedgerError> 
     })
 }
 
+/// A recursive `t(tenant, n)`: every tenant that has jobs, in order, the `n`th at `n`, each
+/// found by one probe of a tenant-led index (a skip scan), so it stays fast over millions of
+/// jobs; with `most`, it stops at that many.
+fn tenants_skip_scan(most: Option<&str>) -> String {
+    let stop = most.map(|m| format!(" AND n < {m}")).unwrap_or_default();
+    format!(
+        "WITH RECURSIVE t(tenant, n) AS ( \
+            SELECT MIN(tenant), 1 FROM jobs \
+            UNION ALL \
+            SELECT (SELECT MIN(tenant) FROM jobs WHERE tenant > t.tenant), n + 1 \
+            FROM t WHERE t.tenant IS NOT NULL{stop} \
+         )"
+    )
+}
+
 /// The ids of the jobs whose idempotency key is `$1`, in any tenant ([`Ledger::find_jobs`]):
-/// the tenants by a skip scan (one probe each, as [`Ledger::job_tenants`]), then the key in
-/// each through its unique index, one probe a tenant. No index holds the keys alone: it would
-/// be one more entry written at every change of a job's state (migration 0017). A tenant
-/// without the key answers `NULL`.
-pub const FIND_KEY_STATEMENT: &str = "WITH RECURSIVE t(tenant) AS ( \
-        SELECT MIN(tenant) FROM jobs \
-        UNION ALL \
-        SELECT (SELECT MIN(tenant) FROM jobs WHERE tenant > t.tenant) \
-        FROM t WHERE t.tenant IS NOT NULL \
-     ) \
-     SELECT (SELECT k.job_id FROM jobs k WHERE k.tenant = t.tenant AND k.idempotency_key = $1) \
-     AS job_id FROM t WHERE t.tenant IS NOT NULL";
+/// the tenants by a skip scan, then the key in each through its unique index, one probe a
+/// tenant. No index holds the keys alone: it would be one more entry written at every change
+/// of a job's state (migration 0017). A tenant without the key answers `NULL`.
+pub fn find_key_statement() -> String {
+    format!(
+        "{} SELECT (SELECT k.job_id FROM jobs k \
+         WHERE k.tenant = t.tenant AND k.idempotency_key = $1) AS job_id \
+         FROM t WHERE t.tenant IS NOT NULL",
+        tenants_skip_scan(None)
+    )
+}
 
 /// Drill jobs per state, of one tenant (`$1`) or all (`$1` null), found by `jobs_drill_run`: a
 /// drill's jobs are few. Grouped by an expression, not the column: grouped by `state`, SQLite
@@ -550,10 +564,10 @@ impl Ledger {
             .sum())
     }
 
-    /// Finds jobs by exact job id, or by idempotency key in any tenant ([`FIND_KEY_STATEMENT`]),
+    /// Finds jobs by exact job id, or by idempotency key in any tenant ([`find_key_statement`]),
     /// at most 50.
     pub async fn find_jobs(&self, needle: &str) -> Result<Vec<Job>, LedgerError> {
-        let keyed: Vec<Option<String>> = sqlx::query_scalar(FIND_KEY_STATEMENT)
+        let keyed: Vec<Option<String>> = sqlx::query_scalar(&find_key_statement())
             .bind(needle)
             .fetch_all(&self.reader)
             .await?;
@@ -573,20 +587,16 @@ impl Ledger {
         rows.iter().map(job_from_row).collect()
     }
 
-    /// Every tenant that has jobs, in order: a skip scan of the tenant index (one probe per
-    /// tenant), so it stays fast over millions of jobs.
+    /// Every tenant that has jobs, in order, at most `limit` ([`tenants_skip_scan`]).
     pub async fn job_tenants(&self, limit: u32) -> Result<Vec<String>, LedgerError> {
-        Ok(sqlx::query_scalar(
-            "WITH RECURSIVE t(tenant, n) AS ( \
-                SELECT MIN(tenant), 1 FROM jobs \
-                UNION ALL \
-                SELECT (SELECT MIN(tenant) FROM jobs WHERE tenant > t.tenant), n + 1 \
-                FROM t WHERE t.tenant IS NOT NULL AND n < $1 \
-             ) SELECT tenant FROM t WHERE tenant IS NOT NULL",
-        )
-        .bind(i64::from(limit))
-        .fetch_all(&self.reader)
-        .await?)
+        let sql = format!(
+            "{} SELECT tenant FROM t WHERE tenant IS NOT NULL",
+            tenants_skip_scan(Some("$1"))
+        );
+        Ok(sqlx::query_scalar(&sql)
+            .bind(i64::from(limit))
+            .fetch_all(&self.reader)
+            .await?)
     }
 
     /// Dead letters of an embedded queue, read without receiving them.

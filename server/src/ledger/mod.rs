@@ -107,7 +107,7 @@ mod write;
 pub use audit::{AuditEntry, AuditFilter};
 pub use connect::{LedgerOptions, SqliteSync};
 pub use console_reads::{
-    detail_text, Bucket, DeadLetter, Drills, Run, RunKind, DRILL_JOBS_BY_STATE, FIND_KEY_STATEMENT,
+    detail_text, find_key_statement, Bucket, DeadLetter, Drills, Run, RunKind, DRILL_JOBS_BY_STATE,
     RENEWAL_KINDS, TRANSPORT_KINDS,
 };
 pub use dialect::Backend;

@@ -1727,7 +1727,7 @@ async fn on_sqlite_drill_jobs_are_found_by_their_own_index() {
 /// the tenant's jobs state by state, the search finds the tenants and the key in each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_list_and_the_search_by_key_read_no_whole_table() {
-    use fenceline::ledger::{list_jobs_statement, FIND_KEY_STATEMENT};
+    use fenceline::ledger::{find_key_statement, list_jobs_statement};
     use sqlx::{Executor, Row};
     for db in [Db::Sqlite, Db::Postgres] {
         if db == Db::Postgres && crate::helpers::skip_postgres() {
@@ -1759,7 +1759,7 @@ async fn a_tenants_list_and_the_search_by_key_read_no_whole_table() {
         // How: no statement reads the whole table.
         let (list, args) = list_jobs_statement(&filter).unwrap();
         assert_eq!(args, ["few"]);
-        let find = FIND_KEY_STATEMENT.to_owned();
+        let find = find_key_statement();
         let raw = test_db.raw_pool().await;
         let mut plans = Vec::new();
         if db == Db::Postgres {
