@@ -43,6 +43,9 @@ macro_rules! bind_keys {
     }};
 }
 
+/// What one row of a batched statement takes as JSON, about: the first size of its buffer.
+pub(crate) const ROW_JSON_BYTES: usize = 160;
+
 /// The query of a batched statement of rows (`$batched`, a [`statements::Batched`]) over
 /// `$rows`: `$query` makes it from the text the rows take (named `$sql` in it, with its shared
 /// values bound), then each row's values are bound in order. On SQLite the rows are a
@@ -57,11 +60,18 @@ macro_rules! bind_rows {
         let query = $query;
         match direct {
             None => {
-                let rows: Vec<serde_json::Value> = rows
-                    .into_iter()
-                    .map(|$row| serde_json::json!([$($value),+]))
-                    .collect();
-                query.bind(serde_json::to_string(&rows).expect("rows serialise"))
+                // Each row written straight into one buffer (a tuple serialises as an array),
+                // sized for rows of a few values: no value of a row is copied on its way.
+                let mut json = Vec::with_capacity(2 + n * $crate::ledger::ROW_JSON_BYTES);
+                json.push(b'[');
+                for (i, $row) in rows.into_iter().enumerate() {
+                    if i > 0 {
+                        json.push(b',');
+                    }
+                    serde_json::to_writer(&mut json, &($($value,)+)).expect("rows serialise");
+                }
+                json.push(b']');
+                query.bind(String::from_utf8(json).expect("JSON is UTF-8"))
             }
             Some(listed) => {
                 let mut query = query;

@@ -480,8 +480,9 @@ impl Ledger {
             (accepts, slots[1]) = only_free(accepts, &mut slots[1], &free, |op| op.owner.job_id());
             (events, slots[3]) = only_free(events, &mut slots[3], &free, |op| &op.0);
         }
-        // The events of every write in it, inserted together last.
-        let mut events_out: Vec<EventRow> = Vec::new();
+        // The events of every write in it, inserted together last: about three a write (a
+        // claim's, an accept's with its delete's, a new job's two).
+        let mut events_out: Vec<EventRow> = Vec::with_capacity(3 * n);
         let mut answer = |kind: usize, done: Vec<Option<Done>>| {
             for (&i, done) in slots[kind].iter().zip(done) {
                 out[i] = done;
