@@ -210,10 +210,7 @@ pub(crate) async fn run<Q: Queue, P: Provider>(
     shared: Arc<Shared<Q, P>>,
     shutdown: CancellationToken,
 ) {
-    // Fine enough that a renewal waits at most a small fraction of its interval.
-    let tick = (shared.config.timings.heartbeat / 100)
-        .clamp(Duration::from_millis(10), Duration::from_millis(200));
-    let mut interval = tokio::time::interval(tick);
+    let mut interval = tokio::time::interval(tick(&shared.config.timings));
     interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // Rounds overlap, so one slow round does not delay the next jobs' renewals; a job is in
     // at most one round because collecting it moves its next renewal forward.
@@ -256,7 +253,20 @@ fn frozen<Q: Queue, P: Provider>(shared: &Shared<Q, P>, job_id: &str) -> bool {
         .is_some_and(|f| f.paused_until(job_id, &shared.config.worker_id).is_some())
 }
 
-/// Collects the jobs whose renewal is due, stopping those past the deadline or without
+/// How often the heartbeat looks for renewals due: fine enough that a renewal waits at most a
+/// small fraction of its interval.
+fn tick(t: &super::Timings) -> Duration {
+    (t.heartbeat / 100).clamp(Duration::from_millis(10), Duration::from_millis(200))
+}
+
+/// Whether a renewal scheduled at `next` is asked at `now`: when it falls due before the
+/// heartbeat's next look, so it is asked a fraction of its interval early rather than up to a
+/// tick late.
+fn is_due(next: Instant, now: Instant, t: &super::Timings) -> bool {
+    next <= now + tick(t)
+}
+
+/// Collects the jobs whose renewal [`is_due`], stopping those past the deadline or without
 /// progress.
 fn collect_due<Q: Queue, P: Provider>(shared: &Shared<Q, P>) -> Vec<Due> {
     let t = &shared.config.timings;
@@ -265,7 +275,7 @@ fn collect_due<Q: Queue, P: Provider>(shared: &Shared<Q, P>) -> Vec<Due> {
     let mut due = Vec::new();
     let mut entries = shared.registry.0.lock().expect("registry lock");
     for ((job_id, epoch), entry) in entries.iter_mut() {
-        if entry.next_renewal > now || frozen(shared, job_id) {
+        if !is_due(entry.next_renewal, now, t) || frozen(shared, job_id) {
             continue;
         }
         if now >= entry.deadline {
@@ -629,5 +639,33 @@ pub(crate) fn delivery_ref(
         message_id: message_id.to_owned(),
         receive_count: i64::from(receive_count),
         handle_hash: receipt.fingerprint(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::worker::Timings;
+
+    #[test]
+    fn a_renewal_due_before_the_next_tick_is_asked_now_and_a_later_one_waits() {
+        let now = Instant::now();
+        // The default heartbeat (25 s) looks every 200 ms; the drills' (700 ms) every 10 ms.
+        for (timings, tick) in [
+            (Timings::default(), Duration::from_millis(200)),
+            (Timings::compressed(), Duration::from_millis(10)),
+        ] {
+            assert!(is_due(now, now, &timings), "due now");
+            assert!(is_due(now - tick, now, &timings), "overdue");
+            assert!(
+                is_due(now + tick / 2, now, &timings),
+                "due before the next look"
+            );
+            assert!(is_due(now + tick, now, &timings), "due at the next look");
+            assert!(
+                !is_due(now + tick + Duration::from_millis(1), now, &timings),
+                "due after the next look: it waits for it"
+            );
+        }
     }
 }
