@@ -310,6 +310,16 @@ pub fn list_jobs_statement(filter: &JobFilter) -> Option<(String, Vec<String>)> 
         conditions.push(format!("owner_id = ${}", args.len()));
     }
     let page = format!("${}", args.len() + 1);
+    // The jobs matching `conditions`, newest first, a page of them.
+    let newest = |conditions: &[String]| {
+        let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs");
+        if !conditions.is_empty() {
+            sql.push_str(" WHERE ");
+            sql.push_str(&conditions.join(" AND "));
+        }
+        sql.push_str(&format!(" ORDER BY job_id DESC LIMIT {page}"));
+        sql
+    };
     let by_tenant = filter.tenant.is_some() || filter.tenants.is_some();
     let sql = if by_tenant && filter.state.is_none() {
         // A tenant's jobs newest first, whatever their state: newest first in each state
@@ -319,11 +329,11 @@ pub fn list_jobs_statement(filter: &JobFilter) -> Option<(String, Vec<String>)> 
         let branches: Vec<String> = JobState::ALL
             .iter()
             .map(|state| {
+                let mut in_state = conditions.clone();
+                in_state.push(format!("state = '{}'", state.as_str()));
                 format!(
-                    "SELECT * FROM (SELECT {JOB_COLUMNS} FROM jobs WHERE {} AND state = '{}' \
-                     ORDER BY job_id DESC LIMIT {page}) AS in_{}",
-                    conditions.join(" AND "),
-                    state.as_str(),
+                    "SELECT * FROM ({}) AS in_{}",
+                    newest(&in_state),
                     state.as_str()
                 )
             })
@@ -333,13 +343,7 @@ pub fn list_jobs_statement(filter: &JobFilter) -> Option<(String, Vec<String>)> 
             branches.join(" UNION ALL ")
         )
     } else {
-        let mut sql = format!("SELECT {JOB_COLUMNS} FROM jobs");
-        if !conditions.is_empty() {
-            sql.push_str(" WHERE ");
-            sql.push_str(&conditions.join(" AND "));
-        }
-        sql.push_str(&format!(" ORDER BY job_id DESC LIMIT {page}"));
-        sql
+        newest(&conditions)
     };
     Some((sql, args))
 }

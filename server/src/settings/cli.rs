@@ -294,7 +294,7 @@ pub struct RuntimeArgs {
     pub max_in_flight: usize,
     /// Receive requests one worker keeps open at once while it has room and the queue has a
     /// backlog (each asks for up to ten messages); an idle worker keeps one long poll.
-    #[arg(long, env = "FENCELINE_RECEIVERS", default_value_t = 4)]
+    #[arg(long, env = "FENCELINE_RECEIVERS", default_value_t = crate::worker::DEFAULT_RECEIVERS)]
     pub receivers: usize,
     /// `production` (90 s visibility, 25 s renewals, 90 s lease, 15 s margin) or `compressed`
     /// (2 s, 0.7 s, 2 s, 0.3 s: drills and demos).
@@ -534,7 +534,7 @@ pub struct PipelineArgs {
     pub in_flight: usize,
     /// Receive requests each worker loop keeps open while the queue has a backlog, each for
     /// up to ten messages; the worker's own default.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = crate::worker::DEFAULT_RECEIVERS)]
     pub receivers: usize,
 }
 

@@ -118,13 +118,16 @@ pub struct WorkerConfig {
     pub faults: Option<crate::drill::faults::Faults>,
 }
 
+/// Receive requests a worker keeps open while the queue has a backlog, unless told otherwise.
+pub const DEFAULT_RECEIVERS: usize = 4;
+
 impl WorkerConfig {
     pub fn new(worker_id: impl Into<String>) -> Self {
         WorkerConfig {
             worker_id: worker_id.into(),
             timings: Timings::default(),
             max_in_flight: 64,
-            receivers: 4,
+            receivers: DEFAULT_RECEIVERS,
             drain_timeout: Duration::from_secs(30),
             metrics: crate::metrics::Metrics::default(),
             faults: None,

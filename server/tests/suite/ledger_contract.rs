@@ -1728,7 +1728,7 @@ async fn on_sqlite_drill_jobs_are_found_by_their_own_index() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_list_and_the_search_by_key_read_no_whole_table() {
     use fenceline::ledger::{find_key_statement, list_jobs_statement};
-    use sqlx::{Executor, Row};
+    use sqlx::Executor;
     for db in [Db::Sqlite, Db::Postgres] {
         if db == Db::Postgres && crate::helpers::skip_postgres() {
             continue;
@@ -1765,22 +1765,11 @@ async fn a_tenants_list_and_the_search_by_key_read_no_whole_table() {
         if db == Db::Postgres {
             let mut conn = raw.acquire().await.unwrap();
             conn.execute("ANALYZE jobs").await.unwrap();
-            for (name, sql, execute) in [
-                ("list", &list, "EXECUTE planned('many', 51)"),
-                ("find", &find, "EXECUTE planned('seed-12345')"),
+            for (name, sql, args) in [
+                ("list", &list, &["'many'", "51"][..]),
+                ("find", &find, &["'seed-12345'"][..]),
             ] {
-                conn.execute(format!("PREPARE planned AS {sql}").as_str())
-                    .await
-                    .unwrap();
-                let plan: Vec<String> = sqlx::query(&format!("EXPLAIN {execute}"))
-                    .fetch_all(&mut *conn)
-                    .await
-                    .unwrap()
-                    .iter()
-                    .map(|row| row.get::<String, _>(0))
-                    .collect();
-                conn.execute("DEALLOCATE planned").await.unwrap();
-                plans.push((name, plan.join("\n")));
+                plans.push((name, pg_plan(&mut conn, name, sql, args).await));
             }
             let (list_plan, find_plan) = (&plans[0].1, &plans[1].1);
             // Each state's newest jobs through `jobs_tenant_state_id`, merged in order.
@@ -1836,17 +1825,23 @@ async fn the_bundled_sqlite_keeps_no_memory_statistics() {
 /// The plan PostgreSQL keeps for `sql` whatever its parameters (with the connection's
 /// `plan_cache_mode = force_generic_plan`), each parameter given as `arg`.
 async fn generic_plan(conn: &mut sqlx::AnyConnection, name: &str, sql: &str, arg: &str) -> String {
-    use sqlx::{Executor, Row};
     let params = (1..=2000)
         .take_while(|n| sql.contains(&format!("${n}")))
         .count();
+    pg_plan(conn, name, sql, &vec![arg; params]).await
+}
+
+/// PostgreSQL's plan of `sql` prepared and executed with `args` (SQL literals, in order), its
+/// lines joined.
+async fn pg_plan(conn: &mut sqlx::AnyConnection, name: &str, sql: &str, args: &[&str]) -> String {
+    use sqlx::{Executor, Row};
     conn.execute(format!("PREPARE planned AS {sql}").as_str())
         .await
         .unwrap_or_else(|e| panic!("{name}: {e}"));
-    let execute = if params == 0 {
+    let execute = if args.is_empty() {
         "EXPLAIN EXECUTE planned".to_owned()
     } else {
-        format!("EXPLAIN EXECUTE planned({})", vec![arg; params].join(", "))
+        format!("EXPLAIN EXECUTE planned({})", args.join(", "))
     };
     let plan: Vec<String> = sqlx::query(&execute)
         .fetch_all(&mut *conn)
