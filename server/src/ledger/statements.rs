@@ -710,26 +710,30 @@ catalogue! {
             ") ORDER BY job_id{skip_locked}",
             1
         ),
-        /// Claims of many `ready`/`retry_authorized` jobs by one worker (`$1`) with a lease
-        /// of `$2`, each `(job_id, tenant)` — a job is claimed only for the tenant its message
-        /// named — starting its first attempt of the epoch, three events reserved each. Each
+        /// Claims of many `ready`/`retry_authorized` jobs, each
+        /// `(job_id, tenant, worker, lease)` — a job is claimed only for the tenant its message
+        /// named, by the worker that received it, with that worker's lease — starting its
+        /// first attempt of the epoch, three events reserved each: the claims of every worker
+        /// sharing the ledger in one statement. A job's id appears once in a statement. Each
         /// claimed job comes back whole, with its stored input and model.
         claim_each: (
-            "UPDATE jobs SET state = 'running', owner_epoch = owner_epoch + 1, owner_id = $1, \
-             owner_until = {least}({now} + $2, deadline_at), retry_at = NULL, \
-             attempt_count = attempt_count + 1, pending_attempt = attempt_count + 1, \
-             updated_at = {now}, next_event_seq = next_event_seq + 3 \
-             WHERE (state IN ('ready', 'retry_authorized')) IS TRUE AND deadline_at > {now} \
-             AND attempt_count < max_attempts AND (retry_at IS NULL OR retry_at <= {now}) \
-             AND (job_id, tenant) IN (VALUES ",
-            "(?, ?)",
+            "UPDATE jobs SET state = 'running', owner_epoch = owner_epoch + 1, \
+             owner_id = v.column3, owner_until = {least}({now} + v.column4, deadline_at), \
+             retry_at = NULL, attempt_count = attempt_count + 1, \
+             pending_attempt = attempt_count + 1, updated_at = {now}, \
+             next_event_seq = next_event_seq + 3 FROM (VALUES ",
+            "(?, ?, ?, CAST(? AS BIGINT))",
             &format!(
-                ") RETURNING {}, next_event_seq - 3 AS seq, updated_at AS at, \
+                ") AS v WHERE jobs.job_id = v.column1 AND jobs.tenant = v.column2 \
+                 AND (jobs.state IN ('ready', 'retry_authorized')) IS TRUE \
+                 AND jobs.deadline_at > {{now}} AND jobs.attempt_count < jobs.max_attempts \
+                 AND (jobs.retry_at IS NULL OR jobs.retry_at <= {{now}}) \
+                 RETURNING {}, jobs.next_event_seq - 3 AS seq, jobs.updated_at AS at, \
                  (SELECT input FROM job_inputs WHERE job_inputs.job_id = jobs.job_id) AS input, \
                  (SELECT model FROM job_inputs WHERE job_inputs.job_id = jobs.job_id) AS model",
                 super::read::JOB_COLUMNS
             ),
-            3
+            1
         ),
         /// Attempts recorded before their provider calls, seven parameters a row.
         insert_attempts: (
@@ -974,9 +978,11 @@ mod tests {
         let sql = s.claim_each.sql();
         assert!(
             sql.contains(
-                "AND (job_id, tenant) IN (SELECT (r.value ->> 0) AS column1, \
-                 (r.value ->> 1) AS column2 FROM fl_rows(CAST(CAST($3 AS TEXT) AS JSONB)) \
-                 AS r(value)) RETURNING job_id, tenant,"
+                "next_event_seq = next_event_seq + 3 FROM (SELECT (r.value ->> 0) AS column1, \
+                 (r.value ->> 1) AS column2, (r.value ->> 2) AS column3, \
+                 CAST((r.value ->> 3) AS BIGINT) AS column4 \
+                 FROM fl_rows(CAST(CAST($1 AS TEXT) AS JSONB)) AS r(value)) AS v \
+                 WHERE jobs.job_id = v.column1 AND jobs.tenant = v.column2 "
             ),
             "{sql}"
         );
@@ -1101,7 +1107,7 @@ mod tests {
         );
         let (sql, _) = s.claim_each.for_rows(1);
         assert!(
-            sql.contains("AND (job_id, tenant) IN (VALUES (?, ?), (?, ?), "),
+            sql.contains(" FROM (VALUES (?, ?, ?, CAST(? AS BIGINT)), (?, ?, ?, "),
             "{sql}"
         );
         let (sql, _) = s.accept_each.for_rows(1);

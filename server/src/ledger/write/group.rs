@@ -629,20 +629,22 @@ impl Ledger {
         ops: &[ClaimOp],
         events_out: &mut Vec<EventRow>,
     ) -> Result<Vec<Option<ClaimDone>>, LedgerError> {
-        // One statement per worker and lease (in one worker, one of each); the provider is
-        // each attempt's own. Only the message's own tenant's job is claimed here (the rows
-        // are locked already).
-        let mut groups: HashMap<(&str, Duration), Vec<usize>> = HashMap::new();
-        for (i, op) in ops.iter().enumerate() {
-            groups.entry((&op.worker_id, op.lease)).or_default().push(i);
-        }
+        // Every worker's claims in one statement, each with its worker and lease; the
+        // provider is each attempt's own. Only the message's own tenant's job is claimed here
+        // (the rows are locked already). A job received twice (two copies of its message) is
+        // claimed by its first delivery's statement, its second's coming after it, in order.
         let mut rows: Vec<(usize, ClaimedRow)> = Vec::with_capacity(ops.len());
-        for ((worker_id, lease), members) in &groups {
+        for members in distinct_rounds(ops, |op| op.job_id.as_str()) {
             let query = bind_rows!(
-                |sql| sqlx::query(sql).bind(*worker_id).bind(micros(*lease)),
+                |sql| sqlx::query(sql),
                 self.sql.claim_each,
-                members,
-                |&i| [ops[i].job_id.as_str(), ops[i].tenant.as_str()]
+                &members,
+                |&i| [
+                    ops[i].job_id.as_str(),
+                    ops[i].tenant.as_str(),
+                    ops[i].worker_id.as_str(),
+                    micros(ops[i].lease),
+                ]
             );
             let index: HashMap<&str, usize> = members
                 .iter()
@@ -969,6 +971,23 @@ fn only_free<T>(
         .zip(std::mem::take(slots))
         .filter(|(op, _)| free.contains(job_id(op)))
         .unzip()
+}
+
+/// The indexes of `ops` in rounds in which no job appears twice, each in the order given: the
+/// first write of every job in the first round, a job's second write in the second, and so on.
+/// Nearly always one round.
+fn distinct_rounds<'a, Op>(ops: &'a [Op], job_id: impl Fn(&'a Op) -> &'a str) -> Vec<Vec<usize>> {
+    let mut rounds: Vec<Vec<usize>> = Vec::new();
+    let mut seen: HashMap<&str, usize> = HashMap::with_capacity(ops.len());
+    for (i, op) in ops.iter().enumerate() {
+        let round = seen.entry(job_id(op)).or_insert(0);
+        if *round == rounds.len() {
+            rounds.push(Vec::new());
+        }
+        rounds[*round].push(i);
+        *round += 1;
+    }
+    rounds
 }
 
 /// The events of many jobs' writes at the places their statements reserved.
