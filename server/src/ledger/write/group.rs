@@ -1022,6 +1022,20 @@ pub(crate) fn body_digest(body: &str) -> String {
 mod tests {
     use super::*;
 
+    /// A job's second write waits for a round after its first, a third for one after that;
+    /// every other write goes in the first round, each round in the order given.
+    #[test]
+    fn each_round_holds_a_job_once_in_the_order_given() {
+        let ops = ["a", "b", "a", "c", "a", "b"];
+        assert_eq!(
+            distinct_rounds(&ops, |op| op),
+            [vec![0, 1, 3], vec![2, 5], vec![4]]
+        );
+        let once = ["a", "b", "c"];
+        assert_eq!(distinct_rounds(&once, |op| op), [vec![0, 1, 2]]);
+        assert!(distinct_rounds(&[] as &[&str], |op| op).is_empty());
+    }
+
     /// Eight callers write twice each, the second write as soon as the first is answered, and
     /// one more caller's write arrives while the first commit runs. The callers' second writes
     /// go in the next commit beside it, not in one after it.
