@@ -259,23 +259,23 @@ fn tick(t: &super::Timings) -> Duration {
     (t.heartbeat / 100).clamp(Duration::from_millis(10), Duration::from_millis(200))
 }
 
-/// Whether a renewal scheduled at `next` is asked at `now`: when it falls due before the
-/// heartbeat's next look, so it is asked a fraction of its interval early rather than up to a
-/// tick late.
-fn is_due(next: Instant, now: Instant, t: &super::Timings) -> bool {
-    next <= now + tick(t)
+/// The latest schedule a look at `now` asks: every renewal falling due before the heartbeat's
+/// next look, so each is asked a fraction of its interval early rather than up to a tick late.
+fn due_by(now: Instant, t: &super::Timings) -> Instant {
+    now + tick(t)
 }
 
-/// Collects the jobs whose renewal [`is_due`], stopping those past the deadline or without
-/// progress.
+/// Collects the jobs whose renewal is due ([`due_by`]), stopping those past the deadline or
+/// without progress.
 fn collect_due<Q: Queue, P: Provider>(shared: &Shared<Q, P>) -> Vec<Due> {
     let t = &shared.config.timings;
     let now = Instant::now();
+    let asked_up_to = due_by(now, t);
     let wall = now_ms();
     let mut due = Vec::new();
     let mut entries = shared.registry.0.lock().expect("registry lock");
     for ((job_id, epoch), entry) in entries.iter_mut() {
-        if !is_due(entry.next_renewal, now, t) || frozen(shared, job_id) {
+        if entry.next_renewal > asked_up_to || frozen(shared, job_id) {
             continue;
         }
         if now >= entry.deadline {
@@ -655,15 +655,13 @@ mod tests {
             (Timings::default(), Duration::from_millis(200)),
             (Timings::compressed(), Duration::from_millis(10)),
         ] {
-            assert!(is_due(now, now, &timings), "due now");
-            assert!(is_due(now - tick, now, &timings), "overdue");
+            let is_due = |next: Instant| next <= due_by(now, &timings);
+            assert!(is_due(now), "due now");
+            assert!(is_due(now - tick), "overdue");
+            assert!(is_due(now + tick / 2), "due before the next look");
+            assert!(is_due(now + tick), "due at the next look");
             assert!(
-                is_due(now + tick / 2, now, &timings),
-                "due before the next look"
-            );
-            assert!(is_due(now + tick, now, &timings), "due at the next look");
-            assert!(
-                !is_due(now + tick + Duration::from_millis(1), now, &timings),
+                !is_due(now + tick + Duration::from_millis(1)),
                 "due after the next look: it waits for it"
             );
         }

@@ -106,13 +106,14 @@ async fn several_workers_claims_in_one_commit_each_take_their_own_worker_and_lea
             });
         }
     }
+    // A lease's end and the claim's time are two readings of the database clock.
+    let grants = |granted: i64, lease: Duration| (granted - lease.as_micros() as i64).abs() < 1_000;
     let mut owners: HashMap<String, Vec<(String, Duration, i64)>> = HashMap::new();
     while let Some(joined) = tasks.join_next().await {
         if let Some((id, worker, lease, claimed, attempt)) = joined.unwrap() {
-            // The lease's end and the claim's time are two readings of the database clock.
             let granted = claimed.owner_until - claimed.at;
             assert!(
-                (granted - lease.as_micros() as i64).abs() < 1_000,
+                grants(granted, lease),
                 "{db:?}: {id} by {worker}: {granted} µs granted for {lease:?}"
             );
             assert_eq!((claimed.epoch, attempt.attempt_no), (1, 1), "{db:?}: {id}");
@@ -140,7 +141,7 @@ async fn several_workers_claims_in_one_commit_each_take_their_own_worker_and_lea
         );
         let until = job.owner_until.expect("a running job's lease");
         assert!(
-            (until - at - lease.as_micros() as i64).abs() < 1_000,
+            grants(until - at, *lease),
             "{db:?}: {id}: its lease is not {worker}'s {lease:?}"
         );
         assert_eq!(
