@@ -240,6 +240,14 @@ impl Metrics {
             .inc();
     }
 
+    /// The deliveries this process handled with `outcome` so far.
+    pub fn deliveries(&self, outcome: DeliveryOutcome) -> u64 {
+        self.0
+            .deliveries
+            .get_or_create(&DeliveryLabels { outcome })
+            .get()
+    }
+
     pub fn renewal(&self, kind: RenewalKind, result: Outcome, n: u64) {
         self.0
             .renewals
@@ -310,6 +318,18 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deliveries_are_counted_by_outcome() {
+        let metrics = Metrics::default();
+        let clone = metrics.clone();
+        metrics.delivery(DeliveryOutcome::Succeeded);
+        clone.delivery(DeliveryOutcome::Succeeded);
+        metrics.delivery(DeliveryOutcome::Fenced);
+        assert_eq!(metrics.deliveries(DeliveryOutcome::Succeeded), 2);
+        assert_eq!(clone.deliveries(DeliveryOutcome::Fenced), 1);
+        assert_eq!(metrics.deliveries(DeliveryOutcome::Stopped), 0);
+    }
 
     #[test]
     fn counters_render_with_bounded_labels_only() {
