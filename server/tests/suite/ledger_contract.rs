@@ -1959,6 +1959,62 @@ async fn pg_plan(conn: &mut sqlx::AnyConnection, name: &str, sql: &str, args: &[
     plan.join("\n")
 }
 
+/// The group commit's runners keep their connections between commits (PostgreSQL). The pool
+/// hands out its idle connections in turn: taking one for each commit, a run of commits went
+/// through every connection of the pool, each a database process with caches of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_commits_run_on_the_runners_own_connections() {
+    if crate::helpers::skip_postgres() {
+        return;
+    }
+    let (ledger, test_db) = fresh_ledger(Db::Postgres).await;
+    // Every connection of the pool open and idle, as a busy service leaves them.
+    let pool = ledger.read_pool().clone();
+    let opened: Vec<_> = (0..crate::helpers::options().max_connections)
+        .map(|_| {
+            let pool = pool.clone();
+            tokio::spawn(async move { pool.acquire().await.unwrap() })
+        })
+        .collect();
+    let mut conns = Vec::new();
+    for conn in opened {
+        conns.push(conn.await.unwrap());
+    }
+    drop(conns);
+    let raw = test_db.raw_pool().await;
+    let before: String = sqlx::query_scalar("SELECT CAST(clock_timestamp() AS TEXT)")
+        .fetch_one(&raw)
+        .await
+        .unwrap();
+    // One job after another: a commit each.
+    for i in 0..60 {
+        create(&ledger, new_job("acme", &format!("one-{i}"), json!(i))).await;
+    }
+    assert_eq!(
+        ledger.group_stats().commits,
+        60,
+        "{:?}",
+        ledger.group_stats()
+    );
+    // The database processes whose last statement was one of those commits.
+    let committed: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND query = 'COMMIT' AND state_change > CAST($1 AS TIMESTAMPTZ)",
+    )
+    .bind(&before)
+    .fetch_one(&raw)
+    .await
+    .unwrap();
+    // Three runners: at most three processes, where the pool's turns took forty.
+    assert!(
+        (1..=3).contains(&committed),
+        "60 commits ran on {committed} database processes"
+    );
+    // The connections kept do not hold the ledger's closing up.
+    let closed = tokio::time::timeout(Duration::from_secs(5), ledger.close()).await;
+    assert!(closed.is_ok(), "the ledger did not close");
+}
+
 /// Every scan for what is due now (visible messages, due sends, passed deadlines) walks its
 /// index only up to the database clock on PostgreSQL. The clock is a volatile function, which
 /// an index scan cannot take as a bound: written bare, each poll walked every message in

@@ -20,12 +20,13 @@ use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use sqlx::any::AnyRow;
-use sqlx::{AnyConnection, Row};
+use sqlx::pool::PoolConnection;
+use sqlx::{Any, AnyConnection, Row};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
 use super::accept::{accept_events, ACCEPT_EVENTS};
@@ -314,19 +315,60 @@ pub(crate) struct Groups {
 
 impl Groups {
     /// A lane over `ledger`'s pools. On PostgreSQL three runners keep batches building while
-    /// others commit; SQLite has one writer anyway.
+    /// others commit, on connections they keep between commits ([`Kept`]); SQLite has one
+    /// writer anyway.
     pub(crate) fn start(ledger: &Ledger) -> Groups {
         let runners = match ledger.backend() {
             Backend::Postgres => 3,
             Backend::Sqlite => 1,
         };
+        let kept = Kept::default();
         Groups {
-            writes: Lane::start(
-                ledger,
-                runners,
-                |l, ops| async move { l.write_many(ops).await },
-            ),
+            writes: Lane::start(ledger, runners, move |l, ops| {
+                let kept = kept.clone();
+                async move { l.write_many(ops, &kept).await }
+            }),
         }
+    }
+}
+
+/// How long a group commit's connection is kept between commits before it goes back to the
+/// pool, which tests a connection before handing it out again (the database may have
+/// restarted) and closes it at the end of its lifetime.
+const KEPT_FOR: Duration = Duration::from_secs(30);
+
+/// The PostgreSQL connections the group commit's runners keep between commits, the last
+/// returned taken first.
+///
+/// The pool hands out its idle connections in turn. With each commit taking one, every
+/// connection of the pool took commits, each a database process running the same statements
+/// with caches of its own: all sixteen in the pipeline benchmark, for three runners. Kept,
+/// the commits run on as many processes as there are runners: about 7 % more jobs a second
+/// in the benchmark's drained pass (`docs/benchmarks.md`). A connection goes back to the pool
+/// after a commit that failed, or once it has been kept for [`KEPT_FOR`].
+#[derive(Clone, Default)]
+pub(crate) struct Kept(Arc<std::sync::Mutex<Vec<KeptConnection>>>);
+
+/// A kept connection, with when it was taken from the pool.
+type KeptConnection = (PoolConnection<Any>, Instant);
+
+impl Kept {
+    /// The connection last kept, if it is still young enough.
+    fn take(&self) -> Option<KeptConnection> {
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        while let Some((conn, since)) = kept.pop() {
+            if since.elapsed() < KEPT_FOR {
+                return Some((conn, since));
+            }
+        }
+        None
+    }
+
+    fn keep(&self, conn: PoolConnection<Any>, since: Instant) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((conn, since));
     }
 }
 
@@ -446,7 +488,11 @@ impl Ledger {
 
     /// One group commit: every kind's writes in one transaction, their job rows locked first
     /// in one order so that concurrent commits queue instead of deadlocking.
-    async fn write_many(&self, ops: Vec<Op>) -> Result<Vec<Option<Done>>, LedgerError> {
+    async fn write_many(
+        &self,
+        ops: Vec<Op>,
+        kept: &Kept,
+    ) -> Result<Vec<Option<Done>>, LedgerError> {
         let mut claims = Vec::new();
         let mut accepts = Vec::new();
         let mut creates = Vec::new();
@@ -466,7 +512,20 @@ impl Ledger {
             };
         }
         let n = slots.iter().map(Vec::len).sum();
-        let mut tx = self.begin_write().await?;
+        // On PostgreSQL a connection the runners kept (a runner never gives its commit up, so
+        // its `BEGIN` needs no task of its own, unlike `begin_write`'s). SQLite's one writer
+        // goes back to its pool after each commit, for the writes that go alone.
+        let mut conn = match self.backend {
+            Backend::Postgres => Some(match kept.take() {
+                Some(kept) => kept,
+                None => (self.writer.acquire().await?, Instant::now()),
+            }),
+            Backend::Sqlite => None,
+        };
+        let mut tx = match conn.as_mut() {
+            Some((conn, _)) => sqlx::Connection::begin(&mut **conn).await?,
+            None => self.begin_write().await?,
+        };
         let ids = claims
             .iter()
             .map(|op| op.job_id.as_str())
@@ -550,6 +609,9 @@ impl Ledger {
         answer(5, received);
         insert_event_rows(&self.sql, &mut tx, &events_out).await?;
         tx.commit().await?;
+        if let Some((conn, since)) = conn {
+            kept.keep(conn, since);
+        }
         Ok(out)
     }
 
