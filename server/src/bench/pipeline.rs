@@ -191,8 +191,9 @@ async fn fenceline_pipeline(
     let mut polls = 0;
     // Should the ledger not hold every job terminal (a job that failed, or the workers
     // stalled), its count decides: each poll waits a quarter of the time the rest should take
-    // at the rate so far (at least 10 ms, at most 500).
-    loop {
+    // at the rate so far (at least 10 ms, at most 500). A terminal job stays as it is, so the
+    // count that saw every job terminal also gives the succeeded ones.
+    let counts = loop {
         let counts = ledger
             .count_by_state(Some(&tenant), Drills::Counted)
             .await?;
@@ -203,7 +204,7 @@ async fn fenceline_pipeline(
             .sum();
         let done = done.max(0) as usize;
         if done >= args.jobs {
-            break;
+            break counts;
         }
         polls += 1;
         let rate = done as f64 / started.elapsed().as_secs_f64().max(0.001);
@@ -213,15 +214,13 @@ async fn fenceline_pipeline(
             0.1
         };
         tokio::time::sleep(Duration::from_secs_f64(rest.clamp(0.01, 0.5))).await;
-    }
+    };
     if polls > 0 {
         elapsed = started.elapsed();
     }
     stop.cancel();
     while tasks.join_next().await.is_some() {}
-    let succeeded = ledger
-        .count_by_state(Some(&tenant), Drills::Counted)
-        .await?
+    let succeeded = counts
         .into_iter()
         .find(|(s, _)| *s == crate::job::JobState::Succeeded)
         .map_or(0, |(_, n)| n);
