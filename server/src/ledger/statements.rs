@@ -127,9 +127,9 @@ const JOINED_ROWS: usize = 128;
 
 /// A list of keys (`… IN (` one parameter `)`) reading its keys from the JSON array `$first`,
 /// on PostgreSQL through `fl_keys`, estimated at one key (migration 0018): each key is looked
-/// up in an index from a few hundred rows a table on. As `= ANY` of an array (estimated at
-/// ten keys) a table of a thousand rows was still scanned whole, and a connection keeps the
-/// plan it settles on while a fresh ledger's tables are small.
+/// up in an index once a table holds a thousand rows. As `= ANY` of an array (estimated at ten
+/// keys) such a table was still scanned whole, and a connection keeps the plan it settles on
+/// while a fresh ledger's tables are small.
 fn json_keys(backend: Backend, head: &str, row: &str, tail: &str, first: usize) -> Option<String> {
     let key_type = match row {
         "?" => "TEXT",
