@@ -1749,11 +1749,11 @@ async fn a_write_by_key_looks_its_row_up_by_key_whatever_the_statistics_say() {
                 "job_id = "
             } else if sql.starts_with("DELETE FROM queue_messages WHERE (id") {
                 "(id = "
-            } else if sql.contains("fl_keys(") {
-                // A list of keys passed as one JSON array: looked up key by key all the same.
-                " = "
-            } else if sql.contains("fl_rows(") && !sql.starts_with("INSERT") {
-                // Rows passed as one JSON array, joined to the table they change by its key.
+            } else if sql.contains("fl_keys(")
+                || (sql.contains("fl_rows(") && !sql.starts_with("INSERT"))
+            {
+                // A list of keys, or rows joined to the table they change by its key, passed as
+                // one JSON array: looked up key by key all the same.
                 " = "
             } else {
                 continue;
