@@ -265,6 +265,17 @@ fn due_by(now: Instant, t: &super::Timings) -> Instant {
     now + tick(t)
 }
 
+/// The renewal after one scheduled at `scheduled` and asked at `now`: an interval after its own
+/// schedule, less one look, so that asked up to a look early it comes back no later than an
+/// interval after it was asked. Each job keeps the phase its call began with, and the
+/// renewals stay as spread out as the calls that started them. Counted from the look instead,
+/// every renewal a look asked came due again at one instant, and where two of those instants
+/// fell between two later looks, one round took both. A renewal asked over half an interval
+/// late (its process starved) waits half an interval before the next.
+fn next_after(scheduled: Instant, now: Instant, t: &super::Timings) -> Instant {
+    (scheduled + t.heartbeat.saturating_sub(tick(t))).max(now + t.heartbeat / 2)
+}
+
 /// Collects the jobs whose renewal is due ([`due_by`]), stopping those past the deadline or
 /// without progress.
 fn collect_due<Q: Queue, P: Provider>(shared: &Shared<Q, P>) -> Vec<Due> {
@@ -287,7 +298,7 @@ fn collect_due<Q: Queue, P: Provider>(shared: &Shared<Q, P>) -> Vec<Due> {
             continue;
         }
         let scheduled = entry.next_renewal;
-        entry.next_renewal = now + t.heartbeat;
+        entry.next_renewal = next_after(scheduled, now, t);
         // Never ask past the deadline (plus the margin) or past the 12-hour cap.
         let to_deadline = if sabotaged(shared, Safeguard::CapRenewalsAtDeadline) {
             t.visibility
@@ -664,6 +675,37 @@ mod tests {
                 !is_due(now + tick + Duration::from_millis(1)),
                 "due after the next look: it waits for it"
             );
+        }
+    }
+
+    #[test]
+    fn a_renewal_keeps_its_own_schedule_and_never_comes_back_later_than_an_interval() {
+        let look = Instant::now();
+        for timings in [Timings::default(), Timings::compressed()] {
+            let (every, tick) = (timings.heartbeat, tick(&timings));
+            // Two jobs asked by one look, one due at it and one due just before the next: they
+            // stay that far apart rather than both coming due an interval after the look.
+            let (first, second) = (look, look + tick - Duration::from_millis(1));
+            let (a, b) = (
+                next_after(first, look, &timings),
+                next_after(second, look, &timings),
+            );
+            assert_eq!(b - a, second - first, "each keeps its own phase");
+            // Asked as early as a look allows, the next is still within an interval of the ask.
+            assert!(
+                b <= look + every,
+                "never later than an interval after it was asked"
+            );
+            assert!(
+                a >= look + every - tick,
+                "at most a look earlier than an interval"
+            );
+            // Asked late, it comes back an interval after its schedule (less a look), no later.
+            let late = look + Duration::from_millis(3);
+            assert_eq!(next_after(look, late, &timings), look + every - tick);
+            // Asked over half an interval late, the next waits half an interval.
+            let starved = look + every;
+            assert_eq!(next_after(look, starved, &timings), starved + every / 2);
         }
     }
 }
