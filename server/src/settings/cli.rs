@@ -529,8 +529,9 @@ pub struct PipelineArgs {
     #[arg(long, default_value_t = 4)]
     pub workers: usize,
     /// Deliveries each worker loop holds at once. With the stub at 0 ms a delivery is in
-    /// flight only while the ledger writes it, so this is how deep the pipeline runs.
-    #[arg(long, default_value_t = 256)]
+    /// flight only while the ledger writes it, so this is how deep the pipeline runs, and how
+    /// many writes wait for each commit.
+    #[arg(long, default_value_t = 512)]
     pub in_flight: usize,
     /// Receive requests each worker loop keeps open while the queue has a backlog, each for
     /// up to ten messages; the worker's own default.
