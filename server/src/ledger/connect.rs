@@ -157,8 +157,12 @@ impl Ledger {
             .await?)
     }
 
-    /// Closes the pools, waiting for connections in use.
+    /// Closes the pools, waiting for connections in use; the connections the group commit
+    /// keeps between commits go back first.
     pub async fn close(&self) {
+        if let Some(groups) = self.groups.get() {
+            groups.release();
+        }
         self.writer.close().await;
         self.reader.close().await;
     }

@@ -2036,6 +2036,33 @@ async fn group_commits_run_on_the_runners_own_connections() {
     assert!(closed.is_ok(), "the ledger did not close");
 }
 
+/// The ledger closes when every connection its pool has open is one the group commit's
+/// runners keep, as in a service whose other connections were closed for idleness: closing
+/// the pool waits for each connection out of it, and a kept one only came back with the
+/// runner's next commit, which never came. A `worker` or `serve` stopped then did not exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ledger_closes_while_the_runners_keep_every_open_connection() {
+    if crate::helpers::skip_postgres() {
+        return;
+    }
+    let options = fenceline::ledger::LedgerOptions {
+        max_connections: 1,
+        ..crate::helpers::options()
+    };
+    let (ledger, _test_db) = crate::helpers::fresh_ledger_with(Db::Postgres, &options).await;
+    create(&ledger, new_job("acme", "kept", json!(1))).await;
+    assert_eq!(ledger.group_stats().commits, 1);
+    let pool = ledger.read_pool();
+    assert_eq!(
+        (pool.size(), pool.num_idle()),
+        (1, 0),
+        "the pool's one connection is the runner's"
+    );
+    let closed = tokio::time::timeout(Duration::from_secs(5), ledger.close()).await;
+    assert!(closed.is_ok(), "the ledger did not close");
+    assert_eq!(pool.size(), 0, "a connection outlived the ledger's closing");
+}
+
 /// Every scan for what is due now (visible messages, due sends, passed deadlines) walks its
 /// index only up to the database clock on PostgreSQL. The clock is a volatile function, which
 /// an index scan cannot take as a bound: written bare, each poll walked every message in

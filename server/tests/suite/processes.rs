@@ -160,6 +160,28 @@ async fn several_worker_processes_give_each_job_one_result() {
     drop(workers);
 }
 
+/// A worker stopped after a burst exits by itself. Its group commit's runners keep a
+/// connection each between commits; on a pool of four, those were every connection it had
+/// open, and closing the pool waited for them for ever: the worker logged every task stopped,
+/// then never exited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_on_a_small_pool_exits_after_sigterm_once_its_burst_is_done() {
+    if skip_postgres() {
+        return;
+    }
+    let (ledger, db) = fresh_ledger(Db::Postgres).await;
+    let ids = create_many(&ledger, "burst", 300).await;
+    let mut worker = spawn_fenceline(
+        "worker",
+        &db.url,
+        "B",
+        &["--db-max-connections", "4", "--stub-latency-ms", "0"],
+    );
+    wait_all_succeeded(&ledger, &ids, Duration::from_secs(60)).await;
+    let status = terminate(&mut worker, Duration::from_secs(15)).await;
+    assert!(status.success(), "the worker exits cleanly: {status:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_paused_past_its_lease_cannot_commit_or_delete_and_its_replacement_recovers() {
     if skip_postgres() {

@@ -311,6 +311,8 @@ pub(crate) enum Done {
 /// and deletes together.
 pub(crate) struct Groups {
     writes: Lane<Op, Done>,
+    /// The connections its runners keep, given back when the ledger closes.
+    kept: Kept,
 }
 
 impl Groups {
@@ -323,12 +325,21 @@ impl Groups {
             Backend::Sqlite => 1,
         };
         let kept = Kept::default();
+        let runs = kept.clone();
         Groups {
             writes: Lane::start(ledger, runners, move |l, ops| {
-                let kept = kept.clone();
+                let kept = runs.clone();
                 async move { l.write_many(ops, &kept).await }
             }),
+            kept,
         }
+    }
+
+    /// Gives back the connections the runners keep, and keeps none from now on: closing a
+    /// pool waits for every connection out of it, and a kept one only came back with its
+    /// runner's next commit.
+    pub(crate) fn release(&self) {
+        self.kept.close();
     }
 }
 
@@ -345,30 +356,60 @@ const KEPT_FOR: Duration = Duration::from_secs(30);
 /// with caches of its own: all sixteen in the pipeline benchmark, for three runners. Kept,
 /// the commits run on as many processes as there are runners: about 7 % more jobs a second
 /// in the benchmark's drained pass (`docs/benchmarks.md`). A connection goes back to the pool
-/// after a commit that failed, or once it has been kept for [`KEPT_FOR`].
+/// after a commit that failed, when a runner next finds it kept for over [`KEPT_FOR`], and
+/// when the ledger closes ([`Groups::release`]).
 #[derive(Clone, Default)]
-pub(crate) struct Kept(Arc<std::sync::Mutex<Vec<KeptConnection>>>);
+pub(crate) struct Kept(Arc<std::sync::Mutex<KeptState>>);
+
+#[derive(Default)]
+struct KeptState {
+    connections: Vec<KeptConnection>,
+    /// The ledger is closing: a connection goes back to the pool after each commit.
+    closed: bool,
+}
 
 /// A kept connection, with when it was taken from the pool.
 type KeptConnection = (PoolConnection<Any>, Instant);
 
 impl Kept {
+    fn state(&self) -> std::sync::MutexGuard<'_, KeptState> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The connection last kept, if it is still young enough.
     fn take(&self) -> Option<KeptConnection> {
-        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        while let Some((conn, since)) = kept.pop() {
-            if since.elapsed() < KEPT_FOR {
-                return Some((conn, since));
+        let mut stale = Vec::new();
+        let young = {
+            let mut state = self.state();
+            loop {
+                match state.connections.pop() {
+                    Some((conn, since)) if since.elapsed() >= KEPT_FOR => {
+                        stale.push(conn);
+                    }
+                    other => break other,
+                }
             }
-        }
-        None
+        };
+        // Back to the pool, outside the lock.
+        drop(stale);
+        young
     }
 
     fn keep(&self, conn: PoolConnection<Any>, since: Instant) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((conn, since));
+        let mut state = self.state();
+        if !state.closed {
+            state.connections.push((conn, since));
+        }
+    }
+
+    /// Gives every kept connection back to the pool, and keeps none after.
+    fn close(&self) {
+        let given_back = {
+            let mut state = self.state();
+            state.closed = true;
+            std::mem::take(&mut state.connections)
+        };
+        drop(given_back);
     }
 }
 
