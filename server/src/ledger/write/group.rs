@@ -378,21 +378,13 @@ impl Kept {
 
     /// The connection last kept, if it is still young enough.
     fn take(&self) -> Option<KeptConnection> {
-        let mut stale = Vec::new();
-        let young = {
-            let mut state = self.state();
-            loop {
-                match state.connections.pop() {
-                    Some((conn, since)) if since.elapsed() >= KEPT_FOR => {
-                        stale.push(conn);
-                    }
-                    other => break other,
-                }
+        let mut state = self.state();
+        while let Some((conn, since)) = state.connections.pop() {
+            if since.elapsed() < KEPT_FOR {
+                return Some((conn, since));
             }
-        };
-        // Back to the pool, outside the lock.
-        drop(stale);
-        young
+        }
+        None
     }
 
     fn keep(&self, conn: PoolConnection<Any>, since: Instant) {
@@ -404,12 +396,9 @@ impl Kept {
 
     /// Gives every kept connection back to the pool, and keeps none after.
     fn close(&self) {
-        let given_back = {
-            let mut state = self.state();
-            state.closed = true;
-            std::mem::take(&mut state.connections)
-        };
-        drop(given_back);
+        let mut state = self.state();
+        state.closed = true;
+        state.connections.clear();
     }
 }
 
