@@ -161,9 +161,9 @@ async fn several_worker_processes_give_each_job_one_result() {
 }
 
 /// A worker stopped after a burst exits by itself. Its group commit's runners keep a
-/// connection each between commits; on a pool of four, those were every connection it had
-/// open, and closing the pool waited for them for ever: the worker logged every task stopped,
-/// then never exited.
+/// connection each between commits; on a pool of four they kept more than the pool had idle,
+/// and closing the pool waited for them for ever: the worker logged every task stopped, then
+/// never exited.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_worker_on_a_small_pool_exits_after_sigterm_once_its_burst_is_done() {
     if skip_postgres() {
