@@ -2063,6 +2063,29 @@ async fn the_ledger_closes_while_the_runners_keep_every_open_connection() {
     assert_eq!(pool.size(), 0, "a connection outlived the ledger's closing");
 }
 
+/// A ledger handle may be the last one left after its runtime has stopped (a test's harness
+/// drops its runtime and its ledger in turn). Dropping it then must not let go of a
+/// connection the group commit kept: a connection let go spawns its return to the pool, and
+/// with no runtime that panics (and, during a panic's cleanup, aborts the process).
+#[test]
+fn a_ledger_dropped_after_its_runtime_lets_no_kept_connection_go() {
+    if crate::helpers::skip_postgres() {
+        return;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (ledger, _test_db) = runtime.block_on(fresh_ledger(Db::Postgres));
+    runtime.block_on(create(&ledger, new_job("acme", "outlives", json!(1))));
+    assert_eq!(ledger.group_stats().commits, 1);
+    // The runtime stops with the runners, and the kept connection goes with their tasks.
+    drop(runtime);
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(ledger)));
+    assert!(dropped.is_ok(), "dropping the ledger panicked");
+}
+
 /// Every scan for what is due now (visible messages, due sends, passed deadlines) walks its
 /// index only up to the database clock on PostgreSQL. The clock is a volatile function, which
 /// an index scan cannot take as a bound: written bare, each poll walked every message in

@@ -311,8 +311,10 @@ pub(crate) enum Done {
 /// and deletes together.
 pub(crate) struct Groups {
     writes: Lane<Op, Done>,
-    /// The connections its runners keep, given back when the ledger closes.
-    kept: Kept,
+    /// The connections its runners keep, given back when the ledger closes. Only the runners
+    /// own them: a connection let go spawns its return to the pool, which needs the runtime,
+    /// and the last handle on a ledger may be dropped outside it.
+    kept: std::sync::Weak<std::sync::Mutex<KeptState>>,
 }
 
 impl Groups {
@@ -325,13 +327,13 @@ impl Groups {
             Backend::Sqlite => 1,
         };
         let kept = Kept::default();
-        let runs = kept.clone();
+        let watched = Arc::downgrade(&kept.0);
         Groups {
             writes: Lane::start(ledger, runners, move |l, ops| {
-                let kept = runs.clone();
+                let kept = kept.clone();
                 async move { l.write_many(ops, &kept).await }
             }),
-            kept,
+            kept: watched,
         }
     }
 
@@ -339,7 +341,9 @@ impl Groups {
     /// pool waits for every connection out of it, and a kept one only came back with its
     /// runner's next commit.
     pub(crate) fn release(&self) {
-        self.kept.close();
+        if let Some(kept) = self.kept.upgrade() {
+            Kept(kept).close();
+        }
     }
 }
 
