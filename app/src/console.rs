@@ -100,6 +100,8 @@ pub struct Overview {
     pub workers: WorkerPresence,
     /// The oldest job waiting in `ready` for a worker's claim, if any.
     pub oldest_ready: Option<Waiting>,
+    /// Per tenant, what waits for its turn and what runs.
+    pub tenants: Vec<TenantFlowRow>,
 }
 
 /// A job waiting for a worker, and for how long (`3m 5s`).
@@ -185,6 +187,8 @@ pub struct JobsPage {
     pub bad_parameter: Option<crate::components::BadParameter>,
     /// The tenants this operator may pick from.
     pub tenants: Vec<String>,
+    /// Per tenant, what waits for its turn and what runs.
+    pub flow: Vec<TenantFlowRow>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -230,6 +234,9 @@ pub struct JobDetail {
     pub deadline: String,
     pub deadline_left: String,
     pub attempts_used: String,
+    /// While the job waits for a provider that refused it: "the provider's rate limit until
+    /// 12:04:31".
+    pub waiting_for: Option<String>,
     pub result_ref: Option<String>,
     pub error_code: Option<String>,
     pub recovery_reason: Option<String>,
@@ -275,11 +282,15 @@ pub struct EventRow {
 pub enum TimelineRow {
     Event(EventRow),
     Folded {
+        /// `renewed` (lease and visibility renewals), `throttled` (refusal cycles: every
+        /// event of the epochs whose attempt the provider refused), or an event kind.
         kind: String,
         first_seq: i64,
         last_seq: i64,
         first_at: String,
         last_at: String,
+        /// For a run of refusal cycles, how many refusals it holds.
+        refusals: Option<i64>,
     },
 }
 
@@ -469,6 +480,8 @@ pub struct WorkerRow {
     pub queue: Option<String>,
     pub provider: Option<String>,
     pub max_in_flight: Option<i64>,
+    /// What it can hold now, when a provider's limit holds it below its width.
+    pub capacity: Option<i64>,
     /// Running jobs it owns now.
     pub held: i64,
     /// Of those, how many leases have lapsed.
@@ -477,8 +490,44 @@ pub struct WorkerRow {
     pub lease: Option<String>,
 }
 
+/// A provider limit as the fleet learned it (`/workers`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderLimitRow {
+    pub provider: String,
+    pub model: String,
+    /// `None` while it admits calls; when limited, until when (in the visitor's zone).
+    pub limited_until: Option<String>,
+    /// Which limit said so last (`requests`, `tokens`, `retry-after`, `backoff`).
+    pub limit: Option<String>,
+    /// Calls at once the fleet's workers learned it admits.
+    pub concurrency: Option<i64>,
+    /// Requests a second its answers state, as "20.0/s".
+    pub rate: Option<String>,
+    pub recent_refusals: i64,
+    pub refusals: i64,
+    /// Time spent limited, summed over the fleet: "3m 5s".
+    pub limited_for: String,
+    /// When and by which worker it was last reported: "2s ago by w1".
+    pub updated: String,
+}
+
+/// A tenant's jobs as flow control sees them: waiting in the ledger for their turn, running.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TenantFlowRow {
+    pub tenant: String,
+    pub waiting: i64,
+    /// Of the waiting, those due now (the rest wait for a backoff or a provider's reset).
+    pub due: i64,
+    pub running: i64,
+    /// Its weight in the fair queue (1 unless configured) and its cap on jobs in flight.
+    pub weight: i64,
+    pub cap: Option<i64>,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct WorkersPage {
+    /// Each provider limit the fleet met.
+    pub providers: Vec<ProviderLimitRow>,
     pub rows: Vec<WorkerRow>,
     /// How long a worker stays listed after its last report: "24 hours".
     pub listed_for: String,

@@ -47,6 +47,7 @@ label_values! {
         HandedToLedger => "handed_to_ledger",
         Succeeded => "succeeded",
         Failed => "failed",
+        Throttled => "throttled",
         Fenced => "fenced",
         Stopped => "stopped",
         LedgerUnavailable => "ledger_unavailable",
@@ -126,6 +127,17 @@ struct Inner {
     oldest_ready: Gauge<f64, std::sync::atomic::AtomicU64>,
     rejected_messages: Family<ReasonLabels, Gauge>,
     workers: Family<StatusLabels, Gauge>,
+    provider_refusals: Family<LimitLabels, Gauge>,
+    provider_limited: Family<LimitLabels, Gauge>,
+    provider_limited_seconds: Family<LimitLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    provider_concurrency: Family<LimitLabels, Gauge>,
+}
+
+/// One provider limit: a provider and a model (models are bounded by the model policy).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct LimitLabels {
+    provider: String,
+    model: String,
 }
 
 /// What the ledger says at scrape time (`None`: it did not answer).
@@ -140,6 +152,8 @@ pub struct LedgerGauges {
     /// Worker processes that reported in the last day, as `(alive, silent, stopped)` (see
     /// `/workers`); `None` when the ledger did not say.
     pub workers: Option<(i64, i64, i64)>,
+    /// What the fleet learned of each provider limit.
+    pub provider_limits: Vec<crate::ledger::ProviderLimit>,
 }
 
 /// This process's metrics. Cheap to clone: clones count into the same series.
@@ -166,6 +180,10 @@ impl Default for Metrics {
             oldest_ready: Gauge::default(),
             rejected_messages: Family::default(),
             workers: Family::default(),
+            provider_refusals: Family::default(),
+            provider_limited: Family::default(),
+            provider_limited_seconds: Family::default(),
+            provider_concurrency: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -220,6 +238,28 @@ impl Default for Metrics {
             "Worker processes that reported in the last day, by status (silent: running by \
              its last report, quiet for three reports)",
             inner.workers.clone(),
+        );
+        registry.register(
+            "fenceline_provider_refusals",
+            "Calls a provider refused before running them (rate limit, overload), summed over \
+             the fleet since the limit was first met; none spent an attempt of a job's budget",
+            inner.provider_refusals.clone(),
+        );
+        registry.register(
+            "fenceline_provider_limited",
+            "1 while the fleet holds calls to a provider until the reset it named, else 0",
+            inner.provider_limited.clone(),
+        );
+        registry.register_with_unit(
+            "fenceline_provider_limited",
+            "Time the fleet's workers held calls to a provider for its limit, summed",
+            prometheus_client::registry::Unit::Seconds,
+            inner.provider_limited_seconds.clone(),
+        );
+        registry.register(
+            "fenceline_provider_concurrency",
+            "Calls at once a worker learned the provider admits (the latest report)",
+            inner.provider_concurrency.clone(),
         );
         // Every delivery outcome is there from the first scrape, at 0.
         for outcome in DeliveryOutcome::ALL {
@@ -298,6 +338,27 @@ impl Metrics {
                     inner.workers.get_or_create(&StatusLabels { status }).set(n);
                 }
             }
+            for limit in &gauges.provider_limits {
+                let labels = LimitLabels {
+                    provider: limit.provider.clone(),
+                    model: limit.model.clone(),
+                };
+                inner
+                    .provider_refusals
+                    .get_or_create(&labels)
+                    .set(limit.refusals);
+                inner
+                    .provider_limited
+                    .get_or_create(&labels)
+                    .set(i64::from(limit.limited_until.is_some()));
+                inner
+                    .provider_limited_seconds
+                    .get_or_create(&labels)
+                    .set(limit.limited_us as f64 / 1e6);
+                if let Some(n) = limit.concurrency {
+                    inner.provider_concurrency.get_or_create(&labels).set(n);
+                }
+            }
             for (reason, n) in &gauges.rejected_by_reason {
                 inner
                     .rejected_messages
@@ -342,8 +403,30 @@ mod tests {
             oldest_ready_seconds: Some(2.5),
             rejected_by_reason: vec![("not_json".into(), 4)],
             workers: Some((2, 1, 0)),
+            provider_limits: vec![crate::ledger::ProviderLimit {
+                provider: "openai".into(),
+                model: "gpt-4o-mini".into(),
+                limited_until: Some(1),
+                limit_name: Some("requests".into()),
+                concurrency: Some(6),
+                rate_per_s: Some(20.0),
+                refusals: 44,
+                limited_us: 1_500_000,
+                recent_refusals: 3,
+                updated_at: 1,
+                updated_by: "w1".into(),
+            }],
         };
         let text = metrics.render(Some(&gauges));
+        let limit = "{provider=\"openai\",model=\"gpt-4o-mini\"}";
+        for line in [
+            format!("fenceline_provider_refusals{limit} 44"),
+            format!("fenceline_provider_limited{limit} 1"),
+            format!("fenceline_provider_limited_seconds{limit} 1.5"),
+            format!("fenceline_provider_concurrency{limit} 6"),
+        ] {
+            assert!(text.contains(&line), "{line} in {text}");
+        }
         assert!(
             text.contains("fenceline_deliveries_total{outcome=\"succeeded\"} 1"),
             "{text}"

@@ -156,6 +156,7 @@ impl Verdict {
         let mut terminal = false;
         let mut uncertain = false;
         let mut started = 0;
+        let mut refused = 0;
         let mut why_again: Option<String> = None;
         let (mut stale, mut early, mut unexplained) = (false, false, false);
         for e in events {
@@ -179,6 +180,8 @@ impl Verdict {
                 EventKind::AttemptFinished => {
                     undecided.remove(&e.epoch);
                     let outcome = e.detail["outcome"].as_str().unwrap_or("");
+                    // The provider confirmed it never ran it: no part of the budget.
+                    refused += i64::from(outcome == "throttled");
                     why_again = Some(format!("after an attempt that ended {outcome}"));
                 }
                 EventKind::RecoveryClaimed | EventKind::LeaseLost => {
@@ -221,7 +224,8 @@ impl Verdict {
         if unexplained {
             self.attempts_after_uncertain_without_decision.push(id());
         }
-        if job.attempt_count > job.max_attempts {
+        // The budget counts the attempts that may have run the model, as the ledger does.
+        if started - refused > job.max_attempts {
             self.over_budget.push(id());
         }
         if !job.state.is_terminal() && job.state != crate::job::JobState::Unknown {

@@ -252,6 +252,7 @@ pub mod runtime {
     use super::Supervisor;
     use crate::ledger::Ledger;
     use crate::metrics::Metrics;
+    use crate::provider::limits::Limits;
     use crate::provider::openai::{ApiKey, OpenAiConfig, OpenAiProvider};
     use crate::provider::stub::StubProvider;
     use crate::provider::{AnyProvider, Provider};
@@ -357,7 +358,10 @@ pub mod runtime {
         }
         let stages = supervisor.stages().clone();
         let stop = stages.front.clone();
+        // What this worker learns of its provider's limits, shared with the fleet.
+        let limits = Limits::new(config.max_in_flight);
         // Reports in the back stage: a worker still draining its calls is alive.
+        let width = i64::try_from(config.max_in_flight).unwrap_or(i64::MAX);
         supervisor.spawn(
             "presence",
             false,
@@ -367,8 +371,21 @@ pub mod runtime {
                     worker_id: config.worker_id.clone(),
                     queue: queue.describe(),
                     provider: provider.name().to_owned(),
-                    max_in_flight: i64::try_from(config.max_in_flight).unwrap_or(i64::MAX),
+                    max_in_flight: width,
+                    capacity: width,
                 },
+                limits.clone(),
+                stages.back.clone(),
+            ),
+        );
+        supervisor.spawn(
+            "provider limits",
+            false,
+            crate::worker::flow::run(
+                ledger.clone(),
+                limits.clone(),
+                config.worker_id.clone(),
+                provider.name().to_owned(),
                 stages.back.clone(),
             ),
         );
@@ -387,20 +404,27 @@ pub mod runtime {
                 visibility_timeout: rate,
                 duplicate: rate,
             });
-            let worker = Worker::new(ledger.clone(), faulty, provider.clone(), config);
+            let worker = Worker::sharing(ledger.clone(), faulty, provider.clone(), config, limits);
             supervisor.spawn("worker", true, async move { worker.run(stop).await });
         } else {
-            let worker = Worker::new(ledger.clone(), queue.clone(), provider.clone(), config);
+            let worker = Worker::sharing(
+                ledger.clone(),
+                queue.clone(),
+                provider.clone(),
+                config,
+                limits,
+            );
             supervisor.spawn("worker", true, async move { worker.run(stop).await });
         }
         supervisor.spawn(
             "dispatcher",
             false,
-            dispatcher::run(
+            dispatcher::run_lane(
                 ledger.clone(),
                 queue,
                 Duration::from_millis(100),
                 metrics.clone(),
+                dispatcher::Lane::metered(dispatcher::Meter::Fleet),
                 stages.back.clone(),
             ),
         );

@@ -209,3 +209,51 @@ pub fn ShareLink() -> impl IntoView {
         </p>
     }
 }
+
+/// Per tenant, what waits in the ledger for its turn to be sent and what runs: the fair
+/// queue's state, each tenant linked to its jobs.
+#[component]
+pub fn TenantFlowTable(rows: Vec<crate::console::TenantFlowRow>) -> impl IntoView {
+    if rows.is_empty() {
+        return view! {
+            <p class="muted">"No tenant has jobs waiting to be sent or running."</p>
+        }
+        .into_any();
+    }
+    let weighted = rows.iter().any(|r| r.weight != 1 || r.cap.is_some());
+    view! {
+        <table class="tenant-flow stack-narrow">
+            <thead><tr>
+                <th scope="col">"Tenant"</th>
+                <th scope="col" class="num">"Waiting to be sent"</th>
+                <th scope="col" class="num">"Of which due"</th>
+                <th scope="col" class="num">"Running"</th>
+                {weighted.then(|| view! {
+                    <th scope="col" class="num">"Weight"</th>
+                    <th scope="col" class="num">"Cap"</th>
+                })}
+            </tr></thead>
+            <tbody>
+                {rows.into_iter().map(|r| {
+                    let href = match serde_urlencoded::to_string([("tenant", r.tenant.as_str())]) {
+                        Ok(query) => format!("/jobs?{query}"),
+                        Err(_) => "/jobs".to_owned(),
+                    };
+                    view! {
+                        <tr>
+                            <td data-label="Tenant"><a href=href>{r.tenant.clone()}</a></td>
+                            <td data-label="Waiting to be sent" class="num">{r.waiting}</td>
+                            <td data-label="Of which due" class="num">{r.due}</td>
+                            <td data-label="Running" class="num">{r.running}</td>
+                            {weighted.then(|| view! {
+                                <td data-label="Weight" class="num">{r.weight}</td>
+                                <td data-label="Cap" class="num">{or_dash(r.cap.map(|c| c.to_string()))}</td>
+                            })}
+                        </tr>
+                    }
+                }).collect_view()}
+            </tbody>
+        </table>
+    }
+    .into_any()
+}

@@ -103,6 +103,7 @@ pub fn JobPage() -> impl IntoView {
                             <dt>"Lease until"</dt><dd>{or_dash(d.lease)}</dd>
                             <dt>"Deadline"</dt><dd>{format!("{} ({})", d.deadline, d.deadline_left)}</dd>
                             <dt>"Attempts"</dt><dd>{d.attempts_used}</dd>
+                            {d.waiting_for.map(|w| view! { <dt>"Waiting for"</dt><dd class="waiting-for">{w}</dd> })}
                             <dt>"Result"</dt><dd>{match d.result_ref {
                                 Some(r) => view! { <a href=format!("/jobs/{}/result", d.job_id) title="Opens the accepted result; the read is audited">{r}</a> }.into_any(),
                                 None => view! { <span>"—"</span> }.into_any(),
@@ -281,7 +282,7 @@ fn EventTable(job_id: String, timeline: Timeline) -> impl IntoView {
                             <td data-label="Detail" class="detail mono">{e.detail}</td>
                         </tr>
                     }.into_any(),
-                    TimelineRow::Folded { kind, first_seq, last_seq, first_at, last_at } => {
+                    TimelineRow::Folded { kind, first_seq, last_seq, first_at, last_at, refusals } => {
                         let count = last_seq - first_seq + 1;
                         let anchors = (first_seq + 1..=last_seq)
                             .map(|s| view! { <i id=format!("e{s}")></i> })
@@ -290,10 +291,16 @@ fn EventTable(job_id: String, timeline: Timeline) -> impl IntoView {
                             <tr id=format!("e{first_seq}") class="folded">
                                 <td class="num">{format!("{first_seq}–{last_seq}")}{anchors}</td>
                                 <td colspan="2">{format!("{first_at} → {last_at}")}</td>
-                                <td colspan="6">{if kind == "renewed" {
-                                    format!("{count} × lease and visibility renewed, all answered")
-                                } else {
-                                    format!("{count} × {}", kind.replace('_', " "))
+                                <td colspan="6">{match (kind.as_str(), refusals) {
+                                    ("renewed", _) => format!("{count} × lease and visibility renewed, all answered"),
+                                    ("throttled", Some(n)) => format!(
+                                        "throttled ×{n}, until {last_at}: the provider refused {} before running {}, \
+                                         so no attempt of the budget was spent ({count} events: claims, refusals, waits, \
+                                         sends and receives)",
+                                        if n == 1 { "the attempt" } else { "each attempt" },
+                                        if n == 1 { "it" } else { "them" },
+                                    ),
+                                    _ => format!("{count} × {}", kind.replace('_', " ")),
                                 }}</td>
                                 <td><a href=format!("{base}?open={first_seq}#e{first_seq}")>"Show them"</a></td>
                             </tr>

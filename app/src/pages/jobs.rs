@@ -7,7 +7,9 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use super::console;
-use crate::components::{or_dash, this_page_with, BadParameterPage, ErrorBox, StateBadge};
+use crate::components::{
+    or_dash, this_page_with, BadParameterPage, ErrorBox, StateBadge, TenantFlowTable,
+};
 use crate::console::{JobsPage as JobsPageData, JobsQuery};
 
 fn non_empty(v: Option<String>) -> Option<String> {
@@ -265,6 +267,14 @@ pub fn JobsPage() -> impl IntoView {
                                     <a rel="next" href=href(&query, query.state.as_deref(), Some(&next))>"Older →"</a>
                                 })}
                             </nav>
+                            <section aria-labelledby="turns">
+                                <h2 id="turns">"Waiting to be sent and running, per tenant"</h2>
+                                <p class="muted">
+                                    "New jobs wait in the ledger until their tenant's turn and room in the queue; \
+                                     a job refused by its provider or backing off waits for its time."
+                                </p>
+                                <TenantFlowTable rows=page.flow/>
+                            </section>
                         }
                         .into_any()
                     }

@@ -6,7 +6,9 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use super::console;
-use crate::components::{count, BadParameter, BadParameterPage, ErrorBox, LiveRefresh, StateBadge};
+use crate::components::{
+    count, BadParameter, BadParameterPage, ErrorBox, LiveRefresh, StateBadge, TenantFlowTable,
+};
 use crate::console::{Window, WorkerPresence};
 
 /// Where a state's tile leads: the jobs list as the tile counts it, drill jobs left out when
@@ -144,6 +146,14 @@ pub fn OverviewPage() -> impl IntoView {
                                         <a href="/jobs?tenant=drill">"their jobs"</a>
                                     </p>
                                 })}
+                            </section>
+                            <section aria-labelledby="tenants">
+                                <h2 id="tenants">"Tenants"</h2>
+                                <p class="muted">
+                                    "Jobs wait in the ledger for their tenant's turn and are sent as workers have room, \
+                                     so one tenant's backlog never holds another's jobs."
+                                </p>
+                                <TenantFlowTable rows=o.tenants/>
                             </section>
                             <section aria-labelledby="charts">
                                 <h2 id="charts">"Activity"</h2>

@@ -6,7 +6,7 @@ use leptos_meta::Title;
 
 use super::console;
 use crate::components::{or_dash, ErrorBox, LiveRefresh};
-use crate::console::{WorkerRow, WorkerStatus};
+use crate::console::{ProviderLimitRow, WorkerRow, WorkerStatus};
 
 /// A worker's status as words in a badge (never colour alone).
 #[component]
@@ -37,6 +37,70 @@ fn held_cell(row: &WorkerRow) -> AnyView {
     view! { <a href=href>{row.held}</a>{lapsed} }.into_any()
 }
 
+/// Each provider limit the fleet met: admitting or limited until when, by which limit, what
+/// it admits.
+#[component]
+fn Providers(rows: Vec<ProviderLimitRow>) -> impl IntoView {
+    view! {
+        <section aria-labelledby="providers">
+            <h2 id="providers">"Providers"</h2>
+            {if rows.is_empty() {
+                view! {
+                    <p class="muted">
+                        "No provider has limited a call yet. When one refuses a call (a rate limit, an overload), \
+                         its limit shows here: workers stop calling it until the time it named, run as many calls \
+                         at once as it admits, and the refused jobs wait with their attempt budget untouched."
+                    </p>
+                }.into_any()
+            } else {
+                view! {
+                    <p class="muted">
+                        "What the workers learned of each provider's limit from its answers, shared through the ledger: \
+                         while it is limited no worker calls it, and each runs only as many calls at once as it admits. \
+                         A refusal spends none of a job's attempt budget."
+                    </p>
+                    <table class="providers stack-narrow">
+                        <thead><tr>
+                            <th scope="col">"Provider"</th>
+                            <th scope="col">"Model"</th>
+                            <th scope="col">"State"</th>
+                            <th scope="col">"By limit"</th>
+                            <th scope="col" class="num">"Calls at once"</th>
+                            <th scope="col" class="num">"Rate"</th>
+                            <th scope="col" class="num">"Refusals, 5 min"</th>
+                            <th scope="col" class="num">"Refusals"</th>
+                            <th scope="col">"Time limited"</th>
+                            <th scope="col">"Reported"</th>
+                        </tr></thead>
+                        <tbody>
+                            {rows.into_iter().map(|r| {
+                                let state = match &r.limited_until {
+                                    Some(until) => view! { <span class="badge provider-limited">{format!("limited until {until}")}</span> }.into_any(),
+                                    None => view! { <span class="badge provider-admitting">"admitting"</span> }.into_any(),
+                                };
+                                view! {
+                                    <tr>
+                                        <td data-label="Provider">{r.provider}</td>
+                                        <td data-label="Model"><code>{r.model}</code></td>
+                                        <td data-label="State">{state}</td>
+                                        <td data-label="By limit">{or_dash(r.limit)}</td>
+                                        <td data-label="Calls at once" class="num">{or_dash(r.concurrency.map(|n| n.to_string()))}</td>
+                                        <td data-label="Rate" class="num">{or_dash(r.rate)}</td>
+                                        <td data-label="Refusals, 5 min" class="num">{r.recent_refusals}</td>
+                                        <td data-label="Refusals" class="num">{r.refusals}</td>
+                                        <td data-label="Time limited">{r.limited_for}</td>
+                                        <td data-label="Reported">{r.updated}</td>
+                                    </tr>
+                                }
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                }.into_any()
+            }}
+        </section>
+    }
+}
+
 #[component]
 pub fn WorkersPage() -> impl IntoView {
     let console = console();
@@ -51,6 +115,7 @@ pub fn WorkersPage() -> impl IntoView {
                         let live = page.rows.iter().any(|r| r.held > 0 || r.status == WorkerStatus::Alive);
                         let silent = page.rows.iter().filter(|r| r.status == WorkerStatus::Silent && r.held > 0).count();
                         let silent_jobs: i64 = page.rows.iter().filter(|r| r.status == WorkerStatus::Silent).map(|r| r.held).sum();
+                        let providers = page.providers.clone();
                         view! {
                             <LiveRefresh live seconds=5/>
                             <p class="lead">
@@ -74,6 +139,8 @@ pub fn WorkersPage() -> impl IntoView {
                                     )}
                                 </p>
                             })}
+                            <Providers rows=providers/>
+                            <h2>"Processes"</h2>
                             {if page.rows.is_empty() {
                                 view! {
                                     <p class="empty">
@@ -107,7 +174,10 @@ pub fn WorkersPage() -> impl IntoView {
                                                         <td data-label="Started">{or_dash(row.started)}</td>
                                                         <td data-label="Queue">{or_dash(row.queue)}</td>
                                                         <td data-label="Provider">{or_dash(row.provider)}</td>
-                                                        <td data-label="Calls at once" class="num">{or_dash(row.max_in_flight.map(|n| n.to_string()))}</td>
+                                                        <td data-label="Calls at once" class="num">{or_dash(row.max_in_flight.map(|n| match row.capacity {
+                                                            Some(c) if c < n => format!("{c} of {n}"),
+                                                            _ => n.to_string(),
+                                                        }))}</td>
                                                         <td data-label="Jobs owned" class="num">{held}</td>
                                                         <td data-label="Latest lease">{or_dash(row.lease)}</td>
                                                     </tr>

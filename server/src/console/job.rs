@@ -6,7 +6,9 @@ use fenceline_app::console::{
 };
 
 use crate::job::{EventKind, JobId, JobState};
-use crate::ledger::{LedgerError, Run, RENEWAL_KINDS, TRANSPORT_KINDS};
+use crate::ledger::{
+    Attempt, AttemptOutcome, Job, LedgerError, Run, RunKind, RENEWAL_KINDS, TRANSPORT_KINDS,
+};
 
 use super::format::{event_row, left};
 use super::swimlane::swimlane_of;
@@ -16,6 +18,44 @@ use fenceline_app::console::Zoom;
 
 /// At most this many events of an opened run are shown.
 const OPEN_MAX: i64 = 2000;
+
+/// The attempt budget as spent: attempts that may have run the model, out of the budget, and
+/// the refusals besides, which spend none.
+fn attempts_used(job: &Job) -> String {
+    let refused = job.attempt_count - job.budget_used;
+    let used = format!("{} of {}", job.budget_used, job.max_attempts);
+    match refused {
+        0 => used,
+        1 => format!("{used}, and 1 refusal by the provider, which spends none"),
+        n => format!("{used}, and {n} refusals by the provider, which spend none"),
+    }
+}
+
+/// What a job waits for after its provider refused its last attempt: the provider, until the
+/// time it named (in `at`'s words).
+fn waiting_for(
+    job: &Job,
+    last: Option<&Attempt>,
+    now: i64,
+    at: impl Fn(i64) -> String,
+) -> Option<String> {
+    let retry_at = job.retry_at.filter(|t| *t > now)?;
+    let last = last.filter(|a| a.outcome == AttemptOutcome::Throttled)?;
+    if job.state != JobState::RetryAuthorized {
+        return None;
+    }
+    let what = match last.error_code.as_deref() {
+        Some("rate_limited") => "the provider's rate limit",
+        Some("connect_failed") => "the provider, which refused the connection,",
+        Some(_) => "the provider, which said it was overloaded,",
+        None => "the provider",
+    };
+    Some(format!(
+        "{what} until {} ({}); no attempt of the budget was spent",
+        at(retry_at),
+        super::format::left(now, retry_at)
+    ))
+}
 
 impl LedgerConsole {
     pub(super) async fn build_job(
@@ -107,7 +147,8 @@ impl LedgerConsole {
             } else {
                 left(now, job.deadline_at)
             },
-            attempts_used: format!("{} of {}", job.attempt_count, job.max_attempts),
+            attempts_used: attempts_used(&job),
+            waiting_for: waiting_for(&job, attempts.last(), now, |t| self.at(t)),
             result_ref: job.result_ref.clone(),
             error_code: job.error_code.clone(),
             recovery_reason: job.recovery_reason.clone(),
@@ -232,12 +273,26 @@ impl LedgerConsole {
         let mut shown_day = None;
         for run in &runs {
             if !unfolded(run) {
+                let refusals = match run.kind {
+                    RunKind::Throttled => Some(
+                        self.ledger
+                            .kind_count_between(
+                                &job_id,
+                                EventKind::Throttled,
+                                run.first_seq,
+                                run.last_seq,
+                            )
+                            .await?,
+                    ),
+                    _ => None,
+                };
                 rows.push(TimelineRow::Folded {
                     kind: run.kind.as_str().to_owned(),
                     first_seq: run.first_seq,
                     last_seq: run.last_seq,
                     first_at: clock_in(run.first_at, self.zone),
                     last_at: clock_in(run.last_at, self.zone),
+                    refusals,
                 });
                 continue;
             }

@@ -60,6 +60,7 @@ impl LedgerConsole {
             .iter()
             .map(|(s, n, over)| (s.as_str().to_owned(), shown(*n, *over)))
             .collect();
+        let flow = self.tenant_flow().await?;
         if let Some(needle) = &query.q {
             let mut found = self.ledger.find_jobs(needle).await?;
             found.retain(|j| self.covers(&j.tenant));
@@ -74,6 +75,7 @@ impl LedgerConsole {
                 notice,
                 bad_parameter: None,
                 tenants: known,
+                flow,
             });
         }
         let bad = |name: &str, value: &str, expected: &str| {
@@ -85,6 +87,7 @@ impl LedgerConsole {
                 notice: None,
                 bad_parameter: Some(BadParameter::new(name, value, expected)),
                 tenants: known.clone(),
+                flow: Vec::new(),
             })
         };
         let state = match query.state.as_deref() {
@@ -170,6 +173,7 @@ impl LedgerConsole {
             notice: None,
             bad_parameter: None,
             tenants: known,
+            flow,
         })
     }
 }

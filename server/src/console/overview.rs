@@ -1,7 +1,7 @@
 //! `/`: jobs by state now, the activity charts of a window, and what retention keeps.
 
 use fenceline_app::console::{
-    Chart, Figure, Overview, Waiting, Window, WorkerPresence, WorkerStatus,
+    Chart, Figure, Overview, TenantFlowRow, Waiting, Window, WorkerPresence, WorkerStatus,
 };
 
 use super::{charts, plot};
@@ -105,6 +105,14 @@ impl LedgerConsole {
                 )],
             ),
             chart(
+                "Calls refused by the provider",
+                vec![plot::Series::new(
+                    "refused (throttled, no budget spent)",
+                    "c-throttled",
+                    series(EventKind::Throttled),
+                )],
+            ),
+            chart(
                 "Renewal failures and failed deletes",
                 vec![
                     plot::Series::new(
@@ -185,7 +193,31 @@ impl LedgerConsole {
             },
             workers: self.worker_presence(now).await?,
             oldest_ready: self.oldest_ready().await?,
+            tenants: self.tenant_flow().await?,
         })
+    }
+
+    /// Per tenant of the operator's, what waits for its turn and what runs, with its share.
+    pub(super) async fn tenant_flow(&self) -> Result<Vec<TenantFlowRow>, LedgerError> {
+        let (flows, shares) = tokio::join!(
+            self.ledger.tenant_flow(self.tenants.as_deref()),
+            self.ledger.tenant_shares()
+        );
+        let shares = shares?;
+        Ok(flows?
+            .into_iter()
+            .map(|f| {
+                let share = shares.iter().find(|s| s.tenant == f.tenant);
+                TenantFlowRow {
+                    weight: share.map_or(1, |s| s.weight),
+                    cap: share.and_then(|s| s.max_in_flight),
+                    tenant: f.tenant,
+                    waiting: f.waiting,
+                    due: f.due,
+                    running: f.running,
+                }
+            })
+            .collect())
     }
 
     /// The oldest ready job of the operator's tenants, outside drills.

@@ -1,6 +1,6 @@
 //! `/workers`: the worker processes that reported lately and the running jobs each owns now.
 
-use fenceline_app::console::{WorkerRow, WorkerStatus, WorkersPage};
+use fenceline_app::console::{ProviderLimitRow, WorkerRow, WorkerStatus, WorkersPage};
 
 use crate::ledger::{LedgerError, WorkerSeen};
 use crate::time::human_duration;
@@ -51,6 +51,12 @@ impl LedgerConsole {
                     queue: w.reported.as_ref().map(|r| r.queue.clone()),
                     provider: w.reported.as_ref().map(|r| r.provider.clone()),
                     max_in_flight: w.reported.as_ref().map(|r| r.max_in_flight),
+                    // Below its width only while it runs and a provider holds it there.
+                    capacity: w
+                        .reported
+                        .as_ref()
+                        .filter(|_| status == WorkerStatus::Alive)
+                        .and_then(|r| r.capacity),
                     held: w.held,
                     lapsed: w.lapsed,
                     lease,
@@ -70,7 +76,26 @@ impl LedgerConsole {
                 .cmp(&rank(b.status))
                 .then_with(|| a.worker_id.cmp(&b.worker_id))
         });
+        let providers = self
+            .ledger
+            .provider_limits()
+            .await?
+            .into_iter()
+            .map(|l| ProviderLimitRow {
+                provider: l.provider,
+                model: l.model,
+                limited_until: l.limited_until.map(|u| self.at(u)),
+                limit: l.limit_name,
+                concurrency: l.concurrency,
+                rate: l.rate_per_s.map(|r| format!("{r:.1}/s")),
+                recent_refusals: l.recent_refusals,
+                refusals: l.refusals,
+                limited_for: human_duration(l.limited_us),
+                updated: format!("{} by {}", ago(now, l.updated_at), l.updated_by),
+            })
+            .collect();
         Ok(WorkersPage {
+            providers,
             rows,
             listed_for: listed_for(),
             report_every: format!("{} s", INTERVAL.as_secs()),

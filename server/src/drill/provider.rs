@@ -28,6 +28,10 @@ impl<P: Provider> Provider for FaultyProvider<P> {
         self.inner.name()
     }
 
+    fn default_model(&self) -> &str {
+        self.inner.default_model()
+    }
+
     async fn call(&self, request: ProviderRequest, progress: Progress) -> ProviderOutcome {
         let job = request.job_id.clone();
         let request_id = Some(request.client_request_id.clone());

@@ -183,6 +183,7 @@ impl Rig {
                 timings.visibility
             },
             faults: Some(faults.clone()),
+            meter: None,
         };
         tasks.spawn(dispatcher::run_lane(
             ledger.clone(),

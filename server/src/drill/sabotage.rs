@@ -23,10 +23,12 @@ pub enum Safeguard {
     InspectBeforeReplay,
     /// Retryable failures back off before the next attempt.
     BackOffRetries,
+    /// A refusal the provider confirms it never ran spends none of the attempt budget.
+    RefusalsSpendNoBudget,
 }
 
 impl Safeguard {
-    pub const ALL: [Safeguard; 9] = [
+    pub const ALL: [Safeguard; 10] = [
         Safeguard::SuppressLiveOwnerCopies,
         Safeguard::FenceCommits,
         Safeguard::WaitForDecision,
@@ -36,5 +38,6 @@ impl Safeguard {
         Safeguard::ResendLostDispatch,
         Safeguard::InspectBeforeReplay,
         Safeguard::BackOffRetries,
+        Safeguard::RefusalsSpendNoBudget,
     ];
 }

@@ -89,6 +89,7 @@ pub(super) async fn metrics(
             oldest_ready_seconds: oldest_ready_seconds(ledger).await,
             rejected_by_reason: ledger.rejected_message_counts().await.unwrap_or_default(),
             workers: workers_by_status(ledger).await,
+            provider_limits: ledger.provider_limits().await.unwrap_or_default(),
         }),
         _ => None,
     };

@@ -52,6 +52,9 @@ event_kinds! {
     RetrievalUnsupported => "retrieval_unsupported",
     // A terminal job run again as a new job: `{"to": …}` on the old, `{"from": …}` on the new.
     Rerun => "rerun",
+    // The provider refused an attempt before running it: the job waits for the provider's
+    // reset (`retry_authorized`), its attempt budget untouched.
+    Throttled => "throttled",
 }
 
 /// The text is not a known event kind.
@@ -131,9 +134,10 @@ mod tests {
     fn event_kind_names_are_the_stable_ones_from_the_domain() {
         let names: Vec<_> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
         // domain.md's 28, then Fenceline's own extensions (appended, never renamed).
-        assert_eq!(names.len(), 30);
+        assert_eq!(names.len(), 31);
         assert_eq!(names[28], "retrieval_unsupported");
         assert_eq!(names[29], "rerun");
+        assert_eq!(names[30], "throttled");
         for name in [
             "job_created",
             "duplicate_suppressed",

@@ -25,7 +25,9 @@ pub enum JobState {
     Ready,
     /// An owner holds a lease (`owner_epoch`, `owner_until`).
     /// Out: the owner accepts → `Succeeded`; a confirmed retryable failure within budget →
-    /// `RetryAuthorized`; fatal or budget spent → `FailedTerminal`. After the lease expired a
+    /// `RetryAuthorized`; a refusal the provider confirms it never ran (throttled) →
+    /// `RetryAuthorized` at the provider's reset, the budget unchanged; fatal or budget spent →
+    /// `FailedTerminal`. After the lease expired a
     /// recovery claim (epoch + 1) → `Unknown` if an attempt may have been sent, else
     /// `RetryAuthorized`. The deadline → `Expired`.
     Running,
@@ -170,6 +172,9 @@ pub enum Cause {
     AcceptResult,
     /// A confirmed retryable failure within budget: `running` → `retry_authorized`.
     RetryableFailure,
+    /// The provider refused the attempt before running it (a rate limit, overload): `running`
+    /// → `retry_authorized` at the provider's reset, spending none of the budget.
+    Throttled,
     /// A confirmed fatal failure: `running` → `failed_terminal`.
     FatalFailure,
     /// The cumulative attempt budget is spent: `running`/`retry_authorized` → `failed_terminal`.
@@ -191,10 +196,11 @@ pub enum Cause {
 
 impl Cause {
     /// Every cause, in a stable order.
-    pub const ALL: [Cause; 11] = [
+    pub const ALL: [Cause; 12] = [
         Cause::Claim,
         Cause::AcceptResult,
         Cause::RetryableFailure,
+        Cause::Throttled,
         Cause::FatalFailure,
         Cause::BudgetExhausted,
         Cause::RecoverUncertain,
@@ -214,7 +220,7 @@ impl Cause {
         let to = match (self, from) {
             (Cause::Claim, Ready | RetryAuthorized) => Running,
             (Cause::AcceptResult, Running) => Succeeded,
-            (Cause::RetryableFailure, Running) => RetryAuthorized,
+            (Cause::RetryableFailure | Cause::Throttled, Running) => RetryAuthorized,
             (Cause::FatalFailure, Running) => FailedTerminal,
             (Cause::BudgetExhausted, Running | RetryAuthorized) => FailedTerminal,
             (Cause::RecoverUncertain, Running) => Unknown,
@@ -313,6 +319,7 @@ mod tests {
                 (Cause::Claim, Ready) | (Cause::Claim, RetryAuthorized) => Some(Running),
                 (Cause::AcceptResult, Running) => Some(Succeeded),
                 (Cause::RetryableFailure, Running) => Some(RetryAuthorized),
+                (Cause::Throttled, Running) => Some(RetryAuthorized),
                 (Cause::FatalFailure, Running) => Some(FailedTerminal),
                 (Cause::BudgetExhausted, Running) => Some(FailedTerminal),
                 (Cause::BudgetExhausted, RetryAuthorized) => Some(FailedTerminal),

@@ -25,6 +25,8 @@ pub enum Drills {
 pub enum RunKind {
     /// Successful lease and visibility renewals, which alternate while a call runs.
     Renewed,
+    /// Refusal cycles: every event of the epochs whose attempt the provider refused.
+    Throttled,
     Event(EventKind),
 }
 
@@ -32,6 +34,7 @@ impl RunKind {
     pub fn as_str(self) -> &'static str {
         match self {
             RunKind::Renewed => "renewed",
+            RunKind::Throttled => "throttled",
             RunKind::Event(kind) => kind.as_str(),
         }
     }
@@ -40,10 +43,11 @@ impl RunKind {
 impl TryFrom<String> for RunKind {
     type Error = crate::job::ParseEventKindError;
     fn try_from(s: String) -> Result<Self, Self::Error> {
-        if s == "renewed" {
-            Ok(RunKind::Renewed)
-        } else {
-            s.parse().map(RunKind::Event)
+        match s.as_str() {
+            "renewed" => Ok(RunKind::Renewed),
+            // A run of refusal cycles (an event of kind `throttled` alone is one too).
+            "throttled" => Ok(RunKind::Throttled),
+            _ => s.parse().map(RunKind::Event),
         }
     }
 }
@@ -103,27 +107,34 @@ pub(super) fn kind_list(kinds: &[EventKind]) -> String {
         .join(", ")
 }
 
-/// An event's kind on the folded timeline (column `kind`, or `alias.kind`): successful lease
-/// and visibility renewals, which alternate while a call runs, count as one kind (`renewed`).
-/// Failed renewals never join.
+/// An event's kind on the folded timeline (columns `kind` and `epoch`, or `alias.kind`,
+/// `alias.epoch` of an events row): every event of an epoch whose attempt the provider
+/// refused — the claim, the attempt, its refusal, the delete, the send again and the next
+/// receive — counts as one kind (`throttled`), so that a run of refusal cycles folds into one
+/// row; successful lease and visibility renewals, which alternate while a call runs, count as
+/// one kind (`renewed`). Failed renewals never join. The refused epochs are found through
+/// `attempts_throttled`, one probe an event.
 fn folded_kind(alias: &str) -> String {
-    let kind = if alias.is_empty() {
-        "kind".to_owned()
+    let (kind, epoch, job) = if alias.is_empty() {
+        ("kind".to_owned(), "epoch".to_owned(), "job_id".to_owned())
     } else {
-        format!("{alias}.kind")
+        (
+            format!("{alias}.kind"),
+            format!("{alias}.epoch"),
+            format!("{alias}.job_id"),
+        )
     };
     format!(
-        "CASE WHEN {kind} IN ('lease_renewed', 'visibility_renewed') \
+        "CASE WHEN EXISTS (SELECT 1 FROM attempts t WHERE t.job_id = {job} \
+         AND t.epoch = {epoch} AND t.outcome = 'throttled') THEN 'throttled' \
+         WHEN {kind} IN ('lease_renewed', 'visibility_renewed') \
          THEN 'renewed' ELSE {kind} END"
     )
 }
 
 /// On PostgreSQL, whether the event (`seq`, `kind`) after `before_seq`, `before_kind` starts
-/// a run, comparing the kinds as they are: folding each one first costs its window about a
-/// quarter more.
-const PG_STARTS: &str = "(before_seq IS NULL OR before_seq <> seq - 1 OR (before_kind <> kind \
-     AND NOT (kind IN ('lease_renewed', 'visibility_renewed') \
-     AND before_kind IN ('lease_renewed', 'visibility_renewed'))))";
+/// a run, the kinds folded first.
+const PG_STARTS: &str = "(before_seq IS NULL OR before_seq <> seq - 1 OR before_kind <> kind)";
 
 /// The events of job `$1` after sequence number `$2` that start a run (a run: consecutive
 /// events of one folded kind), oldest first, at most `$3`: `seq`, `kind` (folded), `at`, and
@@ -135,10 +146,11 @@ const PG_STARTS: &str = "(before_seq IS NULL OR before_seq <> seq - 1 OR (before
 fn run_starts_after(backend: Backend) -> String {
     match backend {
         Backend::Postgres => format!(
-            "SELECT seq, {k} AS kind, at, before_seq, (SELECT b.at FROM events b \
+            "SELECT seq, kind, at, before_seq, (SELECT b.at FROM events b \
              WHERE b.job_id = $1 AND b.seq = s.before_seq) AS before_at \
              FROM (SELECT seq, kind, at, LAG(kind) OVER w AS before_kind, \
-             LAG(seq) OVER w AS before_seq FROM events WHERE job_id = $1 AND seq >= $2 \
+             LAG(seq) OVER w AS before_seq FROM (SELECT seq, at, {k} AS kind FROM events \
+             WHERE job_id = $1 AND seq >= $2) AS f \
              WINDOW w AS (ORDER BY seq)) AS s WHERE seq > $2 AND {starts} \
              ORDER BY seq LIMIT $3",
             k = folded_kind(""),
@@ -171,9 +183,11 @@ fn run_start_back(backend: Backend, exists: bool) -> String {
     match backend {
         Backend::Postgres => format!(
             "SELECT seq FROM (SELECT seq, kind, LEAD(kind) OVER w AS before_kind, \
-             LEAD(seq) OVER w AS before_seq FROM events WHERE job_id = $1 AND seq <= $2 \
+             LEAD(seq) OVER w AS before_seq FROM (SELECT seq, {k} AS kind FROM events \
+             WHERE job_id = $1 AND seq <= $2) AS f \
              WINDOW w AS (ORDER BY seq DESC)) AS s WHERE {PG_STARTS}{there} \
-             ORDER BY seq DESC LIMIT 1 OFFSET $3"
+             ORDER BY seq DESC LIMIT 1 OFFSET $3",
+            k = folded_kind(""),
         ),
         Backend::Sqlite => format!(
             "SELECT e.seq FROM events e \
@@ -447,6 +461,26 @@ impl Ledger {
             .bind(cap)
             .fetch_one(&self.reader)
             .await?)
+    }
+
+    /// Events of `kind` on one job numbered `first..=last`.
+    pub async fn kind_count_between(
+        &self,
+        job_id: &str,
+        kind: EventKind,
+        first: i64,
+        last: i64,
+    ) -> Result<i64, LedgerError> {
+        Ok(sqlx::query_scalar(
+            "SELECT COUNT(*) FROM events WHERE job_id = $1 AND seq BETWEEN $2 AND $3 \
+             AND kind = $4",
+        )
+        .bind(job_id)
+        .bind(first)
+        .bind(last)
+        .bind(kind.as_str())
+        .fetch_one(&self.reader)
+        .await?)
     }
 
     /// Events of `kinds` on one job counted in `width`-microsecond buckets from `start`.

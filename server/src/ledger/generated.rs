@@ -10,15 +10,16 @@ use super::{Ledger, LedgerError};
 /// after they were created.
 const SEED_JOBS: &str = "INSERT INTO jobs (job_id, tenant, idempotency_key, request_digest, \
      input_ref, contract_version, state, owner_epoch, owner_id, owner_until, deadline_at, \
-     attempt_count, max_attempts, result_ref, created_at, updated_at, terminal_at, \
-     next_event_seq) \
+     attempt_count, budget_used, max_attempts, result_ref, created_at, updated_at, \
+     terminal_at, next_event_seq) \
      SELECT {id}, $1, 'seed-' || x, 'd', 'seed', 'seed', \
      CASE x % 7 WHEN 0 THEN 'ready' WHEN 1 THEN 'running' WHEN 2 THEN 'unknown' \
          WHEN 3 THEN 'retry_authorized' WHEN 4 THEN 'succeeded' WHEN 5 THEN 'failed_terminal' \
          ELSE 'expired' END, \
      CASE WHEN x % 7 = 0 THEN 0 ELSE 1 END, \
      CASE WHEN x % 7 = 1 THEN 'seed' END, CASE WHEN x % 7 = 1 THEN {now} + 60000000 END, \
-     {created} + 86400000000, CASE WHEN x % 7 IN (0, 1, 3) THEN 0 ELSE 1 END, 3, \
+     {created} + 86400000000, CASE WHEN x % 7 IN (0, 1, 3) THEN 0 ELSE 1 END, \
+     CASE WHEN x % 7 IN (0, 1, 3) THEN 0 ELSE 1 END, 3, \
      CASE WHEN x % 7 = 4 THEN 'res_seed' END, {created}, {created}, \
      CASE WHEN x % 7 >= 4 THEN {least}({created} + (x % 600) * 1000000, {now}) END, 1 \
      FROM ({series}) AS s";

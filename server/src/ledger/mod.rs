@@ -17,6 +17,8 @@
 //!   console's pages read (timeline runs, chart buckets, capped counts); `unknown.rs` — the
 //!   reconciliation queue; `scans.rs` — the reaper's queries; `transport.rs` — refused queue
 //!   messages and dead-letter notes; `queue_store.rs` — the embedded queue's table;
+//! - `flow.rs` — flow control's shared state: provider limits, tenants' shares, the fleet's
+//!   capacity;
 //! - `tokens.rs` — API tokens; `operators.rs` — operators, console sessions, sign-in failures; `retention.rs` — pruning; `workers.rs` — worker processes' reports; `generated.rs`, `reference.rs` —
 //!   the benchmarks' generated data and reference tables;
 //! - `model.rs` — what goes in and comes out; `error.rs` — errors and typed refusals;
@@ -98,6 +100,7 @@ mod console_reads;
 mod dialect;
 mod drills;
 mod error;
+mod flow;
 mod generated;
 mod model;
 mod operators;
@@ -123,10 +126,11 @@ pub use console_reads::{
 pub use dialect::Backend;
 pub use drills::{DrillRunRow, OutboxSend};
 pub use error::{LedgerError, Refusal};
+pub use flow::{LimitReport, ProviderLimit, TenantFlow, TenantShare};
 pub use model::{
     handle_hash, Accepted, Attempt, AttemptOutcome, AttemptStarted, Claimed, Created, Decision,
     DecisionRecord, DeliveryRef, Event, EventSlot, Failure, FailureOutcome, Job, JobFilter,
-    JobPage, NewEvent, NewJob, Owner, Recovered, Renewal, ReplayPolicy,
+    JobPage, NewEvent, NewJob, Owner, Recovered, Renewal, ReplayPolicy, Throttle, Throttled,
 };
 pub use operators::{Credentials, FailureScope};
 pub use queue_store::{QueueDepth, TakenMessage, VisibilityChange};
@@ -168,6 +172,28 @@ pub(crate) struct DirectQueue {
     pub(crate) name: String,
     /// Woken after each commit that sent: the queue's long polls in this process.
     pub(crate) sent: Arc<tokio::sync::Notify>,
+    /// How many new jobs may still be sent at creation before the dispatcher looks again
+    /// ([`Ledger::meter_direct`]): while it says there is room in the queue and nothing waits
+    /// in the outbox. Without a metering dispatcher, any number.
+    room: std::sync::atomic::AtomicI64,
+    /// Tenants with a cap on jobs in flight: their jobs always wait for the dispatcher.
+    capped: std::sync::Mutex<Arc<std::collections::HashSet<String>>>,
+}
+
+impl DirectQueue {
+    /// Takes a place for a new job of `tenant`, if the dispatcher left one.
+    fn take(&self, tenant: &str) -> bool {
+        if self.capped.lock().expect("direct lock").contains(tenant) {
+            return false;
+        }
+        self.room
+            .fetch_update(
+                std::sync::atomic::Ordering::AcqRel,
+                std::sync::atomic::Ordering::Acquire,
+                |room| (room > 0).then(|| room - 1),
+            )
+            .is_ok()
+    }
 }
 
 impl std::fmt::Debug for Ledger {
@@ -191,6 +217,8 @@ impl Ledger {
                 Arc::new(DirectQueue {
                     name: name.clone(),
                     sent: Arc::default(),
+                    room: std::sync::atomic::AtomicI64::new(i64::MAX),
+                    capped: Default::default(),
                 })
             }),
         }
@@ -202,6 +230,18 @@ impl Ledger {
             .as_ref()
             .filter(|direct| direct.name == queue)
             .map(|direct| Arc::clone(&direct.sent))
+    }
+
+    /// The dispatcher's word on new jobs sent at creation (a queue in this database): `room`
+    /// more may go before it looks again (0 while the outbox has jobs waiting for their turn,
+    /// so that no new job passes them), none of `capped`'s.
+    pub fn meter_direct(&self, room: i64, capped: std::collections::HashSet<String>) {
+        if let Some(direct) = &self.direct {
+            direct
+                .room
+                .store(room.max(0), std::sync::atomic::Ordering::Release);
+            *direct.capped.lock().expect("direct lock") = Arc::new(capped);
+        }
     }
 
     /// Whether `other` is a handle on this very ledger (a clone of it, lanes or not).

@@ -119,8 +119,13 @@ pub struct Job {
     /// Microseconds since the Unix epoch, database clock.
     pub owner_until: Option<i64>,
     pub deadline_at: i64,
+    /// Attempts recorded, refusals included: the last attempt's number.
     pub attempt_count: i64,
     pub max_attempts: i64,
+    /// Attempts that may have run the model (the pending one included), counted against
+    /// `max_attempts`; a refusal the provider confirms it never ran spends none.
+    #[sqlx(default)]
+    pub budget_used: i64,
     pub retry_at: Option<i64>,
     pub result_ref: Option<String>,
     pub error_code: Option<String>,
@@ -184,7 +189,10 @@ pub struct Claimed {
     /// The database clock when the claim committed: `owner_until - at` is the lease granted.
     pub at: i64,
     pub deadline_at: i64,
+    /// Attempts recorded before this claim's.
     pub attempt_count: i64,
+    /// Of the budget, what attempts before this claim's spent.
+    pub budget_used: i64,
     pub max_attempts: i64,
 }
 
@@ -264,6 +272,27 @@ pub enum Failure {
     Fatal { error_code: String },
 }
 
+/// A refusal the provider confirmed: it did not run the attempt (a rate limit, overload).
+#[derive(Debug, Clone)]
+pub struct Throttle {
+    /// Why, as the adapter classified it (`rate_limited`, `http_503`, `connect_failed`, …).
+    pub error_code: String,
+    /// How long the job waits before its next attempt (the provider's reset plus jitter, or a
+    /// capped backoff); never past the deadline.
+    pub wait: Duration,
+    /// Which limit refused it, when the provider said (`requests`, `tokens`), for the timeline.
+    pub limit: Option<String>,
+    /// The provider and model whose limit refused it.
+    pub provider: String,
+    pub model: String,
+}
+
+/// Where a refusal left the job: `retry_authorized` until `retry_at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Throttled {
+    pub retry_at: i64,
+}
+
 /// Where a reported failure left the job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FailureOutcome {
@@ -330,6 +359,8 @@ pub enum AttemptOutcome {
     Lost,
     /// The answer came back after the owner was fenced out; kept as evidence only.
     StaleDiscarded,
+    /// The provider refused it before running it (a rate limit, overload): no budget spent.
+    Throttled,
 }
 
 impl AttemptOutcome {
@@ -341,6 +372,7 @@ impl AttemptOutcome {
             AttemptOutcome::FailedFatal => "failed_fatal",
             AttemptOutcome::Lost => "lost",
             AttemptOutcome::StaleDiscarded => "stale_discarded",
+            AttemptOutcome::Throttled => "throttled",
         }
     }
 
@@ -352,6 +384,7 @@ impl AttemptOutcome {
             AttemptOutcome::FailedFatal,
             AttemptOutcome::Lost,
             AttemptOutcome::StaleDiscarded,
+            AttemptOutcome::Throttled,
         ]
         .into_iter()
         .find(|o| o.as_str() == s)

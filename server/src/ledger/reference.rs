@@ -139,8 +139,8 @@ const RECORD_STEPS: [&[&str]; 4] = [
     &[
         "UPDATE jobs SET state = 'running', owner_epoch = owner_epoch + 1, \
          owner_id = 'reference', owner_until = $1 + 90000000, \
-         attempt_count = attempt_count + 1, pending_attempt = attempt_count + 1, \
-         updated_at = $1, next_event_seq = next_event_seq + 3 \
+         attempt_count = attempt_count + 1, budget_used = budget_used + 1, \
+         pending_attempt = attempt_count + 1, updated_at = $1, next_event_seq = next_event_seq + 3 \
          WHERE job_id IN (SELECT $2 || n FROM s) \
          AND state IN ('ready', 'retry_authorized') AND deadline_at > $1",
         "INSERT INTO attempts (job_id, attempt_no, epoch, worker_id, provider, \

@@ -26,13 +26,14 @@ const SETTLE: i64 = 5 * 60 * 1_000_000;
 /// The event kinds the overview counts, each its own series. The partial index
 /// `events_activity_kind_at` (migration 0015) lists the same kinds in the same order: SQLite
 /// uses it only for a condition written as its own.
-const ACTIVITY_KINDS: [EventKind; 6] = [
+const ACTIVITY_KINDS: [EventKind; 7] = [
     EventKind::JobCreated,
     EventKind::DuplicateSuppressed,
     EventKind::ResultRejected,
     EventKind::VisibilityRenewalFailed,
     EventKind::LeaseRenewalFailed,
     EventKind::DeleteFailed,
+    EventKind::Throttled,
 ];
 
 /// Upper bounds (µs) of the time-to-terminal bins; the last bin is open.
@@ -116,7 +117,8 @@ fn took_bin() -> String {
     case
 }
 
-const TRIES: &str = "CASE WHEN attempt_count >= 5 THEN 5 ELSE attempt_count END";
+/// Attempts that may have run the model (refusals the provider confirmed are not counted).
+const TRIES: &str = "CASE WHEN budget_used >= 5 THEN 5 ELSE budget_used END";
 
 /// Leaves out the events of drill jobs, which the overview keeps apart ([`super::Drills`]).
 /// The drill jobs are few and found by `jobs_drill_run`: PostgreSQL hashes them once for an

@@ -2,7 +2,8 @@
 //! rendered once per backend when the ledger connects.
 //!
 //! A template names the few things the dialects do differently with a token — `{now}` the
-//! database clock in microseconds, `{least}` the two-argument minimum, `{for_update}` a row
+//! database clock in microseconds, `{least}` and `{greatest}` the two-argument minimum and
+//! maximum, `{for_update}` a row
 //! lock where the backend has one (SQLite serialises writers anyway), `{skip_locked}` the same
 //! lock skipping rows another transaction holds, `{now_once}` the clock read once for the whole
 //! statement, `{no_index}` before a column a backend must not look the rows up by (SQLite's
@@ -41,11 +42,11 @@ use super::dialect::Backend;
 
 /// Fills the dialect tokens of a template for `backend`.
 pub(crate) fn render(backend: Backend, template: &str) -> Box<str> {
-    let (now, now_once, least, for_update, skip_locked, no_index) = match backend {
+    let (now, now_once, (least, greatest), for_update, skip_locked, no_index) = match backend {
         Backend::Postgres => (
             "fl_now_us()",
             "(SELECT fl_now_us())",
-            "LEAST",
+            ("LEAST", "GREATEST"),
             " FOR UPDATE",
             " FOR UPDATE SKIP LOCKED",
             "",
@@ -55,7 +56,7 @@ pub(crate) fn render(backend: Backend, template: &str) -> Box<str> {
         Backend::Sqlite => (
             "CAST(unixepoch('subsec') * 1000000 AS INTEGER)",
             "CAST(unixepoch('subsec') * 1000000 AS INTEGER)",
-            "MIN",
+            ("MIN", "MAX"),
             "",
             "",
             "+",
@@ -65,6 +66,7 @@ pub(crate) fn render(backend: Backend, template: &str) -> Box<str> {
         .replace("{now}", now)
         .replace("{now_once}", now_once)
         .replace("{least}", least)
+        .replace("{greatest}", greatest)
         .replace("{for_update}", for_update)
         .replace("{skip_locked}", skip_locked)
         .replace("{no_index}", no_index)
@@ -418,6 +420,32 @@ macro_rules! reserved {
     };
 }
 
+/// The place in the fair queue of the next send of the tenant named by `$t` (an SQL
+/// expression): after the tenant's last unsent row, or where sending has got to when that is
+/// later (a tenant with nothing waiting starts at the head of the line), one step on.
+macro_rules! fair_tag {
+    ($t:literal) => {
+        concat!(
+            "{greatest}(COALESCE((SELECT MAX(o.fair_tag) FROM outbox o WHERE o.tenant = ",
+            $t,
+            " AND o.dispatched_at IS NULL), 0), \
+             (SELECT c.tag FROM dispatch_clock c WHERE c.id = 1)) + ",
+            fair_step!($t)
+        )
+    };
+}
+
+/// A tenant's step in the fair queue: 1,000,000 divided by its weight (1 unless configured).
+macro_rules! fair_step {
+    ($t:literal) => {
+        concat!(
+            "COALESCE((SELECT 1000000 / s.weight FROM tenant_shares s WHERE s.tenant = ",
+            $t,
+            "), 1000000)"
+        )
+    };
+}
+
 /// The lease renewal's head reserving `$n` events, and (`returning $n`) its tail.
 macro_rules! renew_leases {
     ($n:literal) => {
@@ -471,24 +499,24 @@ catalogue! {
         /// the first attempt; `$4` events reserved.
         claim: "UPDATE jobs SET state = 'running', owner_epoch = owner_epoch + 1, owner_id = $2, \
              owner_until = {least}({now} + $3, deadline_at), retry_at = NULL, \
-             attempt_count = attempt_count + $5, \
+             attempt_count = attempt_count + $5, budget_used = budget_used + $5, \
              pending_attempt = CASE WHEN $5 = 1 THEN attempt_count + 1 ELSE NULL END, \
              updated_at = {now}, next_event_seq = next_event_seq + $4 \
              WHERE job_id = $1 AND (state IN ('ready', 'retry_authorized')) IS TRUE \
-             AND deadline_at > {now} AND attempt_count < max_attempts \
+             AND deadline_at > {now} AND budget_used < max_attempts \
              AND (retry_at IS NULL OR retry_at <= {now}) \
-             RETURNING owner_until, attempt_count, max_attempts, \
+             RETURNING owner_until, attempt_count, budget_used, max_attempts, \
              next_event_seq - $4 AS seq, updated_at AS at, owner_epoch AS epoch, deadline_at",
 
         // attempt
 
         /// The owner's next attempt, recorded before the provider is called.
         start_attempt: concat!("UPDATE jobs SET attempt_count = attempt_count + 1, \
-             pending_attempt = attempt_count + 1, \
+             budget_used = budget_used + 1, pending_attempt = attempt_count + 1, \
              updated_at = {now}, next_event_seq = next_event_seq + 1 \
              WHERE job_id = $1 AND owner_epoch = $2 AND (state = 'running') IS TRUE \
              AND owner_until > {now} AND deadline_at > {now} \
-             AND attempt_count < max_attempts AND pending_attempt IS NULL \
+             AND budget_used < max_attempts AND pending_attempt IS NULL \
              RETURNING attempt_count, ", reserved!(1)),
 
         // accept
@@ -505,17 +533,30 @@ catalogue! {
 
         /// A confirmed provider failure: `$5` = 1 when fatal, `$6` the backoff.
         record_failure: concat!("UPDATE jobs SET \
-             state = CASE WHEN $5 = 0 AND attempt_count < max_attempts \
+             state = CASE WHEN $5 = 0 AND budget_used < max_attempts \
                  THEN 'retry_authorized' ELSE 'failed_terminal' END, \
-             retry_at = CASE WHEN $5 = 0 AND attempt_count < max_attempts \
+             retry_at = CASE WHEN $5 = 0 AND budget_used < max_attempts \
                  THEN {now} + $6 ELSE NULL END, \
-             terminal_at = CASE WHEN $5 = 0 AND attempt_count < max_attempts \
+             terminal_at = CASE WHEN $5 = 0 AND budget_used < max_attempts \
                  THEN NULL ELSE {now} END, \
              error_code = $4, pending_attempt = NULL, updated_at = {now}, \
              next_event_seq = next_event_seq + 2 \
              WHERE job_id = $1 AND owner_epoch = $2 AND (state = 'running') IS TRUE \
              AND owner_until > {now} AND deadline_at > {now} AND pending_attempt = $3 \
-             RETURNING state, retry_at, attempt_count, ", reserved!(2)),
+             RETURNING state, retry_at, budget_used, ", reserved!(2)),
+
+        // throttle
+
+        /// A refusal the provider confirmed it never ran: `running` → `retry_authorized` until
+        /// `$5` µs from now (never past the deadline), the attempt's share of the budget given
+        /// back; `$4` the error code.
+        record_throttle: concat!("UPDATE jobs SET state = 'retry_authorized', \
+             retry_at = {least}({now} + $5, deadline_at), error_code = $4, \
+             budget_used = budget_used - 1, pending_attempt = NULL, updated_at = {now}, \
+             next_event_seq = next_event_seq + 2 \
+             WHERE job_id = $1 AND owner_epoch = $2 AND (state = 'running') IS TRUE \
+             AND owner_until > {now} AND deadline_at > {now} AND pending_attempt = $3 \
+             RETURNING retry_at, budget_used, max_attempts, ", reserved!(2)),
 
         // recovery
 
@@ -555,7 +596,7 @@ catalogue! {
              terminal_at = CASE WHEN $3 = 'retry_authorized' THEN NULL ELSE {now} END, \
              retry_at = NULL, updated_at = {now}, next_event_seq = next_event_seq + 2 \
              WHERE job_id = $1 AND owner_epoch = $2 AND (state = 'unknown') IS TRUE \
-             AND ($4 = 0 OR (deadline_at > {now} AND attempt_count < max_attempts)) \
+             AND ($4 = 0 OR (deadline_at > {now} AND budget_used < max_attempts)) \
              AND ($8 = 0 OR replay_policy = 'replay_on_unknown') \
              RETURNING attempt_count, ", reserved!(2)),
 
@@ -568,30 +609,40 @@ catalogue! {
              updated_at = {now}, next_event_seq = next_event_seq + 1 \
              WHERE job_id = $1 AND (state IN ('ready', 'running', 'unknown', 'retry_authorized')) IS TRUE \
              AND deadline_at <= {now} \
-             RETURNING ", reserved!(1)),
+             RETURNING error_code, ", reserved!(1)),
         /// A `retry_authorized` job with its budget spent → `failed_terminal`.
         exhaust_budget: concat!("UPDATE jobs SET state = 'failed_terminal', error_code = 'budget_exhausted', \
              terminal_at = {now}, updated_at = {now}, next_event_seq = next_event_seq + 1 \
-             WHERE job_id = $1 AND (state = 'retry_authorized') IS TRUE AND attempt_count >= max_attempts \
-             RETURNING attempt_count, ", reserved!(1)),
+             WHERE job_id = $1 AND (state = 'retry_authorized') IS TRUE AND budget_used >= max_attempts \
+             RETURNING budget_used, ", reserved!(1)),
 
         // outbox
 
         /// Due outbox rows nobody holds, of one lane: `$2` is a drill run, or `''` for
         /// every job no drill made.
-        outbox_due: "SELECT id FROM outbox WHERE dispatched_at IS NULL \
+        outbox_due: "SELECT id, tenant FROM outbox WHERE dispatched_at IS NULL \
              AND available_at <= {now_once} \
              AND (locked_until IS NULL OR locked_until <= {now_once}) \
              AND (SELECT COALESCE(j.drill_run, '') FROM jobs j \
                  WHERE j.job_id = outbox.job_id) = $2 \
-             ORDER BY available_at, id LIMIT $1{skip_locked}",
+             ORDER BY fair_tag, id LIMIT $1{skip_locked}",
+        /// A send of job `$1` at epoch `$2` for reason `$3`, due at `$4`, in its tenant's
+        /// place in the fair queue (see migration 0019).
+        insert_outbox: concat!("INSERT INTO outbox (job_id, epoch, reason, created_at, \
+             available_at, tenant, fair_tag) SELECT $1, $2, $3, $4, $4, j.tenant, ",
+             fair_tag!("j.tenant"), " FROM jobs j WHERE j.job_id = $1"),
+        /// Where tenant `$1`'s next send goes in the fair queue, and its step.
+        fair_next: concat!("SELECT ", fair_tag!("$1"), " AS tag, ", fair_step!("$1"), " AS step"),
+        /// Sending has got to tag `$1` (never back).
+        advance_dispatch_clock: "UPDATE dispatch_clock SET tag = {greatest}(tag, $1) WHERE id = 1",
         /// An outbox row that could not be sent, for another try later.
         outbox_failed: "UPDATE outbox SET locked_until = NULL, available_at = {now} + $2, \
              last_error = $3 WHERE id = $1",
         /// A re-dispatch of a job at its current epoch. The job's row is locked (PostgreSQL),
         /// as its other rows' writes hold it: a retention delete waits for it or goes first.
-        redispatch: "INSERT INTO outbox (job_id, epoch, reason, created_at, available_at) \
-             SELECT job_id, owner_epoch, $2, {now}, {now} FROM jobs WHERE job_id = $1{for_update}",
+        redispatch: concat!("INSERT INTO outbox (job_id, epoch, reason, created_at, available_at, \
+             tenant, fair_tag) SELECT j.job_id, j.owner_epoch, $2, {now}, {now}, j.tenant, ",
+             fair_tag!("j.tenant"), " FROM jobs j WHERE j.job_id = $1{for_update}"),
 
         // scans (the reaper's)
 
@@ -611,7 +662,7 @@ catalogue! {
              ORDER BY j.updated_at LIMIT $1",
         /// `unknown` jobs a pre-approved replay policy can act on now.
         unknown_replayable: "SELECT job_id, owner_epoch FROM jobs WHERE state = 'unknown' \
-             AND replay_policy = 'replay_on_unknown' AND attempt_count < max_attempts \
+             AND replay_policy = 'replay_on_unknown' AND budget_used < max_attempts \
              AND deadline_at > {now} ORDER BY updated_at LIMIT $1",
 
         // transport
@@ -722,13 +773,13 @@ catalogue! {
             "UPDATE jobs SET state = 'running', owner_epoch = owner_epoch + 1, \
              owner_id = v.column3, owner_until = {least}({now} + v.column4, deadline_at), \
              retry_at = NULL, attempt_count = attempt_count + 1, \
-             pending_attempt = attempt_count + 1, updated_at = {now}, \
+             budget_used = budget_used + 1, pending_attempt = attempt_count + 1, updated_at = {now}, \
              next_event_seq = next_event_seq + 3 FROM (VALUES ",
             "(?, ?, ?, CAST(? AS BIGINT))",
             &format!(
                 ") AS v WHERE jobs.job_id = v.column1 AND jobs.tenant = v.column2 \
                  AND (jobs.state IN ('ready', 'retry_authorized')) IS TRUE \
-                 AND jobs.deadline_at > {{now}} AND jobs.attempt_count < jobs.max_attempts \
+                 AND jobs.deadline_at > {{now}} AND jobs.budget_used < jobs.max_attempts \
                  AND (jobs.retry_at IS NULL OR jobs.retry_at <= {{now}}) \
                  RETURNING {}, jobs.next_event_seq - 3 AS seq, jobs.updated_at AS at, \
                  (SELECT input FROM job_inputs WHERE job_inputs.job_id = jobs.job_id) AS input, \
@@ -798,8 +849,9 @@ catalogue! {
         ),
         /// First sends of new jobs, each `(job_id, at)`.
         insert_first_sends: (
-            "INSERT INTO outbox (job_id, epoch, reason, created_at, available_at) VALUES ",
-            "(?, 0, 'created', CAST(? AS BIGINT), CAST(? AS BIGINT))", "", 1
+            "INSERT INTO outbox (job_id, epoch, reason, created_at, available_at, tenant, \
+             fair_tag) VALUES ",
+            "(?, 0, 'created', CAST(? AS BIGINT), CAST(? AS BIGINT), ?, CAST(? AS BIGINT))", "", 1
         ),
         /// First sends of new jobs made in the jobs' own transaction (a queue in this
         /// database): recorded as sent, with the message's id.
@@ -867,7 +919,7 @@ catalogue! {
             "UPDATE outbox SET locked_until = {now} + $1, send_attempts = send_attempts + 1 \
              WHERE id IN (",
             "CAST(? AS BIGINT)",
-            ") RETURNING id, job_id, reason, send_attempts",
+            ") RETURNING id, job_id, reason, send_attempts, fair_tag",
             2
         ),
         /// Outbox rows sent, each `(id, message_id)`.

@@ -22,6 +22,8 @@ pub struct WorkerReport {
     pub provider: String,
     /// How many calls it runs at once at most.
     pub max_in_flight: i64,
+    /// How many it can hold now: its width, or less while a provider limits it.
+    pub capacity: i64,
 }
 
 /// A worker as the console shows it: its latest report, if any, and the running jobs it
@@ -48,6 +50,8 @@ pub struct Reported {
     pub queue: String,
     pub provider: String,
     pub max_in_flight: i64,
+    /// What it could hold at its latest report (none from a build before it said).
+    pub capacity: Option<i64>,
 }
 
 impl Ledger {
@@ -55,16 +59,18 @@ impl Ledger {
     pub async fn report_worker(&self, report: &WorkerReport) -> Result<(), LedgerError> {
         let now = self.now_us().await?;
         sqlx::query(
-            "INSERT INTO workers (worker_id, started_at, seen_at, queue, provider, max_in_flight) \
-             VALUES ($1, $2, $2, $3, $4, $5) ON CONFLICT (worker_id) DO UPDATE SET \
+            "INSERT INTO workers (worker_id, started_at, seen_at, queue, provider, max_in_flight, \
+             capacity) VALUES ($1, $2, $2, $3, $4, $5, $6) ON CONFLICT (worker_id) DO UPDATE SET \
              seen_at = excluded.seen_at, stopped_at = NULL, queue = excluded.queue, \
-             provider = excluded.provider, max_in_flight = excluded.max_in_flight",
+             provider = excluded.provider, max_in_flight = excluded.max_in_flight, \
+             capacity = excluded.capacity",
         )
         .bind(report.worker_id.as_str())
         .bind(now)
         .bind(report.queue.as_str())
         .bind(report.provider.as_str())
         .bind(report.max_in_flight)
+        .bind(report.capacity)
         .execute(&self.writer)
         .await?;
         Ok(())
@@ -115,8 +121,8 @@ impl Ledger {
         tenants: Option<&[String]>,
     ) -> Result<Vec<WorkerSeen>, LedgerError> {
         let rows = sqlx::query(
-            "SELECT worker_id, started_at, seen_at, stopped_at, queue, provider, max_in_flight \
-             FROM workers WHERE seen_at >= $1",
+            "SELECT worker_id, started_at, seen_at, stopped_at, queue, provider, max_in_flight, \
+             capacity FROM workers WHERE seen_at >= $1",
         )
         .bind(since)
         .fetch_all(&self.reader)
@@ -133,6 +139,7 @@ impl Ledger {
                         queue: row.try_get("queue")?,
                         provider: row.try_get("provider")?,
                         max_in_flight: row.try_get("max_in_flight")?,
+                        capacity: row.try_get("capacity")?,
                     }),
                     held: 0,
                     lapsed: 0,

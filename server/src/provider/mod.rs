@@ -1,9 +1,12 @@
 //! Model providers: one call per durable attempt, its failure classified where it happens.
 //!
-//! Owns talking to a model and saying what came of it: succeeded, failed retryably, failed
-//! fatally, or *uncertain* (the request may have been executed with no answer seen). Must not
+//! Owns talking to a model and saying what came of it: succeeded, *throttled* (the provider
+//! refused it before running it: a rate limit, an overload), failed retryably, failed fatally,
+//! or *uncertain* (the request may have been executed with no answer seen); and what the
+//! provider said of its rate limits ([`RateLimits`]), which [`limits`] learns from. Must not
 //! touch the ledger or the queue, and must never log prompts, answers or credentials.
 
+pub mod limits;
 pub mod openai;
 pub mod policy;
 pub mod stub;
@@ -11,7 +14,7 @@ pub mod stub;
 use std::future::Future;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
@@ -28,11 +31,20 @@ pub struct ProviderRequest {
 }
 
 /// How an attempt ended, as far as the caller can know.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum ProviderOutcome {
     Succeeded {
         answer: String,
         request_id: Option<String>,
+        /// What the answer said of the provider's limits.
+        limits: RateLimits,
+    },
+    /// The provider confirms it did not run the request and asks to be called later (a rate
+    /// limit, an overload, a connection refused before sending): no budget is spent.
+    Throttled {
+        code: String,
+        request_id: Option<String>,
+        limits: RateLimits,
     },
     /// Confirmed not done; another attempt may help.
     Retryable {
@@ -49,6 +61,66 @@ pub enum ProviderOutcome {
         code: String,
         request_id: Option<String>,
     },
+}
+
+/// One rate-limit window as a provider states it (`x-ratelimit-limit-requests`,
+/// `…-remaining-…`, `…-reset-…`): how much it admits, how much is left, and how long until it
+/// is whole again.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Window {
+    pub limit: Option<f64>,
+    pub remaining: Option<f64>,
+    /// Until the window is back to its limit.
+    pub reset: Option<Duration>,
+}
+
+impl Window {
+    fn is_empty(&self) -> bool {
+        self.limit.is_none() && self.remaining.is_none() && self.reset.is_none()
+    }
+
+    /// Whether nothing is left of it.
+    pub fn exhausted(&self) -> bool {
+        self.remaining.is_some_and(|r| r < 1.0)
+    }
+}
+
+/// What an answer said of the provider's rate limits. Empty when it said nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct RateLimits {
+    /// The wait the provider asked for (`retry-after-ms`, `retry-after`).
+    pub retry_after: Option<Duration>,
+    pub requests: Window,
+    pub tokens: Window,
+}
+
+impl RateLimits {
+    pub fn is_empty(&self) -> bool {
+        self.retry_after.is_none() && self.requests.is_empty() && self.tokens.is_empty()
+    }
+
+    /// How long the provider asks callers to wait: the wait it named, else the reset of a
+    /// window it says is spent.
+    pub fn wait(&self) -> Option<Duration> {
+        self.retry_after.or_else(|| {
+            [self.requests, self.tokens]
+                .iter()
+                .filter(|w| w.exhausted())
+                .filter_map(|w| w.reset)
+                .max()
+        })
+    }
+
+    /// Which limit is spent, when the provider says (`requests`, `tokens`).
+    pub fn spent(&self) -> Option<&'static str> {
+        if self.requests.exhausted() {
+            Some("requests")
+        } else if self.tokens.exhausted() {
+            Some("tokens")
+        } else {
+            None
+        }
+    }
 }
 
 /// What a provider's retrieval mechanism says about an earlier request.
@@ -100,6 +172,19 @@ pub trait Provider: Send + Sync + 'static {
     /// A short, stable name recorded on each attempt.
     fn name(&self) -> &str;
 
+    /// The model a request goes to when its parameters name none.
+    fn default_model(&self) -> &str;
+
+    /// The model `request` goes to: the one its parameters name, else the default. Limits are
+    /// learned per provider and model.
+    fn model_of<'a>(&'a self, request: &'a ProviderRequest) -> &'a str {
+        request
+            .model
+            .get("model")
+            .and_then(Value::as_str)
+            .unwrap_or_else(|| self.default_model())
+    }
+
     fn call(
         &self,
         request: ProviderRequest,
@@ -122,6 +207,13 @@ impl Provider for AnyProvider {
         match self {
             AnyProvider::Stub(p) => p.name(),
             AnyProvider::OpenAi(p) => p.name(),
+        }
+    }
+
+    fn default_model(&self) -> &str {
+        match self {
+            AnyProvider::Stub(p) => p.default_model(),
+            AnyProvider::OpenAi(p) => p.default_model(),
         }
     }
 

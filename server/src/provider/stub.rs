@@ -1,7 +1,8 @@
 //! A stub model for drills, tests and benchmarks: configurable latency and failure rates, a
-//! lost-response mode that executes the request but reports it uncertain, and a retrieval API
-//! keyed by the client request id. Outcomes are drawn deterministically from the request id,
-//! so a run can be repeated.
+//! lost-response mode that executes the request but reports it uncertain, a rate limit that
+//! refuses what its token bucket cannot admit (stating its limits as OpenAI's headers do), and
+//! a retrieval API keyed by the client request id. Outcomes are drawn deterministically from
+//! the request id, so a run can be repeated.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -10,7 +11,7 @@ use std::time::Duration;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use super::{Progress, Provider, ProviderOutcome, ProviderRequest, Retrieval};
+use super::{Progress, Provider, ProviderOutcome, ProviderRequest, RateLimits, Retrieval, Window};
 
 /// How the stub behaves. Rates are fractions in `0.0..=1.0`, drawn in this order: fatal,
 /// retryable, lost response.
@@ -23,6 +24,16 @@ pub struct StubConfig {
     /// Whether the stub offers retrieval of earlier requests (like a provider's stored
     /// completions). Off, a lost response really leaves the outcome uncertain.
     pub retrieval: bool,
+    /// Requests a second the stub admits (a token bucket as deep as a second's worth); the
+    /// rest are refused as throttled, with the wait until the next token. `None`: no limit.
+    pub rate_limit: Option<f64>,
+}
+
+/// The stub's token bucket: tokens left, and when they were counted.
+#[derive(Debug)]
+struct Bucket {
+    tokens: f64,
+    at: std::time::Instant,
 }
 
 #[derive(Clone, Default)]
@@ -32,6 +43,8 @@ pub struct StubProvider {
     executed: Arc<Mutex<Remembered<Option<String>>>>,
     /// Model calls by job id.
     calls: Arc<Mutex<Remembered<u32>>>,
+    /// The rate limit's bucket, when it has one.
+    bucket: Arc<Mutex<Option<Bucket>>>,
 }
 
 /// How many requests and jobs the stub remembers: a long-running demo must not grow without
@@ -114,6 +127,38 @@ impl StubProvider {
             .unwrap_or(0)
     }
 
+    /// Takes a token of the rate limit, if there is one: the limits to state, and whether the
+    /// request is admitted.
+    fn admit(&self) -> (RateLimits, bool) {
+        let Some(rate) = self.config.rate_limit.filter(|r| *r > 0.0) else {
+            return (RateLimits::default(), true);
+        };
+        let depth = rate.max(1.0);
+        let now = std::time::Instant::now();
+        let mut bucket = self.bucket.lock().expect("stub lock");
+        let bucket = bucket.get_or_insert(Bucket {
+            tokens: depth,
+            at: now,
+        });
+        bucket.tokens = (bucket.tokens + rate * (now - bucket.at).as_secs_f64()).min(depth);
+        bucket.at = now;
+        let admitted = bucket.tokens >= 1.0;
+        if admitted {
+            bucket.tokens -= 1.0;
+        }
+        let seconds = |n: f64| Duration::from_secs_f64((n / rate).max(0.0));
+        let limits = RateLimits {
+            retry_after: (!admitted).then(|| seconds(1.0 - bucket.tokens)),
+            requests: Window {
+                limit: Some(depth),
+                remaining: Some(bucket.tokens.floor()),
+                reset: Some(seconds(depth - bucket.tokens)),
+            },
+            tokens: Window::default(),
+        };
+        (limits, admitted)
+    }
+
     /// Every job the model was called for, with its call count.
     pub fn all_calls(&self) -> HashMap<String, u32> {
         self.calls.lock().expect("stub lock").map.clone()
@@ -125,9 +170,22 @@ impl Provider for StubProvider {
         "stub"
     }
 
+    fn default_model(&self) -> &str {
+        "stub"
+    }
+
     async fn call(&self, request: ProviderRequest, progress: Progress) -> ProviderOutcome {
         let id = request.client_request_id.clone();
         let request_id = Some(id.clone());
+        let (limits, admitted) = self.admit();
+        if !admitted {
+            *self.executed.lock().expect("stub lock").entry(&id, || None) = None;
+            return ProviderOutcome::Throttled {
+                code: "rate_limited".into(),
+                request_id,
+                limits,
+            };
+        }
         let fatal = drawn(&id, "fatal", self.config.fatal_rate);
         let retryable = !fatal && drawn(&id, "retryable", self.config.retryable_rate);
         if fatal || retryable {
@@ -181,7 +239,11 @@ impl Provider for StubProvider {
                 request_id,
             };
         }
-        ProviderOutcome::Succeeded { answer, request_id }
+        ProviderOutcome::Succeeded {
+            answer,
+            request_id,
+            limits,
+        }
     }
 
     /// Only what this stub saw is certain: a request it never heard of (another process's,
@@ -257,6 +319,32 @@ mod tests {
         assert!(matches!(out, ProviderOutcome::Fatal { .. }));
         assert_eq!(stub.calls_for("job_x"), 0);
         assert_eq!(stub.retrieve("a").await, Retrieval::NeverExecuted);
+    }
+
+    #[tokio::test]
+    async fn a_rate_limited_stub_admits_its_burst_then_refuses_with_the_wait() {
+        let stub = StubProvider::new(StubConfig {
+            rate_limit: Some(5.0),
+            ..Default::default()
+        });
+        let mut refused = Vec::new();
+        for i in 0..8 {
+            match stub
+                .call(request(&format!("r:{i}")), Progress::default())
+                .await
+            {
+                ProviderOutcome::Succeeded { limits, .. } => {
+                    assert_eq!(limits.requests.limit, Some(5.0));
+                }
+                ProviderOutcome::Throttled { limits, .. } => refused.push(limits),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(refused.len(), 3, "a burst of five, then refusals");
+        let wait = refused[0].wait().expect("a named wait");
+        assert!(wait <= Duration::from_millis(200), "{wait:?}");
+        assert_eq!(refused[0].spent(), Some("requests"));
+        assert_eq!(stub.calls_for("job_x"), 5);
     }
 
     #[test]

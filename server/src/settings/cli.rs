@@ -285,6 +285,10 @@ pub struct RuntimeArgs {
     pub stub_fatal_rate: f64,
     #[arg(long, env = "FENCELINE_STUB_LOST_RATE", default_value_t = 0.0)]
     pub stub_lost_rate: f64,
+    /// Stub model: requests a second it admits (a bucket a second deep), refusing the rest as
+    /// a rate-limited provider does; unset, no limit.
+    #[arg(long, env = "FENCELINE_STUB_RATE_LIMIT")]
+    pub stub_rate_limit: Option<f64>,
 
     /// This worker's id on timelines (default: host and process id).
     #[arg(long, env = "FENCELINE_WORKER_ID")]

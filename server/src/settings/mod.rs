@@ -225,6 +225,7 @@ impl Settings {
                     fatal_rate: runtime.stub_fatal_rate,
                     lost_response_rate: runtime.stub_lost_rate,
                     retrieval: runtime.provider_retrieval,
+                    rate_limit: runtime.stub_rate_limit.filter(|r| *r > 0.0),
                 },
             },
             worker: WorkerSettings {

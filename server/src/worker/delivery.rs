@@ -15,11 +15,32 @@ use crate::drill::sabotage::Safeguard;
 use crate::job::{Actor, EventKind, JobState};
 use crate::ledger::{
     AcceptDelete, AttemptStarted, DeliveryRef, Failure, Job, LedgerError, NewEvent, Owner, Refusal,
-    RejectedMessage, ReplayPolicy,
+    RejectedMessage, ReplayPolicy, Throttle,
 };
 use crate::metrics::DeliveryOutcome;
-use crate::provider::{Progress, Provider, ProviderOutcome, ProviderRequest, Retrieval};
+use crate::provider::limits::{Answer, Key};
+use crate::provider::{
+    Progress, Provider, ProviderOutcome, ProviderRequest, RateLimits, Retrieval,
+};
 use crate::queue::{DeletePlan, Deleted, Delivery, Queue, QueueError, MAX_VISIBILITY};
+
+/// How long a job refused `refusals` times in a row waits before it is sent again: the wait
+/// the provider named, else the capped backoff, plus up to half again (at least 100 ms) of
+/// jitter, so that the jobs of one refused burst do not all come back at once.
+fn throttle_wait(named: Option<Duration>, refusals: u32, timings: &super::Timings) -> Duration {
+    let base = named.unwrap_or_else(|| {
+        crate::provider::limits::backoff(refusals)
+            .min(timings.backoff_max)
+            .max(timings.backoff_base)
+    });
+    let spread = (base / 2).max(Duration::from_millis(100));
+    let mut bytes = [0u8; 8];
+    let jitter = match getrandom::fill(&mut bytes) {
+        Ok(()) => u64::from_le_bytes(bytes) as f64 / u64::MAX as f64,
+        Err(_) => 0.5,
+    };
+    base + spread.mul_f64(jitter)
+}
 
 /// A claim that made this worker the owner, with its first attempt recorded.
 struct Started {
@@ -48,6 +69,9 @@ pub enum Outcome {
     Succeeded,
     /// A confirmed provider failure was recorded; the job is now in this state.
     Failed(JobState),
+    /// The provider refused the call before running it: the job waits for its reset, its
+    /// budget untouched.
+    Throttled,
     /// The guarded write was refused: this worker was fenced out. Nothing deleted.
     Fenced(&'static str),
     /// Local work stopped (lease lost, deadline, shutdown): nothing deleted unless the ledger
@@ -68,6 +92,7 @@ impl Outcome {
             Outcome::HandedToLedger(_) => DeliveryOutcome::HandedToLedger,
             Outcome::Succeeded => DeliveryOutcome::Succeeded,
             Outcome::Failed(_) => DeliveryOutcome::Failed,
+            Outcome::Throttled => DeliveryOutcome::Throttled,
             Outcome::Fenced(_) => DeliveryOutcome::Fenced,
             Outcome::Stopped(_) => DeliveryOutcome::Stopped,
             Outcome::LedgerUnavailable => DeliveryOutcome::LedgerUnavailable,
@@ -637,11 +662,13 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 stop: stop_tx,
             },
         );
+        // Refusals this job met before, for the wait after another one.
+        let refused_before = claimed.attempt_count - claimed.budget_used;
         let outcome = self
             .attempt(
                 job,
                 &claimed.owner,
-                attempt,
+                (attempt, refused_before),
                 input,
                 delivery,
                 dref,
@@ -660,7 +687,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         &self,
         job: &Job,
         owner: &Owner,
-        attempt: AttemptStarted,
+        (attempt, refused_before): (AttemptStarted, i64),
         input: Option<(Value, Value)>,
         delivery: &Delivery,
         dref: &DeliveryRef,
@@ -689,7 +716,30 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 None => std::future::pending().await,
             }
         };
-        let call = self.provider.call(request, progress);
+        let key = Key::new(self.provider.name(), self.provider.model_of(&request));
+        // The call waits for the provider's limit (a named reset, room within the learned
+        // concurrency, a token of its bucket) before it is sent, its lease renewed meanwhile.
+        let call = async {
+            // Waiting for the provider is not a call that hangs: the progress rule counts from
+            // the send.
+            let acquire = self.limits.acquire(&key);
+            tokio::pin!(acquire);
+            let permit = loop {
+                tokio::select! {
+                    permit = &mut acquire => break permit,
+                    () = tokio::time::sleep(Duration::from_secs(1)) => progress.tick(),
+                }
+            };
+            progress.tick();
+            let outcome = self.provider.call(request, progress).await;
+            let (answer, limits) = match &outcome {
+                ProviderOutcome::Throttled { limits, .. } => (Answer::Refused, *limits),
+                ProviderOutcome::Succeeded { limits, .. } => (Answer::Admitted, *limits),
+                _ => (Answer::Admitted, RateLimits::default()),
+            };
+            permit.answered(answer, &limits);
+            outcome
+        };
         let stopped = async {
             loop {
                 if let Some(reason) = stop.borrow_and_update().clone() {
@@ -717,7 +767,15 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 tokio::time::sleep_until(until.into()).await;
             }
         }
-        Box::pin(self.finish(job, owner, &attempt, result, delivery, dref)).await
+        Box::pin(self.finish(
+            job,
+            owner,
+            (&attempt, refused_before, &key),
+            result,
+            delivery,
+            dref,
+        ))
+        .await
     }
 
     /// Records what the call came to, and deletes the message once the outcome is durable.
@@ -725,7 +783,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         &self,
         job: &Job,
         owner: &Owner,
-        attempt: &AttemptStarted,
+        (attempt, refused_before, key): (&AttemptStarted, i64, &Key),
         result: Result<ProviderOutcome, StopReason>,
         delivery: &Delivery,
         dref: &DeliveryRef,
@@ -733,6 +791,29 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         let job_id = job.job_id.as_str();
         let epoch = owner.epoch;
         match result {
+            Ok(ProviderOutcome::Throttled { code, .. })
+                if self.sabotaged(Safeguard::RefusalsSpendNoBudget) =>
+            {
+                // A worker without the safeguard: the refusal spends an attempt.
+                let failure = Failure::Retryable {
+                    error_code: code,
+                    backoff: self.config.timings.backoff(attempt.attempt_no),
+                };
+                self.record_failure(owner, attempt.attempt_no, &failure, delivery, dref)
+                    .await
+            }
+            Ok(ProviderOutcome::Throttled { code, limits, .. }) => {
+                let refusals = u32::try_from(refused_before + 1).unwrap_or(u32::MAX);
+                let throttle = Throttle {
+                    error_code: code,
+                    wait: throttle_wait(limits.wait(), refusals, &self.config.timings),
+                    limit: limits.spent().map(str::to_owned),
+                    provider: key.provider.clone(),
+                    model: key.model.clone(),
+                };
+                self.record_throttle(owner, attempt.attempt_no, &throttle, delivery, dref)
+                    .await
+            }
             Ok(ProviderOutcome::Succeeded { answer, .. }) => {
                 self.commit(owner, attempt.attempt_no, &answer, delivery, dref)
                     .await
@@ -907,6 +988,31 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 self.delete(job_id, delivery, dref, Some(epoch), outcome.state.as_str())
                     .await;
                 Outcome::Failed(outcome.state)
+            }
+            Err(LedgerError::Refused { refusal, .. }) => Outcome::Fenced(refusal.code()),
+            Err(_) => Outcome::LedgerUnavailable,
+        }
+    }
+
+    async fn record_throttle(
+        &self,
+        owner: &Owner,
+        attempt_no: i64,
+        throttle: &Throttle,
+        delivery: &Delivery,
+        dref: &DeliveryRef,
+    ) -> Outcome {
+        let (job_id, epoch) = (owner.job_id(), owner.epoch);
+        match self
+            .ledger
+            .record_throttle(owner, attempt_no, throttle)
+            .await
+        {
+            Ok(_) => {
+                // The outbox sends the job again at the provider's reset.
+                self.delete(job_id, delivery, dref, Some(epoch), "throttled")
+                    .await;
+                Outcome::Throttled
             }
             Err(LedgerError::Refused { refusal, .. }) => Outcome::Fenced(refusal.code()),
             Err(_) => Outcome::LedgerUnavailable,

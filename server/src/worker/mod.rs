@@ -13,6 +13,7 @@
 mod delivery;
 pub mod dispatcher;
 pub mod dlq;
+pub mod flow;
 mod heartbeat;
 pub mod message;
 pub mod presence;
@@ -29,6 +30,7 @@ pub use delivery::Outcome;
 pub use heartbeat::{RenewalStats, StopReason};
 
 use crate::ledger::Ledger;
+use crate::provider::limits::Limits;
 use crate::provider::Provider;
 use crate::queue::{Delivery, Queue, MAX_BATCH};
 
@@ -93,6 +95,14 @@ impl Timings {
     }
 }
 
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until_some(at: Option<std::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// `base` after the first of `n` tries, doubled for each one after, at most `max`.
 pub(crate) fn doubled(base: Duration, n: i64, max: Duration) -> Duration {
     let shift = u32::try_from(n.saturating_sub(1).clamp(0, 16)).unwrap_or(0);
@@ -145,6 +155,8 @@ pub(crate) struct Shared<Q, P> {
     pub(crate) stats: RenewalStats,
     /// A delivery found the ledger unreachable: receiving waits until it answers again.
     pub(crate) ledger_lost: std::sync::atomic::AtomicBool,
+    /// What this worker learned of its provider's limits: every call passes their gate.
+    pub(crate) limits: Limits,
 }
 
 /// A worker: receive, examine, run, renew, commit, delete.
@@ -162,6 +174,18 @@ impl<Q, P> Clone for Worker<Q, P> {
 
 impl<Q: Queue, P: Provider> Worker<Q, P> {
     pub fn new(ledger: Ledger, queue: Q, provider: P, config: WorkerConfig) -> Self {
+        let limits = Limits::new(config.max_in_flight);
+        Self::sharing(ledger, queue, provider, config, limits)
+    }
+
+    /// A worker whose calls pass `limits`' gate, shared with other workers of the process.
+    pub fn sharing(
+        ledger: Ledger,
+        queue: Q,
+        provider: P,
+        config: WorkerConfig,
+        limits: Limits,
+    ) -> Self {
         Worker {
             shared: Arc::new(Shared {
                 ledger,
@@ -171,8 +195,14 @@ impl<Q: Queue, P: Provider> Worker<Q, P> {
                 registry: heartbeat::Registry::default(),
                 stats: RenewalStats::default(),
                 ledger_lost: std::sync::atomic::AtomicBool::new(false),
+                limits,
             }),
         }
+    }
+
+    /// What this worker learned of its provider's limits.
+    pub fn limits(&self) -> &Limits {
+        &self.shared.limits
     }
 
     pub fn id(&self) -> &str {
@@ -259,7 +289,11 @@ impl<Q: Queue, P: Provider> Worker<Q, P> {
                 continue;
             }
             let reserved: usize = asked.values().sum();
-            let mut room = config.max_in_flight.saturating_sub(tasks.len() + reserved);
+            // While a provider limits this worker it holds fewer calls, and none while the
+            // limit is paused: messages stay in the queue rather than being received and
+            // released, which would spend their receives towards the dead-letter queue.
+            let width = config.max_in_flight.min(self.shared.limits.capacity());
+            let mut room = width.saturating_sub(tasks.len() + reserved);
             // More receives only while the queue has a backlog (the last one came back full):
             // an idle worker keeps one long poll open, as it would with one receiver.
             let receivers = if backlog { config.receivers.max(1) } else { 1 };
@@ -273,10 +307,15 @@ impl<Q: Queue, P: Provider> Worker<Q, P> {
                 });
                 asked.insert(handle.id(), n);
             }
+            // With no room and nothing open, the next thing to wait for is a call ending or a
+            // limit's pause ending.
+            let resume = self.shared.limits.next_resume();
             let received = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 Some(joined) = receiving.join_next_with_id() => joined,
                 Some(_) = tasks.join_next() => continue,
+                () = self.shared.limits.changed() => continue,
+                () = sleep_until_some(resume) => continue,
             };
             let id = match &received {
                 Ok((id, _)) => *id,

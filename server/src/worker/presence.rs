@@ -12,6 +12,13 @@ use crate::ledger::{Ledger, WorkerReport};
 /// How often a running worker reports.
 pub const INTERVAL: Duration = Duration::from_secs(5);
 
+fn capacity(report: &WorkerReport, limits: &crate::provider::limits::Limits) -> i64 {
+    let soon = std::time::Instant::now() + CHANGED_AFTER;
+    i64::try_from(limits.capacity_at(soon))
+        .unwrap_or(i64::MAX)
+        .min(report.max_in_flight)
+}
+
 /// How long a running worker may go without a report before it counts as silent: three
 /// intervals, so that one slow write does not raise the alarm.
 pub const SILENT_AFTER: Duration = Duration::from_secs(3 * INTERVAL.as_secs());
@@ -31,16 +38,38 @@ pub fn listed_since(now: i64) -> i64 {
 /// report.
 pub const LISTED_FOR: Duration = Duration::from_secs(24 * 3600);
 
-/// Reports `report` now and every [`INTERVAL`] until `stop`, then records the stop. Run it in
-/// the stage after the worker's, so that a worker still draining its calls reports as alive.
-pub async fn run(ledger: Ledger, report: WorkerReport, stop: CancellationToken) {
+/// How often a changed capacity is reported, at most: the dispatcher keeps the queue within
+/// twice the fleet's capacity, so a worker a provider slows down says so soon.
+const CHANGED_AFTER: Duration = Duration::from_secs(1);
+
+/// Reports `report` now and every [`INTERVAL`] until `stop`, with the capacity `limits` allow
+/// (reported within a second when it changes), then records the stop. Run it in the stage
+/// after the worker's, so that a worker still draining its calls reports as alive.
+pub async fn run(
+    ledger: Ledger,
+    mut report: WorkerReport,
+    limits: crate::provider::limits::Limits,
+    stop: CancellationToken,
+) {
     loop {
+        report.capacity = capacity(&report, &limits);
         if let Err(error) = ledger.report_worker(&report).await {
             tracing::warn!(%error, "could not report this worker to the ledger");
         }
-        tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = tokio::time::sleep(INTERVAL) => {}
+        let next = tokio::time::Instant::now() + INTERVAL;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep_until(next) => break,
+                _ = tokio::time::sleep(CHANGED_AFTER) => {
+                    if capacity(&report, &limits) != report.capacity {
+                        break;
+                    }
+                }
+            }
+        }
+        if stop.is_cancelled() {
+            break;
         }
     }
     if let Err(error) = ledger.worker_stopped(&report.worker_id).await {

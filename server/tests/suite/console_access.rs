@@ -505,6 +505,7 @@ fn report(worker_id: &str) -> fenceline::ledger::WorkerReport {
         queue: "embedded:jobs".into(),
         provider: "stub".into(),
         max_in_flight: 16,
+        capacity: 16,
     }
 }
 

@@ -1574,6 +1574,7 @@ async fn a_worker_is_seen_by_its_reports_and_by_the_jobs_it_owns(db: Db) {
         queue: "sqs:jobs".into(),
         provider: "openai".into(),
         max_in_flight: 32,
+        capacity: 32,
     };
     ledger.report_worker(&report).await.unwrap();
     let job_id = create(&ledger, new_job("acme", "held", json!(1))).await;
@@ -2272,9 +2273,9 @@ async fn the_overview_rollup_counts_closed_hours_once_and_agrees_with_counting_l
         let at = now - i * 2 * HOUR - HOUR / 2;
         sqlx::query(
             "INSERT INTO jobs (job_id, tenant, idempotency_key, request_digest, input_ref, \
-             contract_version, state, owner_epoch, deadline_at, attempt_count, max_attempts, \
-             created_at, updated_at, terminal_at, next_event_seq) \
-             VALUES ($1, 'acme', $2, 'd', 'seed', 'seed', 'expired', 1, $3, 2, 3, $4, $5, $5, 1)",
+             contract_version, state, owner_epoch, deadline_at, attempt_count, budget_used, \
+             max_attempts, created_at, updated_at, terminal_at, next_event_seq) \
+             VALUES ($1, 'acme', $2, 'd', 'seed', 'seed', 'expired', 1, $3, 2, 2, 3, $4, $5, $5, 1)",
         )
         .bind(format!("job_{}", uuid::Uuid::now_v7()))
         .bind(format!("expired-{i}"))

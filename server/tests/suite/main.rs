@@ -9,6 +9,7 @@ mod api;
 mod benches;
 mod console_access;
 mod drills;
+mod flow_control;
 mod helpers;
 mod ledger_contract;
 mod operators;

@@ -44,7 +44,18 @@ async fn completions(
     let metadata = body.get("metadata").cloned().unwrap_or(Value::Null);
     let headers = [("x-request-id", "req-fake-1")];
     match prompt.as_str() {
-        "rate" => (StatusCode::TOO_MANY_REQUESTS, headers, "slow down").into_response(),
+        "rate" => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [
+                ("x-request-id", "req-fake-1"),
+                ("retry-after-ms", "250"),
+                ("x-ratelimit-limit-requests", "20"),
+                ("x-ratelimit-remaining-requests", "0"),
+                ("x-ratelimit-reset-requests", "1s"),
+            ],
+            "slow down",
+        )
+            .into_response(),
         "bad" => (StatusCode::BAD_REQUEST, headers, "bad request").into_response(),
         "gateway" => (StatusCode::BAD_GATEWAY, headers, "upstream").into_response(),
         "garbled" => (StatusCode::OK, headers, "{not json").into_response(),
@@ -124,7 +135,10 @@ async fn an_openai_compatible_server_is_called_and_its_failures_are_classified()
     let ok = p
         .call(request("hello", "job_x:1"), Progress::default())
         .await;
-    let ProviderOutcome::Succeeded { answer, request_id } = ok else {
+    let ProviderOutcome::Succeeded {
+        answer, request_id, ..
+    } = ok
+    else {
         panic!("expected success, got {ok:?}");
     };
     let answer: Value = serde_json::from_str(&answer).unwrap();
@@ -140,9 +154,14 @@ async fn an_openai_compatible_server_is_called_and_its_failures_are_classified()
                 .await
         }
     };
-    assert!(
-        matches!(outcome("rate").await, ProviderOutcome::Retryable { code, .. } if code == "rate_limited")
-    );
+    // Refused before it ran: throttled, with the limits the answer stated.
+    let ProviderOutcome::Throttled { code, limits, .. } = outcome("rate").await else {
+        panic!("a 429 is a refusal");
+    };
+    assert_eq!(code, "rate_limited");
+    assert_eq!(limits.wait(), Some(Duration::from_millis(250)));
+    assert_eq!(limits.requests.limit, Some(20.0));
+    assert_eq!(limits.spent(), Some("requests"));
     assert!(
         matches!(outcome("bad").await, ProviderOutcome::Fatal { code, .. } if code == "http_400")
     );
@@ -160,7 +179,7 @@ async fn an_openai_compatible_server_is_called_and_its_failures_are_classified()
     let nowhere = provider("http://127.0.0.1:9/v1");
     assert!(matches!(
         nowhere.call(request("x", "job_x:3"), Progress::default()).await,
-        ProviderOutcome::Retryable { code, .. } if code == "connect_failed"
+        ProviderOutcome::Throttled { code, .. } if code == "connect_failed"
     ));
 }
 
@@ -365,6 +384,7 @@ async fn status_server() -> String {
 
 #[derive(Debug, PartialEq, Eq)]
 enum Class {
+    Throttled,
     Retryable,
     Fatal,
     Uncertain,
@@ -384,15 +404,15 @@ async fn every_row_of_the_provider_error_table_is_classified_as_documented() {
         ("status:409", Class::Fatal),
         ("status:413", Class::Fatal),
         ("status:422", Class::Fatal),
-        ("status:429", Class::Retryable),
+        ("status:429", Class::Throttled),
         ("status:500", Class::Uncertain),
         ("status:501", Class::Fatal),
         ("status:502", Class::Uncertain),
-        ("status:503", Class::Retryable),
+        ("status:503", Class::Throttled),
         ("status:504", Class::Uncertain),
         ("status:520", Class::Uncertain),
         ("status:524", Class::Uncertain),
-        ("status:529", Class::Retryable),
+        ("status:529", Class::Throttled),
         ("status:599", Class::Uncertain),
         ("reset", Class::Uncertain),
     ];
@@ -402,6 +422,7 @@ async fn every_row_of_the_provider_error_table_is_classified_as_documented() {
             .call(request(prompt, "job_t:1"), Progress::default())
             .await;
         let got = match &outcome {
+            ProviderOutcome::Throttled { .. } => Class::Throttled,
             ProviderOutcome::Retryable { .. } => Class::Retryable,
             ProviderOutcome::Fatal { .. } => Class::Fatal,
             ProviderOutcome::Uncertain { .. } => Class::Uncertain,
@@ -412,11 +433,11 @@ async fn every_row_of_the_provider_error_table_is_classified_as_documented() {
         }
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
-    // Nothing listens: the request was never sent.
+    // Nothing listens: the request was never sent, so the model cannot have run.
     let nowhere = provider("http://127.0.0.1:9/v1");
     assert!(matches!(
         nowhere.call(request("x", "job_t:2"), Progress::default()).await,
-        ProviderOutcome::Retryable { code, .. } if code == "connect_failed"
+        ProviderOutcome::Throttled { code, .. } if code == "connect_failed"
     ));
 }
 

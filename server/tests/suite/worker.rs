@@ -498,7 +498,7 @@ mod reaper {
             .into_iter()
             .map(|item| (item, "m".to_owned()))
             .collect();
-        ledger.mark_dispatched(&sent, "test").await.unwrap();
+        ledger.mark_dispatched(&sent, "test", "").await.unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
 
         let first = reap_once(&ledger, Duration::from_millis(200))
@@ -707,6 +707,10 @@ impl fenceline::provider::Provider for Scripted {
         "scripted"
     }
 
+    fn default_model(&self) -> &str {
+        "m"
+    }
+
     async fn call(
         &self,
         request: fenceline::provider::ProviderRequest,
@@ -728,6 +732,7 @@ impl fenceline::provider::Provider for Scripted {
         fenceline::provider::ProviderOutcome::Succeeded {
             answer: format!("{{\"attempt\": {}}}", request.attempt_no),
             request_id: None,
+            limits: Default::default(),
         }
     }
 
@@ -1095,6 +1100,9 @@ mod hardening {
         fn name(&self) -> &str {
             "slow"
         }
+        fn default_model(&self) -> &str {
+            "m"
+        }
         async fn call(
             &self,
             _: fenceline::provider::ProviderRequest,
@@ -1226,6 +1234,10 @@ struct PanickingProvider;
 impl fenceline::provider::Provider for PanickingProvider {
     fn name(&self) -> &str {
         "panics"
+    }
+
+    fn default_model(&self) -> &str {
+        "m"
     }
 
     async fn call(

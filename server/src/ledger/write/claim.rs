@@ -16,6 +16,7 @@ use crate::ledger::{Ledger, LedgerError, Refusal};
 struct ClaimRow {
     owner_until: i64,
     attempt_count: i64,
+    budget_used: i64,
     max_attempts: i64,
     #[sqlx(flatten)]
     reserved: Reserved,
@@ -162,6 +163,7 @@ impl Ledger {
             deadline_at: row.reserved.deadline_at,
             at: now,
             attempt_count: row.attempt_count - i64::from(start.is_some()),
+            budget_used: row.budget_used - i64::from(start.is_some()),
             max_attempts: row.max_attempts,
         };
         let attempt = match start {
@@ -211,7 +213,7 @@ pub(super) fn claim_events(
     events.push(NewEvent::new(EventKind::Claimed, actor).detail(json!({
         "from": from.as_str(),
         "lease_ms": (claimed.owner_until - claimed.at) / 1000,
-        "attempts_used": claimed.attempt_count,
+        "attempts_used": claimed.budget_used,
         "max_attempts": claimed.max_attempts,
     })));
     if let Some((attempt, provider)) = started {

@@ -28,7 +28,7 @@ impl Ledger {
         if new.max_attempts == 0 || new.max_attempts > 100 {
             return Err(LedgerError::Invalid("max_attempts must be 1..=100".into()));
         }
-        let direct = self.sends_directly(new.drill_run.as_deref());
+        let direct = self.sends_directly(&new);
         let created = self.insert_job(job_id, new, actor, direct).await?;
         // Committed: the queue's long polls in this process may take the message now.
         if let (Created::New(_), Some(queue)) = (&created, direct) {
@@ -50,6 +50,7 @@ impl Ledger {
             job_id: job_id.clone(),
             new: new.clone(),
             actor: actor.clone(),
+            direct: direct.is_some(),
         };
         if let Some(job) = self.grouped_create(op).await {
             return Ok(Created::New(job));
@@ -66,7 +67,7 @@ impl Ledger {
             .bind(i64::from(new.max_attempts))
             .bind(new.replay_policy.as_str())
             .bind(new.drill_run.as_deref())
-            .bind(first_unreserved(direct));
+            .bind(first_unreserved(direct.is_some()));
         let Some(mut created) = self.try_guarded(job_id.as_str(), statement).await? else {
             return self.idempotent_replay(new, actor).await;
         };
@@ -88,7 +89,17 @@ impl Ledger {
                 let ids = send_new_in(&self.sql, &mut created.tx, queue, &[send]).await?;
                 events.push(sent_event(queue, &ids[0]));
             }
-            None => insert_outbox(&mut created.tx, job_id.as_str(), 0, "created", at).await?,
+            None => {
+                insert_outbox(
+                    &self.sql,
+                    &mut created.tx,
+                    job_id.as_str(),
+                    0,
+                    "created",
+                    at,
+                )
+                .await?
+            }
         }
         created.commit(&events).await?;
         let job = self
@@ -133,17 +144,22 @@ impl Ledger {
 }
 
 impl Ledger {
-    /// The queue a new job of `drill_run` is sent to in its own transaction, if any: a
-    /// drill's jobs go through their dispatcher lane, where the drill's faults are armed.
-    pub(super) fn sends_directly(&self, drill_run: Option<&str>) -> Option<&DirectQueue> {
-        self.direct.as_deref().filter(|_| drill_run.is_none())
+    /// The queue `new` is sent to in its own transaction, if any, taking a place the
+    /// dispatcher left for it ([`Ledger::meter_direct`]): a drill's jobs go through their
+    /// dispatcher lane, where the drill's faults are armed, and a job that would pass others
+    /// waiting for their turn waits in the outbox too.
+    pub(super) fn sends_directly(&self, new: &NewJob) -> Option<&DirectQueue> {
+        self.direct
+            .as_deref()
+            .filter(|direct| new.drill_run.is_none() && direct.take(&new.tenant))
     }
 
     /// Whether this ledger handle's create made a new job and sent it as it did (so that its
-    /// send is counted by whoever created it, there being no dispatcher to count it).
+    /// send is counted by whoever created it, there being no dispatcher to count it): its
+    /// `dispatched` is then on its timeline already, after `job_created`.
     pub fn sent_at_creation(&self, created: &Created) -> bool {
         match created {
-            Created::New(job) => self.sends_directly(job.drill_run.as_deref()).is_some(),
+            Created::New(job) => self.direct.is_some() && job.next_event_seq > 2,
             Created::Existing(_) => false,
         }
     }
@@ -151,8 +167,8 @@ impl Ledger {
 
 /// The first event number a new job leaves free: after `job_created`, and `dispatched` when
 /// it is sent at once.
-pub(super) fn first_unreserved(direct: Option<&DirectQueue>) -> i64 {
-    if direct.is_some() {
+pub(super) fn first_unreserved(direct: bool) -> i64 {
+    if direct {
         3
     } else {
         2

@@ -134,8 +134,15 @@ impl Ledger {
         )
         .await?;
         if to == JobState::RetryAuthorized {
-            super::outbox::insert_outbox(&mut fenced.tx, job_id, new_epoch, decision.as_str(), now)
-                .await?;
+            super::outbox::insert_outbox(
+                &self.sql,
+                &mut fenced.tx,
+                job_id,
+                new_epoch,
+                decision.as_str(),
+                now,
+            )
+            .await?;
         }
         let short_reason: String = reason.chars().take(200).collect();
         fenced

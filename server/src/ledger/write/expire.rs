@@ -10,11 +10,20 @@ use crate::ledger::{Ledger, LedgerError, Refusal};
 
 #[derive(sqlx::FromRow)]
 struct SpentRow {
-    attempt_count: i64,
+    budget_used: i64,
     #[sqlx(flatten)]
     reserved: Reserved,
 }
 reserves!(SpentRow);
+
+#[derive(sqlx::FromRow)]
+struct ExpiredRow {
+    /// The job's last error: why it waited (a provider's refusals, a backoff), if it did.
+    error_code: Option<String>,
+    #[sqlx(flatten)]
+    reserved: Reserved,
+}
+reserves!(ExpiredRow);
 
 impl Ledger {
     /// Moves a live job whose fixed deadline has passed to `expired`; an attempt in flight
@@ -29,13 +38,16 @@ impl Ledger {
             return Err(LedgerError::refused(job_id, Refusal::NotFound));
         };
         let from = JobState::try_from(from).map_err(|e| LedgerError::Corrupt(e.to_string()))?;
-        let statement = sqlx::query_as::<_, Reserved>(&self.sql.expire).bind(job_id);
+        let statement = sqlx::query_as::<_, ExpiredRow>(&self.sql.expire).bind(job_id);
         let Some(mut fenced) = guarded_in(&self.sql, tx, job_id, statement).await? else {
             return Ok(false);
         };
-        let lost = mark_pending_lost(&mut fenced.tx, job_id, fenced.row.at).await?;
-        let event = NewEvent::new(EventKind::DeadlineExpired, actor)
-            .detail(json!({ "from": from.as_str(), "lost_attempts": lost }));
+        let lost = mark_pending_lost(&mut fenced.tx, job_id, fenced.row.reserved.at).await?;
+        let mut detail = json!({ "from": from.as_str(), "lost_attempts": lost });
+        if let Some(code) = &fenced.row.error_code {
+            detail["last_error"] = json!(code);
+        }
+        let event = NewEvent::new(EventKind::DeadlineExpired, actor).detail(detail);
         fenced.commit(&[event]).await?;
         Ok(true)
     }
@@ -52,7 +64,7 @@ impl Ledger {
             return Ok(false);
         };
         let event = NewEvent::new(EventKind::BudgetExhausted, actor)
-            .detail(json!({"attempts_used": fenced.row.attempt_count}));
+            .detail(json!({"attempts_used": fenced.row.budget_used}));
         fenced.commit(&[event]).await?;
         Ok(true)
     }

@@ -13,7 +13,7 @@ struct FailureRow {
     #[sqlx(try_from = "String")]
     state: JobState,
     retry_at: Option<i64>,
-    attempt_count: i64,
+    budget_used: i64,
     #[sqlx(flatten)]
     reserved: Reserved,
 }
@@ -71,8 +71,15 @@ impl Ledger {
             .detail(json!({ "outcome": outcome, "error_code": error_code }));
         let then = match (fenced.row.state, fenced.row.retry_at) {
             (JobState::RetryAuthorized, Some(retry_at)) => {
-                super::outbox::insert_outbox(&mut fenced.tx, job_id, epoch, "retry", retry_at)
-                    .await?;
+                super::outbox::insert_outbox(
+                    &self.sql,
+                    &mut fenced.tx,
+                    job_id,
+                    epoch,
+                    "retry",
+                    retry_at,
+                )
+                .await?;
                 NewEvent::new(EventKind::StateChanged, &actor).detail(json!({
                     "to": "retry_authorized",
                     "retry_in_ms": (retry_at - now) / 1000,
@@ -80,7 +87,7 @@ impl Ledger {
             }
             _ if !fatal => NewEvent::new(EventKind::BudgetExhausted, &actor).detail(json!({
                 "to": "failed_terminal",
-                "attempts_used": fenced.row.attempt_count,
+                "attempts_used": fenced.row.budget_used,
             })),
             _ => NewEvent::new(EventKind::StateChanged, &actor)
                 .detail(json!({ "to": "failed_terminal", "error_code": error_code })),

@@ -257,6 +257,8 @@ pub(crate) struct CreateOp {
     pub(crate) job_id: JobId,
     pub(crate) new: NewJob,
     pub(crate) actor: Actor,
+    /// Whether its message goes to the ledger's own queue in the same transaction.
+    pub(crate) direct: bool,
 }
 
 /// A delete of an embedded queue's message: `(queue, id, hash of the handle)`.
@@ -775,6 +777,7 @@ impl Ledger {
                     deadline_at: r.deadline_at,
                     at: r.at,
                     attempt_count: job.attempt_count - 1,
+                    budget_used: job.budget_used - 1,
                     max_attempts: job.max_attempts,
                 };
                 let attempt = AttemptStarted {
@@ -955,7 +958,7 @@ impl Ledger {
                 i64::from(op.new.max_attempts),
                 op.new.replay_policy.as_str(),
                 op.new.drill_run.as_deref(),
-                super::create::first_unreserved(self.sends_directly(op.new.drill_run.as_deref())),
+                super::create::first_unreserved(op.direct),
             ]
         );
         let index: HashMap<&str, usize> = ops
@@ -988,16 +991,24 @@ impl Ledger {
         );
         query.execute(&mut *tx).await?;
         // Jobs sent at once (a queue in this database) and jobs the dispatcher will send.
-        let (sent, queued): (Vec<_>, Vec<_>) = created.iter().partition(|(i, _)| {
-            self.sends_directly(ops[*i].new.drill_run.as_deref())
-                .is_some()
-        });
+        let (sent, queued): (Vec<_>, Vec<_>) = created.iter().partition(|(i, _)| ops[*i].direct);
         if !queued.is_empty() {
+            let tenants: Vec<&str> = queued
+                .iter()
+                .map(|(i, _)| ops[*i].new.tenant.as_str())
+                .collect();
+            let tags = super::outbox::fair_tags(&self.sql, tx, &tenants).await?;
             let query = bind_rows!(
                 |sql| sqlx::query(sql),
                 self.sql.insert_first_sends,
-                &queued,
-                |(i, r)| [ops[*i].job_id.as_str(), r.at, r.at]
+                queued.iter().zip(&tags),
+                |((i, r), tag)| [
+                    ops[*i].job_id.as_str(),
+                    r.at,
+                    r.at,
+                    ops[*i].new.tenant.as_str(),
+                    *tag
+                ]
             );
             query.execute(&mut *tx).await?;
         }

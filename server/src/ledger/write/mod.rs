@@ -20,6 +20,7 @@ mod group;
 mod outbox;
 mod recovery;
 mod rerun;
+mod throttle;
 mod timeline;
 
 pub use attempt::RenewBoth;
@@ -141,7 +142,7 @@ pub(crate) fn classify(job: Option<&Job>, now: i64, intent: Intent) -> Refusal {
         Intent::Claim if job.state == JobState::Running => Refusal::LeaseExpired,
         Intent::Claim
             if matches!(job.state, JobState::Ready | JobState::RetryAuthorized)
-                && job.attempt_count >= job.max_attempts =>
+                && job.budget_used >= job.max_attempts =>
         {
             Refusal::BudgetExhausted
         }
@@ -159,7 +160,7 @@ pub(crate) fn classify(job: Option<&Job>, now: i64, intent: Intent) -> Refusal {
             Refusal::NoSuchAttempt(attempt_no)
         }
         Intent::Decision { .. } | Intent::Replay { .. }
-            if job.state == JobState::Unknown && job.attempt_count >= job.max_attempts =>
+            if job.state == JobState::Unknown && job.budget_used >= job.max_attempts =>
         {
             Refusal::BudgetExhausted
         }
@@ -484,6 +485,7 @@ mod tests {
             deadline_at: 1_000,
             attempt_count: 1,
             max_attempts: 3,
+            budget_used: 1,
             retry_at: None,
             result_ref: None,
             error_code: None,
@@ -546,8 +548,17 @@ mod tests {
         );
         let mut spent = job(JobState::RetryAuthorized, 3, None);
         spent.attempt_count = 3;
+        spent.budget_used = 3;
         assert_eq!(
             classify(Some(&spent), 500, Intent::Claim),
+            Refusal::BudgetExhausted
+        );
+        // Refusals the provider confirmed it never ran are numbered but spend no budget.
+        let mut refused = job(JobState::RetryAuthorized, 3, None);
+        refused.attempt_count = 7;
+        refused.budget_used = 2;
+        assert_ne!(
+            classify(Some(&refused), 500, Intent::Claim),
             Refusal::BudgetExhausted
         );
         let mut backoff = job(JobState::RetryAuthorized, 3, None);

@@ -25,6 +25,8 @@ pub struct OutboxItem {
     pub reason: String,
     /// Rounds that have claimed the row to send it, this one included.
     pub send_attempts: i64,
+    /// Its place in the fair queue (none for a row written before there was one).
+    pub fair_tag: Option<i64>,
 }
 
 #[derive(sqlx::FromRow)]
@@ -33,27 +35,53 @@ struct Locked {
     job_id: String,
     reason: String,
     send_attempts: i64,
+    fair_tag: Option<i64>,
 }
 
-/// A send of `job_id` at `epoch`, due at `available_at`.
+/// A send of `job_id` at `epoch`, due at `available_at`, in its tenant's place in the fair
+/// queue.
 pub(super) async fn insert_outbox(
+    sql: &Statements,
     conn: &mut AnyConnection,
     job_id: &str,
     epoch: i64,
     reason: &str,
     available_at: i64,
 ) -> Result<(), LedgerError> {
-    sqlx::query(
-        "INSERT INTO outbox (job_id, epoch, reason, created_at, available_at) \
-         VALUES ($1, $2, $3, $4, $4)",
-    )
-    .bind(job_id)
-    .bind(epoch)
-    .bind(reason)
-    .bind(available_at)
-    .execute(&mut *conn)
-    .await?;
+    sqlx::query(&sql.insert_outbox)
+        .bind(job_id)
+        .bind(epoch)
+        .bind(reason)
+        .bind(available_at)
+        .execute(&mut *conn)
+        .await?;
     Ok(())
+}
+
+/// Places in the fair queue for new sends by `tenants`, in order: each tenant's sends start at
+/// its next place and follow one step apart.
+pub(super) async fn fair_tags(
+    sql: &Statements,
+    conn: &mut AnyConnection,
+    tenants: &[&str],
+) -> Result<Vec<i64>, LedgerError> {
+    let mut next: HashMap<&str, (i64, i64)> = HashMap::new();
+    let mut tags = Vec::with_capacity(tenants.len());
+    for &tenant in tenants {
+        let place = match next.get_mut(tenant) {
+            Some(place) => place,
+            None => {
+                let first: (i64, i64) = sqlx::query_as(&sql.fair_next)
+                    .bind(tenant)
+                    .fetch_one(&mut *conn)
+                    .await?;
+                next.entry(tenant).or_insert(first)
+            }
+        };
+        tags.push(place.0);
+        place.0 += place.1;
+    }
+    Ok(tags)
 }
 
 /// A new job sent in its own transaction: which job, whose, and when it was created.
@@ -120,12 +148,49 @@ impl Ledger {
         lock: Duration,
         lane: &str,
     ) -> Result<Vec<OutboxItem>, LedgerError> {
+        self.claim_outbox_capped(limit, lock, lane, &HashMap::new())
+            .await
+    }
+
+    /// [`Ledger::claim_outbox`] in fair-queue order, taking at most `caps[tenant]` rows of a
+    /// capped tenant (none once its cap is reached): the rows after a capped tenant's wait
+    /// their turn without holding others up.
+    pub async fn claim_outbox_capped(
+        &self,
+        limit: u32,
+        lock: Duration,
+        lane: &str,
+        caps: &HashMap<String, i64>,
+    ) -> Result<Vec<OutboxItem>, LedgerError> {
         let mut tx = self.begin_write().await?;
-        let ids: Vec<i64> = sqlx::query_scalar(&self.sql.outbox_due)
-            .bind(i64::from(limit))
+        // With caps, a few more candidates than wanted, so that a capped tenant's rows at the
+        // head of the line do not leave the round short.
+        let candidates = if caps.is_empty() {
+            limit
+        } else {
+            limit.saturating_mul(4)
+        };
+        let due: Vec<(i64, Option<String>)> = sqlx::query_as(&self.sql.outbox_due)
+            .bind(i64::from(candidates))
             .bind(lane)
             .fetch_all(&mut *tx)
             .await?;
+        let mut left = caps.clone();
+        let ids: Vec<i64> = due
+            .into_iter()
+            .filter(
+                |(_, tenant)| match tenant.as_ref().and_then(|t| left.get_mut(t)) {
+                    Some(room) if *room > 0 => {
+                        *room -= 1;
+                        true
+                    }
+                    Some(_) => false,
+                    None => true,
+                },
+            )
+            .map(|(id, _)| id)
+            .take(limit as usize)
+            .collect();
         if ids.is_empty() {
             tx.commit().await?;
             return Ok(Vec::new());
@@ -156,17 +221,20 @@ impl Ledger {
                 job_id: row.job_id,
                 reason: row.reason,
                 send_attempts: row.send_attempts,
+                fair_tag: row.fair_tag,
             })
             .collect();
         items.sort_by_key(|item| item.id);
         Ok(items)
     }
 
-    /// Marks outbox rows sent, with `dispatched` events on their jobs.
+    /// Marks outbox rows of `lane` (see [`Ledger::claim_outbox`]) sent, with `dispatched`
+    /// events on their jobs.
     pub async fn mark_dispatched(
         &self,
         sent: &[(OutboxItem, String)],
         queue: &str,
+        lane: &str,
     ) -> Result<(), LedgerError> {
         if sent.is_empty() {
             return Ok(());
@@ -191,6 +259,15 @@ impl Ledger {
             })
             .collect();
         self.record_events_in(&mut tx, &events).await?;
+        // Sending has got this far in the fair queue: a tenant with nothing waiting starts
+        // here. A drill's rows are sent apart and move nothing.
+        let reached = sent.iter().filter_map(|(item, _)| item.fair_tag).max();
+        if let (Some(tag), "") = (reached, lane) {
+            sqlx::query(&self.sql.advance_dispatch_clock)
+                .bind(tag)
+                .execute(&mut *tx)
+                .await?;
+        }
         tx.commit().await?;
         Ok(())
     }

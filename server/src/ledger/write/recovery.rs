@@ -38,7 +38,8 @@ impl Ledger {
         let (state, Reserved { epoch, at, .. }) = (fenced.row.state, fenced.row.reserved);
         let lost = mark_pending_lost(&mut fenced.tx, job_id, at).await?;
         if state == JobState::RetryAuthorized && redispatch {
-            super::outbox::insert_outbox(&mut fenced.tx, job_id, epoch, "recovered", at).await?;
+            super::outbox::insert_outbox(&self.sql, &mut fenced.tx, job_id, epoch, "recovered", at)
+                .await?;
         }
         fenced
             .commit(&[
@@ -79,7 +80,8 @@ impl Ledger {
         let (state, Reserved { epoch, at, .. }) = (fenced.row.state, fenced.row.reserved);
         let lost = mark_pending_lost(&mut fenced.tx, job_id, at).await?;
         if state == JobState::RetryAuthorized {
-            super::outbox::insert_outbox(&mut fenced.tx, job_id, epoch, "released", at).await?;
+            super::outbox::insert_outbox(&self.sql, &mut fenced.tx, job_id, epoch, "released", at)
+                .await?;
         }
         let event = NewEvent::new(EventKind::StateChanged, &owner.actor())
             .epoch(epoch)
