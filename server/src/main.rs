@@ -222,6 +222,14 @@ async fn run() -> anyhow::Result<()> {
             println!("{report}");
             Ok(())
         }
+        Command::Bench(BenchCommand::Throttle(args)) => {
+            println!("{}", fenceline::bench::throttle(args).await?);
+            Ok(())
+        }
+        Command::Bench(BenchCommand::Fairness(args)) => {
+            println!("{}", fenceline::bench::fairness(args).await?);
+            Ok(())
+        }
         Command::Bench(BenchCommand::SeedTimeline(args)) => {
             // The seed claims the job it creates. Its message waits in the outbox for a
             // dispatcher instead of going into the queue with the job, so a worker already

@@ -250,7 +250,7 @@ pub mod runtime {
     use std::time::Duration;
 
     use super::Supervisor;
-    use crate::ledger::Ledger;
+    use crate::ledger::{Ledger, LedgerError};
     use crate::metrics::Metrics;
     use crate::provider::limits::Limits;
     use crate::provider::openai::{ApiKey, OpenAiConfig, OpenAiProvider};
@@ -268,6 +268,8 @@ pub mod runtime {
         Queue(#[from] QueueError),
         #[error("cannot build the provider: {0}")]
         Provider(String),
+        #[error("cannot record the tenants' shares")]
+        Ledger(#[from] LedgerError),
     }
 
     /// The configured queue.
@@ -332,6 +334,12 @@ pub mod runtime {
     ) -> Result<(), RuntimeError> {
         let queue = queue(ledger, settings).await?;
         let provider = provider(&settings.provider)?;
+        // The tenants' shares this process was given become the deployment's.
+        if !settings.worker.tenant_shares.is_empty() {
+            ledger
+                .set_tenant_shares(&settings.worker.tenant_shares)
+                .await?;
+        }
         spawn(supervisor, ledger, queue, provider, settings, metrics);
         Ok(())
     }

@@ -14,8 +14,11 @@
 //! - `console`: console render times over generated data, and the generators.
 //! - `submit`: jobs submitted through the API, one a request beside batches.
 //! - `statements`: counts the SQL statements the process runs (for `renewals`).
+//! - `flow`: flow control through real `serve` and `worker` processes: a burst against a
+//!   rate-limiting model server (`throttle`), a quiet tenant behind a backlog (`fairness`).
 
 mod console;
+mod flow;
 mod ledger;
 mod pipeline;
 mod renewals;
@@ -23,6 +26,7 @@ mod statements;
 mod submit;
 
 pub use console::{console, seed_jobs, seed_timeline};
+pub use flow::{fairness, throttle, LimitingServer};
 pub use ledger::ledger;
 pub use pipeline::pipeline;
 pub use renewals::renewals;

@@ -38,12 +38,15 @@ pub enum FaultPoint {
     ProviderRetryable,
     /// The model refuses the call with a confirmed fatal error.
     ProviderFatal,
+    /// The model admits one call per armed interval (a bucket a second deep, shared by every
+    /// job armed so) and refuses the rest with a rate limit, naming when to call again.
+    ProviderRateLimit,
     /// The dispatcher dies after claiming the job's outbox row, before sending it.
     DispatchCrashBeforeSend,
 }
 
 impl FaultPoint {
-    pub const ALL: [FaultPoint; 13] = [
+    pub const ALL: [FaultPoint; 14] = [
         FaultPoint::QueueDelete,
         FaultPoint::QueueDeleteStaleHandle,
         FaultPoint::QueueChangeVisibility,
@@ -56,6 +59,7 @@ impl FaultPoint {
         FaultPoint::ProviderLoseResponse,
         FaultPoint::ProviderRetryable,
         FaultPoint::ProviderFatal,
+        FaultPoint::ProviderRateLimit,
         FaultPoint::DispatchCrashBeforeSend,
     ];
 
@@ -73,6 +77,7 @@ impl FaultPoint {
             FaultPoint::ProviderLoseResponse => "provider.lose_response",
             FaultPoint::ProviderRetryable => "provider.retryable",
             FaultPoint::ProviderFatal => "provider.fatal",
+            FaultPoint::ProviderRateLimit => "provider.rate_limit",
             FaultPoint::DispatchCrashBeforeSend => "dispatch.crash_before_send",
         }
     }
@@ -147,6 +152,8 @@ struct Inner {
     fired: Vec<Fired>,
     /// The chaos soak: these points fire for any job at this rate (counted, not listed).
     at_rate: Option<(f64, Vec<FaultPoint>)>,
+    /// The rate-limited model's bucket: tokens, and when they were counted.
+    bucket: Option<(f64, Instant)>,
     /// Draws made and faults fired at that rate.
     draws: u64,
     fired_at_rate: u64,
@@ -244,6 +251,23 @@ impl Faults {
             at_ms,
         });
         Some(hold)
+    }
+
+    /// A token of the rate-limited model's bucket, which refills one every `interval` up to a
+    /// second's worth: whether the call is admitted, the tokens left after it, and how long
+    /// until the next token and until the bucket is whole.
+    pub fn rate_limit(&self, interval: Duration) -> (bool, f64, Duration, Duration) {
+        let per_second = 1.0 / interval.as_secs_f64().max(0.001);
+        let depth = per_second.max(1.0);
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let (tokens, at) = inner.bucket.unwrap_or((depth, now));
+        let tokens = (tokens + per_second * (now - at).as_secs_f64()).min(depth);
+        let admitted = tokens >= 1.0;
+        let left = if admitted { tokens - 1.0 } else { tokens };
+        inner.bucket = Some((left, now));
+        let secs = |n: f64| Duration::from_secs_f64((n / per_second).max(0.0));
+        (admitted, left, secs(1.0 - left), secs(depth - left))
     }
 
     /// Remembers which job a receipt belongs to (only jobs with something armed).

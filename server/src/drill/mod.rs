@@ -37,10 +37,11 @@ pub enum DrillKind {
     DlqReplayInspected,
     AttemptBudgetExhausted,
     WorkerCrashMidCall,
+    ProviderRateLimitsABurst,
 }
 
 impl DrillKind {
-    pub const ALL: [DrillKind; 13] = [
+    pub const ALL: [DrillKind; 14] = [
         DrillKind::LiveOwnerSuppressesDuplicate,
         DrillKind::PausedWorkerStaleEpoch,
         DrillKind::UncertainAttemptRequiresDecision,
@@ -54,6 +55,7 @@ impl DrillKind {
         DrillKind::DlqReplayInspected,
         DrillKind::AttemptBudgetExhausted,
         DrillKind::WorkerCrashMidCall,
+        DrillKind::ProviderRateLimitsABurst,
     ];
 
     pub fn as_str(&self) -> &'static str {
@@ -71,6 +73,7 @@ impl DrillKind {
             DrillKind::DlqReplayInspected => "dlq-replay-inspected",
             DrillKind::AttemptBudgetExhausted => "attempt-budget-exhausted",
             DrillKind::WorkerCrashMidCall => "worker-crash-mid-call",
+            DrillKind::ProviderRateLimitsABurst => "provider-rate-limits-a-burst",
         }
     }
 
@@ -123,6 +126,10 @@ impl DrillKind {
                 "Every attempt fails with a confirmed retryable error."
             }
             DrillKind::WorkerCrashMidCall => "The worker process dies during the model call.",
+            DrillKind::ProviderRateLimitsABurst => {
+                "A burst of jobs, each allowed a single attempt, meets a model that admits ten \
+                 calls a second and refuses the rest with a rate limit naming when to call again."
+            }
         }
     }
 
@@ -174,6 +181,10 @@ impl DrillKind {
             DrillKind::WorkerCrashMidCall => {
                 "A recovery claim makes the job unknown; nothing is lost."
             }
+            DrillKind::ProviderRateLimitsABurst => {
+                "Every job succeeds; refusals are on record and spent no attempt of any budget; \
+                 no message came near the dead-letter queue."
+            }
         }
     }
 
@@ -197,6 +208,7 @@ impl DrillKind {
             DrillKind::DlqReplayInspected => &[F::WorkerCrashOnReceive],
             DrillKind::AttemptBudgetExhausted => &[F::ProviderRetryable],
             DrillKind::WorkerCrashMidCall => &[F::WorkerCrash, F::ProviderLatency],
+            DrillKind::ProviderRateLimitsABurst => &[F::ProviderRateLimit],
         }
     }
 }

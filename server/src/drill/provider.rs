@@ -1,11 +1,14 @@
 //! The provider fault points: a wrapper around any provider that, for the jobs a drill armed,
 //! adds latency (reporting progress as a live call does), refuses the call with a confirmed
-//! retryable or fatal error, or runs it and loses the response. Other jobs pass through.
+//! retryable or fatal error, refuses what a rate limit cannot admit (stating the limit as
+//! OpenAI's headers do), or runs it and loses the response. Other jobs pass through.
 
 use std::time::Duration;
 
 use super::faults::{FaultPoint, Faults};
-use crate::provider::{Progress, Provider, ProviderOutcome, ProviderRequest, Retrieval};
+use crate::provider::{
+    Progress, Provider, ProviderOutcome, ProviderRequest, RateLimits, Retrieval, Window,
+};
 
 #[derive(Clone)]
 pub struct FaultyProvider<P> {
@@ -51,6 +54,29 @@ impl<P: Provider> Provider for FaultyProvider<P> {
                 request_id,
             };
         }
+        // What a rate-limited model states with an admitted call's answer.
+        let mut stated = None;
+        if let Some(interval) = self.faults.fire(&job, FaultPoint::ProviderRateLimit) {
+            let (admitted, left, next, whole) = self.faults.rate_limit(interval);
+            let depth = (1.0 / interval.as_secs_f64().max(0.001)).max(1.0);
+            let limits = RateLimits {
+                retry_after: (!admitted).then_some(next),
+                requests: Window {
+                    limit: Some(depth.floor()),
+                    remaining: Some(left.floor()),
+                    reset: Some(whole),
+                },
+                tokens: Window::default(),
+            };
+            if !admitted {
+                return ProviderOutcome::Throttled {
+                    code: "rate_limited".into(),
+                    request_id,
+                    limits,
+                };
+            }
+            stated = Some(limits);
+        }
         if let Some(extra) = self.faults.fire(&job, FaultPoint::ProviderLatency) {
             let slice = Duration::from_millis(100).min(extra.max(Duration::from_millis(1)));
             let until = tokio::time::Instant::now() + extra;
@@ -59,7 +85,10 @@ impl<P: Provider> Provider for FaultyProvider<P> {
                 progress.tick();
             }
         }
-        let outcome = self.inner.call(request, progress).await;
+        let mut outcome = self.inner.call(request, progress).await;
+        if let (ProviderOutcome::Succeeded { limits, .. }, Some(stated)) = (&mut outcome, stated) {
+            *limits = stated;
+        }
         if self
             .faults
             .fire(&job, FaultPoint::ProviderLoseResponse)

@@ -175,8 +175,8 @@ impl Ledger {
         let rows = sqlx::query(
             "SELECT l.provider, l.model, l.limited_until, l.limit_name, l.concurrency, \
              l.rate_per_s, l.refusals, l.limited_us, l.updated_at, l.updated_by, \
-             (SELECT COALESCE(SUM(r.n), 0) FROM provider_refusals r WHERE r.provider = l.provider \
-              AND r.model = l.model AND r.minute > $1) AS recent \
+             (SELECT CAST(COALESCE(SUM(r.n), 0) AS BIGINT) FROM provider_refusals r \
+              WHERE r.provider = l.provider AND r.model = l.model AND r.minute > $1) AS recent \
              FROM provider_limits l ORDER BY l.provider, l.model",
         )
         .bind(now - 5 * MINUTE_US)
@@ -208,7 +208,7 @@ impl Ledger {
         let now = self.now_us().await?;
         let quiet = crate::worker::presence::quiet_since(now);
         Ok(sqlx::query_scalar(
-            "SELECT COALESCE(SUM(COALESCE(capacity, max_in_flight)), 0) FROM workers \
+            "SELECT CAST(COALESCE(SUM(COALESCE(capacity, max_in_flight)), 0) AS BIGINT) FROM workers \
              WHERE queue = $1 AND stopped_at IS NULL AND seen_at >= $2",
         )
         .bind(queue)
@@ -276,7 +276,7 @@ impl Ledger {
         let now = self.now_us().await?;
         let waiting = sqlx::query(
             "SELECT tenant, COUNT(*) AS n, \
-             SUM(CASE WHEN available_at <= $1 THEN 1 ELSE 0 END) AS due FROM outbox \
+             CAST(SUM(CASE WHEN available_at <= $1 THEN 1 ELSE 0 END) AS BIGINT) AS due FROM outbox \
              WHERE dispatched_at IS NULL AND tenant IS NOT NULL AND tenant <> 'drill' \
              GROUP BY tenant",
         )

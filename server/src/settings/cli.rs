@@ -290,6 +290,25 @@ pub struct RuntimeArgs {
     #[arg(long, env = "FENCELINE_STUB_RATE_LIMIT")]
     pub stub_rate_limit: Option<f64>,
 
+    /// A tenant's weight in the fair queue, `tenant=N` (1 to 1000; a tenant of weight 2 gets
+    /// twice the turns of one of weight 1; unlisted tenants weigh 1). Repeat the flag; in the
+    /// environment separate entries with `;`. Written to the ledger at start: every process
+    /// of a deployment should carry the same.
+    #[arg(
+        long = "tenant-weight",
+        env = "FENCELINE_TENANT_WEIGHTS",
+        value_delimiter = ';'
+    )]
+    pub tenant_weights: Vec<String>,
+    /// A cap on a tenant's jobs sent or running at once, `tenant=N`. Repeat the flag; in the
+    /// environment separate entries with `;`.
+    #[arg(
+        long = "tenant-max-in-flight",
+        env = "FENCELINE_TENANT_MAX_IN_FLIGHT",
+        value_delimiter = ';'
+    )]
+    pub tenant_max_in_flight: Vec<String>,
+
     /// This worker's id on timelines (default: host and process id).
     #[arg(long, env = "FENCELINE_WORKER_ID")]
     pub worker_id: Option<String>,
@@ -479,8 +498,60 @@ pub enum BenchCommand {
     /// Jobs submitted through the API by concurrent clients, one job a request beside batches
     /// (`POST /api/v1/jobs/batch`), on one server and database, in alternating rounds.
     Submit(SubmitBenchArgs),
+    /// A burst of jobs through `serve` (and `worker` processes) against a model server that
+    /// admits a fixed rate and refuses the rest with `429` as OpenAI does: goodput beside the
+    /// allowed rate, refused requests beside admitted ones. Spawns this binary.
+    Throttle(ThrottleArgs),
+    /// Tenant A's backlog, then tenant B's few jobs, through `serve` on the embedded default:
+    /// how long B's wait, and A's rate beside A alone. Spawns this binary.
+    Fairness(FairnessArgs),
     /// Generates a job with a long timeline and prints its id (data for tests and demos).
     SeedTimeline(SeedArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ThrottleArgs {
+    /// The ledger (default: a fresh SQLite file); the processes share it.
+    #[arg(long = "ledger-url")]
+    pub database_url: Option<String>,
+    /// `embedded` or `sqs` (an SQS endpoint from the AWS configuration; a queue is made for
+    /// the run, `maxReceiveCount` 5).
+    #[arg(long, default_value = "embedded", value_parser = ["embedded", "sqs"])]
+    pub queue: String,
+    /// `fenceline worker` processes beside `serve --no-worker`; 0 runs `serve` with its worker.
+    #[arg(long, default_value_t = 0)]
+    pub workers: usize,
+    #[arg(long, default_value_t = 600)]
+    pub jobs: usize,
+    /// Requests a second the model server admits (its bucket is as deep).
+    #[arg(long, default_value_t = 20.0)]
+    pub rate: f64,
+    /// How long the model server takes to answer an admitted request.
+    #[arg(long, default_value_t = 200)]
+    pub latency_ms: u64,
+    /// Each job's deadline.
+    #[arg(long, default_value_t = 900)]
+    pub deadline_secs: u64,
+    /// A model server that refuses every request: each job should wait until its deadline
+    /// and expire, spending no attempt.
+    #[arg(long)]
+    pub forever: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct FairnessArgs {
+    /// Tenant A's backlog.
+    #[arg(long, default_value_t = 3000)]
+    pub jobs: usize,
+    /// Tenant B's jobs, submitted once A's are accepted.
+    #[arg(long, default_value_t = 20)]
+    pub quiet_jobs: usize,
+    /// The stub model's latency.
+    #[arg(long, default_value_t = 300)]
+    pub latency_ms: u64,
+    /// Rounds, each A alone and then A with B, on fresh databases.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -121,6 +121,9 @@ pub struct WorkerSettings {
     pub retention: Option<Duration>,
     /// The chaos soak's fault rate (0 everywhere else; refused in production).
     pub soak_faults: f64,
+    /// Tenants' shares of dispatch, when the settings name any (written to the ledger at
+    /// start).
+    pub tenant_shares: Vec<crate::ledger::TenantShare>,
 }
 
 /// Settings that cannot run.
@@ -139,6 +142,17 @@ pub enum SettingsError {
 fn defaults<T: Args + FromArgMatches>() -> Result<T, clap::Error> {
     let command = T::augment_args(clap::Command::new("fenceline"));
     T::from_arg_matches(&command.try_get_matches_from(["fenceline"])?)
+}
+
+/// Whether the command runs an outbox dispatcher (a worker's): `serve` with its worker, and
+/// `worker`.
+fn runs_dispatcher(cli: &Cli) -> bool {
+    match &cli.command {
+        None => true,
+        Some(Command::Serve(args)) => !args.no_worker,
+        Some(Command::Worker(_)) => true,
+        Some(_) => false,
+    }
 }
 
 impl Settings {
@@ -185,9 +199,12 @@ impl Settings {
                     },
                     group_commit: true,
                     // The embedded queue lives in the ledger: a new job's message goes in
-                    // with the job.
-                    direct_queue: matches!(runtime.queue, QueueKind::Embedded)
-                        .then(|| runtime.queue_name.clone()),
+                    // with the job, while this process's dispatcher says there is room for
+                    // it (it meters the queue). A process without a dispatcher (`serve
+                    // --no-worker`, the CLI) leaves new jobs to the workers' dispatchers.
+                    direct_queue: (matches!(runtime.queue, QueueKind::Embedded)
+                        && runs_dispatcher(cli))
+                    .then(|| runtime.queue_name.clone()),
                 },
             },
             http: HttpSettings {
@@ -241,6 +258,10 @@ impl Settings {
                 redispatch_after: Duration::from_secs(runtime.redispatch_after_secs),
                 retention: retention(runtime, backend),
                 soak_faults: runtime.soak_faults,
+                tenant_shares: tenant_shares(
+                    &runtime.tenant_weights,
+                    &runtime.tenant_max_in_flight,
+                )?,
             },
         };
         settings.validate()?;
@@ -336,6 +357,56 @@ fn public_url(raw: Option<&str>) -> Result<Option<String>, SettingsError> {
         )));
     }
     Ok(Some(raw.trim_end_matches('/').to_owned()))
+}
+
+/// `tenant=N` entries of `flag`, each `N` within `range`.
+fn tenant_numbers(
+    flag: &str,
+    entries: &[String],
+    range: std::ops::RangeInclusive<i64>,
+) -> Result<Vec<(String, i64)>, SettingsError> {
+    let mut out: Vec<(String, i64)> = Vec::new();
+    for entry in entries.iter().map(|e| e.trim()).filter(|e| !e.is_empty()) {
+        let parsed = entry.split_once('=').and_then(|(tenant, n)| {
+            let tenant = tenant.trim();
+            let n: i64 = n.trim().parse().ok()?;
+            (crate::ledger::valid_tenant(tenant) && range.contains(&n))
+                .then(|| (tenant.to_owned(), n))
+        });
+        let (tenant, n) = parsed.ok_or_else(|| {
+            SettingsError::Invalid(format!(
+                "--{flag} `{entry}` is not `tenant=N` with N from {} to {}",
+                range.start(),
+                range.end()
+            ))
+        })?;
+        out.retain(|(t, _)| *t != tenant);
+        out.push((tenant, n));
+    }
+    Ok(out)
+}
+
+/// Tenants' shares from `--tenant-weight` and `--tenant-max-in-flight`.
+fn tenant_shares(
+    weights: &[String],
+    caps: &[String],
+) -> Result<Vec<crate::ledger::TenantShare>, SettingsError> {
+    let weights = tenant_numbers("tenant-weight", weights, 1..=1000)?;
+    let caps = tenant_numbers("tenant-max-in-flight", caps, 1..=1_000_000)?;
+    let mut tenants: Vec<&String> = weights.iter().chain(&caps).map(|(t, _)| t).collect();
+    tenants.sort();
+    tenants.dedup();
+    Ok(tenants
+        .into_iter()
+        .map(|tenant| crate::ledger::TenantShare {
+            tenant: tenant.clone(),
+            weight: weights
+                .iter()
+                .find(|(t, _)| t == tenant)
+                .map_or(1, |(_, w)| *w),
+            max_in_flight: caps.iter().find(|(t, _)| t == tenant).map(|(_, n)| *n),
+        })
+        .collect())
 }
 
 /// `tenant=manual|replay_on_unknown` entries.

@@ -452,6 +452,9 @@ fn sabotage_of(kind: DrillKind) -> (fenceline::drill::sabotage::Safeguard, &'sta
         DrillKind::DlqReplayInspected => (S::InspectBeforeReplay, "inspected the ledger"),
         DrillKind::AttemptBudgetExhausted => (S::BackOffRetries, "spaced by the backoff"),
         DrillKind::WorkerCrashMidCall => (S::WaitForDecision, "unknown and its attempt lost"),
+        DrillKind::ProviderRateLimitsABurst => {
+            (S::RefusalsSpendNoBudget, "every job of the burst succeeded")
+        }
     }
 }
 

@@ -147,6 +147,10 @@ pub(crate) fn classify(job: Option<&Job>, now: i64, intent: Intent) -> Refusal {
             Refusal::BudgetExhausted
         }
         Intent::Claim if job.retry_at.is_some_and(|at| at > now) => Refusal::BackoffPending,
+        // Its retry time came between the refused claim and this re-read: it was not due then.
+        Intent::Claim if job.state == JobState::RetryAuthorized && job.retry_at.is_some() => {
+            Refusal::BackoffPending
+        }
         _ if owner && job.state == JobState::Running && !lease_valid => Refusal::LeaseExpired,
         // Same epoch, valid lease: an attempt in flight or the budget stopped it.
         Intent::StartAttempt { .. } if job.state == JobState::Running => {
