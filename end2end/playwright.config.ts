@@ -36,8 +36,9 @@ export default defineConfig({
     { name: 'without-js', use: { javaScriptEnabled: false } },
   ],
   webServer: {
-    // Compressed timings and a 1.5 s stub model, so a job's page shows renewals.
-    command: `${binary} serve --bind 127.0.0.1:${port} --database-url '${databaseUrl}' --timings compressed --stub-latency-ms 1500`,
+    // Compressed timings and a 1.5 s stub model, so a job's page shows renewals; the model
+    // admits ten calls a second, so a burst meets its rate limit.
+    command: `${binary} serve --bind 127.0.0.1:${port} --database-url '${databaseUrl}' --timings compressed --stub-latency-ms 1500 --stub-rate-limit 10`,
     url: `http://127.0.0.1:${port}/readyz`,
     reuseExistingServer: false,
     timeout: 120_000,

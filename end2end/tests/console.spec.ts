@@ -324,6 +324,54 @@ test('an unknown address is a 404 page in the console, with its menu', async ({ 
   await expect(page).toHaveURL(/\/jobs$/);
 });
 
+test('a burst meets the model\'s rate limit: every job succeeds, refusals fold on its timeline, the provider\'s limit shows', async ({ page, request }, info) => {
+  test.setTimeout(120_000);
+  const prefix = `burst-${info.project.name}`;
+  const jobs = Array.from({ length: 30 }, (_, i) => ({
+    idempotency_key: `${prefix}-${i}`,
+    input: { document: `burst ${i}` },
+    max_attempts: 1,
+  }));
+  const created = await request.post('/api/v1/jobs/batch', { headers, data: { jobs } });
+  expect(created.status()).toBe(200);
+  const ids: string[] = (await created.json()).jobs.map((j: any) => j.job.job_id);
+  // One attempt each, and a model that admits ten a second: only a refusal that spends
+  // nothing lets every job succeed.
+  await expect
+    .poll(async () => {
+      const states = await Promise.all(
+        ids.map(async (id) => (await (await request.get(`/api/v1/jobs/${id}`, { headers })).json()).state),
+      );
+      return states.filter((s) => s === 'succeeded').length;
+    }, { timeout: 90_000, intervals: [1000] })
+    .toBe(ids.length);
+  // A job the model refused before running it.
+  let refused = '';
+  for (const id of ids) {
+    const job = await (await request.get(`/api/v1/jobs/${id}`, { headers })).json();
+    if (job.attempts.some((a: any) => a.outcome === 'throttled')) {
+      refused = id;
+      break;
+    }
+  }
+  expect(refused, 'the burst met the rate limit').not.toBe('');
+  await page.goto(`/jobs/${refused}`);
+  await expect(page.locator('.facts')).toContainText('1 of 1, and');
+  const fold = page.locator('tr.folded').filter({ hasText: 'throttled ×' });
+  await expect(fold).toContainText('no attempt of the budget was spent');
+  await page.screenshot({ path: info.outputPath('job-throttled.png'), fullPage: true });
+  await fold.getByRole('link', { name: 'Show them' }).click();
+  await expect(page.locator('td', { hasText: /^throttled$/ }).first()).toBeVisible();
+  await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Workers' }).click();
+  const limit = page.locator('table.providers tbody tr').filter({ hasText: 'stub' });
+  await expect(limit).toBeVisible();
+  await expect(page.locator('table.providers')).toContainText(/admitting|limited until/);
+  await page.screenshot({ path: info.outputPath('workers-providers.png'), fullPage: true });
+  await page.goto('/');
+  await expect(page.getByText('Calls refused by the provider')).toBeVisible();
+  await expect(page.locator('table.tenant-flow')).toBeVisible();
+});
+
 test('every page fits the screen at 1400 and 420 px, in light and dark', async ({ page, request }, info) => {
   test.setTimeout(120_000);
   const jobId = await submitAndFinish(request, `layout-${info.project.name}`);

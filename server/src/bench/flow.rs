@@ -455,8 +455,14 @@ pub async fn throttle(args: &ThrottleArgs) -> Result<String, LedgerError> {
     let goodput = span.map(|s| summary.succeeded as f64 / s.as_secs_f64().max(1e-6));
     out.push_str("| what | figure | reference |\n| --- | ---: | ---: |\n");
     out.push_str(&format!(
-        "| jobs succeeded | {} of {} | all |\n",
-        summary.succeeded, summary.jobs
+        "| jobs succeeded | {} of {} | {} |\n",
+        summary.succeeded,
+        summary.jobs,
+        if args.forever {
+            "none: each expires at its deadline"
+        } else {
+            "all"
+        }
     ));
     if let (Some(span), Some(goodput)) = (span, goodput) {
         out.push_str(&format!(
@@ -467,16 +473,21 @@ pub async fn throttle(args: &ThrottleArgs) -> Result<String, LedgerError> {
         ));
     }
     out.push_str(&format!(
-        "| requests refused | {refused} | {admitted} admitted ({:.1} %) |\n",
-        100.0 * refused as f64 / admitted.max(1) as f64
+        "| requests refused | {refused} | {admitted} admitted{} |\n",
+        if admitted > 0 {
+            format!(" ({:.1} %)", 100.0 * refused as f64 / admitted as f64)
+        } else {
+            String::new()
+        }
     ));
     out.push_str(&format!(
         "| attempts refused (no budget spent) | {} | most budget spent by a job: {} of 3 |\n",
         summary.refused_attempts, summary.most_budget_used
     ));
     out.push_str(&format!(
-        "| dead letters, unknown, expired | {dead_letters}, {}, {expired} | 0, 0, 0 |\n",
-        summary.unknown
+        "| dead letters, unknown, expired | {dead_letters}, {}, {expired} | 0, 0, {} |\n",
+        summary.unknown,
+        if args.forever { summary.jobs } else { 0 }
     ));
     out.push_str(&format!(
         "| most receives of one message | {} | 2 at most |\n",

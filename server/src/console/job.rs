@@ -45,7 +45,7 @@ fn waiting_for(
         return None;
     }
     let what = match last.error_code.as_deref() {
-        Some("rate_limited") => "the provider's rate limit",
+        Some("rate_limited") | Some(crate::worker::HELD_BY_LIMIT) => "the provider's rate limit",
         Some("connect_failed") => "the provider, which refused the connection,",
         Some(_) => "the provider, which said it was overloaded,",
         None => "the provider",

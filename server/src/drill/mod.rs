@@ -127,8 +127,8 @@ impl DrillKind {
             }
             DrillKind::WorkerCrashMidCall => "The worker process dies during the model call.",
             DrillKind::ProviderRateLimitsABurst => {
-                "A burst of jobs, each allowed a single attempt, meets a model that admits ten \
-                 calls a second and refuses the rest with a rate limit naming when to call again."
+                "A burst of jobs, each allowed a single attempt, meets a model that admits a call \
+                 every 300 ms and refuses the rest with a rate limit naming when to call again."
             }
         }
     }

@@ -180,8 +180,12 @@ pub struct JobView {
     pub owner_until: Option<String>,
     #[schema(format = DateTime)]
     pub deadline_at: String,
+    /// Attempts recorded, refusals by the provider included: the last attempt's number.
     pub attempt_count: i64,
     pub max_attempts: i64,
+    /// Attempts that may have run the model, counted against `max_attempts`; a refusal the
+    /// provider confirms (outcome `throttled`) spends none.
+    pub budget_used: i64,
     #[schema(format = DateTime)]
     pub retry_at: Option<String>,
     pub result_ref: Option<String>,
@@ -215,6 +219,7 @@ impl JobView {
             deadline_at: rfc3339_us(job.deadline_at),
             attempt_count: job.attempt_count,
             max_attempts: job.max_attempts,
+            budget_used: job.budget_used,
             retry_at: job.retry_at.map(rfc3339_us),
             result_ref: job.result_ref.clone(),
             error_code: job.error_code.clone(),
@@ -247,7 +252,8 @@ pub struct AttemptView {
     pub started_at: String,
     #[schema(format = DateTime)]
     pub finished_at: Option<String>,
-    /// `pending`, `succeeded`, `failed_retryable`, `failed_fatal`, `lost`, `stale_discarded`.
+    /// `pending`, `succeeded`, `throttled` (refused by the provider before it ran: no budget
+    /// spent), `failed_retryable`, `failed_fatal`, `lost`, `stale_discarded`.
     pub outcome: String,
     pub error_code: Option<String>,
 }

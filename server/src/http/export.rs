@@ -70,7 +70,7 @@ pub(super) async fn json_export(
             "request_digest": j.request_digest, "contract_version": j.contract_version,
             "state": j.state.as_str(), "owner_epoch": j.owner_epoch, "owner_id": j.owner_id,
             "deadline_at": rfc3339_us(j.deadline_at), "attempt_count": j.attempt_count,
-            "max_attempts": j.max_attempts, "result_ref": j.result_ref, "error_code": j.error_code,
+            "max_attempts": j.max_attempts, "budget_used": j.budget_used, "result_ref": j.result_ref, "error_code": j.error_code,
             "replay_policy": j.replay_policy.as_str(), "recovery_reason": j.recovery_reason,
             "created_at": rfc3339_us(j.created_at), "terminal_at": j.terminal_at.map(rfc3339_us),
         },
@@ -119,7 +119,7 @@ pub(super) async fn markdown_export(
     let mut md = format!(
         "# Job {id}\n\nExported {at} (UTC) from the Fenceline ledger. Permalink: {origin}/jobs/{id}\n\n\
          | | |\n| --- | --- |\n| state | **{state}** |\n| tenant | {tenant} |\n| idempotency key | `{key}` |\n\
-         | owner epoch | {epoch} |\n| attempts | {used} of {max} |\n| deadline | {deadline} |\n\
+         | owner epoch | {epoch} |\n| attempts | {used} of {max}{refused} |\n| deadline | {deadline} |\n\
          | created | {created} |\n| terminal | {terminal} |\n| result | {result} |\n| last error | {error} |\n\
          | recovery reason | {recovery} |\n| replay policy | {policy} |\n\n",
         id = j.job_id,
@@ -128,8 +128,12 @@ pub(super) async fn markdown_export(
         tenant = cell(&j.tenant),
         key = cell(&j.idempotency_key),
         epoch = j.owner_epoch,
-        used = j.attempt_count,
+        used = j.budget_used,
         max = j.max_attempts,
+        refused = match j.attempt_count - j.budget_used {
+            0 => String::new(),
+            n => format!(" (and {n} refused by the provider, spending none)"),
+        },
         deadline = short_time(j.deadline_at),
         created = short_time(j.created_at),
         terminal = j.terminal_at.map_or("—".into(), short_time),

@@ -50,12 +50,25 @@ struct Mirror {
     rate: f64,
     tokens: f64,
     at: Instant,
+    /// Requests a second other callers (other processes, other keys' owners) spend from the
+    /// same bucket, as successive answers show it: what remained fell faster than this
+    /// process's own calls account for.
+    others: f64,
+    /// The latest answer it was set from: when that call was sent, what remained after it,
+    /// and its number among this process's calls.
+    last: Option<(Instant, f64, u64)>,
 }
 
 impl Mirror {
+    /// What this process may spend of the refill: the rate, less what the others take (never
+    /// less than a twentieth of it).
+    fn share(&self) -> f64 {
+        (self.rate - self.others).max(self.rate * 0.05)
+    }
+
     fn refill(&mut self, now: Instant) {
         let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.tokens = (self.tokens + self.rate * elapsed).min(self.limit);
+        self.tokens = (self.tokens + self.share() * elapsed).min(self.limit);
         self.at = now;
     }
 
@@ -294,6 +307,20 @@ impl Limits {
         }
     }
 
+    /// [`Limits::acquire`], waiting at most `bound`: past it, how long the caller had better
+    /// wait before trying again (what is left of the limit's pause, else `bound` again), so
+    /// that a job held back by a limit waits in the ledger rather than in the worker.
+    pub async fn acquire_within(&self, key: &Key, bound: Duration) -> Result<Permit, Duration> {
+        match tokio::time::timeout(bound, self.acquire(key)).await {
+            Ok(permit) => Ok(permit),
+            Err(_) => {
+                let now = Instant::now();
+                let left = self.with(key, |s| s.paused_at(now).map(|until| until - now));
+                Err(left.unwrap_or(bound).max(Duration::from_millis(100)))
+            }
+        }
+    }
+
     /// Calls the worker may hold now: its width, or fewer while a limit it has met holds
     /// (none at all while every such limit is paused).
     pub fn capacity(&self) -> usize {
@@ -409,7 +436,7 @@ impl Permit {
                     match (s.mirror, s.latency) {
                         // What the provider admits over a call's time, with a little room.
                         (Some(m), Some(latency)) => {
-                            let needed = m.rate * latency.as_secs_f64() * 1.25 + 1.0;
+                            let needed = m.share() * latency.as_secs_f64() * 1.25 + 1.0;
                             s.concurrency = needed.clamp(1.0, width);
                         }
                         _ => {
@@ -455,8 +482,9 @@ impl Permit {
 
 /// Sets the mirror of the requests bucket from an answer that states it: its rate from how far
 /// the window is from whole and how long it takes to refill, its tokens from what remained when
-/// the provider admitted the call, less the calls started since, plus what refilled since.
-/// Only the answer to the latest call sent sets the tokens: an older one knows less.
+/// the provider admitted the call, less the calls started since, plus what refilled since less
+/// what other callers spent meanwhile (learned from how fast what remained fell between
+/// answers). Only the answer to the latest call sent sets the tokens: an older one knows less.
 fn learn_bucket(s: &mut Learned, limits: &RateLimits, send: u64, sent_at: Instant, now: Instant) {
     let w = limits.requests;
     let (Some(limit), Some(remaining)) = (w.limit, w.remaining) else {
@@ -479,13 +507,26 @@ fn learn_bucket(s: &mut Learned, limits: &RateLimits, send: u64, sent_at: Instan
         rate,
         tokens: remaining,
         at: now,
+        others: 0.0,
+        last: None,
     });
     mirror.limit = limit;
     mirror.rate = rate;
     if send >= s.synced {
+        // Between the previous answer's call and this one's, the bucket refilled and this
+        // process spent its own calls; whatever else it lost, others spent.
+        if let Some((then, before, then_send)) = mirror.last {
+            let span = sent_at.saturating_duration_since(then).as_secs_f64();
+            if span > 0.01 && before + rate * span < limit {
+                let own = (send - then_send) as f64;
+                let others = ((before + rate * span - own - remaining) / span).clamp(0.0, rate);
+                mirror.others = mirror.others * 0.7 + others * 0.3;
+            }
+        }
+        mirror.last = Some((sent_at, remaining, send));
         let since = (s.sends - send) as f64;
-        let refilled = rate * now.saturating_duration_since(sent_at).as_secs_f64();
-        mirror.tokens = (remaining + refilled - since).min(limit);
+        let elapsed = now.saturating_duration_since(sent_at).as_secs_f64();
+        mirror.tokens = (remaining + mirror.share() * elapsed - since).min(limit);
         mirror.at = now;
         s.synced = send;
     }
@@ -590,6 +631,27 @@ mod tests {
             took >= Duration::from_millis(550) && took < Duration::from_millis(1200),
             "{took:?}"
         );
+    }
+
+    #[test]
+    fn a_mirror_learns_what_other_callers_spend_of_the_same_bucket() {
+        let limits = Limits::new(8);
+        let k = key();
+        let t0 = Instant::now();
+        // Calls every 100 ms, each answered at once; the bucket (20 a second, 20 deep) also
+        // loses 10 a second to someone else, so what remains falls by 1 + 1 a call.
+        let mut remaining = 15.0;
+        for i in 0..30u64 {
+            let sent_at = t0 + Duration::from_millis(100 * i);
+            limits.with(&k, |s| {
+                s.sends += 1;
+                let send = s.sends;
+                learn_bucket(s, &stated(20.0, remaining, 250), send, sent_at, sent_at);
+            });
+            remaining = (remaining + 2.0 - 1.0 - 1.0f64).max(0.0);
+        }
+        let others = limits.with(&k, |s| s.mirror.map(|m| m.others)).unwrap();
+        assert!((others - 10.0).abs() < 1.5, "learned {others} a second");
     }
 
     #[tokio::test]

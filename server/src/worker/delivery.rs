@@ -24,6 +24,24 @@ use crate::provider::{
 };
 use crate::queue::{DeletePlan, Deleted, Delivery, Queue, QueueError, MAX_VISIBILITY};
 
+/// The code of an attempt the worker held back, unsent, because its provider's limit had no
+/// room for it in time: the provider never saw it.
+pub const HELD_BY_LIMIT: &str = "held_by_limit";
+
+/// How long a claimed job may wait at its provider limit's gate before it goes back to the
+/// ledger: a quarter of the visibility timeout, at most five seconds, and never so long that
+/// its fixed deadline (an instant on this worker's clock) comes first: a job must go back
+/// unsent while it may still be written to, or its attempt would count as one that may have
+/// run.
+fn gate_bound(timings: &super::Timings, deadline: std::time::Instant) -> Duration {
+    let before_deadline = deadline
+        .saturating_duration_since(std::time::Instant::now())
+        .saturating_sub(timings.margin * 2);
+    (timings.visibility / 4)
+        .min(Duration::from_secs(5))
+        .min(before_deadline)
+}
+
 /// How long a job refused `refusals` times in a row waits before it is sent again: the wait
 /// the provider named, else the capped backoff, plus up to half again (at least 100 ms) of
 /// jitter, so that the jobs of one refused burst do not all come back at once.
@@ -664,11 +682,12 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         );
         // Refusals this job met before, for the wait after another one.
         let refused_before = claimed.attempt_count - claimed.budget_used;
+        let deadline = asked + db_span(claimed.at, claimed.deadline_at);
         let outcome = self
             .attempt(
                 job,
                 &claimed.owner,
-                (attempt, refused_before),
+                (attempt, refused_before, deadline),
                 input,
                 delivery,
                 dref,
@@ -687,7 +706,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         &self,
         job: &Job,
         owner: &Owner,
-        (attempt, refused_before): (AttemptStarted, i64),
+        (attempt, refused_before, deadline): (AttemptStarted, i64, std::time::Instant),
         input: Option<(Value, Value)>,
         delivery: &Delivery,
         dref: &DeliveryRef,
@@ -721,13 +740,30 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         // concurrency, a token of its bucket) before it is sent, its lease renewed meanwhile.
         let call = async {
             // Waiting for the provider is not a call that hangs: the progress rule counts from
-            // the send.
-            let acquire = self.limits.acquire(&key);
+            // the send. A job the limit holds back longer than a short while goes back to the
+            // ledger unsent, to wait there (no lease held, no budget spent) for the limit's
+            // reset.
+            let acquire = self
+                .limits
+                .acquire_within(&key, gate_bound(&self.config.timings, deadline));
             tokio::pin!(acquire);
-            let permit = loop {
+            let acquired = loop {
                 tokio::select! {
-                    permit = &mut acquire => break permit,
+                    acquired = &mut acquire => break acquired,
                     () = tokio::time::sleep(Duration::from_secs(1)) => progress.tick(),
+                }
+            };
+            let permit = match acquired {
+                Ok(permit) => permit,
+                Err(wait) => {
+                    return ProviderOutcome::Throttled {
+                        code: HELD_BY_LIMIT.into(),
+                        request_id: None,
+                        limits: RateLimits {
+                            retry_after: Some(wait),
+                            ..RateLimits::default()
+                        },
+                    }
                 }
             };
             progress.tick();

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-pub use delivery::Outcome;
+pub use delivery::{Outcome, HELD_BY_LIMIT};
 pub use heartbeat::{RenewalStats, StopReason};
 
 use crate::ledger::Ledger;
