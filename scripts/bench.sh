@@ -3,7 +3,7 @@
 #   scripts/bench.sh                 # ledger, pipeline (both backends, and graphile-worker beside it
 #                                    # on PostgreSQL), console (both backends), renewals (both),
 #                                    # submit (both)
-#   scripts/bench.sh ledger|pipeline|console|renewals|drills|submit
+#   scripts/bench.sh ledger|pipeline|console|renewals|drills|submit|throttle
 # PostgreSQL runs with durable commits (fsync on, synchronous_commit on) in a throwaway
 # cluster; SQLite runs in WAL with synchronous=FULL in a temporary file.
 set -euo pipefail
@@ -99,4 +99,19 @@ if [ "$which" = all ] || [ "$which" = drills ]; then
     "$bin" drill run all --queue "$1" --database-url "$2" 2>&1 | tail -1
     echo "drills on $1 (${2%%:*}): $(python3 -c "print(f'{$(date +%s.%N) - $started:.1f}')") s wall"
   done
+fi
+if [ "$which" = all ] || [ "$which" = throttle ]; then
+  # Flow control through real serve and worker processes: 600 jobs at once against a model
+  # server admitting 20 requests a second (bucket 20 deep, 200 ms an answer, 429 with
+  # retry-after beyond), on the embedded default, on PostgreSQL with serve's own worker, and
+  # with two worker processes on PostgreSQL sharing the limit through the embedded queue and
+  # through an SQS endpoint (moto, maxReceiveCount 5); a server refusing everything; then a
+  # quiet tenant's 20 jobs behind another's 3,000 (stub model at 300 ms).
+  start_moto
+  "$bin" bench throttle
+  "$bin" bench throttle --ledger-url "$(fresh_pg)"
+  "$bin" bench throttle --ledger-url "$(fresh_pg)" --workers 2
+  "$bin" bench throttle --ledger-url "$(fresh_pg)" --workers 2 --queue sqs
+  "$bin" bench throttle --forever --jobs 50 --deadline-secs 20
+  "$bin" bench fairness
 fi

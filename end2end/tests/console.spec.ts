@@ -126,7 +126,7 @@ test('the overview shows jobs by state and charts with their numbers', async ({ 
   // The server's own worker reports: the line under the tiles says so and leads to /workers.
   await expect(page.locator('.workers-line')).toContainText('Workers: 1 alive');
   await expect(page.locator('.workers-line').getByRole('link', { name: 'Workers' })).toHaveAttribute('href', '/workers');
-  await expect(page.locator('figure.chart')).toHaveCount(6);
+  await expect(page.locator('figure.chart')).toHaveCount(7);
   await expect(page.locator('figure.chart svg').first()).toBeVisible();
   await expect(page.locator('.figures').first()).toContainText('accepted');
   // Each total's key is a stretch of its series' line: the dashed accepted line, dashed.
@@ -284,7 +284,7 @@ test('an operator runs the whole drill catalogue from the console, watches it, a
       s.checks.filter((c: any) => !c.passed).map((c: any) => `${s.kind}: ${c.name} — ${c.detail}`));
     throw new Error(`the drill did not pass: ${failing.join('; ')}`);
   }
-  await expect(page.locator('.job-header')).toContainText('13 of 13 scenarios passed');
+  await expect(page.locator('.job-header')).toContainText('14 of 14 scenarios passed');
   await page.screenshot({ path: info.outputPath('drill-report.png'), fullPage: true });
   const evidence = page.locator('#paused-worker-stale-epoch .evidence a').first();
   const href = await evidence.getAttribute('href');

@@ -294,11 +294,10 @@ fn EventTable(job_id: String, timeline: Timeline) -> impl IntoView {
                                 <td colspan="6">{match (kind.as_str(), refusals) {
                                     ("renewed", _) => format!("{count} × lease and visibility renewed, all answered"),
                                     ("throttled", Some(n)) => format!(
-                                        "throttled ×{n}, until {last_at}: the provider refused {} before running {}, \
-                                         so no attempt of the budget was spent ({count} events: claims, refusals, waits, \
-                                         sends and receives)",
-                                        if n == 1 { "the attempt" } else { "each attempt" },
-                                        if n == 1 { "it" } else { "them" },
+                                        "throttled ×{n}, until {last_at}: {} never ran (refused by the provider, \
+                                         or held back for its limit), so no attempt of the budget was spent \
+                                         ({count} events: claims, refusals, waits, sends and receives)",
+                                        if n == 1 { "the attempt" } else { "the attempts" },
                                     ),
                                     _ => format!("{count} × {}", kind.replace('_', " ")),
                                 }}</td>

@@ -22,12 +22,18 @@ const OPEN_MAX: i64 = 2000;
 /// The attempt budget as spent: attempts that may have run the model, out of the budget, and
 /// the refusals besides, which spend none.
 fn attempts_used(job: &Job) -> String {
-    let refused = job.attempt_count - job.budget_used;
+    let unrun = job.attempt_count - job.budget_used;
     let used = format!("{} of {}", job.budget_used, job.max_attempts);
-    match refused {
+    match unrun {
         0 => used,
-        1 => format!("{used}, and 1 refusal by the provider, which spends none"),
-        n => format!("{used}, and {n} refusals by the provider, which spend none"),
+        1 => format!(
+            "{used}, and 1 the provider never ran (refused, or held back for its limit), \
+             which spends none"
+        ),
+        n => format!(
+            "{used}, and {n} the provider never ran (refused, or held back for its limit), \
+             which spend none"
+        ),
     }
 }
 

@@ -307,16 +307,30 @@ impl Limits {
         }
     }
 
-    /// [`Limits::acquire`], waiting at most `bound`: past it, how long the caller had better
-    /// wait before trying again (what is left of the limit's pause, else `bound` again), so
-    /// that a job held back by a limit waits in the ledger rather than in the worker.
-    pub async fn acquire_within(&self, key: &Key, bound: Duration) -> Result<Permit, Duration> {
-        match tokio::time::timeout(bound, self.acquire(key)).await {
-            Ok(permit) => Ok(permit),
-            Err(_) => {
-                let now = Instant::now();
-                let left = self.with(key, |s| s.paused_at(now).map(|until| until - now));
-                Err(left.unwrap_or(bound).max(Duration::from_millis(100)))
+    /// [`Limits::acquire`] for a caller that would rather wait elsewhere for a long pause: a
+    /// pause with more than `pause_bound` left (a reset a minute away), or any wait past
+    /// `bound`, gives back how long it had better wait instead (what is left of the pause,
+    /// else a tenth of a second). Waiting for a token or a slot is pacing, and is done here.
+    pub async fn acquire_within(
+        &self,
+        key: &Key,
+        pause_bound: Duration,
+        bound: Duration,
+    ) -> Result<Permit, Duration> {
+        let until = Instant::now() + bound;
+        loop {
+            let now = Instant::now();
+            let paused = self.with(key, |s| s.paused_at(now).map(|end| end - now));
+            if let Some(left) = paused.filter(|left| *left > pause_bound || now + *left >= until) {
+                return Err(left);
+            }
+            if now >= until {
+                return Err(Duration::from_millis(100));
+            }
+            // In slices, so that a pause that begins meanwhile is seen.
+            let slice = (until - now).min(Duration::from_millis(250));
+            if let Ok(permit) = tokio::time::timeout(slice, self.acquire(key)).await {
+                return Ok(permit);
             }
         }
     }

@@ -28,18 +28,20 @@ use crate::queue::{DeletePlan, Deleted, Delivery, Queue, QueueError, MAX_VISIBIL
 /// room for it in time: the provider never saw it.
 pub const HELD_BY_LIMIT: &str = "held_by_limit";
 
-/// How long a claimed job may wait at its provider limit's gate before it goes back to the
-/// ledger: a quarter of the visibility timeout, at most five seconds, and never so long that
-/// its fixed deadline (an instant on this worker's clock) comes first: a job must go back
-/// unsent while it may still be written to, or its attempt would count as one that may have
-/// run.
-fn gate_bound(timings: &super::Timings, deadline: std::time::Instant) -> Duration {
-    let before_deadline = deadline
+/// The longest pause of its provider's limit a claimed job waits out in the worker: a quarter
+/// of the visibility timeout, at most five seconds. A longer one (a reset a minute away) it
+/// waits for in the ledger, unsent, holding no lease.
+fn pause_bound(timings: &super::Timings) -> Duration {
+    (timings.visibility / 4).min(Duration::from_secs(5))
+}
+
+/// How long a claimed job may wait at its provider limit's gate at all: until a little before
+/// its fixed deadline (an instant on this worker's clock), so that it goes back unsent while it
+/// may still be written to, or its attempt would count as one that may have run.
+fn before_deadline(timings: &super::Timings, deadline: std::time::Instant) -> Duration {
+    deadline
         .saturating_duration_since(std::time::Instant::now())
-        .saturating_sub(timings.margin * 2);
-    (timings.visibility / 4)
-        .min(Duration::from_secs(5))
-        .min(before_deadline)
+        .saturating_sub(timings.margin * 2)
 }
 
 /// How long a job refused `refusals` times in a row waits before it is sent again: the wait
@@ -743,9 +745,10 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             // the send. A job the limit holds back longer than a short while goes back to the
             // ledger unsent, to wait there (no lease held, no budget spent) for the limit's
             // reset.
-            let acquire = self
-                .limits
-                .acquire_within(&key, gate_bound(&self.config.timings, deadline));
+            let t = &self.config.timings;
+            let acquire =
+                self.limits
+                    .acquire_within(&key, pause_bound(t), before_deadline(t, deadline));
             tokio::pin!(acquire);
             let acquired = loop {
                 tokio::select! {

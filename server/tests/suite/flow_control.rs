@@ -550,7 +550,7 @@ async fn the_console_shows_refusals_what_a_job_waits_for_and_each_provider_limit
         "{page}"
     );
     assert!(
-        page.contains("0 of 3, and 3 refusals by the provider, which spend none"),
+        page.contains("0 of 3, and 3 the provider never ran (refused, or held back for its limit), which spend none"),
         "{page}"
     );
     assert!(
@@ -673,13 +673,24 @@ async fn a_provider_that_refuses_forever_lets_the_job_expire_at_its_deadline_wit
         "refused more times than its budget: {}",
         job.attempt_count
     );
-    assert_eq!(job.error_code.as_deref(), Some("rate_limited"));
+    // The last error is the provider's limit: its refusal, or the worker holding the job back
+    // for it as the deadline came.
+    let limited = ["rate_limited", fenceline::worker::HELD_BY_LIMIT];
+    assert!(
+        limited.contains(&job.error_code.as_deref().unwrap_or("")),
+        "{:?}",
+        job.error_code
+    );
     let events = ledger.events(&job_id, 0, 1000).await.unwrap();
     let expired = events
         .iter()
         .find(|e| e.kind == "deadline_expired")
         .unwrap();
-    assert_eq!(expired.detail["last_error"], json!("rate_limited"));
+    assert_eq!(expired.detail["last_error"].as_str(), job.error_code.as_deref());
+    assert!(
+        events.iter().any(|e| e.detail["error_code"] == json!("rate_limited")),
+        "the provider's refusals are on the timeline"
+    );
     assert!(ledger
         .attempts(&job_id)
         .await
