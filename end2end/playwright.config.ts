@@ -37,8 +37,9 @@ export default defineConfig({
   ],
   webServer: {
     // Compressed timings and a 1.5 s stub model, so a job's page shows renewals; the model
-    // admits ten calls a second, so a burst meets its rate limit.
-    command: `${binary} serve --bind 127.0.0.1:${port} --database-url '${databaseUrl}' --timings compressed --stub-latency-ms 1500 --stub-rate-limit 10`,
+    // admits ten calls a second, so a burst for a model the workers have not met yet (any
+    // model name is allowed) meets its rate limit.
+    command: `${binary} serve --bind 127.0.0.1:${port} --database-url '${databaseUrl}' --timings compressed --stub-latency-ms 1500 --stub-rate-limit 10 --allowed-models '*'`,
     url: `http://127.0.0.1:${port}/readyz`,
     reuseExistingServer: false,
     timeout: 120_000,

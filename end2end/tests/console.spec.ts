@@ -327,9 +327,11 @@ test('an unknown address is a 404 page in the console, with its menu', async ({ 
 test('a burst meets the model\'s rate limit: every job succeeds, refusals fold on its timeline, the provider\'s limit shows', async ({ page, request }, info) => {
   test.setTimeout(120_000);
   const prefix = `burst-${info.project.name}`;
+  // A model the workers have not called yet: they learn its limit from this burst.
   const jobs = Array.from({ length: 30 }, (_, i) => ({
     idempotency_key: `${prefix}-${i}`,
     input: { document: `burst ${i}` },
+    model: { model: prefix },
     max_attempts: 1,
   }));
   const created = await request.post('/api/v1/jobs/batch', { headers, data: { jobs } });
@@ -363,12 +365,15 @@ test('a burst meets the model\'s rate limit: every job succeeds, refusals fold o
   await fold.getByRole('link', { name: 'Show them' }).click();
   await expect(page.locator('td', { hasText: /^throttled$/ }).first()).toBeVisible();
   await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Workers' }).click();
-  const limit = page.locator('table.providers tbody tr').filter({ hasText: 'stub' });
+  const limit = page.locator('table.providers tbody tr').filter({ hasText: prefix });
   await expect(limit).toBeVisible();
+  // The rate its answers state (about ten a second), and the limit its refusals named.
+  await expect(limit).toContainText(/\d+\.\d\/s/);
+  await expect(limit).toContainText('requests');
   await expect(page.locator('table.providers')).toContainText(/admitting|limited until/);
   await page.screenshot({ path: info.outputPath('workers-providers.png'), fullPage: true });
   await page.goto('/');
-  await expect(page.getByText('Calls refused by the provider')).toBeVisible();
+  await expect(page.getByText('Throttled calls: refused by a provider or held for its limit')).toBeVisible();
   await expect(page.locator('table.tenant-flow')).toBeVisible();
 });
 

@@ -242,8 +242,8 @@ pub fn TenantFlowTable(rows: Vec<crate::console::TenantFlowRow>) -> impl IntoVie
                     view! {
                         <tr>
                             <td data-label="Tenant"><a href=href>{r.tenant.clone()}</a></td>
-                            <td data-label="Waiting to be sent" class="num">{r.waiting}</td>
-                            <td data-label="Of which due" class="num">{r.due}</td>
+                            <td data-label="Waiting" class="num">{r.waiting}</td>
+                            <td data-label="Due now" class="num">{r.due}</td>
                             <td data-label="Running" class="num">{r.running}</td>
                             {weighted.then(|| view! {
                                 <td data-label="Weight" class="num">{r.weight}</td>

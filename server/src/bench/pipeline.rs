@@ -153,11 +153,25 @@ async fn fenceline_pipeline(
             worker.run(stop).await
         });
     }
-    // The dispatcher sends what is not sent at creation (retries); it polls as `serve`'s does.
+    // The dispatcher sends what is not sent at creation and meters the queue, as `serve`'s
+    // does: within twice what the workers hold (the fleet's capacity, as their reports would
+    // say it). Until it starts, nothing goes straight into the queue: drained, every job waits
+    // in the outbox, as a burst that arrives before any worker does.
+    let capacity = args.workers.max(1) * args.in_flight.max(1);
+    ledger.meter_direct(0, Default::default());
     let (l, q, s, g) = (ledger.clone(), queue.clone(), stop.clone(), go.clone());
     tasks.spawn(async move {
         g.cancelled().await;
-        dispatcher::run(l, q, Duration::from_millis(100), Default::default(), s).await
+        let lane = dispatcher::Lane::metered(dispatcher::Meter::Fixed(2 * capacity));
+        dispatcher::run_lane(
+            l,
+            q,
+            Duration::from_millis(100),
+            Default::default(),
+            lane,
+            s,
+        )
+        .await
     });
 
     let tenant = format!("bench-{run}");

@@ -105,9 +105,9 @@ impl LedgerConsole {
                 )],
             ),
             chart(
-                "Calls refused by the provider",
+                "Throttled calls: refused by a provider or held for its limit",
                 vec![plot::Series::new(
-                    "refused (throttled, no budget spent)",
+                    "throttled (never ran, no budget spent)",
                     "c-throttled",
                     series(EventKind::Throttled),
                 )],

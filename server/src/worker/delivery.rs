@@ -45,14 +45,17 @@ fn before_deadline(timings: &super::Timings, deadline: std::time::Instant) -> Du
 }
 
 /// How long a job refused `refusals` times in a row waits before it is sent again: the wait
-/// the provider named, else the capped backoff, plus up to half again (at least 100 ms) of
-/// jitter, so that the jobs of one refused burst do not all come back at once.
+/// the provider named, else the capped backoff; from its second refusal on, at least the
+/// backoff of the refusals before (a job refused again and again does not come back at the
+/// pace of every reset); plus up to half again (at least 100 ms) of jitter, so that the jobs of
+/// one refused burst do not all come back at once.
 fn throttle_wait(named: Option<Duration>, refusals: u32, timings: &super::Timings) -> Duration {
-    let base = named.unwrap_or_else(|| {
-        crate::provider::limits::backoff(refusals)
-            .min(timings.backoff_max)
-            .max(timings.backoff_base)
-    });
+    let backoff = |n: u32| crate::provider::limits::backoff(n).min(timings.backoff_max);
+    let base = match named {
+        Some(named) if refusals > 1 => named.max(backoff(refusals - 1)),
+        Some(named) => named,
+        None => backoff(refusals),
+    };
     let spread = (base / 2).max(Duration::from_millis(100));
     let mut bytes = [0u8; 8];
     let jitter = match getrandom::fill(&mut bytes) {
@@ -60,6 +63,30 @@ fn throttle_wait(named: Option<Duration>, refusals: u32, timings: &super::Timing
         Err(_) => 0.5,
     };
     base + spread.mul_f64(jitter)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_refused_again_and_again_waits_longer_each_time_within_the_cap() {
+        let t = crate::worker::Timings::default();
+        let named = Some(Duration::from_millis(200));
+        let waits: Vec<Duration> = (1..=9).map(|n| throttle_wait(named, n, &t)).collect();
+        // The named wait first, plus jitter of at most 100 ms.
+        assert!(waits[0] >= Duration::from_millis(200) && waits[0] <= Duration::from_millis(300));
+        // Then at least the backoff of the refusals before: 1 s, 2 s, … capped at a minute.
+        assert!(waits[1] >= Duration::from_secs(1) && waits[1] <= Duration::from_millis(1_500));
+        assert!(waits[2] >= Duration::from_secs(2));
+        assert!(waits[8] >= Duration::from_secs(60) && waits[8] <= Duration::from_secs(90));
+        // A long named reset always wins.
+        let reset = throttle_wait(Some(Duration::from_secs(600)), 2, &t);
+        assert!(reset >= Duration::from_secs(600));
+        // None named: the capped backoff.
+        assert!(throttle_wait(None, 1, &t) >= Duration::from_secs(1));
+        assert!(throttle_wait(None, 3, &t) >= Duration::from_secs(4));
+    }
 }
 
 /// A claim that made this worker the owner, with its first attempt recorded.

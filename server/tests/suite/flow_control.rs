@@ -564,7 +564,7 @@ async fn the_console_shows_refusals_what_a_job_waits_for_and_each_provider_limit
     assert!(workers.contains("20.0/s"), "{workers}");
     let overview = browser.page("/").await;
     assert!(
-        overview.contains("Calls refused by the provider"),
+        overview.contains("Throttled calls: refused by a provider or held for its limit"),
         "{overview}"
     );
     assert!(
@@ -686,9 +686,14 @@ async fn a_provider_that_refuses_forever_lets_the_job_expire_at_its_deadline_wit
         .iter()
         .find(|e| e.kind == "deadline_expired")
         .unwrap();
-    assert_eq!(expired.detail["last_error"].as_str(), job.error_code.as_deref());
+    assert_eq!(
+        expired.detail["last_error"].as_str(),
+        job.error_code.as_deref()
+    );
     assert!(
-        events.iter().any(|e| e.detail["error_code"] == json!("rate_limited")),
+        events
+            .iter()
+            .any(|e| e.detail["error_code"] == json!("rate_limited")),
         "the provider's refusals are on the timeline"
     );
     assert!(ledger
