@@ -222,6 +222,14 @@ impl Faults {
         inner.first_receipts.remove(job_id);
     }
 
+    /// Whether `point` is armed on `job_id` (without firing it).
+    pub fn is_armed(&self, job_id: &str, point: FaultPoint) -> bool {
+        self.lock()
+            .armed
+            .get(job_id)
+            .is_some_and(|arms| arms.iter().any(|a| a.point == point && a.times != Some(0)))
+    }
+
     /// Whether `point` fires for `job_id` now; if so, its hold. Counts the firing down.
     pub fn fire(&self, job_id: &str, point: FaultPoint) -> Option<Duration> {
         let mut inner = self.lock();

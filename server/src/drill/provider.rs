@@ -35,6 +35,21 @@ impl<P: Provider> Provider for FaultyProvider<P> {
         self.inner.default_model()
     }
 
+    /// A job of the rate-limit drill counts against a limit of its own: the model it calls is
+    /// the job's, but what its refusals teach the workers must not hold up the other
+    /// scenarios' jobs, which share those workers and that model.
+    fn model_of(&self, request: &ProviderRequest) -> String {
+        let model = self.inner.model_of(request);
+        if self
+            .faults
+            .is_armed(&request.job_id, FaultPoint::ProviderRateLimit)
+        {
+            format!("{model} (drill rate limit)")
+        } else {
+            model
+        }
+    }
+
     async fn call(&self, request: ProviderRequest, progress: Progress) -> ProviderOutcome {
         let job = request.job_id.clone();
         let request_id = Some(request.client_request_id.clone());

@@ -180,19 +180,6 @@ impl Ctx<'_> {
         max_attempts: u32,
         arms: Vec<Arm>,
     ) -> Result<String, Stop> {
-        self.submit_for(role, deadline, max_attempts, arms, json!({}))
-            .await
-    }
-
-    /// [`Ctx::submit`] for a job naming its model parameters.
-    async fn submit_for(
-        &self,
-        role: &str,
-        deadline: Duration,
-        max_attempts: u32,
-        arms: Vec<Arm>,
-        model: Value,
-    ) -> Result<String, Stop> {
         let id = JobId::generate();
         for arm in arms {
             self.rig.faults.arm(id.as_str(), arm);
@@ -204,7 +191,7 @@ impl Ctx<'_> {
             request_digest: hex::encode(Sha256::digest(input.to_string().as_bytes())),
             contract_version: "drill/1".into(),
             input,
-            model,
+            model: json!({}),
             deadline,
             max_attempts,
             replay_policy: ReplayPolicy::Manual,
@@ -1267,15 +1254,11 @@ async fn provider_rate_limits_a_burst(ctx: &Ctx<'_>) -> Step {
     // A call every 300 ms, a bucket a second deep (three calls): most of the burst is refused
     // at first, however fast the queue delivers it.
     let limit = Arm::always(F::ProviderRateLimit).hold(Duration::from_millis(300));
-    // A model of their own: limits are learned per provider and model, and the other
-    // scenarios of the run share these workers.
-    let model = json!({ "model": "drill-rate-limited" });
     let mut jobs = Vec::with_capacity(BURST);
     for i in 0..BURST {
         let role = format!("burst-{i:02}");
-        let arms = vec![limit.clone()];
         jobs.push(
-            ctx.submit_for(&role, ctx.deadline(), 1, arms, model.clone())
+            ctx.submit(&role, ctx.deadline(), 1, vec![limit.clone()])
                 .await?,
         );
     }

@@ -203,10 +203,15 @@ impl Ledger {
     }
 
     /// What the live workers of `queue` (as `describe()` names it) can hold at once, by their
-    /// latest reports: each one's capacity, or its width where it said none.
-    pub async fn fleet_capacity(&self, queue: &str) -> Result<i64, LedgerError> {
+    /// latest reports (a worker silent for `silent_after` is not counted): each one's
+    /// capacity, or its width where it said none.
+    pub async fn fleet_capacity(
+        &self,
+        queue: &str,
+        silent_after: std::time::Duration,
+    ) -> Result<i64, LedgerError> {
         let now = self.now_us().await?;
-        let quiet = crate::worker::presence::quiet_since(now);
+        let quiet = now - i64::try_from(silent_after.as_micros()).unwrap_or(i64::MAX);
         Ok(sqlx::query_scalar(
             "SELECT CAST(COALESCE(SUM(COALESCE(capacity, max_in_flight)), 0) AS BIGINT) FROM workers \
              WHERE queue = $1 AND stopped_at IS NULL AND seen_at >= $2",

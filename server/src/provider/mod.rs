@@ -175,14 +175,15 @@ pub trait Provider: Send + Sync + 'static {
     /// The model a request goes to when its parameters name none.
     fn default_model(&self) -> &str;
 
-    /// The model `request` goes to: the one its parameters name, else the default. Limits are
-    /// learned per provider and model.
-    fn model_of<'a>(&'a self, request: &'a ProviderRequest) -> &'a str {
+    /// The limit `request` counts against, by model: the one its parameters name, else the
+    /// default. Limits are learned per provider and model.
+    fn model_of(&self, request: &ProviderRequest) -> String {
         request
             .model
             .get("model")
             .and_then(Value::as_str)
             .unwrap_or_else(|| self.default_model())
+            .to_owned()
     }
 
     fn call(
@@ -214,6 +215,13 @@ impl Provider for AnyProvider {
         match self {
             AnyProvider::Stub(p) => p.default_model(),
             AnyProvider::OpenAi(p) => p.default_model(),
+        }
+    }
+
+    fn model_of(&self, request: &ProviderRequest) -> String {
+        match self {
+            AnyProvider::Stub(p) => p.model_of(request),
+            AnyProvider::OpenAi(p) => p.model_of(request),
         }
     }
 

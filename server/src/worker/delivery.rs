@@ -764,7 +764,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 None => std::future::pending().await,
             }
         };
-        let key = Key::new(self.provider.name(), self.provider.model_of(&request));
+        let key = Key::new(self.provider.name(), &self.provider.model_of(&request));
         // The call waits for the provider's limit (a named reset, room within the learned
         // concurrency, a token of its bucket) before it is sent, its lease renewed meanwhile.
         let call = async {

@@ -109,7 +109,10 @@ impl Metering {
         match self.fleet {
             Some((n, at)) if at.elapsed() < RECHECK => n,
             _ => {
-                let n = ledger.fleet_capacity(&queue.describe()).await.unwrap_or(0);
+                let n = ledger
+                    .fleet_capacity(&queue.describe(), super::presence::SILENT_AFTER)
+                    .await
+                    .unwrap_or(0);
                 self.fleet = Some((n, Instant::now()));
                 n
             }

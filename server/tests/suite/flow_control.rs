@@ -448,7 +448,14 @@ async fn a_tenants_cap_holds_its_jobs_in_the_ledger_while_others_pass(db: Db) {
             .await
             .unwrap();
     }
-    assert_eq!(ledger.fleet_capacity("embedded:jobs").await.unwrap(), 70);
+    let silent_after = fenceline::worker::presence::SILENT_AFTER;
+    assert_eq!(
+        ledger
+            .fleet_capacity("embedded:jobs", silent_after)
+            .await
+            .unwrap(),
+        70
+    );
 }
 
 /// One process is refused with a long wait named: another, told by the ledger, stops calling
@@ -643,8 +650,8 @@ async fn a_provider_that_refuses_forever_lets_the_job_expire_at_its_deadline_wit
         .await
     });
     let mut new = new_job("acme", "refused-forever", json!(1));
-    new.deadline = Duration::from_millis(1500);
-    new.max_attempts = 2;
+    new.deadline = Duration::from_millis(2000);
+    new.max_attempts = 1;
     let job_id = create(&ledger, new).await;
     let until = std::time::Instant::now() + Duration::from_secs(15);
     let job = loop {
@@ -669,7 +676,7 @@ async fn a_provider_that_refuses_forever_lets_the_job_expire_at_its_deadline_wit
     );
     assert_eq!(job.budget_used, 0, "no refusal spent an attempt");
     assert!(
-        job.attempt_count > 2,
+        job.attempt_count > 1,
         "refused more times than its budget: {}",
         job.attempt_count
     );
