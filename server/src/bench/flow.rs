@@ -481,7 +481,7 @@ pub async fn throttle(args: &ThrottleArgs) -> Result<String, LedgerError> {
         }
     ));
     out.push_str(&format!(
-        "| attempts refused (no budget spent) | {} | most budget spent by a job: {} of 3 |\n",
+        "| attempts that never ran: refused, or held for the limit (no budget spent) | {} | most budget spent by a job: {} of 3 |\n",
         summary.refused_attempts, summary.most_budget_used
     ));
     out.push_str(&format!(

@@ -35,13 +35,14 @@ fn pause_bound(timings: &super::Timings) -> Duration {
     (timings.visibility / 4).min(Duration::from_secs(5))
 }
 
-/// How long a claimed job may wait at its provider limit's gate at all: until a little before
-/// its fixed deadline (an instant on this worker's clock), so that it goes back unsent while it
-/// may still be written to, or its attempt would count as one that may have run.
+/// How long a claimed job may wait at its provider limit's gate at all: until half a second
+/// before its lease, which never outlasts the fixed deadline (an instant on this worker's
+/// clock), comes within the margin the heartbeat stops calls at. It goes back unsent while it
+/// may still be written to; stopped there, its attempt would count as one that may have run.
 fn before_deadline(timings: &super::Timings, deadline: std::time::Instant) -> Duration {
     deadline
         .saturating_duration_since(std::time::Instant::now())
-        .saturating_sub(timings.margin * 2)
+        .saturating_sub(timings.margin + Duration::from_millis(500))
 }
 
 /// How long a job refused `refusals` times in a row waits before it is sent again: the wait
@@ -68,6 +69,20 @@ fn throttle_wait(named: Option<Duration>, refusals: u32, timings: &super::Timing
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_waits_at_the_gate_no_later_than_its_lease_can_be_kept() {
+        let t = crate::worker::Timings::default();
+        // A 20 s deadline: the heartbeat stops a call 15 s (the margin) before it.
+        let soon = std::time::Instant::now() + Duration::from_secs(20);
+        let bound = before_deadline(&t, soon);
+        assert!(
+            bound > Duration::from_secs(4) && bound < Duration::from_millis(4_600),
+            "{bound:?}"
+        );
+        let past = std::time::Instant::now();
+        assert_eq!(before_deadline(&t, past), Duration::ZERO);
+    }
 
     #[test]
     fn a_job_refused_again_and_again_waits_longer_each_time_within_the_cap() {
