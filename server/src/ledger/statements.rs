@@ -626,6 +626,13 @@ catalogue! {
              AND (SELECT COALESCE(j.drill_run, '') FROM jobs j \
                  WHERE j.job_id = outbox.job_id) = $2 \
              ORDER BY fair_tag, id LIMIT $1{skip_locked}",
+        /// [`Statements::outbox_due`] of the lane of every job no drill made, each row whole.
+        outbox_due_rows: "SELECT id, job_id, reason, send_attempts, fair_tag, tenant FROM outbox \
+             WHERE dispatched_at IS NULL AND available_at <= {now_once} \
+             AND (locked_until IS NULL OR locked_until <= {now_once}) \
+             AND (SELECT COALESCE(j.drill_run, '') FROM jobs j \
+                 WHERE j.job_id = outbox.job_id) = '' \
+             ORDER BY fair_tag, id LIMIT $1{skip_locked}",
         /// A send of job `$1` at epoch `$2` for reason `$3`, due at `$4`, in its tenant's
         /// place in the fair queue (see migration 0019).
         insert_outbox: concat!("INSERT INTO outbox (job_id, epoch, reason, created_at, \
@@ -926,6 +933,15 @@ catalogue! {
         outbox_dispatched: (
             "UPDATE outbox SET dispatched_at = {now}, message_id = v.column2, locked_until = NULL \
              FROM (VALUES ",
+            "(CAST(? AS BIGINT), ?)",
+            ") AS v WHERE outbox.id = v.column1",
+            1
+        ),
+        /// Outbox rows sent by the round that read them, each `(id, message_id)`: one more
+        /// send attempt each.
+        outbox_sent_now: (
+            "UPDATE outbox SET dispatched_at = {now}, message_id = v.column2, locked_until = NULL, \
+             send_attempts = send_attempts + 1 FROM (VALUES ",
             "(CAST(? AS BIGINT), ?)",
             ") AS v WHERE outbox.id = v.column1",
             1

@@ -392,6 +392,12 @@ impl Queue for EmbeddedQueue {
             .filter(|_| timeout <= MAX_VISIBILITY)
     }
 
+    fn kept_in(&self, ledger: &Ledger) -> Option<(String, Arc<Notify>)> {
+        ledger
+            .is_same(&self.ledger)
+            .then(|| (self.name.to_string(), Arc::clone(&self.sent)))
+    }
+
     async fn depth(&self) -> Result<Depth, QueueError> {
         let depth = self
             .ledger

@@ -308,6 +308,14 @@ pub trait Queue: Clone + Send + Sync + 'static {
         None
     }
 
+    /// When this queue is kept in `ledger` itself (the embedded queue): its name, and what to
+    /// wake once messages were written to it, so that a dispatcher can send in the ledger's own
+    /// transaction. `None`, the default, for a queue apart.
+    fn kept_in(&self, ledger: &Ledger) -> Option<(String, std::sync::Arc<tokio::sync::Notify>)> {
+        let _ = ledger;
+        None
+    }
+
     /// Approximate counts.
     fn depth(&self) -> impl Future<Output = Result<Depth, QueueError>> + Send;
 
@@ -409,6 +417,10 @@ impl Queue for AnyQueue {
         timeout: Duration,
     ) -> Option<crate::ledger::LedgerMessage> {
         dispatch!(self, q => q.visibility_in(ledger, receipt, timeout))
+    }
+
+    fn kept_in(&self, ledger: &Ledger) -> Option<(String, std::sync::Arc<tokio::sync::Notify>)> {
+        dispatch!(self, q => q.kept_in(ledger))
     }
 
     async fn depth(&self) -> Result<Depth, QueueError> {

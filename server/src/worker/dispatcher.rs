@@ -167,6 +167,28 @@ impl Metering {
     }
 }
 
+/// New jobs may go straight to a queue in the ledger only while nothing waits for its turn in
+/// the outbox (a round took fewer rows than it asked for) and the queue has room left; never a
+/// capped tenant's. Without a meter (`room` unknown), nothing changes.
+fn meter_direct(
+    ledger: &Ledger,
+    room: Option<usize>,
+    caps: &HashMap<String, i64>,
+    asked: u32,
+    taken: usize,
+) {
+    let Some(room) = room else {
+        return;
+    };
+    let left = if taken < asked as usize {
+        room.saturating_sub(taken)
+    } else {
+        0
+    };
+    let capped: HashSet<String> = caps.keys().cloned().collect();
+    ledger.meter_direct(i64::try_from(left).unwrap_or(i64::MAX), capped);
+}
+
 /// Sends one round of due rows, counting them in `metrics`; returns how many were sent.
 pub async fn dispatch_once<Q: Queue>(
     ledger: &Ledger,
@@ -196,6 +218,25 @@ pub async fn dispatch_lane<Q: Queue>(
     let asked = room.map_or(limit, |room| {
         limit.min(u32::try_from(room).unwrap_or(u32::MAX))
     });
+    // A queue kept in the ledger itself takes the whole round in one transaction of it: rows
+    // claimed, messages written, rows recorded as sent. A drill's lane goes the long way,
+    // where its faults are armed.
+    let kept = match (&lane.faults, lane.drill_run.as_str()) {
+        (None, "") => queue.kept_in(ledger),
+        _ => None,
+    };
+    if let (Some((name, sent)), true) = (&kept, asked > 0) {
+        let done = ledger
+            .dispatch_into(name, &queue.describe(), asked, &caps)
+            .await?;
+        sent.notify_waiters();
+        metrics.dispatch(done.len() as u64, 0);
+        meter_direct(ledger, room, &caps, asked, done.len());
+        return Ok(Round {
+            sent: done.len(),
+            full: room.is_some_and(|room| room <= done.len()),
+        });
+    }
     let mut items = if asked == 0 {
         Vec::new()
     } else {
@@ -203,16 +244,8 @@ pub async fn dispatch_lane<Q: Queue>(
             .claim_outbox_capped(asked, lane.lock, &lane.drill_run, &caps)
             .await?
     };
-    if let (Some(room), "") = (room, lane.drill_run.as_str()) {
-        // New jobs may go straight to a queue in the ledger only while nothing waits for its
-        // turn here and the queue has room left; never a capped tenant's.
-        let left = if items.len() < asked as usize {
-            room.saturating_sub(items.len())
-        } else {
-            0
-        };
-        let capped: HashSet<String> = caps.into_keys().collect();
-        ledger.meter_direct(i64::try_from(left).unwrap_or(i64::MAX), capped);
+    if lane.drill_run.is_empty() {
+        meter_direct(ledger, room, &caps, asked, items.len());
     }
     let full = room.is_some_and(|room| room <= items.len());
     if let Some(faults) = &lane.faults {

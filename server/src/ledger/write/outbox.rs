@@ -38,6 +38,17 @@ struct Locked {
     fair_tag: Option<i64>,
 }
 
+/// A due outbox row, read whole.
+#[derive(sqlx::FromRow)]
+struct Due {
+    id: i64,
+    job_id: String,
+    reason: String,
+    send_attempts: i64,
+    fair_tag: Option<i64>,
+    tenant: Option<String>,
+}
+
 /// A send of `job_id` at `epoch`, due at `available_at`, in its tenant's place in the fair
 /// queue.
 pub(super) async fn insert_outbox(
@@ -163,36 +174,120 @@ impl Ledger {
         caps: &HashMap<String, i64>,
     ) -> Result<Vec<OutboxItem>, LedgerError> {
         let mut tx = self.begin_write().await?;
-        // With caps, a few more candidates than wanted, so that a capped tenant's rows at the
-        // head of the line do not leave the round short.
-        let candidates = if caps.is_empty() {
-            limit
-        } else {
-            limit.saturating_mul(4)
-        };
+        let items = self.claim_in(&mut tx, limit, lock, lane, caps).await?;
+        tx.commit().await?;
+        Ok(items)
+    }
+
+    /// Sends up to `limit` due outbox rows of the lane of every job no drill made to `queue`, a
+    /// queue kept in this very ledger (the embedded queue, as [`crate::queue::Queue::describe`]
+    /// names it `described`), in one transaction: the rows claimed in fair-queue order (`caps`
+    /// as [`Ledger::claim_outbox_capped`] takes them), their messages written, the rows
+    /// recorded as sent with `dispatched` on their jobs. A worker can receive a message only
+    /// once all of it is committed. Gives back the rows sent, with their messages' ids.
+    pub async fn dispatch_into(
+        &self,
+        queue: &str,
+        described: &str,
+        limit: u32,
+        caps: &HashMap<String, i64>,
+    ) -> Result<Vec<(OutboxItem, String)>, LedgerError> {
+        let mut tx = self.begin_write().await?;
+        // The rows are held by this transaction alone and sent before it ends: no lock to
+        // write, each row read whole at once.
+        let due: Vec<Due> = sqlx::query_as(&self.sql.outbox_due_rows)
+            .bind(i64::from(candidates(limit, caps)))
+            .fetch_all(&mut *tx)
+            .await?;
+        let due = within_caps(due, caps, limit, |row| row.tenant.as_deref());
+        if due.is_empty() {
+            tx.commit().await?;
+            return Ok(Vec::new());
+        }
+        // A row written before outbox rows named their tenant: its job says.
+        let unnamed: Vec<&str> = due
+            .iter()
+            .filter(|row| row.tenant.is_none())
+            .map(|row| row.job_id.as_str())
+            .collect();
+        let tenants = self.tenants_in(&mut tx, unnamed).await?;
+        let sent: Vec<(OutboxItem, String)> = due
+            .into_iter()
+            .map(|row| {
+                let tenant = row
+                    .tenant
+                    .or_else(|| tenants.get(&row.job_id).cloned())
+                    .unwrap_or_default();
+                let item = OutboxItem {
+                    id: row.id,
+                    job_id: row.job_id,
+                    tenant,
+                    reason: row.reason,
+                    send_attempts: row.send_attempts + 1,
+                    fair_tag: row.fair_tag,
+                };
+                (item, uuid::Uuid::now_v7().to_string())
+            })
+            .collect();
+        let messages: Vec<(String, String)> = sent
+            .iter()
+            .map(|(item, id)| (id.clone(), JobMessage::body(&item.job_id, &item.tenant)))
+            .collect();
+        queue_insert_in(&self.sql, &mut tx, queue, &messages, Duration::ZERO).await?;
+        for chunk in sent.chunks(DISPATCHED_CHUNK) {
+            let query = bind_rows!(
+                |sql| sqlx::query(sql),
+                self.sql.outbox_sent_now,
+                chunk,
+                |(item, message_id)| [item.id, message_id.as_str()]
+            );
+            query.execute(&mut *tx).await?;
+        }
+        self.note_dispatched_in(&mut tx, &sent, described, "")
+            .await?;
+        tx.commit().await?;
+        Ok(sent)
+    }
+
+    /// The tenants of `jobs`, read in the caller's transaction.
+    async fn tenants_in(
+        &self,
+        tx: &mut AnyConnection,
+        jobs: Vec<&str>,
+    ) -> Result<HashMap<String, String>, LedgerError> {
+        if jobs.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let query = sqlx::query(self.sql.tenants_of.sql());
+        let query = bind_keys!(query, self.sql.tenants_of, jobs.into_iter());
+        let tenants = query
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(|r| Ok((r.try_get("job_id")?, r.try_get("tenant")?)))
+            .collect::<Result<_, sqlx::Error>>()?;
+        Ok(tenants)
+    }
+
+    /// [`Ledger::claim_outbox_capped`] inside the caller's transaction.
+    async fn claim_in(
+        &self,
+        tx: &mut AnyConnection,
+        limit: u32,
+        lock: Duration,
+        lane: &str,
+        caps: &HashMap<String, i64>,
+    ) -> Result<Vec<OutboxItem>, LedgerError> {
         let due: Vec<(i64, Option<String>)> = sqlx::query_as(&self.sql.outbox_due)
-            .bind(i64::from(candidates))
+            .bind(i64::from(candidates(limit, caps)))
             .bind(lane)
             .fetch_all(&mut *tx)
             .await?;
-        let mut left = caps.clone();
-        let ids: Vec<i64> = due
+        let ids: Vec<i64> = within_caps(due, caps, limit, |(_, tenant)| tenant.as_deref())
             .into_iter()
-            .filter(
-                |(_, tenant)| match tenant.as_ref().and_then(|t| left.get_mut(t)) {
-                    Some(room) if *room > 0 => {
-                        *room -= 1;
-                        true
-                    }
-                    Some(_) => false,
-                    None => true,
-                },
-            )
             .map(|(id, _)| id)
-            .take(limit as usize)
             .collect();
         if ids.is_empty() {
-            tx.commit().await?;
             return Ok(Vec::new());
         }
         let sql = self.sql.outbox_lock.sql();
@@ -212,7 +307,6 @@ impl Ledger {
             .iter()
             .map(|r| Ok((r.try_get("job_id")?, r.try_get("tenant")?)))
             .collect::<Result<_, sqlx::Error>>()?;
-        tx.commit().await?;
         let mut items: Vec<OutboxItem> = locked
             .into_iter()
             .map(|row| OutboxItem {
@@ -224,7 +318,8 @@ impl Ledger {
                 fair_tag: row.fair_tag,
             })
             .collect();
-        items.sort_by_key(|item| item.id);
+        // Sent in their turns: the queue hands messages out in the order they were sent.
+        items.sort_by_key(|item| (item.fair_tag, item.id));
         Ok(items)
     }
 
@@ -240,6 +335,19 @@ impl Ledger {
             return Ok(());
         }
         let mut tx = self.begin_write().await?;
+        self.mark_in(&mut tx, sent, queue, lane).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// [`Ledger::mark_dispatched`] inside the caller's transaction.
+    async fn mark_in(
+        &self,
+        tx: &mut AnyConnection,
+        sent: &[(OutboxItem, String)],
+        queue: &str,
+        lane: &str,
+    ) -> Result<(), LedgerError> {
         for chunk in sent.chunks(DISPATCHED_CHUNK) {
             let query = bind_rows!(
                 |sql| sqlx::query(sql),
@@ -249,6 +357,18 @@ impl Ledger {
             );
             query.execute(&mut *tx).await?;
         }
+        self.note_dispatched_in(tx, sent, queue, lane).await
+    }
+
+    /// `dispatched` on the jobs of outbox rows just recorded as sent, and the fair queue's
+    /// clock moved on to them.
+    async fn note_dispatched_in(
+        &self,
+        tx: &mut AnyConnection,
+        sent: &[(OutboxItem, String)],
+        queue: &str,
+        lane: &str,
+    ) -> Result<(), LedgerError> {
         let events: Vec<_> = sent
             .iter()
             .map(|(item, message_id)| {
@@ -258,7 +378,7 @@ impl Ledger {
                 )
             })
             .collect();
-        self.record_events_in(&mut tx, &events).await?;
+        self.record_events_in(&mut *tx, &events).await?;
         // Sending has got this far in the fair queue: a tenant with nothing waiting starts
         // here. A drill's rows are sent apart and move nothing.
         let reached = sent.iter().filter_map(|(item, _)| item.fair_tag).max();
@@ -268,7 +388,6 @@ impl Ledger {
                 .execute(&mut *tx)
                 .await?;
         }
-        tx.commit().await?;
         Ok(())
     }
 
@@ -299,4 +418,35 @@ impl Ledger {
             .await?;
         Ok(())
     }
+}
+
+/// How many due rows a round reads for `limit`: with caps, a few more than wanted, so that a
+/// capped tenant's rows at the head of the line do not leave the round short.
+fn candidates(limit: u32, caps: &HashMap<String, i64>) -> u32 {
+    if caps.is_empty() {
+        limit
+    } else {
+        limit.saturating_mul(4)
+    }
+}
+
+/// The first `limit` of `due` (in fair-queue order) that fit their tenants' `caps`.
+fn within_caps<T>(
+    due: Vec<T>,
+    caps: &HashMap<String, i64>,
+    limit: u32,
+    tenant: impl Fn(&T) -> Option<&str>,
+) -> Vec<T> {
+    let mut left = caps.clone();
+    due.into_iter()
+        .filter(|row| match tenant(row).and_then(|t| left.get_mut(t)) {
+            Some(room) if *room > 0 => {
+                *room -= 1;
+                true
+            }
+            Some(_) => false,
+            None => true,
+        })
+        .take(limit as usize)
+        .collect()
 }
