@@ -4,7 +4,9 @@
 //! the next: a slow queue, a lost database or a dispatcher that dies leaves at most one round
 //! sent but unrecorded, sent again after its lock lapses (duplicates carry the same job id and
 //! are harmless), and several dispatchers share a backlog. Safe in several processes: rows are
-//! claimed with a lock.
+//! claimed with a lock. A queue kept in the ledger itself (the embedded queue) takes a round in
+//! one transaction of the ledger's instead ([`Ledger::dispatch_into`]): nothing is ever sent
+//! but unrecorded there.
 //!
 //! It is also where flow control meters work ([`Meter`]): rows go in fair-queue order, so
 //! tenants take turns however long one's backlog is; a tenant with a cap has at most that many
@@ -229,7 +231,9 @@ pub async fn dispatch_lane<Q: Queue>(
         let done = ledger
             .dispatch_into(name, &queue.describe(), asked, &caps)
             .await?;
-        sent.notify_waiters();
+        if !done.is_empty() {
+            sent.notify_waiters();
+        }
         metrics.dispatch(done.len() as u64, 0);
         meter_direct(ledger, room, &caps, asked, done.len());
         return Ok(Round {

@@ -11,6 +11,8 @@ use crate::helpers::{as_owner, create, fresh_ledger, kinds, new_job, rig, Db, Qu
 use crate::{on_both_backends, on_every_queue};
 
 on_both_backends!(
+    the_ledgers_own_queue_takes_a_round_whole_in_fair_turns_within_caps,
+    two_dispatchers_into_the_ledgers_own_queue_never_send_a_row_twice,
     a_refusal_is_recorded_but_spends_none_of_the_budget,
     a_job_refused_until_its_deadline_expires_with_the_refusal_as_its_last_error,
     the_outbox_sends_tenants_in_fair_turns_whatever_one_has_waiting,
@@ -709,4 +711,127 @@ async fn a_provider_that_refuses_forever_lets_the_job_expire_at_its_deadline_wit
         .unwrap()
         .iter()
         .all(|a| a.outcome == AttemptOutcome::Throttled));
+}
+
+/// A round into the embedded queue, kept in the ledger, is one transaction of it: each row sent
+/// once with its message in the queue and `dispatched` on its job, in the tenants' turns, a
+/// capped tenant within its cap.
+async fn the_ledgers_own_queue_takes_a_round_whole_in_fair_turns_within_caps(db: Db) {
+    use fenceline::ledger::TenantShare;
+    use fenceline::queue::{embedded::EmbeddedQueue, Queue};
+    let (ledger, _db) = fresh_ledger(db).await;
+    ledger
+        .set_tenant_shares(&[TenantShare {
+            tenant: "capped".into(),
+            weight: 1,
+            max_in_flight: Some(2),
+        }])
+        .await
+        .unwrap();
+    for i in 0..20 {
+        create(&ledger, new_job("big", &format!("big-{i}"), json!(i))).await;
+    }
+    for i in 0..5 {
+        create(&ledger, new_job("capped", &format!("c-{i}"), json!(i))).await;
+    }
+    for i in 0..3 {
+        create(&ledger, new_job("small", &format!("s-{i}"), json!(i))).await;
+    }
+    let queue = EmbeddedQueue::new(ledger.clone(), "kept", 5);
+    let (name, _) = queue
+        .kept_in(&ledger)
+        .expect("the embedded queue is kept in its ledger");
+    let caps = std::collections::HashMap::from([("capped".to_owned(), 2)]);
+    let sent = ledger
+        .dispatch_into(&name, &queue.describe(), 16, &caps)
+        .await
+        .unwrap();
+    let count = |tenant: &str| sent.iter().filter(|(i, _)| i.tenant == tenant).count();
+    assert_eq!(
+        (count("small"), count("capped"), count("big")),
+        (3, 2, 11),
+        "{sent:?}"
+    );
+    assert!(sent.iter().all(|(item, _)| item.send_attempts == 1));
+    // Each message is in the queue, naming its job, and on the job's timeline.
+    let mut deliveries = Vec::new();
+    loop {
+        let more = queue
+            .receive(10, Duration::from_secs(60), Duration::ZERO)
+            .await
+            .unwrap();
+        if more.is_empty() {
+            break;
+        }
+        deliveries.extend(more);
+    }
+    let mut received: Vec<(String, String)> = deliveries
+        .iter()
+        .map(|d| {
+            let job = fenceline::worker::message::parse(&d.body).unwrap();
+            (d.message_id.clone(), job.job_id)
+        })
+        .collect();
+    let mut expected: Vec<(String, String)> = sent
+        .iter()
+        .map(|(item, message_id)| (message_id.clone(), item.job_id.clone()))
+        .collect();
+    received.sort();
+    expected.sort();
+    assert_eq!(received, expected);
+    for (item, message_id) in &sent {
+        let events = ledger.events(&item.job_id, 0, 100).await.unwrap();
+        let dispatched: Vec<_> = events.iter().filter(|e| e.kind == "dispatched").collect();
+        assert_eq!(dispatched.len(), 1, "{}", item.job_id);
+        assert_eq!(dispatched[0].detail["message_id"], json!(message_id));
+        assert_eq!(dispatched[0].detail["queue"], json!(queue.describe()));
+    }
+    // What is left waits its turn: big's nine and capped's three, none sent again.
+    let rest = ledger.claim_outbox(50, LONG, "").await.unwrap();
+    let left: Vec<&str> = rest.iter().map(|i| i.tenant.as_str()).collect();
+    assert_eq!(left.len(), 12, "{left:?}");
+    assert!(rest
+        .iter()
+        .all(|item| sent.iter().all(|(s, _)| s.job_id != item.job_id)));
+}
+
+/// Two dispatchers sending into the ledger's own queue at once share the backlog: every row
+/// sent exactly once, with one message and one `dispatched` each.
+async fn two_dispatchers_into_the_ledgers_own_queue_never_send_a_row_twice(db: Db) {
+    use fenceline::queue::{embedded::EmbeddedQueue, Queue};
+    let (ledger, _db) = fresh_ledger(db).await;
+    let mut jobs = Vec::new();
+    for i in 0..120 {
+        let tenant = ["a", "b", "c"][i % 3];
+        jobs.push(create(&ledger, new_job(tenant, &format!("j-{i}"), json!(i))).await);
+    }
+    let queue = EmbeddedQueue::new(ledger.clone(), "kept", 5);
+    let described = queue.describe();
+    let none = std::collections::HashMap::new();
+    let mut sent = Vec::new();
+    loop {
+        let (one, two) = tokio::join!(
+            ledger.dispatch_into("kept", &described, 25, &none),
+            ledger.dispatch_into("kept", &described, 25, &none),
+        );
+        let (one, two) = (one.unwrap(), two.unwrap());
+        if one.is_empty() && two.is_empty() {
+            break;
+        }
+        sent.extend(one.into_iter().chain(two));
+    }
+    let mut sent_jobs: Vec<String> = sent.iter().map(|(i, _)| i.job_id.clone()).collect();
+    sent_jobs.sort();
+    jobs.sort();
+    assert_eq!(sent_jobs, jobs, "every job sent exactly once");
+    let depth = queue.depth().await.unwrap();
+    assert_eq!(depth.visible, 120);
+    for job in &jobs {
+        let events = ledger.events(job, 0, 100).await.unwrap();
+        let dispatched = events.iter().filter(|e| e.kind == "dispatched").count();
+        assert_eq!(dispatched, 1, "{job}");
+        let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+        let gap_free: Vec<i64> = (1..=seqs.len() as i64).collect();
+        assert_eq!(seqs, gap_free, "{job}");
+    }
 }

@@ -2134,6 +2134,7 @@ async fn a_scan_for_what_is_due_stops_at_the_clock() {
         ("queue_any_visible", "visible_at"),
         ("queue_visible", "visible_at"),
         ("outbox_due", "available_at"),
+        ("outbox_due_rows", "available_at"),
         ("expired_leases", "state"),
         ("past_deadline", "deadline_at"),
     ] {

@@ -1,5 +1,6 @@
 //! The outbox: every send a job needs is a row written in the same transaction as the state
-//! that needs it; the dispatcher claims due rows, sends them and marks them sent.
+//! that needs it; the dispatcher claims due rows, sends them and marks them sent, or, for a
+//! queue kept in the ledger, does all three in one transaction ([`Ledger::dispatch_into`]).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -319,7 +320,8 @@ impl Ledger {
             })
             .collect();
         // Sent in their turns: the queue hands messages out in the order they were sent.
-        items.sort_by_key(|item| (item.fair_tag, item.id));
+        // A row from before the fair queue goes last, as `ORDER BY fair_tag` puts it.
+        items.sort_by_key(|item| (item.fair_tag.is_none(), item.fair_tag, item.id));
         Ok(items)
     }
 
