@@ -16,6 +16,7 @@ use crate::on_both_backends;
 
 on_both_backends!(
     a_signed_out_visitor_is_sent_to_sign_in_and_back_to_the_same_address,
+    every_redirect_stays_on_this_site_whatever_next_holds,
     signing_in_starts_a_new_session_and_signing_out_ends_it,
     the_sixth_wrong_password_in_a_minute_is_throttled,
     forms_without_the_sessions_token_or_from_another_site_are_refused,
@@ -158,6 +159,70 @@ async fn a_signed_out_visitor_is_sent_to_sign_in_and_back_to_the_same_address(db
                 ("name", "ana"),
                 ("password", PASSWORD),
                 ("next", "//evil.example/x"),
+            ],
+        )
+        .await;
+    assert_eq!(location(&response), "/");
+}
+
+/// A `next` that a browser would read as another site (a tab or a line break inside `//`, a
+/// backslash, a scheme) or that cannot be a header leads to the overview: after sign-in, after
+/// choosing a time zone, and as the sign-in page's own field and "Continue" link.
+async fn every_redirect_stays_on_this_site_whatever_next_holds(db: Db) {
+    let app = spawn_app(db).await;
+    let mut browser = signed_in(&app, "ana", Role::Operator, None).await;
+    let abroad = [
+        "/\t/evil.example/x",
+        "/\n/evil.example/x",
+        "/\r\n/evil.example/x",
+        "\t//evil.example/x",
+        " //evil.example/x",
+        "/\\evil.example/x",
+        "//evil.example/x",
+        "https://evil.example/x",
+        "javascript:alert(1)",
+        "/jobs\n\rSet-Cookie: x=1",
+        "/\u{0}/x",
+    ];
+    for next in abroad {
+        let csrf = browser.token("/").await;
+        let response = browser
+            .post("/zone", &[("csrf", &csrf), ("tz", "UTC"), ("next", next)])
+            .await;
+        assert_eq!(response.status(), 303, "{next:?}");
+        assert_eq!(location(&response), "/", "{next:?}");
+        let query = serde_urlencoded::to_string([("next", next)]).unwrap();
+        let page = browser.get(&format!("/login?{query}")).await;
+        let page = page.text().await.unwrap();
+        assert!(
+            page.contains("<a href=\"/\">Continue</a>"),
+            "{next:?}: {page}"
+        );
+    }
+    // A path of this site keeps its query.
+    let csrf = browser.token("/").await;
+    let response = browser
+        .post(
+            "/zone",
+            &[
+                ("csrf", &csrf),
+                ("tz", "UTC"),
+                ("next", "/jobs?state=ready&q=a%20b"),
+            ],
+        )
+        .await;
+    assert_eq!(location(&response), "/jobs?state=ready&q=a%20b");
+    // After sign-in too.
+    let mut other = Browser::new(&app.base);
+    let csrf = other.token("/login").await;
+    let response = other
+        .post(
+            "/login",
+            &[
+                ("csrf", &csrf),
+                ("name", "ana"),
+                ("password", PASSWORD),
+                ("next", "/\t/evil.example/x"),
             ],
         )
         .await;
