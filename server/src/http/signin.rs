@@ -1,7 +1,8 @@
 //! Signing in and out of the console. `/login` (the page) is the app's; the form posts here.
 //! A good password starts a fresh session (a new id: a cookie from before sign-in is useless
-//! after it); failures are counted per account and per address, and the sixth in a minute is
-//! refused before the password is even checked.
+//! after it); failures are counted per account and per address, each attempt counted before
+//! its password is checked, and the sixth in a minute is refused unchecked. Two passwords are
+//! checked at a time.
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
@@ -15,7 +16,6 @@ use tower_sessions::Session;
 use super::gate::{check_form_token, flash, now, plain};
 use super::sessions::{keys, new_token};
 use super::AppState;
-use crate::ledger::FailureScope;
 use crate::operators::{hash_password, verify_password};
 
 /// Failed sign-ins allowed per account in [`WINDOW_US`]; the next is refused.
@@ -46,6 +46,24 @@ fn back_to_login(next: &str) -> Response {
     Redirect::to(&format!("/login?{query}")).into_response()
 }
 
+/// Passwords checked at once: each check takes a core and about 19 MiB for a moment (argon2id
+/// at OWASP's parameters), so a burst of sign-ins waits its turn rather than taking the memory.
+const CHECKS_AT_ONCE: usize = 2;
+/// How long a sign-in waits for its turn before it is told to try again.
+const CHECK_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+fn checks() -> &'static tokio::sync::Semaphore {
+    static CHECKS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(CHECKS_AT_ONCE);
+    &CHECKS
+}
+
+fn unavailable() -> Response {
+    plain(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        "the ledger database is unavailable; try again once it answers",
+    )
+}
+
 /// A hash to check unknown names against, so that they take as long as known ones.
 fn decoy_hash() -> &'static str {
     static DECOY: OnceLock<String> = OnceLock::new();
@@ -64,53 +82,58 @@ pub(super) async fn login(
     let ledger = &state.ledger;
     let name = form.name.trim().to_owned();
     let address = connect.map_or_else(|| "unknown".to_owned(), |c| c.0 .0.ip().to_string());
-    let counts = tokio::try_join!(
-        ledger.recent_sign_in_failures(FailureScope::Account, &name, WINDOW_US),
-        ledger.recent_sign_in_failures(FailureScope::Address, &address, WINDOW_US),
-    );
-    let Ok((by_account, by_address)) = counts else {
-        return plain(
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            "the ledger database is unavailable; try again once it answers",
-        );
+    // The attempt takes its place in the throttle before its password is checked, counted as
+    // a failure until the password proves right: guesses posted together are counted together.
+    let slot = match ledger
+        .take_sign_in_slot(&name, &address, (PER_ACCOUNT, PER_ADDRESS), WINDOW_US)
+        .await
+    {
+        Ok(Some(slot)) => slot,
+        Ok(None) => {
+            tracing::warn!(%address, "sign-in throttled");
+            flash(
+                &session,
+                false,
+                "Too many failed sign-ins in the last minute. Wait a minute, then try again.",
+            )
+            .await;
+            return back_to_login(&form.next);
+        }
+        Err(_) => return unavailable(),
     };
-    if by_account >= PER_ACCOUNT || by_address >= PER_ADDRESS {
-        tracing::warn!(%address, "sign-in throttled");
-        flash(
-            &session,
-            false,
-            "Too many failed sign-ins in the last minute. Wait a minute, then try again.",
-        )
-        .await;
-        return back_to_login(&form.next);
-    }
     let credentials = match ledger.credentials(&name).await {
         Ok(c) => c.filter(|c| !c.operator.is_disabled()),
-        Err(_) => {
-            return plain(
-                axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                "the ledger database is unavailable; try again once it answers",
-            )
-        }
+        Err(_) => return unavailable(),
     };
     let hash = credentials
         .as_ref()
         .map_or_else(|| decoy_hash().to_owned(), |c| c.password_hash.clone());
+    let Ok(Ok(turn)) = tokio::time::timeout(CHECK_WAIT, checks().acquire()).await else {
+        // Not checked: not a failure either.
+        let _ = ledger.clear_sign_in_slot(&slot).await;
+        let mut busy = plain(
+            axum::http::StatusCode::TOO_MANY_REQUESTS,
+            "too many sign-ins are being checked at once; try again in a moment",
+        );
+        busy.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from_static("1"),
+        );
+        return busy;
+    };
     let password = form.password;
     let good = tokio::task::spawn_blocking(move || verify_password(&password, &hash))
         .await
         .unwrap_or(false);
+    drop(turn);
     let Some(credentials) = credentials.filter(|_| good) else {
-        let _ = ledger
-            .record_sign_in_failure(FailureScope::Account, &name)
-            .await;
-        let _ = ledger
-            .record_sign_in_failure(FailureScope::Address, &address)
-            .await;
         tracing::info!(%address, "a sign-in failed");
         flash(&session, false, "Wrong name or password.").await;
         return back_to_login(&form.next);
     };
+    if ledger.clear_sign_in_slot(&slot).await.is_err() {
+        return unavailable();
+    }
     // A fresh id: whatever id the visitor had before signing in is deleted.
     if session.cycle_id().await.is_err() {
         return plain(

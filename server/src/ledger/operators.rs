@@ -3,7 +3,7 @@
 
 use sqlx::FromRow;
 
-use super::{Ledger, LedgerError};
+use super::{Backend, Ledger, LedgerError};
 use crate::operators::{Operator, Role};
 
 #[derive(FromRow)]
@@ -289,6 +289,66 @@ impl Ledger {
             .bind(key)
             .execute(&self.writer)
             .await?;
+        Ok(())
+    }
+
+    /// Takes a sign-in's place in the throttle before its password is checked: when `account`
+    /// has fewer than `limits.0` and `address` fewer than `limits.1` failures in the last
+    /// `window_us` microseconds, the attempt is recorded as a failure of both at once and their
+    /// rows' ids are given back (for [`Ledger::clear_sign_in_slot`] once the password proves
+    /// right); `None` when either is at its limit, recording nothing. One attempt at a time
+    /// counts and records, so attempts made together cannot all read the same count.
+    pub async fn take_sign_in_slot(
+        &self,
+        account: &str,
+        address: &str,
+        limits: (i64, i64),
+        window_us: i64,
+    ) -> Result<Option<Vec<i64>>, LedgerError> {
+        let mut tx = self.begin_write().await?;
+        if self.backend == Backend::Postgres {
+            // SQLite's write transactions run one at a time already.
+            sqlx::query("LOCK TABLE sign_in_failures IN SHARE ROW EXCLUSIVE MODE")
+                .execute(&mut *tx)
+                .await?;
+        }
+        let scopes = [
+            (FailureScope::Account, account, limits.0),
+            (FailureScope::Address, address, limits.1),
+        ];
+        for (scope, key, limit) in scopes {
+            let recent: i64 = sqlx::query_scalar(&self.sql.recent_sign_in_failures)
+                .bind(scope.as_str())
+                .bind(key)
+                .bind(window_us)
+                .fetch_one(&mut *tx)
+                .await?;
+            if recent >= limit {
+                tx.commit().await?;
+                return Ok(None);
+            }
+        }
+        let mut ids = Vec::with_capacity(scopes.len());
+        for (scope, key, _) in scopes {
+            let id: i64 = sqlx::query_scalar(&self.sql.take_sign_in_failure)
+                .bind(scope.as_str())
+                .bind(key)
+                .fetch_one(&mut *tx)
+                .await?;
+            ids.push(id);
+        }
+        tx.commit().await?;
+        Ok(Some(ids))
+    }
+
+    /// A sign-in whose password proved right: the failures its slot recorded are taken back.
+    pub async fn clear_sign_in_slot(&self, ids: &[i64]) -> Result<(), LedgerError> {
+        for id in ids {
+            sqlx::query("DELETE FROM sign_in_failures WHERE id = $1")
+                .bind(id)
+                .execute(&self.writer)
+                .await?;
+        }
         Ok(())
     }
 

@@ -709,6 +709,9 @@ catalogue! {
         prune_sign_in_failures: "DELETE FROM sign_in_failures WHERE at < {now} - 3600000000",
         record_sign_in_failure: "INSERT INTO sign_in_failures (scope, key, at) \
              VALUES ($1, $2, {now})",
+        /// [`Statements::record_sign_in_failure`], giving back the row's id.
+        take_sign_in_failure: "INSERT INTO sign_in_failures (scope, key, at) \
+             VALUES ($1, $2, {now}) RETURNING id",
         recent_sign_in_failures: "SELECT COUNT(*) FROM sign_in_failures \
              WHERE scope = $1 AND key = $2 AND at > {now} - $3",
 

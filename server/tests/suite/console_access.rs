@@ -19,6 +19,7 @@ on_both_backends!(
     every_redirect_stays_on_this_site_whatever_next_holds,
     signing_in_starts_a_new_session_and_signing_out_ends_it,
     the_sixth_wrong_password_in_a_minute_is_throttled,
+    sixty_guesses_at_once_on_one_form_get_five_checked,
     forms_without_the_sessions_token_or_from_another_site_are_refused,
     a_viewer_sees_no_action_and_cannot_act,
     an_operator_limited_to_a_tenant_neither_sees_nor_acts_on_another,
@@ -307,6 +308,62 @@ async fn the_sixth_wrong_password_in_a_minute_is_throttled(db: Db) {
     let page = browser.page("/login").await;
     assert!(page.contains("Too many failed sign-ins"), "{page}");
     assert_eq!(browser.get("/jobs").await.status(), 303, "not signed in");
+}
+
+/// One sign-in form's cookie and token posted sixty times at once, each with a wrong password:
+/// the throttle takes each attempt's place before the password is checked, so the account's
+/// five a minute are all that is checked; the rest are refused unchecked.
+async fn sixty_guesses_at_once_on_one_form_get_five_checked(db: Db) {
+    use fenceline::ledger::FailureScope;
+    let app = spawn_app(db).await;
+    add_operator(&app.ledger, "ana", Role::Operator, None).await;
+    let failures = || async {
+        app.ledger
+            .recent_sign_in_failures(FailureScope::Account, "ana", 60_000_000)
+            .await
+            .unwrap()
+    };
+    // A right password counts as no failure once checked.
+    let mut first = Browser::new(&app.base);
+    assert_eq!(location(&first.sign_in("ana", PASSWORD).await), "/");
+    assert_eq!(failures().await, 0);
+    let mut browser = Browser::new(&app.base);
+    let csrf = browser.token("/login").await;
+    let cookie = browser
+        .cookie
+        .clone()
+        .expect("a session for the sign-in form");
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let mut guesses = tokio::task::JoinSet::new();
+    for i in 0..60 {
+        let request = client
+            .post(format!("{}/login", app.base))
+            .header("cookie", &cookie)
+            .header("origin", &app.base)
+            .form(&[
+                ("csrf", csrf.as_str()),
+                ("name", "ana"),
+                ("password", &format!("guess {i}")),
+                ("next", "/"),
+            ]);
+        guesses.spawn(async move { request.send().await.unwrap().status() });
+    }
+    let answers = guesses.join_all().await;
+    assert!(
+        answers.iter().all(|s| *s == 303 || *s == 429),
+        "{answers:?}"
+    );
+    assert_eq!(
+        failures().await,
+        5,
+        "wrong passwords checked for the account"
+    );
+    // The right password now waits too.
+    let response = browser.sign_in("ana", PASSWORD).await;
+    assert!(location(&response).starts_with("/login"));
 }
 
 async fn forms_without_the_sessions_token_or_from_another_site_are_refused(db: Db) {
