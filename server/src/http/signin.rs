@@ -103,7 +103,11 @@ pub(super) async fn login(
     };
     let credentials = match ledger.credentials(&name).await {
         Ok(c) => c.filter(|c| !c.operator.is_disabled()),
-        Err(_) => return unavailable(),
+        Err(_) => {
+            // Not checked: not a failure either.
+            let _ = ledger.clear_sign_in_slot(&slot).await;
+            return unavailable();
+        }
     };
     let hash = credentials
         .as_ref()
@@ -122,16 +126,21 @@ pub(super) async fn login(
         return busy;
     };
     let password = form.password;
-    let good = tokio::task::spawn_blocking(move || verify_password(&password, &hash))
-        .await
-        .unwrap_or(false);
-    drop(turn);
+    // The turn ends with the check itself, even when the visitor has gone before it does.
+    let good = tokio::task::spawn_blocking(move || {
+        let _turn = turn;
+        verify_password(&password, &hash)
+    })
+    .await
+    .unwrap_or(false);
     let Some(credentials) = credentials.filter(|_| good) else {
         tracing::info!(%address, "a sign-in failed");
         flash(&session, false, "Wrong name or password.").await;
         return back_to_login(&form.next);
     };
-    if ledger.clear_sign_in_slot(&slot).await.is_err() {
+    if let Err(error) = ledger.clear_sign_in_slot(&slot).await {
+        // Left counted as a failure: the sign-in is refused rather than half done.
+        tracing::warn!(%error, "a right password's sign-in could not be recorded");
         return unavailable();
     }
     // A fresh id: whatever id the visitor had before signing in is deleted.

@@ -305,6 +305,15 @@ impl Ledger {
         limits: (i64, i64),
         window_us: i64,
     ) -> Result<Option<Vec<i64>>, LedgerError> {
+        // An attempt already over a limit is refused on a read, holding no writer.
+        for (scope, key, limit) in [
+            (FailureScope::Account, account, limits.0),
+            (FailureScope::Address, address, limits.1),
+        ] {
+            if self.recent_sign_in_failures(scope, key, window_us).await? >= limit {
+                return Ok(None);
+            }
+        }
         let mut tx = self.begin_write().await?;
         if self.backend == Backend::Postgres {
             // SQLite's write transactions run one at a time already.
@@ -341,14 +350,17 @@ impl Ledger {
         Ok(Some(ids))
     }
 
-    /// A sign-in whose password proved right: the failures its slot recorded are taken back.
+    /// A sign-in whose password proved right (or that was never checked): the failures its
+    /// slot recorded are taken back, together.
     pub async fn clear_sign_in_slot(&self, ids: &[i64]) -> Result<(), LedgerError> {
+        let mut tx = self.begin_write().await?;
         for id in ids {
             sqlx::query("DELETE FROM sign_in_failures WHERE id = $1")
                 .bind(id)
-                .execute(&self.writer)
+                .execute(&mut *tx)
                 .await?;
         }
+        tx.commit().await?;
         Ok(())
     }
 
