@@ -104,7 +104,31 @@ pub(super) async fn json_export(
 
 /// A Markdown table cell: pipes and line breaks may not break the table.
 pub(super) fn cell(s: &str) -> String {
-    s.replace('|', "\\|").replace('\n', " ")
+    s.replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
+/// A value from outside the ledger's own words (a tenant's key, a worker's or a provider's id,
+/// an operator's reason, an event's details) in a table cell, as a Markdown code span: shown
+/// as written, never a link, an image or markup once pasted into a Markdown tool. Its fence is
+/// one backtick longer than the longest run of them inside.
+pub(super) fn code(s: &str) -> String {
+    let s = cell(s);
+    if s.is_empty() {
+        return s;
+    }
+    let longest = s.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest + 1);
+    let pad = if s.starts_with('`') || s.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{s}{pad}{fence}")
+}
+
+/// [`code`], or a dash for nothing.
+fn code_or_dash(s: Option<&str>) -> String {
+    s.map_or_else(|| "—".to_owned(), code)
 }
 
 pub(super) async fn markdown_export(
@@ -118,15 +142,15 @@ pub(super) async fn markdown_export(
     let origin = state.access.origin(&headers);
     let mut md = format!(
         "# Job {id}\n\nExported {at} (UTC) from the Fenceline ledger. Permalink: {origin}/jobs/{id}\n\n\
-         | | |\n| --- | --- |\n| state | **{state}** |\n| tenant | {tenant} |\n| idempotency key | `{key}` |\n\
+         | | |\n| --- | --- |\n| state | **{state}** |\n| tenant | {tenant} |\n| idempotency key | {key} |\n\
          | owner epoch | {epoch} |\n| attempts | {used} of {max}{refused} |\n| deadline | {deadline} |\n\
          | created | {created} |\n| terminal | {terminal} |\n| result | {result} |\n| last error | {error} |\n\
          | recovery reason | {recovery} |\n| replay policy | {policy} |\n\n",
         id = j.job_id,
         at = short_time(r.exported_at),
         state = j.state,
-        tenant = cell(&j.tenant),
-        key = cell(&j.idempotency_key),
+        tenant = code(&j.tenant),
+        key = code(&j.idempotency_key),
         epoch = j.owner_epoch,
         used = j.budget_used,
         max = j.max_attempts,
@@ -137,19 +161,19 @@ pub(super) async fn markdown_export(
         deadline = short_time(j.deadline_at),
         created = short_time(j.created_at),
         terminal = j.terminal_at.map_or("—".into(), short_time),
-        result = j.result_ref.as_deref().unwrap_or("—"),
-        error = j.error_code.as_deref().unwrap_or("—"),
-        recovery = j.recovery_reason.as_deref().unwrap_or("—"),
+        result = code_or_dash(j.result_ref.as_deref()),
+        error = code_or_dash(j.error_code.as_deref()),
+        recovery = code_or_dash(j.recovery_reason.as_deref()),
         policy = j.replay_policy.as_str(),
     );
     md.push_str("## Attempts\n\n| # | epoch | worker | provider request | started | took | outcome |\n| ---: | ---: | --- | --- | --- | --- | --- |\n");
     for a in &r.attempts {
         md.push_str(&format!(
-            "| {} | {} | {} | `{}` | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
             a.attempt_no,
             a.epoch,
-            cell(&a.worker_id),
-            a.provider_request_id.as_deref().unwrap_or("—"),
+            code(&a.worker_id),
+            code_or_dash(a.provider_request_id.as_deref()),
             short_time(a.started_at),
             a.finished_at
                 .map_or("—".into(), |f| human_duration(f - a.started_at)),
@@ -165,11 +189,11 @@ pub(super) async fn markdown_export(
             md.push_str(&format!(
                 "| {} | {} | {} | {} | {} | {} |\n",
                 short_time(d.decided_at),
-                cell(&d.actor),
+                code(&d.actor),
                 d.decision,
                 d.seen_epoch,
                 d.to_state,
-                cell(&d.reason)
+                code(&d.reason)
             ));
         }
     }
@@ -202,14 +226,14 @@ pub(super) async fn markdown_export(
             human_duration(e.at - j.created_at),
             e.kind,
             e.epoch,
-            cell(&e.actor),
-            e.delivery.as_ref().map_or(String::new(), |d| format!(
+            code(&e.actor),
+            e.delivery.as_ref().map_or(String::new(), |d| code(&format!(
                 "{} r{} #{}",
                 d.message_id.chars().take(8).collect::<String>(),
                 d.receive_count,
                 d.handle_hash
-            )),
-            cell(&detail_text(&e.detail)),
+            ))),
+            code(&detail_text(&e.detail)),
             seq = e.seq,
             id = j.job_id,
         ));

@@ -17,6 +17,7 @@ use crate::on_both_backends;
 on_both_backends!(
     a_signed_out_visitor_is_sent_to_sign_in_and_back_to_the_same_address,
     every_redirect_stays_on_this_site_whatever_next_holds,
+    an_export_shows_outside_values_as_written_never_as_links,
     signing_in_starts_a_new_session_and_signing_out_ends_it,
     the_sixth_wrong_password_in_a_minute_is_throttled,
     sixty_guesses_at_once_on_one_form_get_five_checked,
@@ -228,6 +229,39 @@ async fn every_redirect_stays_on_this_site_whatever_next_holds(db: Db) {
         )
         .await;
     assert_eq!(location(&response), "/");
+}
+
+/// A tenant's key and a worker's id that read as Markdown (a link, an image) are shown in the
+/// Markdown export as written: each in a code span whose fence no backtick inside can close.
+async fn an_export_shows_outside_values_as_written_never_as_links(db: Db) {
+    let app = spawn_app(db).await;
+    let key = "x` [click](https://evil.example) `";
+    let job_id = create(&app.ledger, new_job("acme", key, json!("input"))).await;
+    let worker = "w``![i](https://evil.example/i.png)";
+    app.ledger
+        .claim_and_start(&job_id, worker, Duration::from_secs(60), None, "stub")
+        .await
+        .unwrap();
+    let mut browser = signed_in(&app, "ana", Role::Operator, None).await;
+    let markdown = browser.page(&format!("/jobs/{job_id}/export.md")).await;
+    for span in [
+        "| `` x` [click](https://evil.example) ` `` |",
+        "| ```w``![i](https://evil.example/i.png)``` |",
+        "`acme`",
+    ] {
+        assert!(markdown.contains(span), "{span}: {markdown}");
+    }
+    // Every mention of the outside links sits in one of those spans.
+    assert_eq!(
+        markdown.matches("](https://evil.example").count(),
+        markdown
+            .matches("[click](https://evil.example) ` ``")
+            .count()
+            + markdown
+                .matches("![i](https://evil.example/i.png)```")
+                .count(),
+        "{markdown}"
+    );
 }
 
 async fn signing_in_starts_a_new_session_and_signing_out_ends_it(db: Db) {
