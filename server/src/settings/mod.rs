@@ -294,6 +294,14 @@ impl Settings {
                     .into(),
             ));
         }
+        if !self.http.bind.ip().is_loopback() && self.http.public_url.is_none() {
+            return Err(SettingsError::Invalid(format!(
+                "listening on {} reaches beyond this machine: give the console's address with \
+                 --public-url (FENCELINE_PUBLIC_URL), the only host it will answer for, or \
+                 listen on 127.0.0.1",
+                self.http.bind
+            )));
+        }
         if self
             .http
             .metrics_token
@@ -487,6 +495,30 @@ mod tests {
         assert_eq!(public_url(Some("  ")).unwrap(), None);
         assert!(public_url(Some("fl.example.com")).is_err());
         assert!(public_url(Some("https://")).is_err());
+    }
+
+    #[test]
+    fn listening_beyond_this_machine_needs_the_public_url_it_answers_for() {
+        let serve = |args: &[&str]| {
+            let mut argv = vec![
+                "fenceline",
+                "--database-url",
+                "sqlite://bind.sqlite",
+                "serve",
+            ];
+            argv.extend_from_slice(args);
+            Cli::try_parse_from(argv)
+                .map_err(|e| e.to_string())
+                .and_then(|cli| Settings::from_cli(&cli).map_err(|e| e.to_string()))
+        };
+        for bind in ["0.0.0.0:8080", "[::]:8080", "192.0.2.7:8080"] {
+            let refused = serve(&["--bind", bind]).unwrap_err();
+            assert!(refused.contains("--public-url"), "{bind}: {refused}");
+            serve(&["--bind", bind, "--public-url", "https://fl.example.com"]).unwrap();
+        }
+        for bind in ["127.0.0.1:8080", "[::1]:8080"] {
+            serve(&["--bind", bind]).unwrap();
+        }
     }
 
     #[test]
