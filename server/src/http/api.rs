@@ -76,6 +76,10 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
 pub(super) const MAX_DEADLINE_SECONDS: u64 = 12 * 3600;
 pub(super) const MAX_ATTEMPTS: u32 = 20;
 
+/// What an operator's re-run adds to its source's key (`ledger::write::rerun`): no tenant's key
+/// may hold it, so that none can take a re-run's key first.
+const RERUN_MARK: &str = "~rerun-";
+
 fn printable(s: &str) -> bool {
     s.chars().all(|c| !c.is_control())
 }
@@ -87,6 +91,12 @@ fn validate(request: &CreateJobRequest) -> Result<(), ApiError> {
         || !printable(&request.idempotency_key)
     {
         return bad("idempotency_key must be 1 to 200 printable characters");
+    }
+    if request.idempotency_key.contains(RERUN_MARK) {
+        return bad(
+            "idempotency_key may not contain \"~rerun-\": keys with it name an operator's \
+             re-runs of a job",
+        );
     }
     if request.input.is_null() {
         return bad("input is required and must not be null");

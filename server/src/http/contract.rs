@@ -18,7 +18,8 @@ use crate::time::rfc3339_us;
 #[serde(deny_unknown_fields)]
 #[schema(as = CreateJob)]
 pub struct CreateJobRequest {
-    /// The same key and request always give the same job.
+    /// The same key and request always give the same job. It may not contain `~rerun-`, which
+    /// marks an operator's re-runs.
     #[schema(min_length = 1, max_length = 200)]
     pub idempotency_key: String,
     /// The workload input (any JSON but null).

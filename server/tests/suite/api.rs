@@ -132,6 +132,13 @@ async fn bad_input_gets_a_4xx_with_a_json_message(db: Db) {
             400,
             "bad_request",
         ),
+        // Keys of that form are an operator's re-runs: a tenant cannot take one first.
+        (
+            "application/json",
+            br#"{"idempotency_key":"k~rerun-1","input":1}"#.to_vec(),
+            400,
+            "bad_request",
+        ),
         (
             "application/json",
             br#"{"idempotency_key":"k","input":1,"deadline_seconds":0}"#.to_vec(),
