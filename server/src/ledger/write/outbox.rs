@@ -12,7 +12,7 @@ use super::micros;
 use crate::job::{Actor, EventKind};
 use crate::ledger::model::NewEvent;
 use crate::ledger::queue_store::queue_insert_in;
-use crate::ledger::statements::Statements;
+use crate::ledger::statements::{Batched, Statements};
 use crate::ledger::{DirectQueue, Ledger, LedgerError};
 use crate::queue::embedded;
 use crate::worker::message::JobMessage;
@@ -235,17 +235,8 @@ impl Ledger {
             .map(|(item, id)| (id.clone(), JobMessage::body(&item.job_id, &item.tenant)))
             .collect();
         queue_insert_in(&self.sql, &mut tx, queue, &messages, Duration::ZERO).await?;
-        for chunk in sent.chunks(DISPATCHED_CHUNK) {
-            let query = bind_rows!(
-                |sql| sqlx::query(sql),
-                self.sql.outbox_sent_now,
-                chunk,
-                |(item, message_id)| [item.id, message_id.as_str()]
-            );
-            query.execute(&mut *tx).await?;
-        }
-        self.note_dispatched_in(&mut tx, &sent, described, "")
-            .await?;
+        let marked = &self.sql.outbox_sent_now;
+        self.mark_in(&mut tx, &sent, marked, described, "").await?;
         tx.commit().await?;
         Ok(sent)
     }
@@ -337,40 +328,32 @@ impl Ledger {
             return Ok(());
         }
         let mut tx = self.begin_write().await?;
-        self.mark_in(&mut tx, sent, queue, lane).await?;
+        let marked = &self.sql.outbox_dispatched;
+        self.mark_in(&mut tx, sent, marked, queue, lane).await?;
         tx.commit().await?;
         Ok(())
     }
 
-    /// [`Ledger::mark_dispatched`] inside the caller's transaction.
+    /// [`Ledger::mark_dispatched`] inside the caller's transaction, the rows marked with
+    /// `statement_marking_the_rows`: `outbox_dispatched`, or `outbox_sent_now` for rows read
+    /// whole in this same transaction.
     async fn mark_in(
         &self,
         tx: &mut AnyConnection,
         sent: &[(OutboxItem, String)],
+        statement_marking_the_rows: &Batched,
         queue: &str,
         lane: &str,
     ) -> Result<(), LedgerError> {
         for chunk in sent.chunks(DISPATCHED_CHUNK) {
             let query = bind_rows!(
                 |sql| sqlx::query(sql),
-                self.sql.outbox_dispatched,
+                statement_marking_the_rows,
                 chunk,
                 |(item, message_id)| [item.id, message_id.as_str()]
             );
             query.execute(&mut *tx).await?;
         }
-        self.note_dispatched_in(tx, sent, queue, lane).await
-    }
-
-    /// `dispatched` on the jobs of outbox rows just recorded as sent, and the fair queue's
-    /// clock moved on to them.
-    async fn note_dispatched_in(
-        &self,
-        tx: &mut AnyConnection,
-        sent: &[(OutboxItem, String)],
-        queue: &str,
-        lane: &str,
-    ) -> Result<(), LedgerError> {
         let events: Vec<_> = sent
             .iter()
             .map(|(item, message_id)| {
