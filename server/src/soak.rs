@@ -17,6 +17,8 @@
 //! - **second attempts after an uncertain one without a decision** — an `attempt_started`
 //!   after the job went `unknown` and before a `decision_recorded`;
 //! - **over budget** — more attempts than `max_attempts`;
+//! - **timeline gaps** — events not numbered 1, 2, 3… without a hole, or a number the job
+//!   handed out that no event holds;
 //! - **lost** — neither terminal nor `unknown` (waiting for a decision) when the run is over,
 //!   and jobs the run submitted that the ledger does not have.
 
@@ -41,6 +43,7 @@ pub struct Verdict {
     pub deletes_before_outcome: Vec<String>,
     pub attempts_after_uncertain_without_decision: Vec<String>,
     pub over_budget: Vec<String>,
+    pub timeline_gaps: Vec<String>,
     pub lost: Vec<String>,
     /// Submitted jobs the ledger does not have.
     pub missing: u64,
@@ -56,6 +59,7 @@ impl Verdict {
             && self.deletes_before_outcome.is_empty()
             && self.attempts_after_uncertain_without_decision.is_empty()
             && self.over_budget.is_empty()
+            && self.timeline_gaps.is_empty()
             && self.lost.is_empty()
             && self.missing == 0
             && self.jobs > 0
@@ -112,6 +116,11 @@ impl Verdict {
             &mut out,
             "jobs over their attempt budget",
             &self.over_budget,
+        );
+        line(
+            &mut out,
+            "jobs whose timeline has a gap",
+            &self.timeline_gaps,
         );
         line(
             &mut out,
@@ -227,6 +236,11 @@ impl Verdict {
         // The budget counts the attempts that may have run the model, as the ledger does.
         if started - refused > job.max_attempts {
             self.over_budget.push(id());
+        }
+        // Every number the job handed out is held by one event, in order from 1.
+        let numbered = events.iter().zip(1..).all(|(e, n)| e.seq == n);
+        if !numbered || job.next_event_seq != events.len() as i64 + 1 {
+            self.timeline_gaps.push(id());
         }
         if !job.state.is_terminal() && job.state != crate::job::JobState::Unknown {
             self.lost.push(id());

@@ -130,8 +130,8 @@ pub use error::{LedgerError, Refusal};
 pub use flow::{LimitReport, ProviderLimit, TenantFlow, TenantShare};
 pub use model::{
     handle_hash, Accepted, Attempt, AttemptOutcome, AttemptStarted, Claimed, Created, Decision,
-    DecisionRecord, DeliveryRef, Event, EventSlot, Failure, FailureOutcome, Job, JobFilter,
-    JobPage, NewEvent, NewJob, Owner, Recovered, Renewal, ReplayPolicy, Throttle, Throttled,
+    DecisionRecord, DeliveryRef, Event, Failure, FailureOutcome, Job, JobFilter, JobPage, NewEvent,
+    NewJob, Owner, Recovered, Renewal, ReplayPolicy, Throttle, Throttled,
 };
 pub use operators::{Credentials, FailureScope};
 pub use queue_store::{QueueDepth, TakenMessage, VisibilityChange};
@@ -166,6 +166,9 @@ pub struct Ledger {
     groups: Arc<std::sync::OnceLock<write::Groups>>,
     /// Where new jobs' messages go in their own transaction ([`LedgerOptions::direct_queue`]).
     direct: Option<Arc<DirectQueue>>,
+    /// Group commits a test armed to lose their answer ([`Ledger::lose_commit_answers`]).
+    #[cfg(feature = "sabotage")]
+    lost_commits: Arc<std::sync::Mutex<(u32, bool)>>,
 }
 
 /// The embedded queue new jobs are sent to as they are created.
@@ -223,6 +226,8 @@ impl Ledger {
                     capped: Default::default(),
                 })
             }),
+            #[cfg(feature = "sabotage")]
+            lost_commits: Arc::default(),
         }
     }
 

@@ -225,33 +225,6 @@ pub struct Renewal {
     /// The database clock when the renewal was written (0 when refused): `expiry - at` is
     /// the lease granted, which a worker counts on its own monotonic clock.
     pub at: i64,
-    /// The timeline place reserved right after this renewal's `lease_renewed`, when it was
-    /// asked for ([`Ledger::renew_leases_then`](super::Ledger::renew_leases_then)) and the
-    /// lease was renewed.
-    pub then: Option<EventSlot>,
-}
-
-/// A place on a job's timeline reserved by a write for an event that is only known later
-/// (the outcome of the visibility renewal that went beside a lease renewal), filled with
-/// [`Ledger::record_in_slots`](super::Ledger::record_in_slots). Only the ledger makes one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EventSlot {
-    pub(crate) job_id: String,
-    pub(crate) seq: i64,
-    pub(crate) at: i64,
-    pub(crate) epoch: i64,
-    pub(crate) deadline_at: i64,
-}
-
-impl EventSlot {
-    pub fn job_id(&self) -> &str {
-        &self.job_id
-    }
-
-    /// Its number on the job's timeline.
-    pub fn seq(&self) -> i64 {
-        self.seq
-    }
 }
 
 /// A result that became the job's one accepted result.

@@ -135,7 +135,7 @@ impl Ledger {
             visibility,
             dead_letter: dead_letter.map(|(dlq, n)| (dlq.to_owned(), n)),
         };
-        if let Some(taken) = self.grouped_receive(op).await {
+        if let Some(taken) = self.grouped_receive(op).await? {
             return Ok(taken);
         }
         let mut tx = self.begin_write().await?;
@@ -309,7 +309,7 @@ impl Ledger {
         let mut out = Vec::with_capacity(deletes.len());
         if let [(id, hash)] = deletes {
             let op = (queue.to_owned(), *id, hash.clone());
-            if let Some(deleted) = self.grouped_delete(op).await {
+            if let Some(deleted) = self.grouped_delete(op).await? {
                 out.push(deleted);
                 return Ok(out);
             }

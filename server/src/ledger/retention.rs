@@ -53,6 +53,11 @@ impl Ledger {
             .bind(cutoff)
             .execute(&self.writer)
             .await?;
+        // Marks of group-commit runners quiet since before the cutoff (one row a runner).
+        sqlx::query("DELETE FROM commit_marks WHERE at < $1")
+            .bind(cutoff)
+            .execute(&self.writer)
+            .await?;
         sqlx::query(
             "INSERT INTO retention_runs (ran_at, keep_us, cutoff, jobs, outbox, queue_messages, \
              rejected_messages) VALUES ($1, $2, $3, $4, $5, $6, $7)",

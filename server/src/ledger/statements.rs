@@ -916,9 +916,9 @@ catalogue! {
         ),
         /// Lease renewals of many owners (`$1` the lease), each `(job_id, epoch)`.
         renew_leases: (renew_leases!(1), "(?, CAST(? AS BIGINT))", renew_leases!(returning 1), 2),
-        /// [`Statements::renew_leases`] reserving a second place after each `lease_renewed`,
-        /// for the visibility renewal that went beside it.
-        renew_leases_then_one: (
+        /// [`Statements::renew_leases`] numbering two events after each renewal: its
+        /// `lease_renewed` and the visibility change made in the same transaction.
+        renew_leases_with_visibility: (
             renew_leases!(2),
             "(?, CAST(? AS BIGINT))",
             renew_leases!(returning 2),

@@ -16,9 +16,7 @@ use crate::drill::sabotage::Safeguard;
 
 use super::Shared;
 use crate::job::{Actor, EventKind};
-use crate::ledger::{
-    DeliveryRef, EventSlot, LedgerError, NewEvent, RenewBoth, Renewal, VisibilityChange,
-};
+use crate::ledger::{DeliveryRef, LedgerError, NewEvent, RenewBoth, Renewal, VisibilityChange};
 use crate::metrics::{Outcome, RenewalKind};
 use crate::provider::{Progress, Provider};
 use crate::queue::{Queue, QueueError, ReceiptHandle, VISIBILITY_CAP};
@@ -375,36 +373,35 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
     }
     let asked = Instant::now();
     let apart_renewed = renew_apart(shared, &apart, &leases, bound, asked);
+    let together = Arc::new(together);
     let together_renewed = async {
         if both.is_empty() {
-            return Ok(Vec::new());
+            return;
         }
-        let event = |i: usize, change: Option<&VisibilityChange>| {
-            let d: &Due = &together[i];
-            let outcome = change.map(|c| {
-                let timeout = d.visibility.unwrap_or_default();
-                (timeout, crate::queue::embedded::visibility_answer(*c))
-            });
-            visibility_event(&actor, d, outcome)
+        // The transaction runs to its end in a task of its own, which alone records what came
+        // of its visibility changes: a round that stops waiting for it cannot record them
+        // again as uncertain after they were committed.
+        let task = tokio::spawn(renew_together(
+            Arc::clone(shared),
+            Arc::clone(&together),
+            both,
+            actor.clone(),
+            bound,
+        ));
+        let answered = async {
+            task.await
+                .unwrap_or_else(|_| Err(LedgerError::Corrupt("renewal task failed".into())))
         };
-        let renewed = shared.ledger.renew_leases_with_visibility(
-            &shared.config.worker_id,
-            &both,
-            t.lease,
-            VISIBILITY_CAP,
-            event,
-        );
-        let renewed = within(bound, renewed).await;
+        let renewed = within(bound, answered).await;
         let lease = renewed
             .as_ref()
             .map(|r| r.iter().map(|(renewal, _)| renewal).collect());
         apply_leases(shared, asked, lease, together.len());
-        renewed
     };
-    let ((visibility, lease), together_renewed) = tokio::join!(apart_renewed, together_renewed);
+    let ((visibility, _), ()) = tokio::join!(apart_renewed, together_renewed);
     // Lateness counts until both renewals have answered, not until they were asked.
     let done = Instant::now();
-    for d in apart.iter().chain(&together) {
+    for d in apart.iter().chain(together.iter()) {
         let late = done.duration_since(d.scheduled).as_millis();
         shared.stats.record(u32::try_from(late).unwrap_or(u32::MAX));
     }
@@ -414,24 +411,54 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
         took = ?done.duration_since(asked),
         "heartbeat round"
     );
-    record_apart(shared, &actor, &apart, visibility, &lease, bound).await;
+    record_apart(shared, &actor, &apart, visibility, bound).await;
+}
 
+type Together = Result<Vec<(Renewal, Option<VisibilityChange>)>, LedgerError>;
+
+/// One round's renewals of jobs whose messages are in the ledger's own queue, in one
+/// transaction a chunk, and what came of their visibility changes: committed, each outcome is
+/// on its timeline already and counted here; failed, neither is known to have happened and
+/// each is recorded as uncertain, in a place of its own.
+async fn renew_together<Q: Queue, P: Provider>(
+    shared: Arc<Shared<Q, P>>,
+    together: Arc<Vec<Due>>,
+    both: Vec<RenewBoth>,
+    actor: Actor,
+    bound: Duration,
+) -> Together {
+    let event = |i: usize, change: Option<&VisibilityChange>| {
+        let d: &Due = &together[i];
+        let outcome = change.map(|c| {
+            let timeout = d.visibility.unwrap_or_default();
+            (timeout, crate::queue::embedded::visibility_answer(*c))
+        });
+        visibility_event(&actor, d, outcome)
+    };
+    let renewed = shared
+        .ledger
+        .renew_leases_with_visibility(
+            &shared.config.worker_id,
+            &both,
+            shared.config.timings.lease,
+            VISIBILITY_CAP,
+            event,
+        )
+        .await;
     let metrics = &shared.config.metrics;
-    match together_renewed {
+    match &renewed {
         Ok(renewed) => {
             for (_, change) in renewed {
                 if let Some(change) = change {
-                    let answer = crate::queue::embedded::visibility_answer(change);
+                    let answer = crate::queue::embedded::visibility_answer(*change);
                     metrics.renewal(RenewalKind::Visibility, counted_as(&answer), 1);
                 }
             }
         }
         Err(error) => {
-            // Neither is known to have happened: each visibility outcome is recorded as
-            // uncertain, in a place of its own.
             let queue_error = match error {
                 LedgerError::TimedOut => QueueError::Timeout,
-                ref other => crate::queue::embedded::unavailable(other),
+                other => crate::queue::embedded::unavailable(other),
             };
             let events: Vec<(String, NewEvent)> = together
                 .iter()
@@ -447,6 +474,7 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
             record_within(bound, shared.ledger.record_events(&events)).await;
         }
     }
+    renewed
 }
 
 /// Visibility through the queue and leases in the ledger, side by side; each lease confirmed
@@ -463,7 +491,7 @@ async fn renew_apart<Q: Queue, P: Provider>(
     }
     let visibility = renew_visibility(shared, due);
     let lease = async {
-        let renewed = shared.ledger.renew_leases_then(
+        let renewed = shared.ledger.renew_leases(
             &shared.config.worker_id,
             leases,
             shared.config.timings.lease,
@@ -498,46 +526,30 @@ fn visibility_event(actor: &Actor, d: &Due, outcome: VisibilityOutcome) -> NewEv
     event.epoch(d.epoch).delivery(d.delivery.clone())
 }
 
-/// Metrics and events of the renewals made side by side: each visibility outcome goes in the
-/// place its lease renewal reserved after `lease_renewed`; a job whose lease was not renewed
-/// gets a place of its own.
+/// Metrics and events of the renewals made side by side: each visibility outcome takes the
+/// next number on its job's timeline when it is written. Its lease renewal reserved none, so a
+/// write that never happens (timed out, the worker paused or killed, the ledger restarting)
+/// leaves the outcome unrecorded, never a hole.
 async fn record_apart<Q: Queue, P: Provider>(
     shared: &Shared<Q, P>,
     actor: &Actor,
     due: &[Due],
     visibility: Vec<VisibilityOutcome>,
-    lease: &Result<Vec<Renewal>, LedgerError>,
     bound: Duration,
 ) {
     if due.is_empty() {
         return;
     }
-    let mut slots: HashMap<(&str, i64), EventSlot> = HashMap::new();
-    if let Ok(renewals) = lease {
-        for renewal in renewals {
-            if let Some(slot) = &renewal.then {
-                slots.insert((slot.job_id(), renewal.epoch), slot.clone());
-            }
-        }
-    }
     let metrics = &shared.config.metrics;
     for (_, answer) in visibility.iter().flatten() {
         metrics.renewal(RenewalKind::Visibility, counted_as(answer), 1);
     }
-    let mut in_slots = Vec::with_capacity(due.len());
-    let mut events = Vec::new();
-    for (d, outcome) in due.iter().zip(visibility) {
-        let event = visibility_event(actor, d, outcome);
-        match slots.remove(&(d.job_id.as_str(), d.epoch)) {
-            Some(slot) => in_slots.push((slot, event)),
-            None => events.push((d.job_id.clone(), event)),
-        }
-    }
-    let recorded = async {
-        shared.ledger.record_in_slots(&in_slots).await?;
-        shared.ledger.record_events(&events).await
-    };
-    record_within(bound, recorded).await;
+    let events: Vec<(String, NewEvent)> = due
+        .iter()
+        .zip(visibility)
+        .map(|(d, outcome)| (d.job_id.clone(), visibility_event(actor, d, outcome)))
+        .collect();
+    record_within(bound, shared.ledger.record_events(&events)).await;
 }
 
 /// A lease renewal's answer, or [`LedgerError::TimedOut`] when none came within `bound`.

@@ -35,7 +35,10 @@ on_both_backends!(
     retryable_failures_back_off_and_end_in_failed_terminal_when_the_budget_is_spent,
     a_fatal_failure_is_terminal_at_once,
     many_leases_renew_in_one_call_and_each_refusal_says_why,
-    a_lease_renewal_keeps_the_next_place_for_the_visibility_renewal_beside_it,
+    a_lease_renewal_leaves_no_number_for_a_write_that_may_never_come,
+    two_results_of_one_owner_sent_at_once_accept_the_one_answered,
+    a_commit_whose_answer_is_lost_writes_nothing_twice,
+    an_event_for_no_job_is_not_found_on_every_path,
     on_a_queue_in_the_ledger_a_lease_and_its_visibility_renew_in_one_transaction,
     only_a_replay_policy_job_may_be_retried_by_the_policy,
     an_operator_can_resolve_an_unknown_job_as_succeeded_with_evidence,
@@ -943,7 +946,6 @@ async fn on_a_queue_in_the_ledger_a_lease_and_its_visibility_renew_in_one_transa
     );
     for (renewal, _) in &out[..3] {
         assert!(renewal.outcome.is_ok(), "{renewal:?}");
-        assert_eq!(renewal.then, None, "nothing left to fill later");
     }
     assert_eq!(
         out[3].0.outcome,
@@ -997,57 +999,189 @@ async fn on_a_queue_in_the_ledger_a_lease_and_its_visibility_renew_in_one_transa
 /// visibility renewal that went beside it, and that outcome goes there later without touching
 /// the job's row: the place holds however many events come meanwhile. A refused lease
 /// reserves nothing; a plain renewal reserves no place.
-async fn a_lease_renewal_keeps_the_next_place_for_the_visibility_renewal_beside_it(db: Db) {
+/// A lease renewal reserves no number for what is written after it: when the visibility
+/// outcome that went beside it is never written, the next event follows `lease_renewed`.
+async fn a_lease_renewal_leaves_no_number_for_a_write_that_may_never_come(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let leases = claimed_with_one_fenced_out(&ledger, "slot", 3, 2).await;
+    let renewals = ledger.renew_leases("w", &leases, LONG).await.unwrap();
+    assert!(renewals[0].outcome.is_ok() && renewals[1].outcome.is_ok());
+    assert!(renewals[2].outcome.is_err());
+    let seq = unrelated_event(&ledger, &leases[0].0).await;
+    assert_eq!(
+        seq, 4,
+        "the event after lease_renewed (#3) takes the next number"
+    );
+    assert_gap_free(&ledger, &leases[0].0).await;
+}
+
+/// Every number a job handed out is held by one event, numbered from 1 without a hole.
+async fn assert_gap_free(ledger: &fenceline::ledger::Ledger, job_id: &str) {
+    let events = ledger.all_events(job_id).await.unwrap();
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    let expected: Vec<i64> = (1..=events.len() as i64).collect();
+    assert_eq!(seqs, expected, "{job_id}: numbered without a hole");
+    let job = ledger.job(job_id).await.unwrap().unwrap();
+    assert_eq!(
+        job.next_event_seq,
+        events.len() as i64 + 1,
+        "{job_id}: no number handed out that no event holds"
+    );
+}
+
+/// Both answers of one owner for its attempt, sent at once, may share a commit: the one the
+/// ledger says it accepted is the job's result, the other is refused, and the timeline has
+/// no hole.
+async fn two_results_of_one_owner_sent_at_once_accept_the_one_answered(db: Db) {
+    const JOBS: usize = 60;
+    let (ledger, _db) = fresh_ledger(db).await;
+    let mut ids = Vec::new();
+    for i in 0..JOBS {
+        let id = create(&ledger, new_job("acme", &format!("twice-{i}"), json!(i))).await;
+        ledger
+            .claim_and_start(&id, "w", LONG, None, "stub")
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    let mut calls = tokio::task::JoinSet::new();
+    for id in &ids {
+        for body in ["first", "second"] {
+            let (ledger, id) = (ledger.clone(), id.clone());
+            calls.spawn(async move {
+                let body = format!("{body} answer for {id}");
+                let accepted = ledger.accept_result(&as_owner(&id, 1, "w"), 1, &body).await;
+                (id, body, accepted)
+            });
+        }
+    }
+    // Each job's two answers: the body sent, and its result ref or why it was refused.
+    type Answer = (String, Result<String, Refusal>);
+    let mut answers: HashMap<String, Vec<Answer>> = HashMap::new();
+    for (id, body, accepted) in calls.join_all().await {
+        let answer = match accepted {
+            Ok(accepted) => Ok(accepted.result_ref),
+            Err(error) => Err(error.refusal().cloned().expect("a refusal")),
+        };
+        answers.entry(id).or_default().push((body, answer));
+    }
+    for id in &ids {
+        let answers = &answers[id];
+        let accepted: Vec<&Answer> = answers.iter().filter(|(_, a)| a.is_ok()).collect();
+        assert_eq!(accepted.len(), 1, "{id}: one accepted, {answers:?}");
+        let (body, Ok(result_ref)) = accepted[0] else {
+            unreachable!()
+        };
+        let job = ledger.job(id).await.unwrap().unwrap();
+        assert_eq!(job.state, JobState::Succeeded);
+        assert_eq!(job.result_ref.as_ref(), Some(result_ref), "{id}");
+        assert_eq!(
+            ledger.result_body(result_ref).await.unwrap().as_ref(),
+            Some(body),
+            "{id}: the stored result is the one answered accepted"
+        );
+        let refused = answers.iter().find(|(_, a)| a.is_err()).unwrap();
+        assert!(
+            matches!(refused.1, Err(Refusal::AlreadyTerminal(_))),
+            "{id}: {refused:?}"
+        );
+        assert_gap_free(&ledger, id).await;
+        let kinds = kinds(&ledger, id).await;
+        assert_eq!(
+            kinds.iter().filter(|k| *k == "result_accepted").count(),
+            1,
+            "{kinds:?}"
+        );
+    }
+}
+
+/// A group commit whose answer is lost (the connection gone as it committed) is looked up
+/// before anything is written again: a batch that landed answers its writes as written, once
+/// each; one that did not sends each write alone, also once.
+async fn a_commit_whose_answer_is_lost_writes_nothing_twice(db: Db) {
+    use fenceline::job::EventKind;
+    use fenceline::ledger::NewEvent;
+    const JOBS: usize = 20;
+    let (ledger, _db) = fresh_ledger(db).await;
+    for landed in [true, false] {
+        let mut ids = Vec::new();
+        for i in 0..JOBS {
+            let key = format!("lost-{landed}-{i}");
+            ids.push(create(&ledger, new_job("acme", &key, json!(i))).await);
+        }
+        // Half the jobs claimed from a delivery, half already claimed and answering.
+        let (claiming, answering) = ids.split_at(JOBS / 2);
+        for id in answering {
+            ledger
+                .claim_and_start(id, "w", LONG, None, "stub")
+                .await
+                .unwrap();
+        }
+        ledger.lose_commit_answers(u32::MAX, landed);
+        let mut calls = tokio::task::JoinSet::new();
+        for id in claiming {
+            let (ledger, id) = (ledger.clone(), id.clone());
+            calls.spawn(async move {
+                let worker = Actor::Worker("w".into());
+                let received = NewEvent::new(EventKind::DeliveryReceived, &worker);
+                let noted = NewEvent::new(EventKind::VisibilityRenewed, &worker);
+                ledger.note_event(&id, noted).await.unwrap();
+                let claimed = ledger
+                    .claim_delivered(&id, "acme", "w", LONG, &received, "stub")
+                    .await;
+                assert!(claimed.is_ok(), "{id}: {claimed:?}");
+            });
+        }
+        for id in answering {
+            let (ledger, id) = (ledger.clone(), id.clone());
+            calls.spawn(async move {
+                let accepted = ledger
+                    .accept_result(&as_owner(&id, 1, "w"), 1, "answer")
+                    .await;
+                assert!(accepted.is_ok(), "{id}: {accepted:?}");
+            });
+        }
+        calls.join_all().await;
+        ledger.lose_commit_answers(0, landed);
+        for id in claiming {
+            let kinds = kinds(&ledger, id).await;
+            for once in ["visibility_renewed", "delivery_received", "claimed"] {
+                let n = kinds.iter().filter(|k| *k == once).count();
+                assert_eq!(n, 1, "{id} (landed: {landed}): {once} in {kinds:?}");
+            }
+            assert_eq!(job_state(&ledger, id).await, JobState::Running);
+            assert_gap_free(&ledger, id).await;
+        }
+        for id in answering {
+            let kinds = kinds(&ledger, id).await;
+            assert!(!kinds.iter().any(|k| k == "result_rejected"), "{kinds:?}");
+            assert_eq!(job_state(&ledger, id).await, JobState::Succeeded);
+            assert_gap_free(&ledger, id).await;
+        }
+    }
+    assert!(
+        ledger.group_stats().failed > 0,
+        "the commits' answers were lost"
+    );
+}
+
+/// An event for a job that does not exist is refused as not found, in a group commit as alone.
+async fn an_event_for_no_job_is_not_found_on_every_path(db: Db) {
     use fenceline::job::EventKind;
     use fenceline::ledger::NewEvent;
     let (ledger, _db) = fresh_ledger(db).await;
-    let leases = claimed_with_one_fenced_out(&ledger, "slot", 3, 2).await;
-    let renewals = ledger.renew_leases_then("w", &leases, LONG).await.unwrap();
-    assert!(renewals[0].outcome.is_ok() && renewals[1].outcome.is_ok());
-    assert!(renewals[2].outcome.is_err());
-    assert_eq!(renewals[2].then, None, "a refused lease reserves nothing");
-    let slots: Vec<_> = renewals[..2]
-        .iter()
-        .map(|r| r.then.clone().expect("a place after lease_renewed"))
-        .collect();
-    for (slot, (job_id, _)) in slots.iter().zip(&leases) {
-        assert_eq!((slot.job_id(), slot.seq()), (job_id.as_str(), 4));
-    }
-    // Something else happens to the first job before the visibility outcome is known.
-    let worker = Actor::Worker("w".into());
-    let seq = unrelated_event(&ledger, &leases[0].0).await;
-    assert_eq!(seq, 5, "the reserved place is not given to another event");
-    let filled: Vec<_> = slots
-        .into_iter()
-        .map(|slot| {
-            let event = NewEvent::new(EventKind::VisibilityRenewed, &worker)
-                .epoch(1)
-                .detail(json!({ "timeout_ms": 1000 }));
-            (slot, event)
-        })
-        .collect();
-    ledger.record_in_slots(&filled).await.unwrap();
-    assert_eq!(
-        kinds(&ledger, &leases[0].0).await,
-        [
-            "job_created",
-            "claimed",
-            "lease_renewed",
-            "visibility_renewed",
-            "duplicate_suppressed"
-        ]
+    let real = create(&ledger, new_job("acme", "real", json!(1))).await;
+    let event = NewEvent::new(EventKind::VisibilityRenewed, &Actor::Worker("w".into()));
+    let (ghost, there) = tokio::join!(
+        ledger.note_event("no-such-job", event.clone()),
+        ledger.note_event(&real, event.clone()),
     );
-    let events = ledger.events(&leases[1].0, 0, 100).await.unwrap();
-    let (lease, visibility) = (&events[2], &events[3]);
-    assert_eq!((lease.seq, visibility.seq), (3, 4));
-    assert_eq!(visibility.kind, "visibility_renewed");
-    assert_eq!(visibility.at, lease.at, "the place's time is the renewal's");
-    assert_eq!(visibility.epoch, 1);
-    // A plain renewal reserves no place: the next event follows its `lease_renewed`.
-    let plain = ledger.renew_leases("w", &leases[1..2], LONG).await.unwrap();
-    assert_eq!(plain[0].then, None);
-    let seq = unrelated_event(&ledger, &leases[1].0).await;
-    assert_eq!(seq, 6);
+    assert!(there.is_ok());
+    assert_eq!(refusal(ghost), Refusal::NotFound);
+    assert_eq!(
+        refusal(ledger.record_event("no-such-job", &event).await),
+        Refusal::NotFound
+    );
 }
 
 async fn only_a_replay_policy_job_may_be_retried_by_the_policy(db: Db) {

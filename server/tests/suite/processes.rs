@@ -17,6 +17,17 @@ struct WorkerProcess(Child);
 
 impl WorkerProcess {
     fn spawn(database_url: &str, id: &str, latency_ms: u64, extra: &[&str]) -> Self {
+        Self::spawn_with(database_url, id, latency_ms, extra, &[])
+    }
+
+    /// [`WorkerProcess::spawn`] with environment variables of its own.
+    fn spawn_with(
+        database_url: &str,
+        id: &str,
+        latency_ms: u64,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         // Compressed timings unless `extra` names others.
         let timings: &[&str] = if extra.contains(&"--timings") {
             &[]
@@ -35,6 +46,7 @@ impl WorkerProcess {
                 "FENCELINE_LOG",
                 std::env::var("FENCELINE_TEST_WORKER_LOG").unwrap_or_else(|_| "error".into()),
             )
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .kill_on_drop(true)
             .spawn()
@@ -331,6 +343,156 @@ async fn a_worker_killed_mid_call_leaves_a_job_the_reaper_moves_to_unknown_with_
     assert!(events
         .iter()
         .any(|e| e.kind == "recovery_claimed" && e.actor == "system"));
+}
+
+/// A TCP relay to an endpoint that can hold every byte in flight: calls through it hang, as
+/// over a network that stopped answering, until it lets go.
+struct Relay {
+    url: String,
+    held: tokio::sync::watch::Sender<bool>,
+}
+
+impl Relay {
+    async fn to(endpoint: &str) -> Relay {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let target = endpoint
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (held, watch) = tokio::sync::watch::channel(false);
+        async fn pipe(
+            mut from: tokio::net::tcp::OwnedReadHalf,
+            mut to: tokio::net::tcp::OwnedWriteHalf,
+            mut held: tokio::sync::watch::Receiver<bool>,
+        ) {
+            let mut buf = vec![0u8; 16 * 1024];
+            while let Ok(n @ 1..) = from.read(&mut buf).await {
+                while *held.borrow_and_update() {
+                    if held.changed().await.is_err() {
+                        return;
+                    }
+                }
+                if to.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+            }
+        }
+        tokio::spawn(async move {
+            while let Ok((inbound, _)) = listener.accept().await {
+                let Ok(outbound) = tokio::net::TcpStream::connect(&target).await else {
+                    continue;
+                };
+                let (in_read, in_write) = inbound.into_split();
+                let (out_read, out_write) = outbound.into_split();
+                tokio::spawn(pipe(in_read, out_write, watch.clone()));
+                tokio::spawn(pipe(out_read, in_write, watch.clone()));
+            }
+        });
+        Relay { url, held }
+    }
+
+    fn hold(&self, held: bool) {
+        self.held.send_replace(held);
+    }
+}
+
+/// Kills a worker right after a lease renewal of its heartbeat committed, before the outcome
+/// of the visibility renewal that went beside it was written, and finds the job's timeline
+/// numbered without a hole once the reaper has recovered it. On SQS the visibility change
+/// hangs (the endpoint held) while the ledger renews the lease; on the embedded queue both
+/// are one transaction.
+async fn a_worker_killed_between_a_lease_renewal_and_its_visibility_outcome(sqs: bool) {
+    let (ledger, db) = fresh_ledger(Db::Postgres).await;
+    let name = format!("q{}", uuid::Uuid::now_v7().simple());
+    let mut relay = None;
+    let mut extra: Vec<&str> = Vec::new();
+    if sqs {
+        use fenceline::queue::sqs::SqsQueue;
+        let client = SqsQueue::client_from_env().await;
+        SqsQueue::create(client, &name, 5, Duration::from_secs(10))
+            .await
+            .expect("create the queue");
+        let endpoint = std::env::var("AWS_ENDPOINT_URL_SQS").expect("an SQS endpoint");
+        relay = Some(Relay::to(&endpoint).await);
+        extra.extend(["--queue", "sqs", "--queue-name", name.as_str()]);
+    }
+    let env: Vec<(&str, &str)> = relay
+        .iter()
+        .map(|r| ("AWS_ENDPOINT_URL_SQS", r.url.as_str()))
+        .collect();
+    let job_id = create(&ledger, new_job("acme", "between", serde_json::json!(1))).await;
+    let mut a = WorkerProcess::spawn_with(&db.url, "A", 30_000, &extra, &env);
+    wait_for_attempt(&ledger, &job_id).await;
+    let renewals = |kinds: &[String]| kinds.iter().filter(|k| *k == "lease_renewed").count();
+    wait_until(
+        &ledger,
+        &job_id,
+        Duration::from_secs(20),
+        "a renewal",
+        |k| renewals(k) >= 1,
+    )
+    .await;
+    if let Some(relay) = &relay {
+        relay.hold(true);
+    }
+    // Two more lease renewals: the second one's round began with the endpoint held.
+    let seen = renewals(&kinds(&ledger, &job_id).await);
+    let until = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if renewals(&kinds(&ledger, &job_id).await) >= seen + 2 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < until, "no lease renewal");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    a.signal(Signal::SIGKILL);
+    let _ = a.0.wait().await;
+    if let Some(relay) = &relay {
+        relay.hold(false);
+    }
+    let until = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        fenceline::worker::reaper::reap_once(&ledger, Duration::from_secs(600))
+            .await
+            .unwrap();
+        let job = ledger.job(&job_id).await.unwrap().unwrap();
+        if job.state != JobState::Running {
+            assert_eq!(job.state, JobState::Unknown);
+            break;
+        }
+        assert!(tokio::time::Instant::now() < until, "never recovered");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let events = ledger.all_events(&job_id).await.unwrap();
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    let numbered: Vec<i64> = (1..=events.len() as i64).collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(seqs, numbered, "numbered without a hole: {kinds:?}");
+    let job = ledger.job(&job_id).await.unwrap().unwrap();
+    assert_eq!(
+        job.next_event_seq,
+        events.len() as i64 + 1,
+        "no number handed out that no event holds: {kinds:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_killed_between_a_lease_renewal_and_its_visibility_outcome_on_sqs() {
+    if skip_postgres() || crate::helpers::skip_sqs() {
+        return;
+    }
+    a_worker_killed_between_a_lease_renewal_and_its_visibility_outcome(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_killed_between_a_lease_renewal_and_its_visibility_outcome_on_the_embedded_queue()
+{
+    if skip_postgres() {
+        return;
+    }
+    a_worker_killed_between_a_lease_renewal_and_its_visibility_outcome(false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -41,7 +41,7 @@ async fn a_clean_job(ledger: &Ledger, key: &str) -> String {
 }
 
 async fn the_checker_finds_each_planted_violation_on_its_job(db: Db) {
-    let (ledger, _db) = fresh_ledger(db).await;
+    let (ledger, test_db) = fresh_ledger(db).await;
     let clean = a_clean_job(&ledger, "clean").await;
     let verdict = fenceline::soak::check(&ledger, Some("soak"), Some(1))
         .await
@@ -108,13 +108,38 @@ async fn the_checker_finds_each_planted_violation_on_its_job(db: Db) {
     )
     .await;
 
-    let verdict = fenceline::soak::check(&ledger, Some("soak"), Some(7))
+    // A number handed out that no event holds, before the last event (`holed`) or after it
+    // (`reserved`).
+    let raw = test_db.raw_pool().await;
+    let skip = "UPDATE jobs SET next_event_seq = next_event_seq + 1 WHERE job_id = $1";
+    let holed = a_clean_job(&ledger, "holed").await;
+    sqlx::query(skip).bind(&holed).execute(&raw).await.unwrap();
+    plant(
+        &ledger,
+        &holed,
+        NewEvent::new(EventKind::VisibilityRenewed, &worker()),
+    )
+    .await;
+    let reserved = a_clean_job(&ledger, "reserved").await;
+    sqlx::query(skip)
+        .bind(&reserved)
+        .execute(&raw)
+        .await
+        .unwrap();
+
+    let verdict = fenceline::soak::check(&ledger, Some("soak"), Some(9))
         .await
         .unwrap();
     let text = verdict.render();
     assert!(!verdict.holds(), "{text}");
     assert!(text.contains("verdict: FAILED"), "{text}");
-    assert_eq!(verdict.jobs, 5);
+    assert!(text.contains("jobs whose timeline has a gap"), "{text}");
+    assert_eq!(verdict.jobs, 7);
+    let mut gaps = verdict.timeline_gaps.clone();
+    gaps.sort();
+    let mut planted = vec![holed, reserved];
+    planted.sort();
+    assert_eq!(gaps, planted, "{text}");
     assert_eq!(verdict.two_accepted, vec![doubled], "{text}");
     assert_eq!(
         verdict.stale_commits_accepted,

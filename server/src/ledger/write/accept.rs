@@ -26,7 +26,7 @@ impl Ledger {
             body: body.to_owned(),
             delete: None,
         };
-        if let Some((accepted, _)) = self.grouped_accept(op).await {
+        if let Some((accepted, _)) = self.grouped_accept(op).await? {
             return Ok(accepted);
         }
         self.accept_alone(owner, attempt_no, body).await
@@ -98,7 +98,7 @@ impl Ledger {
             body: body.to_owned(),
             delete: Some(delete),
         };
-        if let Some(done) = self.grouped_accept(op).await {
+        if let Some(done) = self.grouped_accept(op).await? {
             return Ok(done);
         }
         Ok((self.accept_alone(owner, attempt_no, body).await?, None))

@@ -9,7 +9,7 @@ use sqlx::AnyConnection;
 
 use super::{insert_events, lock_jobs, micros, reserves, Intent, Placed, Reserved};
 use crate::job::{Actor, EventKind};
-use crate::ledger::model::{AttemptStarted, EventSlot, NewEvent, Owner, Renewal};
+use crate::ledger::model::{AttemptStarted, NewEvent, Owner, Renewal};
 use crate::ledger::{Ledger, LedgerError, LedgerMessage, Refusal, VisibilityChange};
 
 /// A lease to renew with its delivery's visibility, the message being one of the ledger's own
@@ -154,30 +154,55 @@ impl Ledger {
 
     /// Renews the leases of many owned jobs in one statement per chunk. Each `(job_id, epoch)`
     /// gets its new expiry (never past the deadline) or the reason it was refused; a refusal
-    /// is also put on that job's timeline as `lease_renewal_failed`.
+    /// is also put on that job's timeline as `lease_renewal_failed`. Nothing is reserved for
+    /// what comes after: an event known only later (the outcome of a visibility renewal that
+    /// went beside it) takes the next number when it is written, so a write that never comes
+    /// leaves no hole in the timeline.
     pub async fn renew_leases(
         &self,
         worker_id: &str,
         leases: &[(String, i64)],
         lease: Duration,
     ) -> Result<Vec<Renewal>, LedgerError> {
-        self.renew_leases_reserving(worker_id, leases, lease, false)
-            .await
-    }
-
-    /// [`Ledger::renew_leases`] that also reserves, for each lease renewed, the timeline
-    /// place right after its `lease_renewed` ([`Renewal::then`]): the heartbeat fills it with
-    /// the outcome of the visibility renewal that went beside it
-    /// ([`Ledger::record_in_slots`]), without locking or updating the job's row again. Both
-    /// renewals still go side by side; only the event's place is taken early.
-    pub async fn renew_leases_then(
-        &self,
-        worker_id: &str,
-        leases: &[(String, i64)],
-        lease: Duration,
-    ) -> Result<Vec<Renewal>, LedgerError> {
-        self.renew_leases_reserving(worker_id, leases, lease, true)
-            .await
+        let actor = Actor::Worker(worker_id.to_owned());
+        let renewed_event = NewEvent::new(EventKind::LeaseRenewed, &actor);
+        let mut out = Vec::with_capacity(leases.len());
+        for chunk in leases.chunks(RENEW_CHUNK) {
+            let query = bind_rows!(
+                |sql| sqlx::query_as::<_, RenewRow>(sql).bind(micros(lease)),
+                &self.sql.renew_leases,
+                chunk,
+                |(job_id, epoch)| [job_id.as_str(), *epoch]
+            );
+            let mut tx = self.begin_write().await?;
+            let ids = chunk.iter().map(|(job_id, _)| job_id.as_str());
+            lock_jobs(&self.sql, self.backend, &mut tx, ids).await?;
+            let rows = query.fetch_all(&mut *tx).await?;
+            let events: Vec<NewEvent> =
+                rows.iter().map(|row| row.renewed(&renewed_event)).collect();
+            let placed: Vec<Placed<'_>> = rows
+                .iter()
+                .zip(&events)
+                .map(|(row, event)| row.place(0, event))
+                .collect();
+            insert_events(&self.sql, &mut tx, &placed).await?;
+            tx.commit().await?;
+            let renewed = RenewRow::by_owner(&rows);
+            for (job_id, epoch) in chunk {
+                let granted = renewed.get(&(job_id.as_str(), *epoch));
+                let outcome = match granted {
+                    Some(row) => Ok(row.owner_until),
+                    None => Err(self.lease_refused(&actor, job_id, *epoch, None).await?),
+                };
+                out.push(Renewal {
+                    job_id: job_id.clone(),
+                    epoch: *epoch,
+                    outcome,
+                    at: granted.map_or(0, |row| row.reserved.at),
+                });
+            }
+        }
+        Ok(out)
     }
 
     /// One heartbeat's renewals for jobs whose deliveries are messages of this ledger's own
@@ -197,7 +222,7 @@ impl Ledger {
         cap: Duration,
         visibility_event: impl Fn(usize, Option<&VisibilityChange>) -> NewEvent,
     ) -> Result<Vec<(Renewal, Option<VisibilityChange>)>, LedgerError> {
-        let statement = &self.sql.renew_leases_then_one;
+        let statement = &self.sql.renew_leases_with_visibility;
         let actor = Actor::Worker(worker_id.to_owned());
         let renewed_event = NewEvent::new(EventKind::LeaseRenewed, &actor);
         let mut out = Vec::with_capacity(renewals.len());
@@ -270,7 +295,6 @@ impl Ledger {
                     epoch: r.epoch,
                     outcome,
                     at: granted.map_or(0, |row| row.reserved.at),
-                    then: None,
                 };
                 out.push((renewal, change));
             }
@@ -300,66 +324,5 @@ impl Ledger {
             self.record_events(&events).await?;
         }
         Ok(refusal)
-    }
-
-    async fn renew_leases_reserving(
-        &self,
-        worker_id: &str,
-        leases: &[(String, i64)],
-        lease: Duration,
-        then: bool,
-    ) -> Result<Vec<Renewal>, LedgerError> {
-        let statement = if then {
-            &self.sql.renew_leases_then_one
-        } else {
-            &self.sql.renew_leases
-        };
-        let actor = Actor::Worker(worker_id.to_owned());
-        let renewed_event = NewEvent::new(EventKind::LeaseRenewed, &actor);
-        let mut out = Vec::with_capacity(leases.len());
-        for chunk in leases.chunks(RENEW_CHUNK) {
-            let query = bind_rows!(
-                |sql| sqlx::query_as::<_, RenewRow>(sql).bind(micros(lease)),
-                statement,
-                chunk,
-                |(job_id, epoch)| [job_id.as_str(), *epoch]
-            );
-            let mut tx = self.begin_write().await?;
-            let ids = chunk.iter().map(|(job_id, _)| job_id.as_str());
-            lock_jobs(&self.sql, self.backend, &mut tx, ids).await?;
-            let rows = query.fetch_all(&mut *tx).await?;
-            let events: Vec<NewEvent> =
-                rows.iter().map(|row| row.renewed(&renewed_event)).collect();
-            let placed: Vec<Placed<'_>> = rows
-                .iter()
-                .zip(&events)
-                .map(|(row, event)| row.place(0, event))
-                .collect();
-            insert_events(&self.sql, &mut tx, &placed).await?;
-            tx.commit().await?;
-            let renewed = RenewRow::by_owner(&rows);
-            for (job_id, epoch) in chunk {
-                let granted = renewed.get(&(job_id.as_str(), *epoch));
-                let outcome = match granted {
-                    Some(row) => Ok(row.owner_until),
-                    None => Err(self.lease_refused(&actor, job_id, *epoch, None).await?),
-                };
-                let slot = granted.filter(|_| then).map(|row| EventSlot {
-                    job_id: row.job_id.clone(),
-                    seq: row.reserved.seq + 1,
-                    at: row.reserved.at,
-                    epoch: row.reserved.epoch,
-                    deadline_at: row.reserved.deadline_at,
-                });
-                out.push(Renewal {
-                    job_id: job_id.clone(),
-                    epoch: *epoch,
-                    outcome,
-                    at: granted.map_or(0, |row| row.reserved.at),
-                    then: slot,
-                });
-            }
-        }
-        Ok(out)
     }
 }

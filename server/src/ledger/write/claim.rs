@@ -107,7 +107,7 @@ impl Ledger {
             provider: provider.to_owned(),
             received: received.clone(),
         };
-        let Some(done) = self.grouped_claim(op).await else {
+        let Some(done) = self.grouped_claim(op).await? else {
             return Ok(None);
         };
         let job = done.job;

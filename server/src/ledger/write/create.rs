@@ -52,7 +52,7 @@ impl Ledger {
             actor: actor.clone(),
             direct: direct.is_some(),
         };
-        if let Some(job) = self.grouped_create(op).await {
+        if let Some(job) = self.grouped_create(op).await? {
             return Ok(Created::New(job));
         }
         let input_ref = format!("ledger:job_inputs/{job_id}");

@@ -48,10 +48,47 @@ fn most(backend: Backend) -> usize {
         Backend::Sqlite => 512,
     }
 }
+/// How long a runner whose commit got no answer keeps trying to read its mark.
+const MARK_READ_BOUND: Duration = Duration::from_secs(10);
+
+/// The error of a commit whose answer a test made lose.
+fn lost_answer() -> sqlx::Error {
+    sqlx::Error::Io(std::io::Error::new(
+        std::io::ErrorKind::ConnectionReset,
+        "the connection was lost while committing",
+    ))
+}
+
 /// Most job rows one locking statement takes.
 const LOCK_CHUNK: usize = 400;
 
-type Waiting<Op, Out> = (Op, oneshot::Sender<Option<Out>>);
+type Waiting<Op, Out> = (Op, oneshot::Sender<Answer<Out>>);
+
+/// A write's answer: it went through (`Some`), or it goes alone (`None`); an error when the
+/// batch's commit got no answer and what it did could not be learned: the write may or may
+/// not have happened, and trying it again could do it twice.
+type Answer<Out> = Result<Option<Out>, LedgerError>;
+
+/// Why a batch did not go through as a whole.
+#[derive(Debug)]
+pub(crate) enum BatchFailed {
+    /// Nothing of it was written: each write goes alone.
+    RolledBack(LedgerError),
+    /// Its commit got no answer, and whether it landed could not be learned.
+    Unknown(LedgerError),
+}
+
+impl From<LedgerError> for BatchFailed {
+    fn from(error: LedgerError) -> Self {
+        BatchFailed::RolledBack(error)
+    }
+}
+
+impl From<sqlx::Error> for BatchFailed {
+    fn from(error: sqlx::Error) -> Self {
+        BatchFailed::RolledBack(error.into())
+    }
+}
 
 /// Most turns a runner lets other tasks take after answering a commit's callers.
 const SETTLE_TURNS: usize = 64;
@@ -132,12 +169,13 @@ impl Counters {
 }
 
 impl<Op: Send + 'static, Out: Send + 'static> Lane<Op, Out> {
-    /// Starts `runners` runners of `run` on the ledger's pools. `run` answers each write of a
+    /// Starts `runners` runners of `run` on the ledger's pools. `run` is handed the runner's
+    /// number and its batch's (counted from 1 on each runner), and answers each write of a
     /// batch, in order: `Some` when it went through, `None` when the caller must write alone.
     fn start<F, Fut>(ledger: &Ledger, runners: usize, run: F) -> Self
     where
-        F: Fn(Ledger, Vec<Op>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Vec<Option<Out>>, LedgerError>> + Send,
+        F: Fn(Ledger, Batch, Vec<Op>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<Option<Out>>, BatchFailed>> + Send,
     {
         Lane::start_on(ledger.clone(), most(ledger.backend()), runners, run)
     }
@@ -146,17 +184,18 @@ impl<Op: Send + 'static, Out: Send + 'static> Lane<Op, Out> {
     fn start_on<L, F, Fut>(ledger: L, most: usize, runners: usize, run: F) -> Self
     where
         L: Clone + Send + 'static,
-        F: Fn(L, Vec<Op>) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<Vec<Option<Out>>, LedgerError>> + Send,
+        F: Fn(L, Batch, Vec<Op>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<Option<Out>>, BatchFailed>> + Send,
     {
         let (tx, rx) = mpsc::unbounded_channel::<Waiting<Op, Out>>();
         let rx = Arc::new(Mutex::new(rx));
         let run = Arc::new(run);
         let stats = Arc::new(Counters::default());
-        for _ in 0..runners {
+        for runner in 0..runners {
             let (rx, run, ledger) = (Arc::clone(&rx), Arc::clone(&run), ledger.clone());
             let stats = Arc::clone(&stats);
             tokio::spawn(async move {
+                let mut number = 0;
                 loop {
                     let batch = {
                         let mut rx = rx.lock().await;
@@ -177,7 +216,9 @@ impl<Op: Send + 'static, Out: Send + 'static> Lane<Op, Out> {
                     let n = ops.len() as u64;
                     stats.writes.fetch_add(n, Relaxed);
                     stats.largest.fetch_max(n, Relaxed);
-                    match run(ledger.clone(), ops).await {
+                    number += 1;
+                    let batch = Batch { runner, number };
+                    match run(ledger.clone(), batch, ops).await {
                         Ok(outs) => {
                             let alone = outs.iter().filter(|out| out.is_none()).count() as u64;
                             stats.commits.fetch_add(1, Relaxed);
@@ -186,16 +227,28 @@ impl<Op: Send + 'static, Out: Send + 'static> Lane<Op, Out> {
                                 stats.mixed.fetch_add(1, Relaxed);
                             }
                             for (reply, out) in replies.into_iter().zip(outs) {
-                                let _ = reply.send(out);
+                                let _ = reply.send(Ok(out));
                             }
                             settle(&rx).await;
                         }
-                        Err(error) => {
+                        Err(BatchFailed::RolledBack(error)) => {
                             stats.failed.fetch_add(1, Relaxed);
                             stats.went_alone.fetch_add(n, Relaxed);
                             tracing::debug!(%error, "a group commit failed: its writes go alone");
                             for reply in replies {
-                                let _ = reply.send(None);
+                                let _ = reply.send(Ok(None));
+                            }
+                        }
+                        Err(BatchFailed::Unknown(error)) => {
+                            stats.failed.fetch_add(1, Relaxed);
+                            tracing::warn!(
+                                %error,
+                                writes = n,
+                                "a group commit got no answer and could not learn whether it \
+                                 landed: its writes are answered as unknown"
+                            );
+                            for reply in replies {
+                                let _ = reply.send(Err(LedgerError::TimedOut));
                             }
                         }
                     }
@@ -206,11 +259,20 @@ impl<Op: Send + 'static, Out: Send + 'static> Lane<Op, Out> {
     }
 
     /// Hands `op` to the lane: `None` means write it alone.
-    pub(crate) async fn call(&self, op: Op) -> Option<Out> {
+    pub(crate) async fn call(&self, op: Op) -> Answer<Out> {
         let (reply, answer) = oneshot::channel();
-        self.tx.send((op, reply)).ok()?;
-        answer.await.ok().flatten()
+        if self.tx.send((op, reply)).is_err() {
+            return Ok(None);
+        }
+        answer.await.unwrap_or(Ok(None))
     }
+}
+
+/// Which batch of which runner a commit is.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Batch {
+    runner: usize,
+    number: i64,
 }
 
 /// A worker's claim of a job it received, with the delivery's event and its first attempt.
@@ -330,10 +392,18 @@ impl Groups {
         };
         let kept = Kept::default();
         let watched = Arc::downgrade(&kept.0);
+        // Each runner's mark is its own row, under this lane's name and the runner's number.
+        let lane = uuid::Uuid::now_v7().simple().to_string();
+        let names: Arc<Vec<String>> =
+            Arc::new((0..runners).map(|n| format!("{lane}/{n}")).collect());
         Groups {
-            writes: Lane::start(ledger, runners, move |l, ops| {
+            writes: Lane::start(ledger, runners, move |l, batch, ops| {
                 let kept = kept.clone();
-                async move { l.write_many(ops, &kept).await }
+                let names = Arc::clone(&names);
+                async move {
+                    let mark = (names[batch.runner].as_str(), batch.number);
+                    l.write_many(ops, &kept, mark).await
+                }
             }),
             kept: watched,
         }
@@ -473,62 +543,136 @@ impl Ledger {
             .unwrap_or_default()
     }
 
-    async fn grouped(&self, op: Op) -> Option<Done> {
-        self.groups()?.writes.call(op).await
-    }
-
-    pub(crate) async fn grouped_receive(&self, op: ReceiveOp) -> Option<Vec<TakenMessage>> {
-        match self.grouped(Op::Receive(op)).await? {
-            Done::Receive(taken) => Some(taken),
-            _ => None,
+    /// `op` in the next group commit: `Some` when it went through, `None` when it goes alone
+    /// (no lane, refused here, or its batch rolled back); an error when its batch's commit got
+    /// no answer and whether it landed could not be learned.
+    async fn grouped(&self, op: Op) -> Answer<Done> {
+        match self.groups() {
+            Some(groups) => groups.writes.call(op).await,
+            None => Ok(None),
         }
     }
 
-    pub(crate) async fn grouped_claim(&self, op: ClaimOp) -> Option<ClaimDone> {
-        match self.grouped(Op::Claim(op)).await? {
-            Done::Claim(done) => Some(done),
+    pub(crate) async fn grouped_receive(&self, op: ReceiveOp) -> Answer<Vec<TakenMessage>> {
+        Ok(match self.grouped(Op::Receive(op)).await? {
+            Some(Done::Receive(taken)) => Some(taken),
             _ => None,
-        }
+        })
     }
 
-    pub(crate) async fn grouped_accept(&self, op: AcceptOp) -> Option<(Accepted, Option<bool>)> {
-        match self.grouped(Op::Accept(op)).await? {
-            Done::Accept(accepted, deleted) => Some((accepted, deleted)),
+    pub(crate) async fn grouped_claim(&self, op: ClaimOp) -> Answer<ClaimDone> {
+        Ok(match self.grouped(Op::Claim(op)).await? {
+            Some(Done::Claim(done)) => Some(done),
             _ => None,
-        }
+        })
     }
 
-    pub(crate) async fn grouped_create(&self, op: CreateOp) -> Option<Job> {
-        match self.grouped(Op::Create(op)).await? {
-            Done::Create(job) => Some(job),
+    pub(crate) async fn grouped_accept(&self, op: AcceptOp) -> Answer<(Accepted, Option<bool>)> {
+        Ok(match self.grouped(Op::Accept(op)).await? {
+            Some(Done::Accept(accepted, deleted)) => Some((accepted, deleted)),
             _ => None,
-        }
+        })
     }
 
-    pub(crate) async fn grouped_delete(&self, op: DeleteOp) -> Option<bool> {
-        match self.grouped(Op::Delete(op)).await? {
-            Done::Delete(deleted) => Some(deleted),
+    pub(crate) async fn grouped_create(&self, op: CreateOp) -> Answer<Job> {
+        Ok(match self.grouped(Op::Create(op)).await? {
+            Some(Done::Create(job)) => Some(job),
             _ => None,
-        }
+        })
+    }
+
+    pub(crate) async fn grouped_delete(&self, op: DeleteOp) -> Answer<bool> {
+        Ok(match self.grouped(Op::Delete(op)).await? {
+            Some(Done::Delete(deleted)) => Some(deleted),
+            _ => None,
+        })
     }
 
     /// Appends one event that changes no state, in the next group commit (the worker's
     /// transport facts). Its sequence number is not returned.
     pub async fn note_event(&self, job_id: &str, event: NewEvent) -> Result<(), LedgerError> {
         let op = Op::Event(job_id.to_owned(), event.clone());
-        if let Some(Done::Event) = self.grouped(op).await {
+        if let Some(Done::Event) = self.grouped(op).await? {
             return Ok(());
         }
         self.record_event(job_id, &event).await.map(|_| ())
     }
 
+    /// Makes the next `commits` group commits lose their answer, as a connection lost while
+    /// committing does: each either commits first (`landed`) or is rolled back. Only in test
+    /// builds.
+    #[cfg(feature = "sabotage")]
+    pub fn lose_commit_answers(&self, commits: u32, landed: bool) {
+        *self.lost_commits.lock().expect("lost commits") = (commits, landed);
+    }
+
+    /// Whether this commit's answer is to be lost, and whether it lands first.
+    fn commit_fault(&self) -> Option<bool> {
+        #[cfg(feature = "sabotage")]
+        {
+            let mut lost = self.lost_commits.lock().expect("lost commits");
+            if lost.0 > 0 {
+                lost.0 -= 1;
+                return Some(lost.1);
+            }
+        }
+        None
+    }
+
+    /// Whether the batch `number` of `runner` committed, read from the runner's mark once the
+    /// database answers (within a bound): `None` when it could not be learned. The read waits
+    /// for the batch's own transaction to end, if the database is still finishing it.
+    async fn batch_landed(&self, runner: &str, number: i64) -> Option<bool> {
+        let until = Instant::now() + MARK_READ_BOUND;
+        loop {
+            match self.read_mark(runner).await {
+                Ok(found) => return Some(found == Some(number)),
+                Err(error) if Instant::now() < until => {
+                    tracing::debug!(%error, "reading a group commit's mark");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+
+    async fn read_mark(&self, runner: &str) -> Result<Option<i64>, LedgerError> {
+        let mut tx = self.begin_write().await?;
+        // A first mark still being inserted holds the key, one being updated holds its row:
+        // either way the read below waits until that transaction has ended.
+        sqlx::query(
+            "INSERT INTO commit_marks (runner, batch, at) VALUES ($1, 0, 0) \
+             ON CONFLICT (runner) DO NOTHING",
+        )
+        .bind(runner)
+        .execute(&mut *tx)
+        .await?;
+        let locking = match self.backend {
+            Backend::Postgres => " FOR UPDATE",
+            Backend::Sqlite => "",
+        };
+        let sql = format!("SELECT batch FROM commit_marks WHERE runner = $1{locking}");
+        let found: Option<i64> = sqlx::query_scalar(&sql)
+            .bind(runner)
+            .fetch_optional(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(found)
+    }
+
     /// One group commit: every kind's writes in one transaction, their job rows locked first
     /// in one order so that concurrent commits queue instead of deadlocking.
+    ///
+    /// The batch leaves its mark (`mark`: the runner's name and the batch's number) in the
+    /// same transaction. A `COMMIT` that gets no answer is not taken for a failure: the mark
+    /// says whether the batch landed, and only a batch that did not is tried again, a write at
+    /// a time.
     async fn write_many(
         &self,
         ops: Vec<Op>,
         kept: &Kept,
-    ) -> Result<Vec<Option<Done>>, LedgerError> {
+        mark: (&str, i64),
+    ) -> Result<Vec<Option<Done>>, BatchFailed> {
         let mut claims = Vec::new();
         let mut accepts = Vec::new();
         let mut creates = Vec::new();
@@ -601,9 +745,17 @@ impl Ledger {
         }
         if !events.is_empty() {
             // Their rows were locked (or skipped) above.
-            self.record_events_locked(&mut tx, &events, &mut events_out)
+            // An event for a job that does not exist goes alone, to be told so.
+            let placed = self
+                .record_events_locked(&mut tx, &events, &mut events_out)
                 .await?;
-            answer(3, events.iter().map(|_| Some(Done::Event)).collect());
+            answer(
+                3,
+                placed
+                    .into_iter()
+                    .map(|p| p.then_some(Done::Event))
+                    .collect(),
+            );
         }
         if !deletes.is_empty() || !deleting.is_empty() {
             // Plain deletes and accepted results' deliveries in one statement.
@@ -644,11 +796,40 @@ impl Ledger {
         let received = self.receive_many(&mut tx, &receives).await?;
         answer(5, received);
         insert_event_rows(&self.sql, &mut tx, &events_out).await?;
-        tx.commit().await?;
-        if let Some((conn, since)) = conn {
-            kept.keep(conn, since);
+        sqlx::query(
+            "INSERT INTO commit_marks (runner, batch, at) VALUES ($1, $2, $3) \
+             ON CONFLICT (runner) DO UPDATE SET batch = excluded.batch, at = excluded.at",
+        )
+        .bind(mark.0)
+        .bind(mark.1)
+        .bind(chrono::Utc::now().timestamp_micros())
+        .execute(&mut *tx)
+        .await?;
+        let committed = match self.commit_fault() {
+            None => tx.commit().await,
+            Some(true) => tx.commit().await.and(Err(lost_answer())),
+            Some(false) => {
+                drop(tx);
+                Err(lost_answer())
+            }
+        };
+        match committed {
+            Ok(()) => {
+                if let Some((conn, since)) = conn {
+                    kept.keep(conn, since);
+                }
+                Ok(out)
+            }
+            Err(error) => {
+                // The connection goes back to the pool, which tests it before handing it out.
+                drop(conn);
+                match self.batch_landed(mark.0, mark.1).await {
+                    Some(true) => Ok(out),
+                    Some(false) => Err(BatchFailed::RolledBack(error.into())),
+                    None => Err(BatchFailed::Unknown(error.into())),
+                }
+            }
         }
-        Ok(out)
     }
 
     /// Receives of several callers: one take per queue, visibility and dead-letter queue for
@@ -845,35 +1026,36 @@ impl Ledger {
         let refs: Vec<String> = ops.iter().map(|_| new_result_ref()).collect();
         // The attempt finished, the result accepted, and the delivery's delete if it goes too.
         let places = |op: &AcceptOp| (ACCEPT_EVENTS + usize::from(op.delete.is_some())) as i64;
-        let query = bind_rows!(
-            |sql| sqlx::query_as::<_, ReservedRow>(sql),
-            self.sql.accept_each,
-            ops.iter().zip(&refs),
-            |(op, result_ref)| [
-                op.owner.job_id(),
-                op.owner.epoch,
-                result_ref.as_str(),
-                op.attempt_no,
-                places(op),
-            ]
-        );
-        // Two owners of one job may both be here: only the current epoch's row matches.
-        let index: HashMap<(&str, i64), usize> = ops
-            .iter()
-            .enumerate()
-            .map(|(i, op)| ((op.owner.job_id(), op.owner.epoch), i))
-            .collect();
-        let accepted: Vec<(usize, Reserved)> = query
-            .fetch_all(&mut *tx)
-            .await?
-            .into_iter()
-            .filter_map(|row| {
-                let i = *index.get(&(row.job_id.as_str(), row.reserved.epoch))?;
-                let mut reserved = row.reserved;
-                reserved.seq -= places(&ops[i]);
-                Some((i, reserved))
-            })
-            .collect();
+        // Two accepts of one job go in rounds, the second after the first: in one statement
+        // both rows would match the same job row, and which one the update took could not be
+        // told from what it returned. Two owners of one job may both be in a round: only the
+        // current epoch's row matches.
+        let mut accepted: Vec<(usize, Reserved)> = Vec::with_capacity(ops.len());
+        for members in distinct_rounds(ops, |op| op.owner.job_id()) {
+            let query = bind_rows!(
+                |sql| sqlx::query_as::<_, ReservedRow>(sql),
+                self.sql.accept_each,
+                &members,
+                |&i| [
+                    ops[i].owner.job_id(),
+                    ops[i].owner.epoch,
+                    refs[i].as_str(),
+                    ops[i].attempt_no,
+                    places(&ops[i]),
+                ]
+            );
+            let index: HashMap<(&str, i64), usize> = members
+                .iter()
+                .map(|&i| ((ops[i].owner.job_id(), ops[i].owner.epoch), i))
+                .collect();
+            for row in query.fetch_all(&mut *tx).await? {
+                if let Some(&i) = index.get(&(row.job_id.as_str(), row.reserved.epoch)) {
+                    let mut reserved = row.reserved;
+                    reserved.seq -= places(&ops[i]);
+                    accepted.push((i, reserved));
+                }
+            }
+        }
         if accepted.is_empty() {
             return Ok((ops.iter().map(|_| None).collect(), Vec::new()));
         }
@@ -1151,7 +1333,7 @@ mod tests {
         type Write = (usize, u8);
         let batches: Arc<std::sync::Mutex<Vec<Vec<Write>>>> = Arc::default();
         let seen = Arc::clone(&batches);
-        let lane: Lane<Write, ()> = Lane::start_on((), 64, 1, move |(), ops: Vec<Write>| {
+        let lane: Lane<Write, ()> = Lane::start_on((), 64, 1, move |(), _, ops: Vec<Write>| {
             let n = ops.len();
             seen.lock().unwrap().push(ops);
             async move {
@@ -1165,14 +1347,14 @@ mod tests {
         for i in 0..8 {
             let lane = Arc::clone(&lane);
             callers.spawn(async move {
-                lane.call((i, 1)).await.unwrap();
-                lane.call((i, 2)).await.unwrap();
+                lane.call((i, 1)).await.unwrap().unwrap();
+                lane.call((i, 2)).await.unwrap().unwrap();
             });
         }
         let late = Arc::clone(&lane);
         callers.spawn(async move {
             tokio::time::sleep(Duration::from_millis(2)).await;
-            late.call((8, 1)).await.unwrap();
+            late.call((8, 1)).await.unwrap().unwrap();
         });
         while let Some(joined) = callers.join_next().await {
             joined.unwrap();

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use sqlx::AnyConnection;
 
 use super::{event_rows, insert_event_rows, lock_jobs, EventRow, Placed, Reserved};
-use crate::ledger::model::{EventSlot, NewEvent};
+use crate::ledger::model::NewEvent;
 use crate::ledger::{Ledger, LedgerError, Refusal};
 
 /// Most jobs whose sequence numbers one statement reserves.
@@ -61,33 +61,6 @@ impl Ledger {
         Ok(())
     }
 
-    /// Puts each event in the place a write reserved for it ([`EventSlot`]), in one
-    /// transaction: the places are the caller's alone, so the jobs' rows are neither locked
-    /// nor updated. A place is filled once; the event's number and time are the place's.
-    pub async fn record_in_slots(
-        &self,
-        events: &[(EventSlot, NewEvent)],
-    ) -> Result<(), LedgerError> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        let placed: Vec<Placed<'_>> = events
-            .iter()
-            .map(|(slot, event)| Placed {
-                job_id: &slot.job_id,
-                seq: slot.seq,
-                at: slot.at,
-                epoch: slot.epoch,
-                deadline_at: slot.deadline_at,
-                event,
-            })
-            .collect();
-        let mut tx = self.begin_write().await?;
-        insert_event_rows(&self.sql, &mut tx, &event_rows(&placed)).await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
     /// [`Ledger::record_events`] inside the caller's transaction: locks the jobs' rows in
     /// one order first.
     pub(crate) async fn record_events_in(
@@ -103,51 +76,54 @@ impl Ledger {
     }
 
     /// [`Ledger::record_events_in`] for a transaction that holds the jobs' rows already: the
-    /// events' numbers reserved, their rows added to `rows` for the caller to insert.
+    /// events' numbers reserved, their rows added to `rows` for the caller to insert. Says of
+    /// each event whether it was placed: one for a job that does not exist is not.
     pub(crate) async fn record_events_locked(
         &self,
         tx: &mut AnyConnection,
         events: &[(String, NewEvent)],
         rows: &mut Vec<EventRow>,
-    ) -> Result<(), LedgerError> {
+    ) -> Result<Vec<bool>, LedgerError> {
         // Several events for one job each need their own sequence number: place them in
         // rounds, each round holding at most one event per job.
-        let mut rounds: Vec<Vec<&(String, NewEvent)>> = Vec::new();
+        let mut rounds: Vec<Vec<usize>> = Vec::new();
         let mut seen: HashMap<&str, usize> = HashMap::new();
-        for entry in events {
+        for (i, entry) in events.iter().enumerate() {
             let round = seen.entry(entry.0.as_str()).or_insert(0);
             if rounds.len() <= *round {
                 rounds.push(Vec::new());
             }
-            rounds[*round].push(entry);
+            rounds[*round].push(i);
             *round += 1;
         }
+        let mut placed_at = vec![false; events.len()];
         for round in rounds {
             for chunk in round.chunks(RESERVE_CHUNK) {
                 let batched = &self.sql.reserve_event_each;
                 let sql = batched.sql();
                 let query = sqlx::query_as::<_, ReservedOf>(sql);
-                let query = bind_keys!(query, batched, chunk.iter().map(|e| e.0.as_str()));
+                let query = bind_keys!(query, batched, chunk.iter().map(|&i| events[i].0.as_str()));
                 let reserved = query.fetch_all(&mut *tx).await?;
-                let by_job: HashMap<&str, &(String, NewEvent)> =
-                    chunk.iter().map(|e| (e.0.as_str(), *e)).collect();
+                let by_job: HashMap<&str, usize> =
+                    chunk.iter().map(|&i| (events[i].0.as_str(), i)).collect();
                 let placed: Vec<Placed<'_>> = reserved
                     .iter()
                     .filter_map(|row| {
-                        let entry = by_job.get(row.job_id.as_str())?;
+                        let i = *by_job.get(row.job_id.as_str())?;
+                        placed_at[i] = true;
                         Some(Placed {
-                            job_id: entry.0.as_str(),
+                            job_id: events[i].0.as_str(),
                             seq: row.reserved.seq,
                             at: row.reserved.at,
                             epoch: row.reserved.epoch,
                             deadline_at: row.reserved.deadline_at,
-                            event: &entry.1,
+                            event: &events[i].1,
                         })
                     })
                     .collect();
                 rows.extend(event_rows(&placed));
             }
         }
-        Ok(())
+        Ok(placed_at)
     }
 }
