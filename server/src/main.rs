@@ -78,8 +78,15 @@ async fn run() -> anyhow::Result<()> {
         Command::Worker(_) => work(&settings).await,
         Command::Migrate => {
             let ledger = Ledger::connect(url, options).await?;
-            ledger.migrate().await.context("migrating the ledger")?;
-            println!("migrated the {} ledger", ledger.backend().as_str());
+            fenceline::startup::migrate(&ledger, settings.environment)
+                .await
+                .context("migrating the ledger")?;
+            let marked = if ledger.marked_production().await? {
+                " (marked production: drills refuse it)"
+            } else {
+                ""
+            };
+            println!("migrated the {} ledger{marked}", ledger.backend().as_str());
             Ok(())
         }
         Command::Token(TokenCommand::Add { tenant, name }) => {
@@ -626,7 +633,9 @@ async fn work(settings: &Settings) -> anyhow::Result<()> {
     let ledger = Ledger::connect(&settings.ledger.url, &settings.ledger.options)
         .await
         .context("opening the ledger")?;
-    ledger.migrate().await.context("migrating the ledger")?;
+    fenceline::startup::migrate(&ledger, settings.environment)
+        .await
+        .context("migrating the ledger")?;
     let mut supervisor = Supervisor::default();
     let metrics = fenceline::metrics::Metrics::default();
     runtime::start(&mut supervisor, &ledger, settings, &metrics).await?;

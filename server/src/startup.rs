@@ -35,12 +35,25 @@ pub struct Application {
     metrics: Metrics,
 }
 
+/// Migrates the ledger, and marks it as serving production when this process does: drills
+/// then refuse it, whatever environment their own process is given.
+pub async fn migrate(
+    ledger: &Ledger,
+    environment: crate::settings::Environment,
+) -> Result<(), crate::ledger::LedgerError> {
+    ledger.migrate().await?;
+    if environment == crate::settings::Environment::Production {
+        ledger.mark_production().await?;
+    }
+    Ok(())
+}
+
 impl Application {
     /// Connects and migrates the ledger, then binds the HTTP listener (port 0 picks a free
     /// port), all as `settings` say.
     pub async fn build(settings: &Settings) -> Result<Application, StartupError> {
         let ledger = Ledger::connect(&settings.ledger.url, &settings.ledger.options).await?;
-        ledger.migrate().await?;
+        migrate(&ledger, settings.environment).await?;
         let bind = settings.http.bind;
         let listener = TcpListener::bind(bind)
             .await

@@ -105,6 +105,15 @@ pub enum DrillError {
     Production,
     #[error("no drill was asked for")]
     Empty,
+    /// Runs share the deployment's ledger, and their faults and verdicts assume they run
+    /// alone: a second start waits for the first to end.
+    #[error(
+        "drill run {run_id} (started by {requested_by}) is still going; one drill run at a time"
+    )]
+    Busy {
+        run_id: String,
+        requested_by: String,
+    },
     #[error("cannot open the drill's queue: {0}")]
     Queue(#[from] QueueError),
     #[error(transparent)]
@@ -255,7 +264,7 @@ pub async fn start(
     environment: Environment,
     request: DrillRequest,
 ) -> Result<String, DrillError> {
-    let (run_id, report) = begin(ledger, environment, &request).await?;
+    let (run_id, report) = begin(ledger, environment, &request, true).await?;
     let ledger = ledger.clone();
     let id = run_id.clone();
     tokio::spawn(async move {
@@ -274,7 +283,7 @@ pub async fn run(
     request: DrillRequest,
     progress: impl Fn(&ScenarioReport) + Send + Sync + 'static,
 ) -> Result<Report, DrillError> {
-    let (run_id, report) = begin(ledger, environment, &request).await?;
+    let (run_id, report) = begin(ledger, environment, &request, true).await?;
     execute(
         ledger,
         &run_id,
@@ -294,7 +303,8 @@ pub async fn run_sabotaged(
     request: DrillRequest,
     disabled: &[super::sabotage::Safeguard],
 ) -> Result<Report, DrillError> {
-    let (run_id, report) = begin(ledger, Environment::Development, &request).await?;
+    // Runs that prove the drills themselves go side by side: they run in tests alone.
+    let (run_id, report) = begin(ledger, Environment::Development, &request, false).await?;
     let faults = Faults::default();
     for safeguard in disabled {
         faults.disable(*safeguard);
@@ -302,12 +312,19 @@ pub async fn run_sabotaged(
     execute(ledger, &run_id, request, report, faults, |_| {}).await
 }
 
+/// Records a run about to start, once it is allowed: never against a database a production
+/// deployment marked, whatever `environment` this process was given; and, when `alone`, only
+/// while no other run is going.
 async fn begin(
     ledger: &Ledger,
     environment: Environment,
     request: &DrillRequest,
+    alone: bool,
 ) -> Result<(String, Report), DrillError> {
     allowed(environment)?;
+    if ledger.marked_production().await? {
+        return Err(DrillError::Production);
+    }
     if request.kinds.is_empty() {
         return Err(DrillError::Empty);
     }
@@ -325,20 +342,26 @@ async fn begin(
             .collect(),
     };
     let kinds: Vec<&str> = request.kinds.iter().map(|k| k.as_str()).collect();
-    ledger
-        .insert_drill_run(&DrillRunRow {
-            run_id: run_id.clone(),
-            kinds: serde_json::to_string(&kinds).expect("kinds serialize"),
-            queue: report.queue.clone(),
-            timings: report.timings.clone(),
-            requested_by: request.requested_by.clone(),
-            status: "running".into(),
-            started_at: 0,
-            alive_at: 0,
-            finished_at: None,
-            report: serde_json::to_string(&report).expect("report serializes"),
-        })
-        .await?;
+    let row = DrillRunRow {
+        run_id: run_id.clone(),
+        kinds: serde_json::to_string(&kinds).expect("kinds serialize"),
+        queue: report.queue.clone(),
+        timings: report.timings.clone(),
+        requested_by: request.requested_by.clone(),
+        status: "running".into(),
+        started_at: 0,
+        alive_at: 0,
+        finished_at: None,
+        report: serde_json::to_string(&report).expect("report serializes"),
+    };
+    if !alone {
+        ledger.insert_drill_run(&row).await?;
+    } else if let Err(going) = ledger.insert_only_drill_run(&row, STALE).await? {
+        return Err(DrillError::Busy {
+            run_id: going.run_id,
+            requested_by: going.requested_by,
+        });
+    }
     Ok((run_id, report))
 }
 

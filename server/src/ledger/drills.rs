@@ -42,22 +42,68 @@ impl Ledger {
     /// Records a run that has just started; `started_at` and `alive_at` are now.
     pub async fn insert_drill_run(&self, run: &DrillRunRow) -> Result<i64, LedgerError> {
         let now = self.now_us().await?;
+        let mut tx = self.begin_write().await?;
+        insert_run(&mut tx, run, now).await?;
+        tx.commit().await?;
+        Ok(now)
+    }
+
+    /// [`Ledger::insert_drill_run`] only while no other run is going (one that saved its
+    /// progress within `stale`): the run going instead, when there is one. Two starts at once
+    /// are taken in turn, so one of them finds the other.
+    pub async fn insert_only_drill_run(
+        &self,
+        run: &DrillRunRow,
+        stale: Duration,
+    ) -> Result<Result<i64, DrillRunRow>, LedgerError> {
+        let now = self.now_us().await?;
+        let cutoff = now - i64::try_from(stale.as_micros()).unwrap_or(i64::MAX);
+        let mut tx = self.begin_write().await?;
+        if self.backend == super::Backend::Postgres {
+            // SQLite's one writer takes starts in turn already.
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtext('fenceline.drill_runs'))")
+                .execute(&mut *tx)
+                .await?;
+        }
+        let sql = format!(
+            "SELECT {COLUMNS} FROM drill_runs WHERE status = 'running' AND alive_at >= $1 \
+             ORDER BY started_at LIMIT 1"
+        );
+        let going = sqlx::query_as::<_, DrillRunRow>(&sql)
+            .bind(cutoff)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if let Some(going) = going {
+            return Ok(Err(going));
+        }
+        insert_run(&mut tx, run, now).await?;
+        tx.commit().await?;
+        Ok(Ok(now))
+    }
+
+    /// Marks this database as serving production, for good: drills refuse to run against
+    /// it, whatever their own process is told.
+    pub async fn mark_production(&self) -> Result<(), LedgerError> {
+        let now = self.now_us().await?;
         sqlx::query(
-            "INSERT INTO drill_runs (run_id, kinds, queue, timings, requested_by, status, \
-             started_at, alive_at, finished_at, report) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $7, NULL, $8)",
+            "INSERT INTO deployment (id, environment, marked_at) VALUES (1, 'production', $1) \
+             ON CONFLICT (id) DO UPDATE SET environment = 'production', \
+             marked_at = CASE WHEN deployment.environment = 'production' \
+             THEN deployment.marked_at ELSE excluded.marked_at END",
         )
-        .bind(&run.run_id)
-        .bind(&run.kinds)
-        .bind(&run.queue)
-        .bind(&run.timings)
-        .bind(&run.requested_by)
-        .bind(&run.status)
         .bind(now)
-        .bind(&run.report)
         .execute(&self.writer)
         .await?;
-        Ok(now)
+        Ok(())
+    }
+
+    /// Whether a production deployment has marked this database ([`Ledger::mark_production`]).
+    pub async fn marked_production(&self) -> Result<bool, LedgerError> {
+        let environment: Option<String> =
+            sqlx::query_scalar("SELECT environment FROM deployment WHERE id = 1")
+                .fetch_optional(&self.reader)
+                .await?;
+        Ok(environment.as_deref() == Some("production"))
     }
 
     /// Saves a run's progress (and marks it alive); `finished` ends it with `status`.
@@ -163,6 +209,29 @@ impl Ledger {
         .await?;
         Ok(())
     }
+}
+
+async fn insert_run(
+    tx: &mut sqlx::AnyConnection,
+    run: &DrillRunRow,
+    now: i64,
+) -> Result<(), LedgerError> {
+    sqlx::query(
+        "INSERT INTO drill_runs (run_id, kinds, queue, timings, requested_by, status, \
+         started_at, alive_at, finished_at, report) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $7, NULL, $8)",
+    )
+    .bind(&run.run_id)
+    .bind(&run.kinds)
+    .bind(&run.queue)
+    .bind(&run.timings)
+    .bind(&run.requested_by)
+    .bind(&run.status)
+    .bind(now)
+    .bind(&run.report)
+    .execute(&mut *tx)
+    .await?;
+    Ok(())
 }
 
 #[cfg(feature = "sabotage")]

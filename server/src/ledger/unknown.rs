@@ -43,7 +43,8 @@ impl Ledger {
     /// A page of `unknown` jobs for provider retrieval, after `cursor` (by last change, then
     /// id), each with its epoch and its last attempt's provider request id. Jobs already
     /// marked `retrieval_unsupported` at their current epoch are skipped: asking again
-    /// cannot help them.
+    /// cannot help them. So are drill jobs: their drill decides them, and the deployment's
+    /// provider never heard of them.
     pub async fn unknown_for_retrieval(
         &self,
         cursor: &(i64, String),
@@ -52,7 +53,7 @@ impl Ledger {
         let sql = "SELECT j.job_id, j.owner_epoch AS epoch, j.updated_at, \
              (SELECT a.provider_request_id FROM attempts a WHERE a.job_id = j.job_id \
               ORDER BY a.attempt_no DESC LIMIT 1) AS last_request \
-             FROM jobs j WHERE j.state = 'unknown' \
+             FROM jobs j WHERE j.state = 'unknown' AND j.drill_run IS NULL \
              AND (j.updated_at > $1 OR (j.updated_at = $1 AND j.job_id > $2)) \
              AND NOT EXISTS (SELECT 1 FROM events e WHERE e.job_id = j.job_id \
                  AND e.kind = 'retrieval_unsupported' AND e.epoch = j.owner_epoch) \

@@ -212,6 +212,76 @@ async fn drills_are_refused_in_production_and_an_empty_run_is_refused() {
     );
 }
 
+/// A database a production deployment marked refuses drills from any process, one told it
+/// is in development included; `fenceline migrate --environment production` marks it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drill_against_a_database_marked_production_is_refused() {
+    let db = crate::helpers::fresh_db(Db::Sqlite).await;
+    let migrate = cli(&["--environment", "production", "migrate"], &db.url).await;
+    let said = String::from_utf8_lossy(&migrate.stdout);
+    assert!(migrate.status.success(), "{said}");
+    assert!(said.contains("marked production"), "{said}");
+    let run = cli(&["drill", "run", "delivery-after-delete"], &db.url).await;
+    assert!(!run.status.success());
+    let said = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        said.contains("refused in a deployment marked production"),
+        "{said}"
+    );
+
+    let ledger = Ledger::connect(&db.url, &crate::helpers::options())
+        .await
+        .unwrap();
+    assert!(ledger.marked_production().await.unwrap());
+    let refused = runner::run(
+        &ledger,
+        Environment::Development,
+        all(DrillQueue::Embedded),
+        |_| {},
+    )
+    .await;
+    assert!(matches!(refused, Err(runner::DrillError::Production)));
+    assert!(ledger.drill_runs(10).await.unwrap().is_empty());
+    // A process in development does not take the mark back.
+    let again = cli(&["migrate"], &db.url).await;
+    assert!(again.status.success());
+    assert!(ledger.marked_production().await.unwrap());
+}
+
+/// One drill run at a time: a second start while one is going is refused and names the run
+/// going; once it has ended, the next one starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_second_drill_start_while_one_runs_names_the_run_going() {
+    let (ledger, _db) = fresh_ledger(Db::Sqlite).await;
+    let one = |by: &str| DrillRequest {
+        kinds: vec![DrillKind::ALL[0]],
+        requested_by: by.into(),
+        ..all(DrillQueue::Embedded)
+    };
+    let first = runner::start(&ledger, Environment::Development, one("operator:ann"))
+        .await
+        .unwrap();
+    let second = runner::start(&ledger, Environment::Development, one("operator:bob")).await;
+    match second {
+        Err(error @ runner::DrillError::Busy { .. }) => {
+            let said = error.to_string();
+            assert!(said.contains(&first), "{said}");
+            assert!(said.contains("operator:ann"), "{said}");
+        }
+        other => panic!("a second run started: {other:?}"),
+    }
+    assert_eq!(ledger.drill_runs(10).await.unwrap().len(), 1);
+    let until = tokio::time::Instant::now() + Duration::from_secs(60);
+    while ledger.drill_run(&first).await.unwrap().unwrap().status == "running" {
+        assert!(
+            tokio::time::Instant::now() < until,
+            "the first run never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    run_passing(&ledger, one("operator:bob")).await;
+}
+
 #[tokio::test]
 async fn a_run_whose_process_stopped_is_marked_interrupted() {
     let (ledger, _db) = fresh_ledger(Db::Sqlite).await;
