@@ -1298,3 +1298,83 @@ async fn a_timeline_is_seeded_beside_a_running_worker() {
         );
     }
 }
+
+/// The peak resident memory of process `pid` (`VmHWM`), in bytes.
+fn peak_memory(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc");
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))
+        .expect("VmHWM");
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("a size in kB");
+    kib * 1024
+}
+
+/// Sixty wrong passwords posted at once with one form token, against a `serve` process: the
+/// account's limit lets five be checked, and the process's peak memory grows by less than
+/// 200 MiB (each password check takes about 19 MiB, and only two run at a time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_wrong_passwords_checks_five_and_keeps_memory_bounded() {
+    use fenceline::ledger::FailureScope;
+    use fenceline::operators::{hash_password, Role};
+    let db = crate::helpers::fresh_db(Db::Sqlite).await;
+    let (child, base) = crate::helpers::spawn_serve(&db.url, &[]).await;
+    let pid = child.id().expect("running");
+    let ledger = Ledger::connect(&db.url, &crate::helpers::options())
+        .await
+        .unwrap();
+    let right = "correct horse battery staple";
+    ledger
+        .add_operator("ana", Role::Operator, None, &hash_password(right).unwrap())
+        .await
+        .unwrap();
+    // A right password first: the process has checked one before the measure starts.
+    let mut first = crate::helpers::Browser::new(&base);
+    assert_eq!(
+        crate::helpers::location(&first.sign_in("ana", right).await),
+        "/"
+    );
+    let before = peak_memory(pid);
+    let mut browser = crate::helpers::Browser::new(&base);
+    let csrf = browser.token("/login").await;
+    let cookie = browser.cookie.clone().expect("the sign-in form's cookie");
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let mut guesses = tokio::task::JoinSet::new();
+    for i in 0..60 {
+        let request = client
+            .post(format!("{base}/login"))
+            .header("cookie", &cookie)
+            .header("origin", &base)
+            .form(&[
+                ("csrf", csrf.as_str()),
+                ("name", "ana"),
+                ("password", &format!("guess {i}")),
+                ("next", "/"),
+            ]);
+        guesses.spawn(async move { request.send().await.unwrap().status() });
+    }
+    let answers = guesses.join_all().await;
+    assert!(
+        answers.iter().all(|s| *s == 303 || *s == 429),
+        "{answers:?}"
+    );
+    let checked = ledger
+        .recent_sign_in_failures(FailureScope::Account, "ana", 60_000_000)
+        .await
+        .unwrap();
+    assert_eq!(checked, 5, "wrong passwords checked for the account");
+    let grown = peak_memory(pid).saturating_sub(before);
+    assert!(
+        grown < 200 * 1024 * 1024,
+        "the burst grew the process's peak memory by {} MiB",
+        grown / (1024 * 1024)
+    );
+    drop(child);
+}
