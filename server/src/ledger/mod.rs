@@ -169,6 +169,9 @@ pub struct Ledger {
     /// Group commits a test armed to lose their answer ([`Ledger::lose_commit_answers`]).
     #[cfg(feature = "sabotage")]
     lost_commits: Arc<std::sync::Mutex<(u32, bool)>>,
+    /// Renewal commits a test armed to answer late ([`Ledger::slow_renewal_answers`]).
+    #[cfg(feature = "sabotage")]
+    slow_renewals: Arc<std::sync::Mutex<(u32, std::time::Duration)>>,
 }
 
 /// The embedded queue new jobs are sent to as they are created.
@@ -228,6 +231,8 @@ impl Ledger {
             }),
             #[cfg(feature = "sabotage")]
             lost_commits: Arc::default(),
+            #[cfg(feature = "sabotage")]
+            slow_renewals: Arc::default(),
         }
     }
 

@@ -118,6 +118,56 @@ async fn a_call_longer_than_visibility_renews_visibility_and_lease_and_is_not_re
     rig.stop().await;
 }
 
+/// On the embedded queue a heartbeat round renews a job's lease and its visibility in one
+/// transaction. When the commit's answer comes only after the round stopped waiting for it,
+/// the visibility outcome committed with it is on the timeline once: nothing records it again
+/// as uncertain.
+async fn a_renewal_answered_late_records_its_visibility_outcome_once(kind: QueueKind) {
+    let rig = rig(
+        kind,
+        StubConfig {
+            latency: Duration::from_millis(5000),
+            ..Default::default()
+        },
+        1,
+    )
+    .await;
+    let job_id = rig.submit("late").await;
+    wait_for_event(&rig.ledger, &job_id, "lease_renewed", LIMIT).await;
+    // Longer than a round waits for a renewal (1.7 s with the compressed timings).
+    rig.ledger
+        .slow_renewal_answers(1, Duration::from_millis(2500));
+    rig.wait_for(&job_id, LIMIT, |j| j.state == JobState::Succeeded)
+        .await;
+    let events = rig.ledger.all_events(&job_id).await.unwrap();
+    let count = |kind: &str| events.iter().filter(|e| e.kind.as_str() == kind).count();
+    let uncertain = events
+        .iter()
+        .filter(|e| e.detail["uncertain"] == serde_json::json!(true))
+        .count();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(uncertain, 0, "{kinds:?}");
+    assert_eq!(
+        count("visibility_renewed") + count("visibility_renewal_failed"),
+        count("lease_renewed"),
+        "one visibility outcome for each renewal: {kinds:?}"
+    );
+    rig.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_renewal_answered_late_records_its_visibility_outcome_once_on_sqlite() {
+    a_renewal_answered_late_records_its_visibility_outcome_once(QueueKind::EmbeddedSqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_renewal_answered_late_records_its_visibility_outcome_once_on_postgres() {
+    if crate::helpers::skip_postgres() {
+        return;
+    }
+    a_renewal_answered_late_records_its_visibility_outcome_once(QueueKind::EmbeddedPostgres).await;
+}
+
 async fn malformed_messages_are_recorded_and_dead_lettered_and_the_worker_keeps_running(
     kind: QueueKind,
 ) {

@@ -278,6 +278,7 @@ impl Ledger {
                 .collect();
             insert_events(&self.sql, &mut tx, &placed).await?;
             tx.commit().await?;
+            self.renewal_answer_delay().await;
             for (i, (r, change)) in chunk.iter().zip(changes).enumerate() {
                 let granted = renewed.get(&(r.job_id.as_str(), r.epoch));
                 let outcome = match granted {
@@ -324,5 +325,29 @@ impl Ledger {
             self.record_events(&events).await?;
         }
         Ok(refusal)
+    }
+
+    /// Makes the answers of the next `commits` renewals with visibility
+    /// ([`Ledger::renew_leases_with_visibility`]) arrive `delay` after they committed, as
+    /// over a slow network. Only in test builds.
+    #[cfg(feature = "sabotage")]
+    pub fn slow_renewal_answers(&self, commits: u32, delay: Duration) {
+        *self.slow_renewals.lock().expect("slow renewals") = (commits, delay);
+    }
+
+    async fn renewal_answer_delay(&self) {
+        #[cfg(feature = "sabotage")]
+        {
+            let delay = {
+                let mut slow = self.slow_renewals.lock().expect("slow renewals");
+                (slow.0 > 0).then(|| {
+                    slow.0 -= 1;
+                    slow.1
+                })
+            };
+            if let Some(delay) = delay {
+                tokio::time::sleep(delay).await;
+            }
+        }
     }
 }
