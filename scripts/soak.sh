@@ -2,7 +2,7 @@
 # The chaos soak. N jobs go through the API into several `fenceline worker` processes on a
 # throwaway PostgreSQL, with the embedded queue (default) or an SQS endpoint (moto_server,
 # `--queue sqs`). Each worker injects duplicate deliveries, failed deletes, visibility-renewal
-# timeouts and lease-renewal failures (5 % each, through the drill fault points); the stub
+# timeouts, lease-renewal failures and group commits whose answer is lost (5 % each); the stub
 # model loses some responses and fails some calls retryably. Meanwhile workers are paused past
 # their visibility timeout (SIGSTOP/SIGCONT) and killed (SIGKILL) and restarted, PostgreSQL is
 # restarted once and `serve` once. When every job is terminal or `unknown` (or the time limit
@@ -158,6 +158,7 @@ took=$(elapsed)
 stop_all
 echo "== faults and recoveries on the timelines"
 psql_q "SELECT kind || ': ' || count(*) FROM events e JOIN jobs j ON j.job_id = e.job_id WHERE j.tenant = 'soak' AND kind IN ('delete_failed', 'visibility_renewal_failed', 'lease_renewal_failed', 'lease_lost', 'duplicate_suppressed', 'delivery_deferred', 'recovery_claimed', 'result_rejected', 'decision_recorded', 'delivery_acked_terminal') GROUP BY kind ORDER BY kind" | sed 's/^/   /'
+echo "   group commits that got no answer: $(cat "$dir"/worker-*.log | grep -c 'group commit got no answer' || true) ($(cat "$dir"/worker-*.log | grep 'group commit got no answer' | grep -c 'Some(true)' || true) had landed)"
 echo "   redeliveries: $(psql_q "SELECT count(*) FROM events e JOIN jobs j ON j.job_id = e.job_id WHERE j.tenant = 'soak' AND e.kind = 'delivery_received' AND e.receive_count > 1")"
 echo "== verdict after ${took}s ($jobs jobs, $workers workers, $queue queue)"
 status=0

@@ -413,8 +413,10 @@ pub mod runtime {
         let rate = settings.worker.soak_faults;
         if rate > 0.0 {
             // The chaos soak: the worker's queue drops deletes and visibility changes and
-            // delivers copies, and its lease renewals fail, each at `rate`.
+            // delivers copies, its lease renewals fail, and its group commits lose their
+            // answer (landed or not), each at `rate`.
             tracing::warn!(rate, "injecting faults for the chaos soak");
+            ledger.lose_commit_answers_at(rate);
             config.faults = Some(crate::drill::faults::Faults::at_rate(
                 rate,
                 &[crate::drill::faults::FaultPoint::LeaseRenew],

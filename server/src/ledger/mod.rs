@@ -166,9 +166,9 @@ pub struct Ledger {
     groups: Arc<std::sync::OnceLock<write::Groups>>,
     /// Where new jobs' messages go in their own transaction ([`LedgerOptions::direct_queue`]).
     direct: Option<Arc<DirectQueue>>,
-    /// Group commits a test armed to lose their answer ([`Ledger::lose_commit_answers`]).
-    #[cfg(feature = "sabotage")]
-    lost_commits: Arc<std::sync::Mutex<(u32, bool)>>,
+    /// Group commits armed to lose their answer: by a test ([`Ledger::lose_commit_answers`])
+    /// or at a rate by the chaos soak ([`Ledger::lose_commit_answers_at`]).
+    lost_commits: Arc<std::sync::Mutex<write::LostCommits>>,
     /// Renewal commits a test armed to answer late ([`Ledger::slow_renewal_answers`]).
     #[cfg(feature = "sabotage")]
     slow_renewals: Arc<std::sync::Mutex<(u32, std::time::Duration)>>,
@@ -229,7 +229,6 @@ impl Ledger {
                     capped: Default::default(),
                 })
             }),
-            #[cfg(feature = "sabotage")]
             lost_commits: Arc::default(),
             #[cfg(feature = "sabotage")]
             slow_renewals: Arc::default(),

@@ -51,7 +51,7 @@ fn most(backend: Backend) -> usize {
 /// How long a runner whose commit got no answer keeps trying to read its mark.
 const MARK_READ_BOUND: Duration = Duration::from_secs(10);
 
-/// The error of a commit whose answer a test made lose.
+/// The error of a commit whose answer a fault made lose.
 fn lost_answer() -> sqlx::Error {
     sqlx::Error::Io(std::io::Error::new(
         std::io::ErrorKind::ConnectionReset,
@@ -266,6 +266,17 @@ impl<Op: Send + 'static, Out: Send + 'static> Lane<Op, Out> {
         }
         answer.await.unwrap_or(Ok(None))
     }
+}
+
+/// Group commits armed to lose their answer ([`Ledger::lose_commit_answers_at`]).
+#[derive(Debug, Default)]
+pub(crate) struct LostCommits {
+    /// The next this many, each landing first when `landed`.
+    next: u32,
+    landed: bool,
+    /// Then each at this rate, drawn in turn.
+    rate: f64,
+    drawn: u64,
 }
 
 /// Which batch of which runner a commit is.
@@ -603,17 +614,29 @@ impl Ledger {
     /// builds.
     #[cfg(feature = "sabotage")]
     pub fn lose_commit_answers(&self, commits: u32, landed: bool) {
-        *self.lost_commits.lock().expect("lost commits") = (commits, landed);
+        let mut lost = self.lost_commits.lock().expect("lost commits");
+        lost.next = commits;
+        lost.landed = landed;
+    }
+
+    /// Makes group commits lose their answer at `rate` (0 to 1), half of them after
+    /// committing and half before: the chaos soak's fault, never armed in production.
+    pub fn lose_commit_answers_at(&self, rate: f64) {
+        self.lost_commits.lock().expect("lost commits").rate = rate;
     }
 
     /// Whether this commit's answer is to be lost, and whether it lands first.
     fn commit_fault(&self) -> Option<bool> {
-        #[cfg(feature = "sabotage")]
-        {
-            let mut lost = self.lost_commits.lock().expect("lost commits");
-            if lost.0 > 0 {
-                lost.0 -= 1;
-                return Some(lost.1);
+        let mut lost = self.lost_commits.lock().expect("lost commits");
+        if lost.next > 0 {
+            lost.next -= 1;
+            return Some(lost.landed);
+        }
+        if lost.rate > 0.0 {
+            lost.drawn += 1;
+            let draw = crate::queue::faults::draw("lost commit answer", lost.drawn);
+            if draw < lost.rate {
+                return Some(draw < lost.rate / 2.0);
             }
         }
         None
@@ -823,7 +846,14 @@ impl Ledger {
             Err(error) => {
                 // The connection goes back to the pool, which tests it before handing it out.
                 drop(conn);
-                match self.batch_landed(mark.0, mark.1).await {
+                let landed = self.batch_landed(mark.0, mark.1).await;
+                tracing::warn!(
+                    %error,
+                    writes = n,
+                    landed = ?landed,
+                    "a group commit got no answer; its mark says whether it landed"
+                );
+                match landed {
                     Some(true) => Ok(out),
                     Some(false) => Err(BatchFailed::RolledBack(error.into())),
                     None => Err(BatchFailed::Unknown(error.into())),

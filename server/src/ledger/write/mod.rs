@@ -25,7 +25,7 @@ mod timeline;
 
 pub use attempt::RenewBoth;
 pub use group::{AcceptDelete, GroupStats, LedgerMessage};
-pub(crate) use group::{Groups, ReceiveOp};
+pub(crate) use group::{Groups, LostCommits, ReceiveOp};
 pub use outbox::OutboxItem;
 
 use std::sync::Arc;
