@@ -17,6 +17,7 @@ pub mod gate;
 mod health;
 pub mod openapi;
 pub mod sessions;
+pub mod sign_in_form;
 mod signin;
 
 use axum::extract::DefaultBodyLimit;

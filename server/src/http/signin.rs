@@ -1,20 +1,23 @@
-//! Signing in and out of the console. `/login` (the page) is the app's; the form posts here.
-//! A good password starts a fresh session (a new id: a cookie from before sign-in is useless
-//! after it); failures are counted per account and per address, each attempt counted before
-//! its password is checked, and the sixth in a minute is refused unchecked. Two passwords are
-//! checked at a time.
+//! Signing in and out of the console. `/login` (the page) is the app's; the form posts here,
+//! with the token its signed cookie vouches for ([`sign_in_form`]): no session exists before
+//! a form is posted. A good password starts a fresh session (a new id: a cookie from before
+//! sign-in is useless after it); failures are counted per account and per address, each
+//! attempt counted before its password is checked, and the sixth in a minute is refused
+//! unchecked. Two passwords are checked at a time.
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 
 use axum::extract::{ConnectInfo, State};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::{Extension, Form};
 use serde::Deserialize;
 use tower_sessions::Session;
 
-use super::gate::{check_form_token, flash, now, plain};
+use super::gate::{check_form_token, flash, forbidden, now, plain};
 use super::sessions::{keys, new_token};
+use super::sign_in_form;
 use super::AppState;
 use crate::operators::{hash_password, verify_password};
 
@@ -73,11 +76,14 @@ fn decoy_hash() -> &'static str {
 pub(super) async fn login(
     State(state): State<AppState>,
     connect: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
     session: Session,
     Form(form): Form<LoginForm>,
 ) -> Response {
-    if let Err(refused) = check_form_token(&session, &form.csrf).await {
-        return refused;
+    if !sign_in_form::accepts(&state.access.form_key, &headers, &form.csrf) {
+        return forbidden(
+            "this form has expired or did not come from this console; reload the page and try again",
+        );
     }
     let ledger = &state.ledger;
     let name = form.name.trim().to_owned();
@@ -169,7 +175,9 @@ pub(super) async fn login(
         );
     }
     tracing::info!(operator = %credentials.operator.name, "signed in");
-    Redirect::to(&local_path(&form.next)).into_response()
+    let mut response = Redirect::to(&local_path(&form.next)).into_response();
+    sign_in_form::forget(&mut response, state.access.https);
+    response
 }
 
 #[derive(Deserialize)]

@@ -334,6 +334,8 @@ impl Settings {
             https: public.is_some_and(|url| url.starts_with("https://")),
             metrics_token: self.http.metrics_token.clone(),
             sessions: Default::default(),
+            // The ledger's key replaces it once the ledger is open (`startup`).
+            form_key: Default::default(),
         }
     }
 

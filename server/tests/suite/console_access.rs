@@ -19,6 +19,7 @@ on_both_backends!(
     every_redirect_stays_on_this_site_whatever_next_holds,
     an_export_shows_outside_values_as_written_never_as_links,
     signing_in_starts_a_new_session_and_signing_out_ends_it,
+    a_thousand_visits_to_the_sign_in_page_store_no_session,
     the_sixth_wrong_password_in_a_minute_is_throttled,
     sixty_guesses_at_once_on_one_form_get_five_checked,
     forms_without_the_sessions_token_or_from_another_site_are_refused,
@@ -269,10 +270,7 @@ async fn signing_in_starts_a_new_session_and_signing_out_ends_it(db: Db) {
     add_operator(&app.ledger, "ana", Role::Operator, None).await;
     let mut browser = Browser::new(&app.base);
     let csrf = browser.token("/login").await;
-    let before = browser
-        .cookie
-        .clone()
-        .expect("a session for the sign-in form");
+    let before = browser.cookie.clone().expect("the sign-in form's cookie");
     let response = browser
         .post(
             "/login",
@@ -324,6 +322,122 @@ async fn signing_in_starts_a_new_session_and_signing_out_ends_it(db: Db) {
     assert_eq!(ana.get("/jobs").await.status(), 303);
 }
 
+/// The sign-in page stores nothing: a thousand visits without a cookie leave the sessions
+/// table as it was (each row would be a write on SQLite's one writer, kept for hours). Its form
+/// is still protected: posted without the page's cookie, with another token, or with a cookie
+/// altered, it is refused; as served, it signs in.
+async fn a_thousand_visits_to_the_sign_in_page_store_no_session(db: Db) {
+    let app = spawn_app(db).await;
+    add_operator(&app.ledger, "ana", Role::Viewer, None).await;
+    let pool = app.db.raw_pool().await;
+    let sessions = || async {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM sessions")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    let before = sessions().await;
+    let client = reqwest::Client::new();
+    let mut visits = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let (client, url) = (client.clone(), format!("{}/login", app.base));
+        visits.spawn(async move {
+            for _ in 0..125 {
+                let response = client.get(&url).send().await.unwrap();
+                assert_eq!(response.status(), 200);
+                let cookies: Vec<String> = response
+                    .headers()
+                    .get_all("set-cookie")
+                    .iter()
+                    .map(|v| v.to_str().unwrap().to_owned())
+                    .collect();
+                assert!(
+                    !cookies.iter().any(|c| c.starts_with("fenceline_session=")),
+                    "{cookies:?}"
+                );
+                assert!(token_in(&response.text().await.unwrap()).is_some());
+            }
+        });
+    }
+    visits.join_all().await;
+    assert_eq!(sessions().await, before, "sessions stored by visits");
+
+    let mut browser = Browser::new(&app.base);
+    let csrf = browser.token("/login").await;
+    let cookie = browser.cookie.clone().expect("the sign-in form's cookie");
+    let form = |token: &str| {
+        [
+            ("csrf", token.to_owned()),
+            ("name", "ana".to_owned()),
+            ("password", PASSWORD.to_owned()),
+            ("next", "/".to_owned()),
+        ]
+    };
+    let post = |cookie: Option<String>, token: String| {
+        let (client, base) = (client.clone(), app.base.clone());
+        async move {
+            let mut request = client
+                .post(format!("{base}/login"))
+                .header("origin", &base)
+                .form(&form(&token));
+            if let Some(cookie) = cookie {
+                request = request.header("cookie", cookie);
+            }
+            request.send().await.unwrap().status()
+        }
+    };
+    assert_eq!(post(None, csrf.clone()).await, 403, "without the cookie");
+    assert_eq!(
+        post(Some(cookie.clone()), "0".repeat(csrf.len())).await,
+        403,
+        "another token"
+    );
+    let mut altered = cookie.clone();
+    let last = altered.pop().unwrap();
+    altered.push(if last == '0' { '1' } else { '0' });
+    assert_eq!(
+        post(Some(altered), csrf.clone()).await,
+        403,
+        "an altered cookie"
+    );
+    let response = browser.sign_in("ana", PASSWORD).await;
+    assert_eq!(location(&response), "/");
+    assert_eq!(browser.get("/jobs").await.status(), 200);
+
+    // Another `serve` process on the same ledger signs the form's cookie with the same key.
+    let mut settings = fenceline::settings::Settings::for_database(&app.db.url).unwrap();
+    settings.ledger.options = crate::helpers::options();
+    settings.http.bind = "127.0.0.1:0".parse().unwrap();
+    let other = fenceline::startup::Application::build(&settings)
+        .await
+        .unwrap();
+    let other_base = format!("http://{}", other.local_addr());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(other.run_until_stopped(async move {
+        let _ = stopped.await;
+    }));
+    let mut there = Browser::new(&app.base);
+    let csrf = there.token("/login").await;
+    there.base = other_base;
+    let response = there
+        .post(
+            "/login",
+            &[
+                ("csrf", &csrf),
+                ("name", "ana"),
+                ("password", PASSWORD),
+                ("next", "/"),
+            ],
+        )
+        .await;
+    assert_eq!(
+        location(&response),
+        "/",
+        "served by one, posted to the other"
+    );
+    let _ = stop.send(());
+}
+
 async fn the_sixth_wrong_password_in_a_minute_is_throttled(db: Db) {
     let app = spawn_app(db).await;
     add_operator(&app.ledger, "ana", Role::Operator, None).await;
@@ -363,10 +477,7 @@ async fn sixty_guesses_at_once_on_one_form_get_five_checked(db: Db) {
     assert_eq!(failures().await, 0);
     let mut browser = Browser::new(&app.base);
     let csrf = browser.token("/login").await;
-    let cookie = browser
-        .cookie
-        .clone()
-        .expect("a session for the sign-in form");
+    let cookie = browser.cookie.clone().expect("the sign-in form's cookie");
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
