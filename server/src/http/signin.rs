@@ -3,7 +3,8 @@
 //! a form is posted. A good password starts a fresh session (a new id: a cookie from before
 //! sign-in is useless after it); failures are counted per account and per address, each
 //! attempt counted before its password is checked, and the sixth in a minute is refused
-//! unchecked. Two passwords are checked at a time.
+//! unchecked. The address is the client's, as [`super::proxies`] reads it. Two passwords are
+//! checked at a time.
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
@@ -87,7 +88,19 @@ pub(super) async fn login(
     }
     let ledger = &state.ledger;
     let name = form.name.trim().to_owned();
-    let address = connect.map_or_else(|| "unknown".to_owned(), |c| c.0 .0.ip().to_string());
+    // Behind a trusted proxy, the operator's own address: one office's failures do not lock
+    // out everyone who shares the proxy.
+    let address = connect.map_or_else(
+        || "unknown".to_owned(),
+        |c| {
+            let peer = c.0 .0.ip();
+            state
+                .access
+                .trusted_proxies
+                .client(peer, &headers)
+                .to_string()
+        },
+    );
     // The attempt takes its place in the throttle before its password is checked, counted as
     // a failure until the password proves right: guesses posted together are counted together.
     let slot = match ledger

@@ -6,11 +6,12 @@ use std::time::Duration;
 use fenceline::job::{Actor, JobState};
 use fenceline::ledger::{ActsAs, Ledger, Refusal};
 use fenceline::operators::{hash_password, Role};
-use fenceline::settings::Environment;
+use fenceline::settings::{Cli, Environment, Settings};
 use serde_json::json;
 
 use crate::helpers::{
-    as_owner, create, location, new_job, spawn_app, token_in, Browser, Db, TestApp,
+    as_owner, create, location, new_job, spawn_app, spawn_app_configured, token_in, Browser, Db,
+    TestApp,
 };
 use crate::on_both_backends;
 
@@ -22,6 +23,8 @@ on_both_backends!(
     a_thousand_visits_to_the_sign_in_page_store_no_session,
     the_sixth_wrong_password_in_a_minute_is_throttled,
     sixty_guesses_at_once_on_one_form_get_five_checked,
+    behind_a_trusted_proxy_each_forwarded_client_has_its_own_address_limit,
+    an_untrusted_peers_forwarded_for_is_ignored,
     forms_without_the_sessions_token_or_from_another_site_are_refused,
     a_viewer_sees_no_action_and_cannot_act,
     an_operator_limited_to_a_tenant_neither_sees_nor_acts_on_another,
@@ -509,6 +512,135 @@ async fn sixty_guesses_at_once_on_one_form_get_five_checked(db: Db) {
     // The right password now waits too.
     let response = browser.sign_in("ana", PASSWORD).await;
     assert!(location(&response).starts_with("/login"));
+}
+
+/// The application as `serve` with these flags would run it (on a fresh database, port 0).
+async fn serving_with(db: Db, flags: &[&str]) -> TestApp {
+    use clap::Parser;
+    let flags: Vec<String> = flags.iter().map(|f| (*f).to_owned()).collect();
+    spawn_app_configured(db, move |s| {
+        let mut argv = vec![
+            "fenceline".to_owned(),
+            "--database-url".to_owned(),
+            s.ledger.url.clone(),
+            "serve".to_owned(),
+        ];
+        argv.extend(flags);
+        let cli = Cli::try_parse_from(argv).expect("the flags parse");
+        let mut configured = Settings::from_cli(&cli).expect("settings");
+        configured.ledger.options = s.ledger.options.clone();
+        configured.http.bind = s.http.bind;
+        *s = configured;
+    })
+    .await
+}
+
+/// A sign-in posted from `client` through the proxy in front (the test's own address).
+async fn sign_in_forwarded(app: &TestApp, client: &str, password: &str) -> reqwest::Response {
+    let mut browser = Browser::new(&app.base);
+    let csrf = browser.token("/login").await;
+    browser
+        .post_with(
+            "/login",
+            &[
+                ("csrf", &csrf),
+                ("name", "ana"),
+                ("password", password),
+                ("next", "/"),
+            ],
+            &[("origin", &app.base), ("x-forwarded-for", client)],
+        )
+        .await
+}
+
+/// Seeds `address` with failed sign-ins until a minute allows it no more.
+async fn exhaust_address(ledger: &Ledger, address: &str) {
+    for i in 0.. {
+        let slot = ledger
+            .take_sign_in_slot(&format!("guess-{i}"), address, (5, 20), 60_000_000)
+            .await
+            .unwrap();
+        if slot.is_none() {
+            break;
+        }
+    }
+}
+
+/// Behind the proxy that `--trusted-proxy` names, each operator's own address (the right-most
+/// `X-Forwarded-For` entry that is not a trusted proxy) is counted: one office's failures do
+/// not lock out another's.
+async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_address_limit(db: Db) {
+    use fenceline::ledger::FailureScope;
+    let app = serving_with(db, &["--trusted-proxy", "127.0.0.0/8"]).await;
+    add_operator(&app.ledger, "ana", Role::Viewer, None).await;
+    let failures = |address: &'static str| {
+        let ledger = app.ledger.clone();
+        async move {
+            ledger
+                .recent_sign_in_failures(FailureScope::Address, address, 60_000_000)
+                .await
+                .unwrap()
+        }
+    };
+    let wrong = sign_in_forwarded(&app, "198.51.100.9, 203.0.113.7", "wrong password").await;
+    assert!(location(&wrong).starts_with("/login"));
+    assert_eq!(failures("203.0.113.7").await, 1, "the forwarded client's");
+    assert_eq!(failures("127.0.0.1").await, 0, "not the proxy's");
+    assert_eq!(
+        failures("198.51.100.9").await,
+        0,
+        "not one the client wrote"
+    );
+
+    exhaust_address(&app.ledger, "203.0.113.1").await;
+    let refused = sign_in_forwarded(&app, "203.0.113.1", PASSWORD).await;
+    assert!(location(&refused).starts_with("/login"), "over its limit");
+    let signed_in = sign_in_forwarded(&app, "203.0.113.2", PASSWORD).await;
+    assert_eq!(
+        location(&signed_in),
+        "/",
+        "another client keeps its own limit"
+    );
+    // A proxy in the chain is skipped: the client is the address before it.
+    let chained = sign_in_forwarded(&app, "203.0.113.1, 127.0.0.9", PASSWORD).await;
+    assert!(
+        location(&chained).starts_with("/login"),
+        "still over its limit"
+    );
+}
+
+/// Without `--trusted-proxy`, `X-Forwarded-For` is the client's own writing: the peer's
+/// address is counted.
+async fn an_untrusted_peers_forwarded_for_is_ignored(db: Db) {
+    use fenceline::ledger::FailureScope;
+    let app = serving_with(db, &[]).await;
+    add_operator(&app.ledger, "ana", Role::Viewer, None).await;
+    let wrong = sign_in_forwarded(&app, "203.0.113.7", "wrong password").await;
+    assert!(location(&wrong).starts_with("/login"));
+    for (address, expected) in [("203.0.113.7", 0), ("127.0.0.1", 1)] {
+        let counted = app
+            .ledger
+            .recent_sign_in_failures(FailureScope::Address, address, 60_000_000)
+            .await
+            .unwrap();
+        assert_eq!(counted, expected, "{address}");
+    }
+    exhaust_address(&app.ledger, "127.0.0.1").await;
+    let refused = sign_in_forwarded(&app, "203.0.113.2", PASSWORD).await;
+    assert!(
+        location(&refused).starts_with("/login"),
+        "a forwarded address does not escape the peer's limit"
+    );
+    // Trusting another network changes nothing for this peer.
+    let elsewhere = serving_with(db, &["--trusted-proxy", "10.0.0.0/8"]).await;
+    add_operator(&elsewhere.ledger, "ana", Role::Viewer, None).await;
+    sign_in_forwarded(&elsewhere, "203.0.113.7", "wrong password").await;
+    let counted = elsewhere
+        .ledger
+        .recent_sign_in_failures(FailureScope::Address, "127.0.0.1", 60_000_000)
+        .await
+        .unwrap();
+    assert_eq!(counted, 1);
 }
 
 async fn forms_without_the_sessions_token_or_from_another_site_are_refused(db: Db) {
