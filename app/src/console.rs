@@ -583,6 +583,8 @@ pub struct DrillRunSummary {
 pub struct DrillsPage {
     pub catalogue: Vec<DrillScenario>,
     pub runs: Vec<DrillRunSummary>,
+    /// Why this operator is shown no runs (a tenant limit), if so.
+    pub runs_withheld: Option<String>,
     /// Why drills cannot start here (a production deployment), if they cannot.
     pub refused: Option<String>,
     /// The queues a drill can run on here.

@@ -28,6 +28,7 @@ on_both_backends!(
     forms_without_the_sessions_token_or_from_another_site_are_refused,
     a_viewer_sees_no_action_and_cannot_act,
     an_operator_limited_to_a_tenant_neither_sees_nor_acts_on_another,
+    an_operator_limited_to_a_tenant_reads_no_drill_run,
     an_operator_authorizes_a_fenced_retry_and_the_earlier_attempt_cannot_commit,
     two_operators_deciding_at_once_one_applies_the_other_is_told,
     an_unknown_job_is_resolved_as_succeeded_with_evidence_or_as_failed,
@@ -776,6 +777,70 @@ async fn an_operator_limited_to_a_tenant_neither_sees_nor_acts_on_another(db: Db
         app.ledger.job(&theirs).await.unwrap().unwrap().state,
         JobState::Unknown
     );
+}
+
+/// Drill runs are the deployment's, not a tenant's: like starting one, reading one (its page,
+/// its reports) needs an operator without a tenant limit. A limited one is told no such run
+/// exists, and the drills page shows her the catalogue without the runs.
+async fn an_operator_limited_to_a_tenant_reads_no_drill_run(db: Db) {
+    let app = spawn_app(db).await;
+    let report = fenceline::drill::Report {
+        run_id: "drl_secret".into(),
+        queue: "embedded".into(),
+        timings: "compressed".into(),
+        provider: "stub".into(),
+        requested_by: "operator:olga".into(),
+        scenarios: Vec::new(),
+    };
+    app.ledger
+        .insert_drill_run(&fenceline::ledger::DrillRunRow {
+            run_id: "drl_secret".into(),
+            kinds: "[\"delivery-after-delete\"]".into(),
+            queue: "embedded".into(),
+            timings: "compressed".into(),
+            requested_by: "operator:olga".into(),
+            status: "failed".into(),
+            started_at: 0,
+            alive_at: 0,
+            finished_at: None,
+            report: serde_json::to_string(&report).unwrap(),
+        })
+        .await
+        .unwrap();
+    let paths = [
+        "/drills/drl_secret",
+        "/drills/drl_secret/report.json",
+        "/drills/drl_secret/report.md",
+    ];
+    let mut olga = signed_in(&app, "olga", Role::Viewer, None).await;
+    for path in paths {
+        let response = olga.get(path).await;
+        assert_eq!(response.status(), 200, "{path}");
+        assert!(
+            response.text().await.unwrap().contains("drl_secret"),
+            "{path}"
+        );
+    }
+    assert!(olga.page("/drills").await.contains("drl_secret"));
+
+    let acme = ["acme".to_owned()];
+    for role in [Role::Viewer, Role::Admin] {
+        let name = format!("ana-{role}");
+        let mut ana = signed_in(&app, &name, role, Some(&acme)).await;
+        for path in paths {
+            let response = ana.get(path).await;
+            assert_eq!(response.status(), 404, "{role} {path}");
+            let body = response.text().await.unwrap();
+            assert!(!body.contains("operator:olga"), "{role} {path}: {body}");
+        }
+        let page = ana.page("/drills").await;
+        assert!(!page.contains("drl_secret"), "{role}: {page}");
+        assert!(
+            page.contains("live-owner-suppresses-duplicate"),
+            "the catalogue"
+        );
+        assert!(page.contains("without a tenant limit"), "{role}: {page}");
+    }
 }
 
 /// The tile of a state on the overview: its count.
