@@ -19,6 +19,7 @@ on_both_backends!(
     a_signed_out_visitor_is_sent_to_sign_in_and_back_to_the_same_address,
     every_redirect_stays_on_this_site_whatever_next_holds,
     an_export_shows_outside_values_as_written_never_as_links,
+    an_export_of_a_long_timeline_is_sent_as_it_is_read_complete_and_in_order,
     signing_in_starts_a_new_session_and_signing_out_ends_it,
     a_thousand_visits_to_the_sign_in_page_store_no_session,
     the_sixth_wrong_password_in_a_minute_is_throttled,
@@ -267,6 +268,79 @@ async fn an_export_shows_outside_values_as_written_never_as_links(db: Db) {
                 .count(),
         "{markdown}"
     );
+}
+
+/// A timeline longer than any page the ledger reads at once is exported as it is read, page
+/// by page (no length announced beforehand, none of it held whole), and arrives complete and
+/// in order; a run of one kind across a page's end is folded as one line, a short one is not.
+async fn an_export_of_a_long_timeline_is_sent_as_it_is_read_complete_and_in_order(db: Db) {
+    use fenceline::job::EventKind;
+    use fenceline::ledger::NewEvent;
+    const EVENTS: i64 = 1_200;
+    let app = spawn_app(db).await;
+    let job_id = create(&app.ledger, new_job("acme", "long", json!(1))).await;
+    let kind = |seq: i64| match seq {
+        400..=700 | 999..=1001 => EventKind::LeaseRenewed,
+        _ if seq % 2 == 0 => EventKind::VisibilityRenewed,
+        _ => EventKind::DeliveryReceived,
+    };
+    let worker = Actor::Worker("w1".into());
+    let all: Vec<NewEvent> = (2..=EVENTS)
+        .map(|seq| NewEvent::new(kind(seq), &worker).detail(json!({ "n": seq })))
+        .collect();
+    for batch in all.chunks(100) {
+        app.ledger.append_events(&job_id, batch).await.unwrap();
+    }
+    let mut ana = signed_in(&app, "ana", Role::Viewer, None).await;
+
+    let response = ana.get(&format!("/jobs/{job_id}/export.json")).await;
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers().get("content-length").is_none(),
+        "sent as it is read: {:?}",
+        response.headers()
+    );
+    let export: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(export["job"]["job_id"], job_id.as_str());
+    let events = export["events"].as_array().unwrap();
+    let seqs: Vec<i64> = events.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert_eq!(seqs, (1..=EVENTS).collect::<Vec<_>>());
+    for e in &events[1..] {
+        let seq = e["seq"].as_i64().unwrap();
+        assert_eq!(e["detail"]["n"], seq);
+        assert_eq!(e["kind"], kind(seq).as_str());
+        assert!(e["permalink"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("/jobs/{job_id}#e{seq}")));
+    }
+
+    let response = ana.get(&format!("/jobs/{job_id}/export.md")).await;
+    assert_eq!(response.status(), 200);
+    assert!(response.headers().get("content-length").is_none());
+    let markdown = response.text().await.unwrap();
+    let timeline = markdown.split("## Timeline").nth(1).unwrap();
+    let rows: Vec<String> = timeline
+        .lines()
+        .filter(|l| l.starts_with("| [") || l.contains('–'))
+        .map(|l| {
+            let first = l.trim_start_matches("| ").split(" |").next().unwrap();
+            first
+                .strip_prefix('[')
+                .map_or(first, |f| f.split(']').next().unwrap())
+                .to_owned()
+        })
+        .collect();
+    let mut expected: Vec<String> = (1..400).map(|s| s.to_string()).collect();
+    expected.push("400–700".into());
+    expected.extend((701..=EVENTS).map(|s| s.to_string()));
+    assert_eq!(rows, expected);
+    assert!(
+        timeline.contains("| 400–700 |"),
+        "one line for the long run"
+    );
+    assert!(timeline.contains("301 × lease_renewed"));
+    assert!(markdown.ends_with("|\n"), "the table is finished");
 }
 
 async fn signing_in_starts_a_new_session_and_signing_out_ends_it(db: Db) {
