@@ -372,7 +372,8 @@ pub struct Zoom {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Visitor {
     pub operator: Option<SignedIn>,
-    /// The session's anti-forgery token: a hidden `csrf` field in every form that posts.
+    /// The anti-forgery token, a hidden `csrf` field in every form that posts: the session's,
+    /// or for a signed-out visitor the sign-in form's own (its browser keeps it, not a session).
     pub csrf: String,
     pub flash: Option<Flash>,
     /// The console's own address for links that leave it (`https://fl.example.com`): the
@@ -582,6 +583,8 @@ pub struct DrillRunSummary {
 pub struct DrillsPage {
     pub catalogue: Vec<DrillScenario>,
     pub runs: Vec<DrillRunSummary>,
+    /// Why this operator is shown no runs (a tenant limit), if so.
+    pub runs_withheld: Option<String>,
     /// Why drills cannot start here (a production deployment), if they cannot.
     pub refused: Option<String>,
     /// The queues a drill can run on here.

@@ -85,6 +85,13 @@ impl Operator {
             .is_none_or(|list| list.iter().any(|t| t == tenant))
     }
 
+    /// Whether this operator may run drills and read their runs: drills are the deployment's,
+    /// not a tenant's (their reports name other runs' jobs, operators and timings), so only
+    /// an operator without a tenant limit may.
+    pub fn sees_drills(&self) -> bool {
+        self.tenants.is_none()
+    }
+
     pub fn is_disabled(&self) -> bool {
         self.disabled_at.is_some()
     }

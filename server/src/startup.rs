@@ -89,13 +89,19 @@ impl Application {
             ),
             Err(error) => tracing::warn!(%error, "could not mark interrupted drill runs"),
         }
+        let mut access = settings.access();
+        let kept = ledger
+            .form_key(&http::sign_in_form::FormKey::candidate())
+            .await?;
+        access.form_key = http::sign_in_form::FormKey::from_hex(&kept)
+            .ok_or_else(|| LedgerError::Corrupt("the form key is not 32 bytes of hex".into()))?;
         let router = http::router(AppState {
             ledger: ledger.clone(),
             max_body_bytes: settings.http.max_body_bytes,
             queue: queue_info,
             model_policy: std::sync::Arc::new(settings.http.model_policy.clone()),
             metrics: metrics.clone(),
-            access: std::sync::Arc::new(settings.access()),
+            access: std::sync::Arc::new(access),
             queue_settings: settings.queue.clone(),
             tenant_replay: std::sync::Arc::new(settings.http.tenant_replay.clone()),
         });

@@ -104,7 +104,9 @@ pub fn DrillsPage() -> impl IntoView {
                 view! {
                     {form}
                     <h2>"Latest runs"</h2>
-                    {if page.runs.is_empty() {
+                    {if let Some(why) = page.runs_withheld.clone() {
+                        view! { <p class="notice">{why}</p> }.into_any()
+                    } else if page.runs.is_empty() {
                         view! { <p class="empty">"No drill has run yet."</p> }.into_any()
                     } else {
                         view! {

@@ -1,4 +1,5 @@
-//! `/drills` and `/drills/{run}`: the catalogue, the latest runs and each run's report.
+//! `/drills` and `/drills/{run}`: the catalogue, the latest runs and each run's report. Runs
+//! are shown only to operators without a tenant limit; to others none exists.
 
 use fenceline_app::console::{
     DrillCapture, DrillCheck, DrillEvidence, DrillRun, DrillRunSummary, DrillScenario,
@@ -121,9 +122,19 @@ fn scenario_run(s: &ScenarioReport) -> DrillScenarioRun {
 }
 
 impl LedgerConsole {
+    /// Whether this console shows drill runs: only to an operator without a tenant limit, as
+    /// [`crate::operators::Operator::sees_drills`] says.
+    fn shows_drills(&self) -> bool {
+        self.tenants.is_none()
+    }
+
     pub(super) async fn build_drills(&self) -> Result<DrillsPage, LedgerError> {
         let now = self.ledger.now_us().await?;
-        let rows = self.ledger.drill_runs(RUNS).await?;
+        let rows = if self.shows_drills() {
+            self.ledger.drill_runs(RUNS).await?
+        } else {
+            Vec::new()
+        };
         let access = &self.queue.drills;
         let mut queues = vec!["embedded".to_owned()];
         if access.sqs {
@@ -135,6 +146,11 @@ impl LedgerConsole {
                 .iter()
                 .map(|row| summary(row, report_of(row).as_ref(), now, self.zone))
                 .collect(),
+            runs_withheld: (!self.shows_drills()).then(|| {
+                "Drill runs and their reports are the deployment's, not a tenant's: they are \
+                 shown to operators without a tenant limit."
+                    .to_owned()
+            }),
             refused: (access.environment == Environment::Production).then(|| {
                 "This deployment is marked production: drills inject faults and never run here. \
                  Run them against a staging or development deployment."
@@ -156,6 +172,9 @@ impl LedgerConsole {
         &self,
         run_id: String,
     ) -> Result<Option<DrillRun>, LedgerError> {
+        if !self.shows_drills() {
+            return Ok(None);
+        }
         let Some(row) = self.ledger.drill_run(&run_id).await? else {
             return Ok(None);
         };

@@ -1,25 +1,31 @@
 //! Incident-review exports of one job at stable URLs: `/jobs/{job_id}/export.json` and
 //! `/jobs/{job_id}/export.md`. Frozen at the moment of export (the document says when), and
-//! free of secrets: no input, no answer, no receipt handle — only the ledger's record.
+//! free of secrets: no input, no answer, no receipt handle — only the ledger's record. The
+//! timeline is sent as it is read, a page of events at a time: however long it is, no export
+//! holds it whole.
 
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
+use axum::Extension;
 use serde_json::{json, Value};
 
 use super::gate::SignedIn;
 use super::{ApiError, AppState};
 use crate::job::JobId;
-use crate::ledger::{detail_text, Attempt, DecisionRecord, Event, Job};
+use crate::ledger::{detail_text, Attempt, DecisionRecord, Event, Job, Ledger, LedgerError};
 use crate::operators::Operator;
 use crate::time::{human_duration, rfc3339_us, short_time};
 
+/// Events read from the ledger at a time while an export is sent.
+const PAGE: u32 = 500;
+
+/// What an export shows before the timeline; the timeline is read as it is sent.
 struct Record {
     job: Job,
     attempts: Vec<Attempt>,
     decisions: Vec<DecisionRecord>,
-    events: Vec<Event>,
     exported_at: i64,
 }
 
@@ -46,10 +52,95 @@ async fn record(state: &AppState, operator: &Operator, raw: &str) -> Result<Reco
     Ok(Record {
         attempts: state.ledger.attempts(&job.job_id).await?,
         decisions: state.ledger.decisions(&job.job_id).await?,
-        events: state.ledger.all_events(&job.job_id).await?,
         exported_at: state.ledger.now_us().await?,
         job,
     })
+}
+
+/// How a timeline is written out, event by event, as its pages arrive.
+trait TimelineText: Send + 'static {
+    fn event(&mut self, event: &Event, out: &mut String);
+    /// What closes the document once the last event is written.
+    fn end(&mut self, out: &mut String);
+}
+
+/// A response body: `head`, then the job's timeline written by `text` as it is read, a page
+/// of events at a time, up to the last event the job had when the export began (the record
+/// at that moment, whatever is appended while it is sent).
+fn streamed(ledger: Ledger, job: &Job, head: String, text: impl TimelineText) -> Body {
+    struct Reading<T> {
+        ledger: Ledger,
+        job_id: String,
+        after: i64,
+        last: i64,
+        head: Option<String>,
+        text: T,
+        done: bool,
+    }
+    let reading = Reading {
+        ledger,
+        job_id: job.job_id.clone(),
+        after: 0,
+        last: job.next_event_seq - 1,
+        head: Some(head),
+        text,
+        done: false,
+    };
+    let pages = futures_util::stream::try_unfold(reading, |mut r| async move {
+        if let Some(head) = r.head.take() {
+            return Ok(Some((head, r)));
+        }
+        if r.done {
+            return Ok(None);
+        }
+        let page = if r.after < r.last {
+            r.ledger
+                .events(&r.job_id, r.after, PAGE)
+                .await
+                .inspect_err(|error| {
+                    tracing::warn!(%error, job = %r.job_id, "an export was cut short");
+                })?
+        } else {
+            Vec::new()
+        };
+        let more = page.len() == PAGE as usize;
+        let mut chunk = String::new();
+        for event in page.iter().take_while(|e| e.seq <= r.last) {
+            r.text.event(event, &mut chunk);
+            r.after = event.seq;
+        }
+        if !more || r.after >= r.last {
+            r.text.end(&mut chunk);
+            r.done = true;
+        }
+        Ok::<_, LedgerError>(Some((chunk, r)))
+    });
+    Body::from_stream(pages)
+}
+
+/// The JSON export's events: the elements of its `events` array.
+struct JsonTimeline {
+    origin: String,
+    first: bool,
+}
+
+impl TimelineText for JsonTimeline {
+    fn event(&mut self, e: &Event, out: &mut String) {
+        if !std::mem::take(&mut self.first) {
+            out.push(',');
+        }
+        let value = json!({
+            "seq": e.seq, "at": rfc3339_us(e.at), "kind": e.kind, "epoch": e.epoch,
+            "actor": e.actor, "delivery": e.delivery, "attempt_no": e.attempt_no,
+            "deadline_left_ms": e.deadline_left_ms, "detail": e.detail,
+            "permalink": format!("{}/jobs/{}#e{}", self.origin, e.job_id, e.seq),
+        });
+        out.push_str(&value.to_string());
+    }
+
+    fn end(&mut self, out: &mut String) {
+        out.push_str("]}");
+    }
 }
 
 pub(super) async fn json_export(
@@ -62,7 +153,7 @@ pub(super) async fn json_export(
     let j = &r.job;
     // Links that work once pasted into a document: from the public URL, else the address used.
     let origin = state.access.origin(&headers);
-    let body = json!({
+    let head = json!({
         "exported_at": rfc3339_us(r.exported_at),
         "permalink": format!("{origin}/jobs/{}", j.job_id),
         "job": {
@@ -85,19 +176,23 @@ pub(super) async fn json_export(
             "seen_epoch": d.seen_epoch, "new_epoch": d.new_epoch, "from_state": d.from_state,
             "to_state": d.to_state, "reason": d.reason,
         })).collect::<Vec<_>>(),
-        "events": r.events.iter().map(|e| json!({
-            "seq": e.seq, "at": rfc3339_us(e.at), "kind": e.kind, "epoch": e.epoch,
-            "actor": e.actor, "delivery": e.delivery, "attempt_no": e.attempt_no,
-            "deadline_left_ms": e.deadline_left_ms, "detail": e.detail,
-            "permalink": format!("{origin}/jobs/{}#e{}", e.job_id, e.seq),
-        })).collect::<Vec<Value>>(),
-    });
+    })
+    .to_string();
+    // The object left open for its last member, the events, written as they are read.
+    let head = format!("{},\"events\":[", head.strip_suffix('}').unwrap_or(&head));
+    let timeline = JsonTimeline {
+        origin,
+        first: true,
+    };
     Ok((
-        [(
-            header::CONTENT_DISPOSITION,
-            format!("inline; filename=\"{}.json\"", j.job_id),
-        )],
-        Json(body),
+        [
+            (header::CONTENT_TYPE, "application/json".to_owned()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("inline; filename=\"{}.json\"", j.job_id),
+            ),
+        ],
+        streamed(state.ledger.clone(), j, head, timeline),
     )
         .into_response())
 }
@@ -198,47 +293,11 @@ pub(super) async fn markdown_export(
         }
     }
     md.push_str("\n## Timeline\n\nRuns of four or more events of one kind are summarised on one line.\n\n| # | time | + | kind | epoch | actor | delivery | detail |\n| ---: | --- | --- | --- | ---: | --- | --- | --- |\n");
-    let mut i = 0;
-    while i < r.events.len() {
-        let e = &r.events[i];
-        let run = r.events[i..]
-            .iter()
-            .take_while(|x| x.kind == e.kind)
-            .count();
-        if run >= 4 {
-            let last = &r.events[i + run - 1];
-            md.push_str(&format!(
-                "| {}–{} | {} → {} | +{} | {} × {} | | | | |\n",
-                e.seq,
-                last.seq,
-                short_time(e.at),
-                short_time(last.at),
-                human_duration(e.at - j.created_at),
-                run,
-                e.kind
-            ));
-            i += run;
-            continue;
-        }
-        md.push_str(&format!(
-            "| [{seq}]({origin}/jobs/{id}#e{seq}) | {} | +{} | {} | {} | {} | {} | {} |\n",
-            short_time(e.at),
-            human_duration(e.at - j.created_at),
-            e.kind,
-            e.epoch,
-            code(&e.actor),
-            e.delivery.as_ref().map_or(String::new(), |d| code(&format!(
-                "{} r{} #{}",
-                d.message_id.chars().take(8).collect::<String>(),
-                d.receive_count,
-                d.handle_hash
-            ))),
-            code(&detail_text(&e.detail)),
-            seq = e.seq,
-            id = j.job_id,
-        ));
-        i += 1;
-    }
+    let timeline = MarkdownTimeline {
+        origin,
+        created_at: j.created_at,
+        run: None,
+    };
     Ok((
         [
             (
@@ -250,9 +309,99 @@ pub(super) async fn markdown_export(
                 format!("inline; filename=\"{}.md\"", j.job_id),
             ),
         ],
-        md,
+        streamed(state.ledger.clone(), j, md, timeline),
     )
         .into_response())
+}
+
+/// Consecutive events of one kind, as the Markdown timeline folds them: the first and the
+/// last, and every one of them while there are fewer than four.
+struct Run {
+    first: Event,
+    last: Event,
+    len: usize,
+    held: Vec<Event>,
+}
+
+/// The Markdown export's timeline rows. A run of four or more events of one kind is one row;
+/// a run is held until an event of another kind (or the end) shows where it stops, so a run
+/// across two pages reads as one.
+struct MarkdownTimeline {
+    origin: String,
+    created_at: i64,
+    run: Option<Run>,
+}
+
+impl MarkdownTimeline {
+    fn flush(&self, run: Run, out: &mut String) {
+        if run.len >= 4 {
+            out.push_str(&format!(
+                "| {}–{} | {} → {} | +{} | {} × {} | | | | |\n",
+                run.first.seq,
+                run.last.seq,
+                short_time(run.first.at),
+                short_time(run.last.at),
+                human_duration(run.first.at - self.created_at),
+                run.len,
+                run.first.kind
+            ));
+            return;
+        }
+        for e in &run.held {
+            self.row(e, out);
+        }
+    }
+
+    fn row(&self, e: &Event, out: &mut String) {
+        out.push_str(&format!(
+            "| [{seq}]({origin}/jobs/{id}#e{seq}) | {} | +{} | {} | {} | {} | {} | {} |\n",
+            short_time(e.at),
+            human_duration(e.at - self.created_at),
+            e.kind,
+            e.epoch,
+            code(&e.actor),
+            e.delivery.as_ref().map_or(String::new(), |d| code(&format!(
+                "{} r{} #{}",
+                d.message_id.chars().take(8).collect::<String>(),
+                d.receive_count,
+                d.handle_hash
+            ))),
+            code(&detail_text(&e.detail)),
+            seq = e.seq,
+            origin = self.origin,
+            id = e.job_id,
+        ));
+    }
+}
+
+impl TimelineText for MarkdownTimeline {
+    fn event(&mut self, e: &Event, out: &mut String) {
+        if let Some(run) = self.run.as_mut().filter(|run| run.first.kind == e.kind) {
+            run.len += 1;
+            run.last = e.clone();
+            if run.len < 4 {
+                run.held.push(e.clone());
+            } else {
+                run.held.clear();
+            }
+            return;
+        }
+        if let Some(run) = self.run.take() {
+            self.flush(run, out);
+        }
+        self.run = Some(Run {
+            first: e.clone(),
+            last: e.clone(),
+            len: 1,
+            held: vec![e.clone()],
+        });
+    }
+
+    fn end(&mut self, out: &mut String) {
+        if let Some(run) = self.run.take() {
+            self.flush(run, out);
+        }
+    }
 }
 
 /// `/jobs/{job_id}/result`: the accepted result, for a signed-in operator whose tenants include

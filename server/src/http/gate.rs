@@ -1,7 +1,8 @@
 //! The console's doors: requests must name this console's host (no DNS rebinding), state
 //! changes must come from its own pages (no cross-site forms), and every page but `/login`
 //! needs a signed-in operator whose session is still good. What the gate finds reaches the
-//! pages as a [`Visitor`] and the handlers as a [`SignedIn`].
+//! pages as a [`Visitor`] and the handlers as a [`SignedIn`]. A signed-out visitor's form
+//! token comes from [`sign_in_form`], not from a session.
 
 use axum::extract::{Request, State};
 use axum::http::{header, Method, StatusCode};
@@ -11,6 +12,7 @@ use fenceline_app::console::{Flash, Visitor};
 use tower_sessions::Session;
 
 use super::sessions::{keys, new_token, SessionPolicy};
+use super::sign_in_form;
 use super::AppState;
 use crate::operators::{Operator, Role};
 use crate::settings::Secret;
@@ -29,7 +31,11 @@ pub struct Access {
     pub https: bool,
     /// The bearer token `/metrics` asks for; without one `/metrics` is not served.
     pub metrics_token: Option<Secret>,
+    /// Proxies whose `X-Forwarded-For` names the client, for sign-in limits.
+    pub trusted_proxies: super::proxies::TrustedProxies,
     pub sessions: SessionPolicy,
+    /// Signs the sign-in form's cookie: the ledger's key, shared by every `serve` process.
+    pub form_key: sign_in_form::FormKey,
 }
 
 /// The signed-in operator, for handlers.
@@ -239,14 +245,25 @@ pub(super) async fn console_gate(
             )
         };
     }
-    let csrf = match session.get::<String>(keys::CSRF).await.ok().flatten() {
-        Some(token) => token,
-        None if safe => {
-            let token = new_token();
-            let _ = session.insert(keys::CSRF, token.clone()).await;
-            token
-        }
-        None => String::new(),
+    // A signed-out visitor's only form is the sign-in form, whose token their browser keeps:
+    // showing it stores no session.
+    let (csrf, form_cookie) = match &operator {
+        None if safe => sign_in_form::token_for(
+            &state.access.form_key,
+            request.headers(),
+            state.access.https,
+            state.access.sessions.idle,
+        ),
+        None => (String::new(), None),
+        Some(_) => match session.get::<String>(keys::CSRF).await.ok().flatten() {
+            Some(token) => (token, None),
+            None if safe => {
+                let token = new_token();
+                let _ = session.insert(keys::CSRF, token.clone()).await;
+                (token, None)
+            }
+            None => (String::new(), None),
+        },
     };
     // A page shows the last action's outcome once; exports and the like leave it for the page.
     let path = request.uri().path();
@@ -274,7 +291,11 @@ pub(super) async fn console_gate(
     if let Some(operator) = operator {
         request.extensions_mut().insert(SignedIn(operator));
     }
-    next.run(request).await
+    let mut response = next.run(request).await;
+    if let Some(cookie) = form_cookie {
+        response.headers_mut().append(header::SET_COOKIE, cookie);
+    }
+    response
 }
 
 /// Leaves `text` to be shown once on the next page.

@@ -16,7 +16,9 @@ mod export;
 pub mod gate;
 mod health;
 pub mod openapi;
+pub mod proxies;
 pub mod sessions;
+pub mod sign_in_form;
 mod signin;
 
 use axum::extract::DefaultBodyLimit;

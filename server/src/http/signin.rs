@@ -1,20 +1,24 @@
-//! Signing in and out of the console. `/login` (the page) is the app's; the form posts here.
-//! A good password starts a fresh session (a new id: a cookie from before sign-in is useless
-//! after it); failures are counted per account and per address, each attempt counted before
-//! its password is checked, and the sixth in a minute is refused unchecked. Two passwords are
+//! Signing in and out of the console. `/login` (the page) is the app's; the form posts here,
+//! with the token its signed cookie vouches for ([`sign_in_form`]): no session exists before
+//! a form is posted. A good password starts a fresh session (a new id: a cookie from before
+//! sign-in is useless after it); failures are counted per account and per address, each
+//! attempt counted before its password is checked, and the sixth in a minute is refused
+//! unchecked. The address is the client's, as [`super::proxies`] reads it. Two passwords are
 //! checked at a time.
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
 
 use axum::extract::{ConnectInfo, State};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::{Extension, Form};
 use serde::Deserialize;
 use tower_sessions::Session;
 
-use super::gate::{check_form_token, flash, now, plain};
+use super::gate::{check_form_token, flash, forbidden, now, plain};
 use super::sessions::{keys, new_token};
+use super::sign_in_form;
 use super::AppState;
 use crate::operators::{hash_password, verify_password};
 
@@ -73,15 +77,30 @@ fn decoy_hash() -> &'static str {
 pub(super) async fn login(
     State(state): State<AppState>,
     connect: Option<Extension<ConnectInfo<SocketAddr>>>,
+    headers: HeaderMap,
     session: Session,
     Form(form): Form<LoginForm>,
 ) -> Response {
-    if let Err(refused) = check_form_token(&session, &form.csrf).await {
-        return refused;
+    if !sign_in_form::accepts(&state.access.form_key, &headers, &form.csrf) {
+        return forbidden(
+            "this form has expired or did not come from this console; reload the page and try again",
+        );
     }
     let ledger = &state.ledger;
     let name = form.name.trim().to_owned();
-    let address = connect.map_or_else(|| "unknown".to_owned(), |c| c.0 .0.ip().to_string());
+    // Behind a trusted proxy, the operator's own address: one office's failures do not lock
+    // out everyone who shares the proxy.
+    let address = connect.map_or_else(
+        || "unknown".to_owned(),
+        |c| {
+            let peer = c.0 .0.ip();
+            state
+                .access
+                .trusted_proxies
+                .client(peer, &headers)
+                .to_string()
+        },
+    );
     // The attempt takes its place in the throttle before its password is checked, counted as
     // a failure until the password proves right: guesses posted together are counted together.
     let slot = match ledger
@@ -169,7 +188,9 @@ pub(super) async fn login(
         );
     }
     tracing::info!(operator = %credentials.operator.name, "signed in");
-    Redirect::to(&local_path(&form.next)).into_response()
+    let mut response = Redirect::to(&local_path(&form.next)).into_response();
+    sign_in_form::forget(&mut response, state.access.https);
+    response
 }
 
 #[derive(Deserialize)]

@@ -652,7 +652,8 @@ impl Ledger {
         .await?)
     }
 
-    /// The events a drill or an export needs: all of them, in pages of `page`.
+    /// Every event of a job, read a thousand at a time, held whole: for checks that need the
+    /// whole timeline at once (the soak's). Exports stream theirs page by page instead.
     pub async fn all_events(&self, job_id: &str) -> Result<Vec<Event>, LedgerError> {
         let mut out = Vec::new();
         let mut after = 0;

@@ -486,6 +486,9 @@ catalogue! {
         /// Idempotency hits on a job's timeline in the last minute.
         recent_idempotency_hits: "SELECT COUNT(*) FROM events WHERE job_id = $1 \
              AND kind = 'idempotency_hit' AND at > {now} - 60000000",
+        /// The details of a job's idempotency conflicts (each names the digest offered).
+        idempotency_conflicts: "SELECT detail FROM events WHERE job_id = $1 \
+             AND kind = 'idempotency_conflict'",
 
         // timeline
 

@@ -208,6 +208,15 @@ pub struct ServeArgs {
     /// (behind a proxy); shared links are made from it.
     #[arg(long, env = "FENCELINE_PUBLIC_URL")]
     pub public_url: Option<String>,
+    /// A proxy in front of the console whose `X-Forwarded-For` is believed, as a network
+    /// (`10.0.0.0/8`) or an address (repeat the flag; comma-separated in the environment).
+    /// Sign-in limits then count each operator's own address; without one, the peer's.
+    #[arg(
+        long = "trusted-proxy",
+        env = "FENCELINE_TRUSTED_PROXIES",
+        value_delimiter = ','
+    )]
+    pub trusted_proxies: Vec<String>,
     /// The bearer token `/metrics` asks for (prefer the environment variable: arguments show
     /// in process lists). Without one, `/metrics` is not served.
     #[arg(long, env = "FENCELINE_METRICS_TOKEN", hide_env_values = true)]

@@ -78,6 +78,8 @@ pub struct HttpSettings {
     /// The address operators reach the console at (`https://fenceline.example.com`), without
     /// a trailing slash; links that leave the console are made from it.
     pub public_url: Option<String>,
+    /// Proxies whose `X-Forwarded-For` names the client (`--trusted-proxy`); none by default.
+    pub trusted_proxies: crate::http::proxies::TrustedProxies,
     /// The bearer token `/metrics` asks for; without one `/metrics` is not served.
     pub metrics_token: Option<Secret>,
     /// Per-tenant replay policy for jobs that name none (`--tenant-replay-policy`).
@@ -210,6 +212,10 @@ impl Settings {
             http: HttpSettings {
                 bind: serve.bind,
                 public_url: public_url(serve.public_url.as_deref())?,
+                trusted_proxies: crate::http::proxies::TrustedProxies::parse(
+                    &serve.trusted_proxies,
+                )
+                .map_err(|e| SettingsError::Invalid(format!("--trusted-proxy {e}")))?,
                 tenant_replay: tenant_replay(&serve.tenant_replay_policies)?,
                 metrics_token: serve
                     .metrics_token
@@ -333,7 +339,10 @@ impl Settings {
             loopback: self.http.bind.ip().is_loopback(),
             https: public.is_some_and(|url| url.starts_with("https://")),
             metrics_token: self.http.metrics_token.clone(),
+            trusted_proxies: self.http.trusted_proxies.clone(),
             sessions: Default::default(),
+            // The ledger's key replaces it once the ledger is open (`startup`).
+            form_key: Default::default(),
         }
     }
 
@@ -518,6 +527,37 @@ mod tests {
         }
         for bind in ["127.0.0.1:8080", "[::1]:8080"] {
             serve(&["--bind", bind]).unwrap();
+        }
+    }
+
+    #[test]
+    fn trusted_proxies_are_networks_and_anything_else_stops_the_start() {
+        let serve = |args: &[&str]| {
+            let mut argv = vec!["fenceline", "--database-url", "sqlite://p.sqlite", "serve"];
+            argv.extend_from_slice(args);
+            Cli::try_parse_from(argv)
+                .map_err(|e| e.to_string())
+                .and_then(|cli| Settings::from_cli(&cli).map_err(|e| e.to_string()))
+        };
+        let none = serve(&[]).unwrap();
+        assert_eq!(
+            none.http.trusted_proxies,
+            crate::http::proxies::TrustedProxies::default()
+        );
+        let two = serve(&[
+            "--trusted-proxy",
+            "10.0.0.0/8",
+            "--trusted-proxy",
+            "2001:db8::1",
+        ])
+        .unwrap();
+        assert_eq!(two.access().trusted_proxies, two.http.trusted_proxies);
+        assert_ne!(two.http.trusted_proxies, none.http.trusted_proxies);
+        let listed = serve(&["--trusted-proxy", "10.0.0.0/8,192.0.2.7"]).unwrap();
+        assert_ne!(listed.http.trusted_proxies, none.http.trusted_proxies);
+        for bad in ["10.0.0.0/33", "proxy.internal", "10.0.0.0/8,nope"] {
+            let refused = serve(&["--trusted-proxy", bad]).unwrap_err();
+            assert!(refused.starts_with("--trusted-proxy `"), "{bad}: {refused}");
         }
     }
 

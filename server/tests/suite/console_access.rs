@@ -6,11 +6,12 @@ use std::time::Duration;
 use fenceline::job::{Actor, JobState};
 use fenceline::ledger::{ActsAs, Ledger, Refusal};
 use fenceline::operators::{hash_password, Role};
-use fenceline::settings::Environment;
+use fenceline::settings::{Cli, Environment, Settings};
 use serde_json::json;
 
 use crate::helpers::{
-    as_owner, create, location, new_job, spawn_app, token_in, Browser, Db, TestApp,
+    as_owner, create, location, new_job, spawn_app, spawn_app_configured, token_in, Browser, Db,
+    TestApp,
 };
 use crate::on_both_backends;
 
@@ -18,12 +19,17 @@ on_both_backends!(
     a_signed_out_visitor_is_sent_to_sign_in_and_back_to_the_same_address,
     every_redirect_stays_on_this_site_whatever_next_holds,
     an_export_shows_outside_values_as_written_never_as_links,
+    an_export_of_a_long_timeline_is_sent_as_it_is_read_complete_and_in_order,
     signing_in_starts_a_new_session_and_signing_out_ends_it,
+    a_thousand_visits_to_the_sign_in_page_store_no_session,
     the_sixth_wrong_password_in_a_minute_is_throttled,
     sixty_guesses_at_once_on_one_form_get_five_checked,
+    behind_a_trusted_proxy_each_forwarded_client_has_its_own_address_limit,
+    an_untrusted_peers_forwarded_for_is_ignored,
     forms_without_the_sessions_token_or_from_another_site_are_refused,
     a_viewer_sees_no_action_and_cannot_act,
     an_operator_limited_to_a_tenant_neither_sees_nor_acts_on_another,
+    an_operator_limited_to_a_tenant_reads_no_drill_run,
     an_operator_authorizes_a_fenced_retry_and_the_earlier_attempt_cannot_commit,
     two_operators_deciding_at_once_one_applies_the_other_is_told,
     an_unknown_job_is_resolved_as_succeeded_with_evidence_or_as_failed,
@@ -264,15 +270,85 @@ async fn an_export_shows_outside_values_as_written_never_as_links(db: Db) {
     );
 }
 
+/// A timeline longer than any page the ledger reads at once is exported as it is read, page
+/// by page (no length announced beforehand, none of it held whole), and arrives complete and
+/// in order; a run of one kind across a page's end is folded as one line, a short one is not.
+async fn an_export_of_a_long_timeline_is_sent_as_it_is_read_complete_and_in_order(db: Db) {
+    use fenceline::job::EventKind;
+    use fenceline::ledger::NewEvent;
+    const EVENTS: i64 = 1_200;
+    let app = spawn_app(db).await;
+    let job_id = create(&app.ledger, new_job("acme", "long", json!(1))).await;
+    let kind = |seq: i64| match seq {
+        400..=700 | 999..=1001 => EventKind::LeaseRenewed,
+        _ if seq % 2 == 0 => EventKind::VisibilityRenewed,
+        _ => EventKind::DeliveryReceived,
+    };
+    let worker = Actor::Worker("w1".into());
+    let all: Vec<NewEvent> = (2..=EVENTS)
+        .map(|seq| NewEvent::new(kind(seq), &worker).detail(json!({ "n": seq })))
+        .collect();
+    for batch in all.chunks(100) {
+        app.ledger.append_events(&job_id, batch).await.unwrap();
+    }
+    let mut ana = signed_in(&app, "ana", Role::Viewer, None).await;
+
+    let response = ana.get(&format!("/jobs/{job_id}/export.json")).await;
+    assert_eq!(response.status(), 200);
+    assert!(
+        response.headers().get("content-length").is_none(),
+        "sent as it is read: {:?}",
+        response.headers()
+    );
+    let export: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(export["job"]["job_id"], job_id.as_str());
+    let events = export["events"].as_array().unwrap();
+    let seqs: Vec<i64> = events.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert_eq!(seqs, (1..=EVENTS).collect::<Vec<_>>());
+    for e in &events[1..] {
+        let seq = e["seq"].as_i64().unwrap();
+        assert_eq!(e["detail"]["n"], seq);
+        assert_eq!(e["kind"], kind(seq).as_str());
+        assert!(e["permalink"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("/jobs/{job_id}#e{seq}")));
+    }
+
+    let response = ana.get(&format!("/jobs/{job_id}/export.md")).await;
+    assert_eq!(response.status(), 200);
+    assert!(response.headers().get("content-length").is_none());
+    let markdown = response.text().await.unwrap();
+    let timeline = markdown.split("## Timeline").nth(1).unwrap();
+    let rows: Vec<String> = timeline
+        .lines()
+        .filter(|l| l.starts_with("| [") || l.contains('–'))
+        .map(|l| {
+            let first = l.trim_start_matches("| ").split(" |").next().unwrap();
+            first
+                .strip_prefix('[')
+                .map_or(first, |f| f.split(']').next().unwrap())
+                .to_owned()
+        })
+        .collect();
+    let mut expected: Vec<String> = (1..400).map(|s| s.to_string()).collect();
+    expected.push("400–700".into());
+    expected.extend((701..=EVENTS).map(|s| s.to_string()));
+    assert_eq!(rows, expected);
+    assert!(
+        timeline.contains("| 400–700 |"),
+        "one line for the long run"
+    );
+    assert!(timeline.contains("301 × lease_renewed"));
+    assert!(markdown.ends_with("|\n"), "the table is finished");
+}
+
 async fn signing_in_starts_a_new_session_and_signing_out_ends_it(db: Db) {
     let app = spawn_app(db).await;
     add_operator(&app.ledger, "ana", Role::Operator, None).await;
     let mut browser = Browser::new(&app.base);
     let csrf = browser.token("/login").await;
-    let before = browser
-        .cookie
-        .clone()
-        .expect("a session for the sign-in form");
+    let before = browser.cookie.clone().expect("the sign-in form's cookie");
     let response = browser
         .post(
             "/login",
@@ -324,6 +400,122 @@ async fn signing_in_starts_a_new_session_and_signing_out_ends_it(db: Db) {
     assert_eq!(ana.get("/jobs").await.status(), 303);
 }
 
+/// The sign-in page stores nothing: a thousand visits without a cookie leave the sessions
+/// table as it was (each row would be a write on SQLite's one writer, kept for hours). Its form
+/// is still protected: posted without the page's cookie, with another token, or with a cookie
+/// altered, it is refused; as served, it signs in.
+async fn a_thousand_visits_to_the_sign_in_page_store_no_session(db: Db) {
+    let app = spawn_app(db).await;
+    add_operator(&app.ledger, "ana", Role::Viewer, None).await;
+    let pool = app.db.raw_pool().await;
+    let sessions = || async {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM sessions")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    let before = sessions().await;
+    let client = reqwest::Client::new();
+    let mut visits = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let (client, url) = (client.clone(), format!("{}/login", app.base));
+        visits.spawn(async move {
+            for _ in 0..125 {
+                let response = client.get(&url).send().await.unwrap();
+                assert_eq!(response.status(), 200);
+                let cookies: Vec<String> = response
+                    .headers()
+                    .get_all("set-cookie")
+                    .iter()
+                    .map(|v| v.to_str().unwrap().to_owned())
+                    .collect();
+                assert!(
+                    !cookies.iter().any(|c| c.starts_with("fenceline_session=")),
+                    "{cookies:?}"
+                );
+                assert!(token_in(&response.text().await.unwrap()).is_some());
+            }
+        });
+    }
+    visits.join_all().await;
+    assert_eq!(sessions().await, before, "sessions stored by visits");
+
+    let mut browser = Browser::new(&app.base);
+    let csrf = browser.token("/login").await;
+    let cookie = browser.cookie.clone().expect("the sign-in form's cookie");
+    let form = |token: &str| {
+        [
+            ("csrf", token.to_owned()),
+            ("name", "ana".to_owned()),
+            ("password", PASSWORD.to_owned()),
+            ("next", "/".to_owned()),
+        ]
+    };
+    let post = |cookie: Option<String>, token: String| {
+        let (client, base) = (client.clone(), app.base.clone());
+        async move {
+            let mut request = client
+                .post(format!("{base}/login"))
+                .header("origin", &base)
+                .form(&form(&token));
+            if let Some(cookie) = cookie {
+                request = request.header("cookie", cookie);
+            }
+            request.send().await.unwrap().status()
+        }
+    };
+    assert_eq!(post(None, csrf.clone()).await, 403, "without the cookie");
+    assert_eq!(
+        post(Some(cookie.clone()), "0".repeat(csrf.len())).await,
+        403,
+        "another token"
+    );
+    let mut altered = cookie.clone();
+    let last = altered.pop().unwrap();
+    altered.push(if last == '0' { '1' } else { '0' });
+    assert_eq!(
+        post(Some(altered), csrf.clone()).await,
+        403,
+        "an altered cookie"
+    );
+    let response = browser.sign_in("ana", PASSWORD).await;
+    assert_eq!(location(&response), "/");
+    assert_eq!(browser.get("/jobs").await.status(), 200);
+
+    // Another `serve` process on the same ledger signs the form's cookie with the same key.
+    let mut settings = fenceline::settings::Settings::for_database(&app.db.url).unwrap();
+    settings.ledger.options = crate::helpers::options();
+    settings.http.bind = "127.0.0.1:0".parse().unwrap();
+    let other = fenceline::startup::Application::build(&settings)
+        .await
+        .unwrap();
+    let other_base = format!("http://{}", other.local_addr());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(other.run_until_stopped(async move {
+        let _ = stopped.await;
+    }));
+    let mut there = Browser::new(&app.base);
+    let csrf = there.token("/login").await;
+    there.base = other_base;
+    let response = there
+        .post(
+            "/login",
+            &[
+                ("csrf", &csrf),
+                ("name", "ana"),
+                ("password", PASSWORD),
+                ("next", "/"),
+            ],
+        )
+        .await;
+    assert_eq!(
+        location(&response),
+        "/",
+        "served by one, posted to the other"
+    );
+    let _ = stop.send(());
+}
+
 async fn the_sixth_wrong_password_in_a_minute_is_throttled(db: Db) {
     let app = spawn_app(db).await;
     add_operator(&app.ledger, "ana", Role::Operator, None).await;
@@ -363,10 +555,7 @@ async fn sixty_guesses_at_once_on_one_form_get_five_checked(db: Db) {
     assert_eq!(failures().await, 0);
     let mut browser = Browser::new(&app.base);
     let csrf = browser.token("/login").await;
-    let cookie = browser
-        .cookie
-        .clone()
-        .expect("a session for the sign-in form");
+    let cookie = browser.cookie.clone().expect("the sign-in form's cookie");
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -398,6 +587,135 @@ async fn sixty_guesses_at_once_on_one_form_get_five_checked(db: Db) {
     // The right password now waits too.
     let response = browser.sign_in("ana", PASSWORD).await;
     assert!(location(&response).starts_with("/login"));
+}
+
+/// The application as `serve` with these flags would run it (on a fresh database, port 0).
+async fn serving_with(db: Db, flags: &[&str]) -> TestApp {
+    use clap::Parser;
+    let flags: Vec<String> = flags.iter().map(|f| (*f).to_owned()).collect();
+    spawn_app_configured(db, move |s| {
+        let mut argv = vec![
+            "fenceline".to_owned(),
+            "--database-url".to_owned(),
+            s.ledger.url.clone(),
+            "serve".to_owned(),
+        ];
+        argv.extend(flags);
+        let cli = Cli::try_parse_from(argv).expect("the flags parse");
+        let mut configured = Settings::from_cli(&cli).expect("settings");
+        configured.ledger.options = s.ledger.options.clone();
+        configured.http.bind = s.http.bind;
+        *s = configured;
+    })
+    .await
+}
+
+/// A sign-in posted from `client` through the proxy in front (the test's own address).
+async fn sign_in_forwarded(app: &TestApp, client: &str, password: &str) -> reqwest::Response {
+    let mut browser = Browser::new(&app.base);
+    let csrf = browser.token("/login").await;
+    browser
+        .post_with(
+            "/login",
+            &[
+                ("csrf", &csrf),
+                ("name", "ana"),
+                ("password", password),
+                ("next", "/"),
+            ],
+            &[("origin", &app.base), ("x-forwarded-for", client)],
+        )
+        .await
+}
+
+/// Seeds `address` with failed sign-ins until a minute allows it no more.
+async fn exhaust_address(ledger: &Ledger, address: &str) {
+    for i in 0.. {
+        let slot = ledger
+            .take_sign_in_slot(&format!("guess-{i}"), address, (5, 20), 60_000_000)
+            .await
+            .unwrap();
+        if slot.is_none() {
+            break;
+        }
+    }
+}
+
+/// Behind the proxy that `--trusted-proxy` names, each operator's own address (the right-most
+/// `X-Forwarded-For` entry that is not a trusted proxy) is counted: one office's failures do
+/// not lock out another's.
+async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_address_limit(db: Db) {
+    use fenceline::ledger::FailureScope;
+    let app = serving_with(db, &["--trusted-proxy", "127.0.0.0/8"]).await;
+    add_operator(&app.ledger, "ana", Role::Viewer, None).await;
+    let failures = |address: &'static str| {
+        let ledger = app.ledger.clone();
+        async move {
+            ledger
+                .recent_sign_in_failures(FailureScope::Address, address, 60_000_000)
+                .await
+                .unwrap()
+        }
+    };
+    let wrong = sign_in_forwarded(&app, "198.51.100.9, 203.0.113.7", "wrong password").await;
+    assert!(location(&wrong).starts_with("/login"));
+    assert_eq!(failures("203.0.113.7").await, 1, "the forwarded client's");
+    assert_eq!(failures("127.0.0.1").await, 0, "not the proxy's");
+    assert_eq!(
+        failures("198.51.100.9").await,
+        0,
+        "not one the client wrote"
+    );
+
+    exhaust_address(&app.ledger, "203.0.113.1").await;
+    let refused = sign_in_forwarded(&app, "203.0.113.1", PASSWORD).await;
+    assert!(location(&refused).starts_with("/login"), "over its limit");
+    let signed_in = sign_in_forwarded(&app, "203.0.113.2", PASSWORD).await;
+    assert_eq!(
+        location(&signed_in),
+        "/",
+        "another client keeps its own limit"
+    );
+    // A proxy in the chain is skipped: the client is the address before it.
+    let chained = sign_in_forwarded(&app, "203.0.113.1, 127.0.0.9", PASSWORD).await;
+    assert!(
+        location(&chained).starts_with("/login"),
+        "still over its limit"
+    );
+}
+
+/// Without `--trusted-proxy`, `X-Forwarded-For` is the client's own writing: the peer's
+/// address is counted.
+async fn an_untrusted_peers_forwarded_for_is_ignored(db: Db) {
+    use fenceline::ledger::FailureScope;
+    let app = serving_with(db, &[]).await;
+    add_operator(&app.ledger, "ana", Role::Viewer, None).await;
+    let wrong = sign_in_forwarded(&app, "203.0.113.7", "wrong password").await;
+    assert!(location(&wrong).starts_with("/login"));
+    for (address, expected) in [("203.0.113.7", 0), ("127.0.0.1", 1)] {
+        let counted = app
+            .ledger
+            .recent_sign_in_failures(FailureScope::Address, address, 60_000_000)
+            .await
+            .unwrap();
+        assert_eq!(counted, expected, "{address}");
+    }
+    exhaust_address(&app.ledger, "127.0.0.1").await;
+    let refused = sign_in_forwarded(&app, "203.0.113.2", PASSWORD).await;
+    assert!(
+        location(&refused).starts_with("/login"),
+        "a forwarded address does not escape the peer's limit"
+    );
+    // Trusting another network changes nothing for this peer.
+    let elsewhere = serving_with(db, &["--trusted-proxy", "10.0.0.0/8"]).await;
+    add_operator(&elsewhere.ledger, "ana", Role::Viewer, None).await;
+    sign_in_forwarded(&elsewhere, "203.0.113.7", "wrong password").await;
+    let counted = elsewhere
+        .ledger
+        .recent_sign_in_failures(FailureScope::Address, "127.0.0.1", 60_000_000)
+        .await
+        .unwrap();
+    assert_eq!(counted, 1);
 }
 
 async fn forms_without_the_sessions_token_or_from_another_site_are_refused(db: Db) {
@@ -533,6 +851,70 @@ async fn an_operator_limited_to_a_tenant_neither_sees_nor_acts_on_another(db: Db
         app.ledger.job(&theirs).await.unwrap().unwrap().state,
         JobState::Unknown
     );
+}
+
+/// Drill runs are the deployment's, not a tenant's: like starting one, reading one (its page,
+/// its reports) needs an operator without a tenant limit. A limited one is told no such run
+/// exists, and the drills page shows her the catalogue without the runs.
+async fn an_operator_limited_to_a_tenant_reads_no_drill_run(db: Db) {
+    let app = spawn_app(db).await;
+    let report = fenceline::drill::Report {
+        run_id: "drl_secret".into(),
+        queue: "embedded".into(),
+        timings: "compressed".into(),
+        provider: "stub".into(),
+        requested_by: "operator:olga".into(),
+        scenarios: Vec::new(),
+    };
+    app.ledger
+        .insert_drill_run(&fenceline::ledger::DrillRunRow {
+            run_id: "drl_secret".into(),
+            kinds: "[\"delivery-after-delete\"]".into(),
+            queue: "embedded".into(),
+            timings: "compressed".into(),
+            requested_by: "operator:olga".into(),
+            status: "failed".into(),
+            started_at: 0,
+            alive_at: 0,
+            finished_at: None,
+            report: serde_json::to_string(&report).unwrap(),
+        })
+        .await
+        .unwrap();
+    let paths = [
+        "/drills/drl_secret",
+        "/drills/drl_secret/report.json",
+        "/drills/drl_secret/report.md",
+    ];
+    let mut olga = signed_in(&app, "olga", Role::Viewer, None).await;
+    for path in paths {
+        let response = olga.get(path).await;
+        assert_eq!(response.status(), 200, "{path}");
+        assert!(
+            response.text().await.unwrap().contains("drl_secret"),
+            "{path}"
+        );
+    }
+    assert!(olga.page("/drills").await.contains("drl_secret"));
+
+    let acme = ["acme".to_owned()];
+    for role in [Role::Viewer, Role::Admin] {
+        let name = format!("ana-{role}");
+        let mut ana = signed_in(&app, &name, role, Some(&acme)).await;
+        for path in paths {
+            let response = ana.get(path).await;
+            assert_eq!(response.status(), 404, "{role} {path}");
+            let body = response.text().await.unwrap();
+            assert!(!body.contains("operator:olga"), "{role} {path}: {body}");
+        }
+        let page = ana.page("/drills").await;
+        assert!(!page.contains("drl_secret"), "{role}: {page}");
+        assert!(
+            page.contains("live-owner-suppresses-duplicate"),
+            "the catalogue"
+        );
+        assert!(page.contains("without a tenant limit"), "{role}: {page}");
+    }
 }
 
 /// The tile of a state on the overview: its count.

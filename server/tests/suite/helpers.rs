@@ -619,11 +619,12 @@ pub(crate) fn as_owner(job_id: &str, epoch: i64, worker: &str) -> Owner {
     Owner::new(job_id.parse().expect("a job id"), epoch, worker)
 }
 
-/// A browser, as far as the console can tell: one cookie jar of one session cookie, no
-/// redirects followed.
+/// A browser, as far as the console can tell: its cookies (the session's, the sign-in form's)
+/// sent with every request, no redirects followed.
 pub(crate) struct Browser {
     pub(crate) base: String,
     client: reqwest::Client,
+    /// The `Cookie` header it sends: `name=value` pairs joined by `; `.
     pub(crate) cookie: Option<String>,
 }
 
@@ -640,15 +641,22 @@ impl Browser {
     }
 
     fn keep_cookie(&mut self, response: &reqwest::Response) {
+        let mut jar: Vec<String> = self
+            .cookie
+            .iter()
+            .flat_map(|c| c.split("; "))
+            .map(str::to_owned)
+            .collect();
         for value in response.headers().get_all("set-cookie") {
             let value = value.to_str().unwrap();
             let pair = value.split(';').next().unwrap();
-            if pair.ends_with('=') || value.contains("Max-Age=0") {
-                self.cookie = None;
-            } else {
-                self.cookie = Some(pair.to_owned());
+            let name = pair.split('=').next().unwrap();
+            jar.retain(|kept| kept.split('=').next() != Some(name));
+            if !(pair.ends_with('=') || value.contains("Max-Age=0")) {
+                jar.push(pair.to_owned());
             }
         }
+        self.cookie = (!jar.is_empty()).then(|| jar.join("; "));
     }
 
     pub(crate) async fn get(&mut self, path: &str) -> reqwest::Response {

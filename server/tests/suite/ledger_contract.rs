@@ -51,6 +51,7 @@ on_both_backends!(
     a_worker_is_seen_by_its_reports_and_by_the_jobs_it_owns,
     a_release_after_the_deadline_is_refused_and_the_job_expires,
     a_client_retrying_the_same_request_in_a_loop_does_not_grow_the_timeline,
+    a_conflicting_request_repeated_in_a_loop_is_recorded_once_per_digest,
     a_new_job_on_a_queue_in_the_ledger_is_sent_in_its_own_transaction,
     an_accepted_result_deletes_its_embedded_delivery_in_its_own_transaction,
     several_workers_claims_in_one_commit_each_take_their_own_worker_and_lease,
@@ -1813,6 +1814,65 @@ async fn a_client_retrying_the_same_request_in_a_loop_does_not_grow_the_timeline
     assert_eq!(
         hits, 1,
         "one idempotent hit a minute is on the timeline, not one per retry"
+    );
+}
+
+/// A key reused with another request is refused every time, but recorded once for each
+/// request it was reused with: fifty identical conflicting requests, twenty of them at once,
+/// add one `idempotency_conflict`, and another request one more; the timeline stays numbered
+/// without a hole.
+async fn a_conflicting_request_repeated_in_a_loop_is_recorded_once_per_digest(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let job_id = create(&ledger, new_job("acme", "reused", json!(1))).await;
+    let conflict = |input: i64| {
+        let ledger = ledger.clone();
+        async move {
+            let refused = ledger
+                .create_job(
+                    new_job("acme", "reused", json!(input)),
+                    &Actor::Api("t".into()),
+                )
+                .await;
+            assert!(
+                matches!(refused, Err(LedgerError::IdempotencyConflict { .. })),
+                "{refused:?}"
+            );
+        }
+    };
+    let mut at_once = tokio::task::JoinSet::new();
+    for _ in 0..20 {
+        at_once.spawn(conflict(2));
+    }
+    at_once.join_all().await;
+    for _ in 0..30 {
+        conflict(2).await;
+    }
+    let conflicts = |kinds: Vec<String>| {
+        kinds
+            .into_iter()
+            .filter(|k| k == "idempotency_conflict")
+            .count()
+    };
+    assert_eq!(
+        conflicts(kinds(&ledger, &job_id).await),
+        1,
+        "fifty tries of one conflicting request"
+    );
+    for _ in 0..10 {
+        conflict(3).await;
+    }
+    assert_eq!(
+        conflicts(kinds(&ledger, &job_id).await),
+        2,
+        "one more for another request"
+    );
+    let events = ledger.all_events(&job_id).await.unwrap();
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=events.len() as i64).collect::<Vec<_>>());
+    assert_eq!(
+        ledger.event_count(&job_id).await.unwrap(),
+        events.len() as i64,
+        "no number reserved and left empty"
     );
 }
 

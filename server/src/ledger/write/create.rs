@@ -9,7 +9,7 @@ use super::{micros, Reserved};
 use crate::job::{Actor, EventKind, JobId};
 use crate::ledger::model::{Created, NewEvent, NewJob};
 use crate::ledger::read::{job_from_row, JOB_COLUMNS};
-use crate::ledger::{DirectQueue, Ledger, LedgerError};
+use crate::ledger::{DirectQueue, Ledger, LedgerError, Refusal};
 
 impl Ledger {
     /// Creates a job with its input and outbox row, idempotently per tenant and key.
@@ -131,15 +131,58 @@ impl Ledger {
             }
             Ok(Created::Existing(existing))
         } else {
+            let offered = new.request_digest.get(..12).unwrap_or("");
             let event = NewEvent::new(EventKind::IdempotencyConflict, actor).detail(json!({
                 "existing_digest": &existing.request_digest[..12],
-                "offered_digest": new.request_digest.get(..12).unwrap_or(""),
+                "offered_digest": offered,
             }));
-            self.record_event(&existing.job_id, &event).await?;
+            self.record_conflict_once(&existing.job_id, offered, &event)
+                .await?;
             Err(LedgerError::IdempotencyConflict {
                 existing: existing.job_id,
             })
         }
+    }
+
+    /// Records `event`, a conflict offering the digest `offered`, unless the job's timeline
+    /// has one for that digest already: a client repeating a conflicting request in a loop
+    /// adds one event, not one a try. Looked for on a read first; then again under the job's
+    /// row, so that repeats at once add one too (and one that finds it leaves no number used).
+    async fn record_conflict_once(
+        &self,
+        job_id: &str,
+        offered: &str,
+        event: &NewEvent,
+    ) -> Result<(), LedgerError> {
+        let names = |details: Vec<String>| {
+            details.iter().any(|detail| {
+                serde_json::from_str::<serde_json::Value>(detail)
+                    .is_ok_and(|d| d["offered_digest"] == offered)
+            })
+        };
+        let recorded = sqlx::query_scalar(&self.sql.idempotency_conflicts)
+            .bind(job_id)
+            .fetch_all(&self.reader)
+            .await?;
+        if names(recorded) {
+            return Ok(());
+        }
+        let statement = sqlx::query_as::<_, Reserved>(&self.sql.reserve_events)
+            .bind(job_id)
+            .bind(1_i64);
+        let Some(mut reserved) = self.try_guarded(job_id, statement).await? else {
+            return Err(LedgerError::refused(job_id, Refusal::NotFound));
+        };
+        let recorded = sqlx::query_scalar(&self.sql.idempotency_conflicts)
+            .bind(job_id)
+            .fetch_all(&mut *reserved.tx)
+            .await?;
+        if names(recorded) {
+            reserved.tx.rollback().await?;
+            return Ok(());
+        }
+        reserved.commit(std::slice::from_ref(event)).await?;
+        Ok(())
     }
 }
 

@@ -1,0 +1,167 @@
+//! The sign-in form's anti-forgery token, for visitors who have no session: the browser keeps
+//! it in a cookie the server signed (`fenceline_form`, sent to `/login` only), so that showing
+//! the form stores nothing. The form echoes the token; a post whose cookie is not signed by
+//! this deployment's key, has expired or vouches for another token is refused. The key is the
+//! ledger's, the same on every `serve` process. Signed-in forms carry the session's token
+//! instead: this module must not stand in for it.
+
+use axum::http::header::{COOKIE, SET_COOKIE};
+use axum::http::{HeaderMap, HeaderValue};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use tower_sessions::cookie::{Cookie, SameSite};
+
+use super::sessions::{new_token, token_matches};
+
+const NAME: &str = "fenceline_form";
+const PATH: &str = "/login";
+
+/// The key that signs the form's cookie. `Debug` shows nothing of it.
+#[derive(Clone)]
+pub struct FormKey([u8; 32]);
+
+impl std::fmt::Debug for FormKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FormKey(…)")
+    }
+}
+
+impl Default for FormKey {
+    /// A key of this process alone: for an application built without a ledger's key (tests).
+    fn default() -> Self {
+        let mut key = [0u8; 32];
+        getrandom::fill(&mut key).expect("the operating system's random source");
+        FormKey(key)
+    }
+}
+
+impl FormKey {
+    /// A fresh key, hex, for the ledger to keep if it has none yet.
+    pub fn candidate() -> String {
+        hex::encode(FormKey::default().0)
+    }
+
+    /// The key the ledger kept (hex, 32 bytes); `None` if it is not one.
+    pub fn from_hex(kept: &str) -> Option<FormKey> {
+        hex::decode(kept).ok()?.try_into().ok().map(FormKey)
+    }
+
+    fn signature(&self, token: &str, expires: i64) -> Hmac<Sha256> {
+        let mut mac = Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes any key length");
+        mac.update(format!("{token}.{expires}").as_bytes());
+        mac
+    }
+
+    /// A new token, good until `expires` (seconds since the epoch), and the cookie value
+    /// that vouches for it.
+    fn issue(&self, expires: i64) -> (String, String) {
+        let token = new_token();
+        let signature = hex::encode(self.signature(&token, expires).finalize().into_bytes());
+        let value = format!("{token}.{expires}.{signature}");
+        (token, value)
+    }
+
+    /// The token a cookie value vouches for, if this key signed it and it has not expired.
+    fn vouched(&self, value: &str, now: i64) -> Option<String> {
+        let mut parts = value.splitn(3, '.');
+        let (token, expires, signature) = (parts.next()?, parts.next()?, parts.next()?);
+        let expires: i64 = expires.parse().ok()?;
+        let signature = hex::decode(signature).ok()?;
+        self.signature(token, expires)
+            .verify_slice(&signature)
+            .ok()
+            .filter(|_| now < expires)
+            .map(|_| token.to_owned())
+    }
+}
+
+fn seconds_now() -> i64 {
+    super::gate::now() / 1_000_000
+}
+
+/// The form's cookie in a request, if any.
+fn cookie_value(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|h| h.to_str().ok())
+        .flat_map(Cookie::split_parse)
+        .filter_map(Result::ok)
+        .find(|c| c.name() == NAME)
+        .map(|c| c.value().to_owned())
+}
+
+/// The token of the form shown to a signed-out visitor: the one their cookie vouches for,
+/// else a new one and the `Set-Cookie` value that hands it over, good for `lifetime`.
+pub(super) fn token_for(
+    key: &FormKey,
+    headers: &HeaderMap,
+    secure: bool,
+    lifetime: std::time::Duration,
+) -> (String, Option<HeaderValue>) {
+    let now = seconds_now();
+    if let Some(token) = cookie_value(headers).and_then(|v| key.vouched(&v, now)) {
+        return (token, None);
+    }
+    let lifetime = i64::try_from(lifetime.as_secs()).unwrap_or(i64::MAX);
+    let (token, value) = key.issue(now.saturating_add(lifetime));
+    let cookie = Cookie::build((NAME, value))
+        .http_only(true)
+        .same_site(SameSite::Strict)
+        .secure(secure)
+        .path(PATH)
+        .max_age(time::Duration::seconds(lifetime))
+        .build();
+    (token, HeaderValue::from_str(&cookie.to_string()).ok())
+}
+
+/// Whether a posted sign-in form's token is the one its cookie vouches for.
+pub(super) fn accepts(key: &FormKey, headers: &HeaderMap, given: &str) -> bool {
+    let vouched = cookie_value(headers).and_then(|v| key.vouched(&v, seconds_now()));
+    token_matches(vouched.as_deref(), given)
+}
+
+/// Adds to `response` the header that ends the form's cookie: signed in, it has served.
+pub(super) fn forget(response: &mut axum::response::Response, secure: bool) {
+    let cookie = Cookie::build((NAME, ""))
+        .http_only(true)
+        .same_site(SameSite::Strict)
+        .secure(secure)
+        .path(PATH)
+        .max_age(time::Duration::ZERO)
+        .build();
+    if let Ok(value) = HeaderValue::from_str(&cookie.to_string()) {
+        response.headers_mut().append(SET_COOKIE, value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cookie_vouches_for_its_own_token_under_its_key_until_it_expires() {
+        let key = FormKey::default();
+        let (token, value) = key.issue(1_000);
+        assert_eq!(key.vouched(&value, 999).as_deref(), Some(token.as_str()));
+        assert_eq!(key.vouched(&value, 1_000), None, "expired");
+        assert_eq!(FormKey::default().vouched(&value, 999), None, "another key");
+        let later = value.replacen(".1000.", ".2000.", 1);
+        assert_eq!(key.vouched(&later, 999), None, "its expiry moved");
+        let (other, _) = key.issue(1_000);
+        let swapped = value.replacen(&token, &other, 1);
+        assert_eq!(key.vouched(&swapped, 999), None, "another token");
+        for junk in ["", ".", "a.b.c", "x.1000.zz"] {
+            assert_eq!(key.vouched(junk, 0), None, "{junk:?}");
+        }
+    }
+
+    #[test]
+    fn a_kept_key_reads_back_and_anything_else_is_no_key() {
+        let hex = FormKey::candidate();
+        assert!(FormKey::from_hex(&hex).is_some());
+        assert!(FormKey::from_hex("abcd").is_none());
+        assert!(FormKey::from_hex("not hex").is_none());
+        assert_eq!(format!("{:?}", FormKey::default()), "FormKey(…)");
+    }
+}
