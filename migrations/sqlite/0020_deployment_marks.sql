@@ -19,3 +19,10 @@ CREATE TABLE deployment (
     environment TEXT NOT NULL CHECK (environment IN ('production', 'development')),
     marked_at BIGINT NOT NULL
 );
+
+-- Keys every process of the deployment shares, made by the first process that needs one:
+-- `form` signs the sign-in form's cookie.
+CREATE TABLE deployment_keys (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);

@@ -266,29 +266,20 @@ impl Ledger {
     }
 
     /// The key that signs the sign-in form's cookie, the same for every process on this
-    /// ledger: `candidate` if none was kept yet, else the one kept. It is held as a session
-    /// record whose id no cookie can name (a session id is 22 characters) and which never
-    /// expires.
+    /// ledger: `candidate` if none was kept yet, else the one kept.
     pub async fn form_key(&self, candidate: &str) -> Result<String, LedgerError> {
-        const ID: &str = "form-key";
-        let data = serde_json::json!({ "form_key": candidate }).to_string();
         sqlx::query(
-            "INSERT INTO sessions (id, data, expires_at) VALUES ($1, $2, $3) \
-             ON CONFLICT (id) DO NOTHING",
+            "INSERT INTO deployment_keys (name, value) VALUES ('form', $1) \
+             ON CONFLICT (name) DO NOTHING",
         )
-        .bind(ID)
-        .bind(data)
-        .bind(i64::MAX)
+        .bind(candidate)
         .execute(&self.writer)
         .await?;
-        let (kept,): (String,) = sqlx::query_as("SELECT data FROM sessions WHERE id = $1")
-            .bind(ID)
-            .fetch_one(&self.writer)
-            .await?;
-        serde_json::from_str::<serde_json::Value>(&kept)
-            .ok()
-            .and_then(|v| v["form_key"].as_str().map(str::to_owned))
-            .ok_or_else(|| LedgerError::Corrupt("the form key's record is not a key".into()))
+        let (kept,): (String,) =
+            sqlx::query_as("SELECT value FROM deployment_keys WHERE name = 'form'")
+                .fetch_one(&self.writer)
+                .await?;
+        Ok(kept)
     }
 
     /// Deletes expired sessions and sign-in failures older than an hour; returns how many
