@@ -272,6 +272,24 @@ pub(super) async fn console_gate(
     } else {
         None
     };
+    // The sign-in page says why it is shown again by its address, for visitors without a
+    // session (`signin::Said`).
+    let flash = flash.or_else(|| {
+        let said = (operator.is_none() && open && safe)
+            .then(|| request.uri().query())
+            .flatten()
+            .and_then(|query| {
+                serde_urlencoded::from_str::<Vec<(String, String)>>(query)
+                    .ok()?
+                    .into_iter()
+                    .find(|(name, _)| name == "said")
+                    .and_then(|(_, code)| super::signin::Said::parse(&code))
+            })?;
+        Some(Flash {
+            ok: said.ok(),
+            text: said.text().to_owned(),
+        })
+    });
     let chosen = session.get::<String>(keys::ZONE).await.ok().flatten();
     let (zone, bad_zone) = page_zone(request.uri().query(), chosen);
     let visitor = Visitor {

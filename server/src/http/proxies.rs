@@ -35,7 +35,15 @@ impl std::str::FromStr for Network {
                     format!("`{text}`: the prefix after / is a number from 0 to {width}")
                 })?
         };
-        Ok(Network { base, prefix })
+        // A network of IPv4 addresses written as IPv6 (`::ffff:10.0.0.0/104`) is that IPv4
+        // network: addresses are compared as IPv4 ones.
+        match base {
+            IpAddr::V6(v6) if prefix >= 96 && v6.to_ipv4_mapped().is_some() => Ok(Network {
+                base: IpAddr::V4(v6.to_ipv4_mapped().expect("mapped")),
+                prefix: prefix - 96,
+            }),
+            _ => Ok(Network { base, prefix }),
+        }
     }
 }
 
@@ -157,6 +165,11 @@ mod tests {
         let all: Network = "0.0.0.0/0".parse().unwrap();
         assert!(all.contains(ip("203.0.113.1")));
         assert!("::1/128".parse::<Network>().unwrap().contains(ip("::1")));
+        // An IPv4 network written as IPv6 is that network.
+        let mapped: Network = "::ffff:10.0.0.0/104".parse().unwrap();
+        assert!(mapped.contains(ip("10.9.8.7")));
+        assert!(mapped.contains(ip("::ffff:10.9.8.7")));
+        assert!(!mapped.contains(ip("11.0.0.1")));
     }
 
     #[test]

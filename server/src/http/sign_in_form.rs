@@ -63,6 +63,11 @@ impl FormKey {
 
     /// The token a cookie value vouches for, if this key signed it and it has not expired.
     fn vouched(&self, value: &str, now: i64) -> Option<String> {
+        self.vouched_until(value, now).map(|(token, _)| token)
+    }
+
+    /// [`FormKey::vouched`], with when the token expires.
+    fn vouched_until(&self, value: &str, now: i64) -> Option<(String, i64)> {
         let mut parts = value.splitn(3, '.');
         let (token, expires, signature) = (parts.next()?, parts.next()?, parts.next()?);
         let expires: i64 = expires.parse().ok()?;
@@ -71,7 +76,7 @@ impl FormKey {
             .verify_slice(&signature)
             .ok()
             .filter(|_| now < expires)
-            .map(|_| token.to_owned())
+            .map(|_| (token.to_owned(), expires))
     }
 }
 
@@ -100,10 +105,15 @@ pub(super) fn token_for(
     lifetime: std::time::Duration,
 ) -> (String, Option<HeaderValue>) {
     let now = seconds_now();
-    if let Some(token) = cookie_value(headers).and_then(|v| key.vouched(&v, now)) {
+    let lifetime = i64::try_from(lifetime.as_secs()).unwrap_or(i64::MAX);
+    // A token past half its life is replaced: a form shown just before it expired would be
+    // refused when posted.
+    let fresh = cookie_value(headers)
+        .and_then(|v| key.vouched_until(&v, now))
+        .filter(|(_, expires)| expires - now > lifetime / 2);
+    if let Some((token, _)) = fresh {
         return (token, None);
     }
-    let lifetime = i64::try_from(lifetime.as_secs()).unwrap_or(i64::MAX);
     let (token, value) = key.issue(now.saturating_add(lifetime));
     let cookie = Cookie::build((NAME, value))
         .http_only(true)
@@ -154,6 +164,31 @@ mod tests {
         for junk in ["", ".", "a.b.c", "x.1000.zz"] {
             assert_eq!(key.vouched(junk, 0), None, "{junk:?}");
         }
+    }
+
+    #[test]
+    fn a_form_shown_again_keeps_its_token_until_half_its_life_is_gone() {
+        let key = FormKey::default();
+        let lifetime = std::time::Duration::from_secs(8 * 3600);
+        let with_cookie = |value: &str| {
+            let mut headers = HeaderMap::new();
+            let cookie = format!("{NAME}={value}");
+            headers.insert(COOKIE, HeaderValue::from_str(&cookie).unwrap());
+            headers
+        };
+        let (token, header) = token_for(&key, &HeaderMap::new(), false, lifetime);
+        let header = header.expect("a new cookie").to_str().unwrap().to_owned();
+        let value = header
+            .strip_prefix(&format!("{NAME}="))
+            .and_then(|rest| rest.split(';').next())
+            .unwrap();
+        let (again, none) = token_for(&key, &with_cookie(value), false, lifetime);
+        assert_eq!((again.as_str(), none), (token.as_str(), None), "kept");
+        // One with an hour left (of eight) is replaced by a fresh one.
+        let (old, ending) = key.issue(seconds_now() + 3600);
+        let (renewed, header) = token_for(&key, &with_cookie(&ending), false, lifetime);
+        assert_ne!(renewed, old);
+        assert!(header.is_some(), "a fresh cookie");
     }
 
     #[test]

@@ -45,8 +45,51 @@ fn local_path(next: &str) -> String {
     fenceline_app::pages::login::local_path(Some(next.to_owned()))
 }
 
-fn back_to_login(next: &str) -> Response {
-    let query = serde_urlencoded::to_string([("next", local_path(next))]).unwrap_or_default();
+/// What the sign-in page says after a sign-in that did not go through, or a sign-out: named
+/// in its address (`said=`) rather than kept in a session, so that a visitor who has none is
+/// given none, however many sign-ins they post.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Said {
+    Wrong,
+    Throttled,
+    SignedOut,
+}
+
+impl Said {
+    fn code(self) -> &'static str {
+        match self {
+            Said::Wrong => "wrong",
+            Said::Throttled => "throttled",
+            Said::SignedOut => "signed-out",
+        }
+    }
+
+    /// The message of a `said=` value; anything else says nothing.
+    pub(super) fn parse(code: &str) -> Option<Said> {
+        [Said::Wrong, Said::Throttled, Said::SignedOut]
+            .into_iter()
+            .find(|said| said.code() == code)
+    }
+
+    pub(super) fn text(self) -> &'static str {
+        match self {
+            Said::Wrong => "Wrong name or password.",
+            Said::Throttled => {
+                "Too many failed sign-ins in the last minute. Wait a minute, then try again."
+            }
+            Said::SignedOut => "Signed out.",
+        }
+    }
+
+    pub(super) fn ok(self) -> bool {
+        self == Said::SignedOut
+    }
+}
+
+fn back_to_login(next: &str, said: Said) -> Response {
+    let query =
+        serde_urlencoded::to_string([("next", local_path(next).as_str()), ("said", said.code())])
+            .unwrap_or_default();
     Redirect::to(&format!("/login?{query}")).into_response()
 }
 
@@ -110,13 +153,7 @@ pub(super) async fn login(
         Ok(Some(slot)) => slot,
         Ok(None) => {
             tracing::warn!(%address, "sign-in throttled");
-            flash(
-                &session,
-                false,
-                "Too many failed sign-ins in the last minute. Wait a minute, then try again.",
-            )
-            .await;
-            return back_to_login(&form.next);
+            return back_to_login(&form.next, Said::Throttled);
         }
         Err(_) => return unavailable(),
     };
@@ -154,8 +191,7 @@ pub(super) async fn login(
     .unwrap_or(false);
     let Some(credentials) = credentials.filter(|_| good) else {
         tracing::info!(%address, "a sign-in failed");
-        flash(&session, false, "Wrong name or password.").await;
-        return back_to_login(&form.next);
+        return back_to_login(&form.next, Said::Wrong);
     };
     if let Err(error) = ledger.clear_sign_in_slot(&slot).await {
         // Left counted as a failure: the sign-in is refused rather than half done.
@@ -204,8 +240,7 @@ pub(super) async fn logout(session: Session, Form(form): Form<LogoutForm>) -> Re
         return refused;
     }
     let _ = session.flush().await;
-    flash(&session, true, "Signed out.").await;
-    Redirect::to("/login").into_response()
+    Redirect::to(&format!("/login?said={}", Said::SignedOut.code())).into_response()
 }
 
 #[derive(Deserialize)]

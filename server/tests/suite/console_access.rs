@@ -386,11 +386,15 @@ async fn signing_in_starts_a_new_session_and_signing_out_ends_it(db: Db) {
     // Signing out ends the session: its cookie opens nothing either.
     let csrf = browser.token("/jobs").await;
     let response = browser.post("/logout", &[("csrf", &csrf)]).await;
-    assert_eq!(location(&response), "/login");
+    assert_eq!(location(&response), "/login?said=signed-out");
     let mut old = Browser::new(&app.base);
     old.cookie = Some(after);
     assert_eq!(old.get("/jobs").await.status(), 303);
-    assert!(browser.page("/login").await.contains("Signed out."));
+    assert!(browser
+        .page("/login?said=signed-out")
+        .await
+        .contains("Signed out."));
+    assert!(!browser.page("/login").await.contains("Signed out."));
 
     // A disabled operator's session ends at their next request.
     let mut ana = Browser::new(&app.base);
@@ -522,17 +526,20 @@ async fn the_sixth_wrong_password_in_a_minute_is_throttled(db: Db) {
     let mut browser = Browser::new(&app.base);
     for _ in 0..5 {
         let response = browser.sign_in("ana", "wrong password, wrong").await;
-        assert!(location(&response).starts_with("/login"));
+        let back = location(&response);
+        assert!(back.starts_with("/login"));
         assert!(browser
-            .page("/login")
+            .page(&back)
             .await
             .contains("Wrong name or password."));
     }
     // Now even the right password waits: the account is throttled.
     let response = browser.sign_in("ana", PASSWORD).await;
-    assert!(location(&response).starts_with("/login"));
-    let page = browser.page("/login").await;
+    let back = location(&response);
+    assert!(back.starts_with("/login"));
+    let page = browser.page(&back).await;
     assert!(page.contains("Too many failed sign-ins"), "{page}");
+    assert!(!page.contains("Wrong name or password."), "{page}");
     assert_eq!(browser.get("/jobs").await.status(), 303, "not signed in");
 }
 
@@ -552,6 +559,14 @@ async fn sixty_guesses_at_once_on_one_form_get_five_checked(db: Db) {
     // A right password counts as no failure once checked.
     let mut first = Browser::new(&app.base);
     assert_eq!(location(&first.sign_in("ana", PASSWORD).await), "/");
+    let pool = app.db.raw_pool().await;
+    let sessions = || async {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM sessions")
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+    };
+    let sessions_before = sessions().await;
     assert_eq!(failures().await, 0);
     let mut browser = Browser::new(&app.base);
     let csrf = browser.token("/login").await;
@@ -583,6 +598,11 @@ async fn sixty_guesses_at_once_on_one_form_get_five_checked(db: Db) {
         failures().await,
         5,
         "wrong passwords checked for the account"
+    );
+    assert_eq!(
+        sessions().await,
+        sessions_before,
+        "refused sign-ins store no session"
     );
     // The right password now waits too.
     let response = browser.sign_in("ana", PASSWORD).await;
