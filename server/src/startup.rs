@@ -289,6 +289,11 @@ pub mod runtime {
         Provider(String),
         #[error("cannot record the tenants' shares")]
         Ledger(#[from] LedgerError),
+        #[error(
+            "the ledger is marked production: it refuses fault injection (--soak-faults is \
+             for the chaos soak)"
+        )]
+        FaultsInProduction,
     }
 
     /// The configured queue.
@@ -351,6 +356,9 @@ pub mod runtime {
         settings: &Settings,
         metrics: &Metrics,
     ) -> Result<(), RuntimeError> {
+        if settings.worker.soak_faults > 0.0 && ledger.marked_production().await? {
+            return Err(RuntimeError::FaultsInProduction);
+        }
         let queue = queue(ledger, settings).await?;
         let provider = provider(&settings.provider)?;
         // The tenants' shares this process was given become the deployment's.

@@ -136,6 +136,10 @@ impl LedgerConsole {
             Vec::new()
         };
         let access = &self.queue.drills;
+        // Marked by this process's environment, or by a production deployment's in the
+        // database itself.
+        let production = access.environment == Environment::Production
+            || self.ledger.marked_production().await?;
         let mut queues = vec!["embedded".to_owned()];
         if access.sqs {
             queues.push("sqs".into());
@@ -151,7 +155,7 @@ impl LedgerConsole {
                  shown to operators without a tenant limit."
                     .to_owned()
             }),
-            refused: (access.environment == Environment::Production).then(|| {
+            refused: production.then(|| {
                 "This deployment is marked production: drills inject faults and never run here. \
                  Run them against a staging or development deployment."
                     .to_owned()

@@ -143,7 +143,9 @@ pub use tokens::{valid_tenant, ActsAs, TokenInfo};
 pub use transport::{DeadLetterMove, RejectedMessage};
 pub use unknown::{UnknownForRetrieval, UnknownJob};
 pub use workers::{Reported, WorkerReport, WorkerSeen};
-pub use write::{AcceptDelete, GroupStats, LedgerMessage, OutboxItem, RenewBoth};
+pub use write::{
+    AcceptDelete, GroupStats, LedgerMessage, OutboxItem, RenewBoth, RenewedWithVisibility,
+};
 
 use std::sync::Arc;
 

@@ -16,7 +16,9 @@ use crate::drill::sabotage::Safeguard;
 
 use super::Shared;
 use crate::job::{Actor, EventKind};
-use crate::ledger::{DeliveryRef, LedgerError, NewEvent, RenewBoth, Renewal, VisibilityChange};
+use crate::ledger::{
+    DeliveryRef, LedgerError, NewEvent, RenewBoth, Renewal, RenewedWithVisibility, VisibilityChange,
+};
 use crate::metrics::{Outcome, RenewalKind};
 use crate::provider::{Progress, Provider};
 use crate::queue::{Queue, QueueError, ReceiptHandle, VISIBILITY_CAP};
@@ -392,11 +394,17 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
             task.await
                 .unwrap_or_else(|_| Err(LedgerError::Corrupt("renewal task failed".into())))
         };
-        let renewed = within(bound, answered).await;
-        let lease = renewed
-            .as_ref()
-            .map(|r| r.iter().map(|(renewal, _)| renewal).collect());
-        apply_leases(shared, asked, lease, together.len());
+        match within(bound, answered).await {
+            Ok(renewed) => {
+                let answered: Vec<&Renewal> = renewed.renewed.iter().map(|(r, _)| r).collect();
+                apply_leases(shared, asked, Ok(answered), renewed.renewed.len());
+                if let Some(error) = &renewed.failed {
+                    let left = together.len() - renewed.renewed.len();
+                    apply_leases(shared, asked, Err(error), left);
+                }
+            }
+            Err(error) => apply_leases(shared, asked, Err(&error), together.len()),
+        }
     };
     let ((visibility, _), ()) = tokio::join!(apart_renewed, together_renewed);
     // Lateness counts until both renewals have answered, not until they were asked.
@@ -414,19 +422,17 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
     record_apart(shared, &actor, &apart, visibility, bound).await;
 }
 
-type Together = Result<Vec<(Renewal, Option<VisibilityChange>)>, LedgerError>;
-
 /// One round's renewals of jobs whose messages are in the ledger's own queue, in one
-/// transaction a chunk, and what came of their visibility changes: committed, each outcome is
-/// on its timeline already and counted here; failed, neither is known to have happened and
-/// each is recorded as uncertain, in a place of its own.
+/// transaction a chunk, and what came of their visibility changes: those answered are on their
+/// timelines already and counted here; those left without an answer (their chunk failed, or its
+/// answer was lost) are recorded as uncertain, in a place of their own, once.
 async fn renew_together<Q: Queue, P: Provider>(
     shared: Arc<Shared<Q, P>>,
     together: Arc<Vec<Due>>,
     both: Vec<RenewBoth>,
     actor: Actor,
     bound: Duration,
-) -> Together {
+) -> Result<RenewedWithVisibility, LedgerError> {
     let event = |i: usize, change: Option<&VisibilityChange>| {
         let d: &Due = &together[i];
         let outcome = change.map(|c| {
@@ -446,35 +452,34 @@ async fn renew_together<Q: Queue, P: Provider>(
         )
         .await;
     let metrics = &shared.config.metrics;
-    match &renewed {
-        Ok(renewed) => {
-            for (_, change) in renewed {
-                if let Some(change) = change {
-                    let answer = crate::queue::embedded::visibility_answer(*change);
-                    metrics.renewal(RenewalKind::Visibility, counted_as(&answer), 1);
-                }
-            }
-        }
-        Err(error) => {
-            let queue_error = match error {
-                LedgerError::TimedOut => QueueError::Timeout,
-                other => crate::queue::embedded::unavailable(other),
-            };
-            let events: Vec<(String, NewEvent)> = together
-                .iter()
-                .map(|d| {
-                    let timeout = d.visibility.unwrap_or_default();
-                    let outcome = d.visibility.map(|_| (timeout, Err(queue_error.clone())));
-                    if outcome.is_some() {
-                        metrics.renewal(RenewalKind::Visibility, Outcome::Uncertain, 1);
-                    }
-                    (d.job_id.clone(), visibility_event(&actor, d, outcome))
-                })
-                .collect();
-            record_within(bound, shared.ledger.record_events(&events)).await;
+    let mut answered = std::collections::HashSet::with_capacity(renewed.renewed.len());
+    for (renewal, change) in &renewed.renewed {
+        answered.insert((renewal.job_id.as_str(), renewal.epoch));
+        if let Some(change) = change {
+            let answer = crate::queue::embedded::visibility_answer(*change);
+            metrics.renewal(RenewalKind::Visibility, counted_as(&answer), 1);
         }
     }
-    renewed
+    if let Some(error) = &renewed.failed {
+        let queue_error = match error {
+            LedgerError::TimedOut => QueueError::Timeout,
+            other => crate::queue::embedded::unavailable(other),
+        };
+        let events: Vec<(String, NewEvent)> = together
+            .iter()
+            .filter(|d| !answered.contains(&(d.job_id.as_str(), d.epoch)))
+            .map(|d| {
+                let timeout = d.visibility.unwrap_or_default();
+                let outcome = d.visibility.map(|_| (timeout, Err(queue_error.clone())));
+                if outcome.is_some() {
+                    metrics.renewal(RenewalKind::Visibility, Outcome::Uncertain, 1);
+                }
+                (d.job_id.clone(), visibility_event(&actor, d, outcome))
+            })
+            .collect();
+        record_within(bound, shared.ledger.record_events(&events)).await;
+    }
+    Ok(renewed)
 }
 
 /// Visibility through the queue and leases in the ledger, side by side; each lease confirmed

@@ -933,8 +933,9 @@ async fn on_a_queue_in_the_ledger_a_lease_and_its_visibility_renew_in_one_transa
             };
             NewEvent::new(kind, &worker).detail(json!({ "i": i, "change": format!("{change:?}") }))
         })
-        .await
-        .unwrap();
+        .await;
+    assert!(out.failed.is_none(), "{:?}", out.failed);
+    let out = out.renewed;
     let changes: Vec<Option<VisibilityChange>> = out.iter().map(|(_, c)| *c).collect();
     assert_eq!(
         changes,

@@ -214,6 +214,9 @@ impl Ledger {
     ///
     /// A refused lease gets `lease_renewal_failed` and its visibility event after the commit,
     /// each in a place of its own, as [`Ledger::renew_leases`] records it.
+    ///
+    /// Chunks commit one after another: the answer holds every renewal whose chunk committed
+    /// and whose outcome is on its timeline, and the error that left the others out.
     pub async fn renew_leases_with_visibility(
         &self,
         worker_id: &str,
@@ -221,86 +224,140 @@ impl Ledger {
         lease: Duration,
         cap: Duration,
         visibility_event: impl Fn(usize, Option<&VisibilityChange>) -> NewEvent,
-    ) -> Result<Vec<(Renewal, Option<VisibilityChange>)>, LedgerError> {
+    ) -> RenewedWithVisibility {
+        let mut out = RenewedWithVisibility {
+            renewed: Vec::with_capacity(renewals.len()),
+            failed: None,
+        };
+        for (c, chunk) in renewals.chunks(RENEW_CHUNK).enumerate() {
+            let first = c * RENEW_CHUNK;
+            let done = self
+                .renew_chunk_with_visibility(
+                    worker_id,
+                    first,
+                    chunk,
+                    (lease, cap),
+                    &visibility_event,
+                )
+                .await;
+            match done {
+                Ok((renewed, failed)) => {
+                    out.renewed.extend(renewed);
+                    if failed.is_some() {
+                        out.failed = failed;
+                        break;
+                    }
+                }
+                Err(error) => {
+                    out.failed = Some(error);
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    /// One chunk of [`Ledger::renew_leases_with_visibility`]: an error when it did not commit;
+    /// once committed, its answers, and the error that kept a refused lease's events from its
+    /// timeline (that renewal left out).
+    #[allow(clippy::type_complexity)]
+    async fn renew_chunk_with_visibility(
+        &self,
+        worker_id: &str,
+        first: usize,
+        chunk: &[RenewBoth],
+        (lease, cap): (Duration, Duration),
+        visibility_event: &impl Fn(usize, Option<&VisibilityChange>) -> NewEvent,
+    ) -> Result<
+        (
+            Vec<(Renewal, Option<VisibilityChange>)>,
+            Option<LedgerError>,
+        ),
+        LedgerError,
+    > {
         let statement = &self.sql.renew_leases_with_visibility;
         let actor = Actor::Worker(worker_id.to_owned());
         let renewed_event = NewEvent::new(EventKind::LeaseRenewed, &actor);
-        let mut out = Vec::with_capacity(renewals.len());
-        for (c, chunk) in renewals.chunks(RENEW_CHUNK).enumerate() {
-            let first = c * RENEW_CHUNK;
-            let mut tx = self.begin_write().await?;
-            // The jobs first, in one order, as every write that locks jobs and messages does.
-            let ids = chunk.iter().map(|r| r.job_id.as_str());
-            lock_jobs(&self.sql, self.backend, &mut tx, ids).await?;
-            let mut changes: Vec<Option<VisibilityChange>> = vec![None; chunk.len()];
-            let mut queues: Vec<&str> = chunk
+        let mut out = Vec::with_capacity(chunk.len());
+        let mut tx = self.begin_write().await?;
+        // The jobs first, in one order, as every write that locks jobs and messages does.
+        let ids = chunk.iter().map(|r| r.job_id.as_str());
+        lock_jobs(&self.sql, self.backend, &mut tx, ids).await?;
+        let mut changes: Vec<Option<VisibilityChange>> = vec![None; chunk.len()];
+        let mut queues: Vec<&str> = chunk
+            .iter()
+            .filter_map(|r| r.visibility.as_ref().map(|(m, _)| m.queue()))
+            .collect();
+        queues.sort_unstable();
+        queues.dedup();
+        for queue in queues {
+            let (at, asked): (Vec<usize>, Vec<(i64, String, Duration)>) = chunk
                 .iter()
-                .filter_map(|r| r.visibility.as_ref().map(|(m, _)| m.queue()))
-                .collect();
-            queues.sort_unstable();
-            queues.dedup();
-            for queue in queues {
-                let (at, asked): (Vec<usize>, Vec<(i64, String, Duration)>) = chunk
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, r)| {
-                        let (message, timeout) = r.visibility.as_ref()?;
-                        let (q, id, hash) = &message.0;
-                        (q == queue).then(|| (i, (*id, hash.clone(), *timeout)))
-                    })
-                    .unzip();
-                let answers = self
-                    .queue_change_visibility_in(&mut tx, queue, &asked, cap)
-                    .await?;
-                for (i, answer) in at.into_iter().zip(answers) {
-                    changes[i] = Some(answer);
-                }
-            }
-            let rows = bind_rows!(
-                |sql| sqlx::query_as::<_, RenewRow>(sql).bind(micros(lease)),
-                statement,
-                chunk,
-                |r| [r.job_id.as_str(), r.epoch]
-            )
-            .fetch_all(&mut *tx)
-            .await?;
-            let renewed = RenewRow::by_owner(&rows);
-            let mut events = Vec::with_capacity(rows.len() * 2);
-            for (i, r) in chunk.iter().enumerate() {
-                if let Some(row) = renewed.get(&(r.job_id.as_str(), r.epoch)) {
-                    events.push((*row, 0, row.renewed(&renewed_event)));
-                    events.push((*row, 1, visibility_event(first + i, changes[i].as_ref())));
-                }
-            }
-            let placed: Vec<Placed<'_>> = events
-                .iter()
-                .map(|(row, then, event)| row.place(*then, event))
-                .collect();
-            insert_events(&self.sql, &mut tx, &placed).await?;
-            tx.commit().await?;
-            self.renewal_answer_delay().await;
-            for (i, (r, change)) in chunk.iter().zip(changes).enumerate() {
-                let granted = renewed.get(&(r.job_id.as_str(), r.epoch));
-                let outcome = match granted {
-                    Some(row) => Ok(row.owner_until),
-                    None => {
-                        let visibility = visibility_event(first + i, change.as_ref());
-                        let refusal = self
-                            .lease_refused(&actor, &r.job_id, r.epoch, Some(visibility))
-                            .await?;
-                        Err(refusal)
-                    }
-                };
-                let renewal = Renewal {
-                    job_id: r.job_id.clone(),
-                    epoch: r.epoch,
-                    outcome,
-                    at: granted.map_or(0, |row| row.reserved.at),
-                };
-                out.push((renewal, change));
+                .enumerate()
+                .filter_map(|(i, r)| {
+                    let (message, timeout) = r.visibility.as_ref()?;
+                    let (q, id, hash) = &message.0;
+                    (q == queue).then(|| (i, (*id, hash.clone(), *timeout)))
+                })
+                .unzip();
+            let answers = self
+                .queue_change_visibility_in(&mut tx, queue, &asked, cap)
+                .await?;
+            for (i, answer) in at.into_iter().zip(answers) {
+                changes[i] = Some(answer);
             }
         }
-        Ok(out)
+        let rows = bind_rows!(
+            |sql| sqlx::query_as::<_, RenewRow>(sql).bind(micros(lease)),
+            statement,
+            chunk,
+            |r| [r.job_id.as_str(), r.epoch]
+        )
+        .fetch_all(&mut *tx)
+        .await?;
+        let renewed = RenewRow::by_owner(&rows);
+        let mut events = Vec::with_capacity(rows.len() * 2);
+        for (i, r) in chunk.iter().enumerate() {
+            if let Some(row) = renewed.get(&(r.job_id.as_str(), r.epoch)) {
+                events.push((*row, 0, row.renewed(&renewed_event)));
+                events.push((*row, 1, visibility_event(first + i, changes[i].as_ref())));
+            }
+        }
+        let placed: Vec<Placed<'_>> = events
+            .iter()
+            .map(|(row, then, event)| row.place(*then, event))
+            .collect();
+        insert_events(&self.sql, &mut tx, &placed).await?;
+        tx.commit().await?;
+        self.renewal_answer_delay().await;
+        let mut failed = None;
+        for (i, (r, change)) in chunk.iter().zip(changes).enumerate() {
+            let granted = renewed.get(&(r.job_id.as_str(), r.epoch));
+            let outcome = match granted {
+                Some(row) => Ok(row.owner_until),
+                None => {
+                    let visibility = visibility_event(first + i, change.as_ref());
+                    match self
+                        .lease_refused(&actor, &r.job_id, r.epoch, Some(visibility))
+                        .await
+                    {
+                        Ok(refusal) => Err(refusal),
+                        Err(error) => {
+                            failed = Some(error);
+                            continue;
+                        }
+                    }
+                }
+            };
+            let renewal = Renewal {
+                job_id: r.job_id.clone(),
+                epoch: r.epoch,
+                outcome,
+                at: granted.map_or(0, |row| row.reserved.at),
+            };
+            out.push((renewal, change));
+        }
+        Ok((out, failed))
     }
 
     /// Why the lease of `job_id` at `epoch` was not renewed, put on its timeline as
@@ -350,4 +407,14 @@ impl Ledger {
             }
         }
     }
+}
+
+/// What [`Ledger::renew_leases_with_visibility`] came to.
+#[derive(Debug)]
+pub struct RenewedWithVisibility {
+    /// Each renewal the ledger answered, with its visibility change; their events are on the
+    /// jobs' timelines.
+    pub renewed: Vec<(Renewal, Option<VisibilityChange>)>,
+    /// Why the renewals left out have no answer: they may or may not have happened.
+    pub failed: Option<LedgerError>,
 }

@@ -620,7 +620,8 @@ impl Ledger {
     }
 
     /// Makes group commits lose their answer at `rate` (0 to 1), half of them after
-    /// committing and half before: the chaos soak's fault, never armed in production.
+    /// committing and half before: the chaos soak's fault, refused in production and
+    /// against a ledger marked so.
     pub fn lose_commit_answers_at(&self, rate: f64) {
         self.lost_commits.lock().expect("lost commits").rate = rate;
     }
@@ -643,18 +644,21 @@ impl Ledger {
     }
 
     /// Whether the batch `number` of `runner` committed, read from the runner's mark once the
-    /// database answers (within a bound): `None` when it could not be learned. The read waits
+    /// database answers, within [`MARK_READ_BOUND`] however long each read waits: `None`
+    /// when it could not be learned. The read waits
     /// for the batch's own transaction to end, if the database is still finishing it.
     async fn batch_landed(&self, runner: &str, number: i64) -> Option<bool> {
         let until = Instant::now() + MARK_READ_BOUND;
         loop {
-            match self.read_mark(runner).await {
-                Ok(found) => return Some(found == Some(number)),
-                Err(error) if Instant::now() < until => {
+            // A read that waits on the batch's transaction waits within the bound too.
+            let left = until.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, self.read_mark(runner)).await {
+                Ok(Ok(found)) => return Some(found == Some(number)),
+                Ok(Err(error)) if Instant::now() < until => {
                     tracing::debug!(%error, "reading a group commit's mark");
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
-                Err(_) => return None,
+                _ => return None,
             }
         }
     }
@@ -1056,10 +1060,10 @@ impl Ledger {
         let refs: Vec<String> = ops.iter().map(|_| new_result_ref()).collect();
         // The attempt finished, the result accepted, and the delivery's delete if it goes too.
         let places = |op: &AcceptOp| (ACCEPT_EVENTS + usize::from(op.delete.is_some())) as i64;
-        // Two accepts of one job go in rounds, the second after the first: in one statement
-        // both rows would match the same job row, and which one the update took could not be
-        // told from what it returned. Two owners of one job may both be in a round: only the
-        // current epoch's row matches.
+        // Accepts of one job (one owner's twice, or two owners') go in rounds, the second after
+        // the first: in one statement both rows would match the same job row, and which one
+        // the update took could not be told from what it returned. In a later round only a
+        // row that still matches the job (the current epoch's, not yet terminal) goes through.
         let mut accepted: Vec<(usize, Reserved)> = Vec::with_capacity(ops.len());
         for members in distinct_rounds(ops, |op| op.owner.job_id()) {
             let query = bind_rows!(

@@ -23,7 +23,7 @@ mod rerun;
 mod throttle;
 mod timeline;
 
-pub use attempt::RenewBoth;
+pub use attempt::{RenewBoth, RenewedWithVisibility};
 pub use group::{AcceptDelete, GroupStats, LedgerMessage};
 pub(crate) use group::{Groups, LostCommits, ReceiveOp};
 pub use outbox::OutboxItem;
