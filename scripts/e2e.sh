@@ -43,6 +43,13 @@ for _ in 1 2; do
     --database-url "$FENCELINE_E2E_DATABASE_URL" --events 0 --pattern unknown --tenant e2e-cancel)"
 done
 export FENCELINE_E2E_CANCEL_JOBS
+# Two more, one per project, to resolve as succeeded with the provider's reference.
+FENCELINE_E2E_RESOLVE_JOBS=""
+for _ in 1 2; do
+  FENCELINE_E2E_RESOLVE_JOBS="$FENCELINE_E2E_RESOLVE_JOBS $("$FENCELINE_BIN" bench seed-timeline \
+    --database-url "$FENCELINE_E2E_DATABASE_URL" --events 0 --pattern unknown --tenant e2e-resolve)"
+done
+export FENCELINE_E2E_RESOLVE_JOBS
 # Two long timelines: one that pages (nothing folds), one long call whose renewals fold.
 export FENCELINE_E2E_LONG_JOB=$("$FENCELINE_BIN" bench seed-timeline --database-url "$FENCELINE_E2E_DATABASE_URL" \
   --events 3000 --pattern alternating --tenant e2e-seed)

@@ -217,6 +217,8 @@ pub struct DecisionRow {
     pub new_epoch: i64,
     pub to_state: String,
     pub reason: String,
+    /// What a resolution as succeeded named as its evidence (the provider's reference).
+    pub evidence: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -434,6 +436,8 @@ pub struct AuditRow {
     pub state_before: Option<String>,
     pub state_after: Option<String>,
     pub reason: String,
+    /// A decision's evidence (the provider's reference), when it named one.
+    pub evidence: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

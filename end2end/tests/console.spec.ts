@@ -11,6 +11,8 @@ const password = process.env.FENCELINE_E2E_PASSWORD ?? '';
 const unknownJobs = (process.env.FENCELINE_E2E_UNKNOWN_JOBS ?? '').trim().split(/\s+/);
 // Two more `unknown` jobs (tenant e2e-cancel), one per project, to cancel from the jobs list.
 const cancelJobs = (process.env.FENCELINE_E2E_CANCEL_JOBS ?? '').trim().split(/\s+/);
+// Two more (tenant e2e-resolve), one per project, to resolve as succeeded with evidence.
+const resolveJobs = (process.env.FENCELINE_E2E_RESOLVE_JOBS ?? '').trim().split(/\s+/);
 
 async function signIn(page: Page, name: string) {
   if (!page.url().includes('/login')) {
@@ -23,7 +25,7 @@ async function signIn(page: Page, name: string) {
 
 async function signOut(page: Page) {
   await page.getByRole('button', { name: 'Sign out' }).click();
-  await expect(page).toHaveURL(/\/login$/);
+  await expect(page).toHaveURL(/\/login\?said=signed-out$/);
   await expect(page.locator('.flash')).toHaveText('Signed out.');
 }
 
@@ -48,6 +50,7 @@ test.beforeAll(() => {
   expect(password, 'scripts/e2e.sh sets FENCELINE_E2E_PASSWORD').not.toBe('');
   expect(unknownJobs.length, 'scripts/e2e.sh seeds FENCELINE_E2E_UNKNOWN_JOBS').toBe(3);
   expect(cancelJobs.length, 'scripts/e2e.sh seeds FENCELINE_E2E_CANCEL_JOBS').toBe(2);
+  expect(resolveJobs.length, 'scripts/e2e.sh seeds FENCELINE_E2E_RESOLVE_JOBS').toBe(2);
 });
 
 // What the browser refused under the content security policy, per page (with JavaScript on,
@@ -96,6 +99,31 @@ test('a shared link opened signed out goes through sign-in to the job; an operat
   await expect(row).toContainText('authorize retry');
   await expect(row).toContainText('the provider has no record of the call');
   await page.screenshot({ path: info.outputPath('audit.png'), fullPage: true });
+});
+
+test('an operator resolves an unknown job with the provider\'s reference, and the reference shows wherever the decision does', async ({ page }, info) => {
+  const jobId = resolveJobs[info.project.name === 'with-js' ? 0 : 1];
+  const reference = `stub-req-abc123-${info.project.name}`;
+  await page.goto(`/jobs/${jobId}`);
+  const resolve = page
+    .getByRole('region', { name: 'Decide' })
+    .locator('form', { has: page.getByRole('button', { name: 'Resolve as succeeded' }) });
+  await resolve.getByLabel('Provider reference').fill(reference);
+  await resolve.getByLabel('Reason').fill('the provider\'s log shows the call completed');
+  await resolve.getByRole('button', { name: 'Resolve as succeeded' }).click();
+  await expect(page.locator('.flash')).toContainText('Decision recorded');
+  await expect(page.locator('.job-header .badge')).toHaveText('succeeded');
+  await expect(page.getByRole('region', { name: 'Decisions' })).toContainText(reference);
+  await page.screenshot({ path: info.outputPath('resolved.png'), fullPage: true });
+  const markdown = await (await page.request.get(`/jobs/${jobId}/export.md`)).text();
+  expect(markdown).toContain(`\`${reference}\``);
+  const json = await (await page.request.get(`/jobs/${jobId}/export.json`)).json();
+  expect(json.decisions[0].evidence).toBe(reference);
+  await page.getByRole('link', { name: 'Audit' }).click();
+  const row = page.locator('tbody tr', { hasText: jobId });
+  await expect(row).toContainText('resolve succeeded');
+  await expect(row).toContainText(`Evidence: ${reference}`);
+  await page.screenshot({ path: info.outputPath('audit-evidence.png'), fullPage: true });
 });
 
 test('a viewer sees an unknown job but no action', async ({ page }, info) => {

@@ -26,3 +26,7 @@ CREATE TABLE deployment_keys (
     name TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
+
+-- The evidence a decision named (the provider's reference for the call), beside the decision's
+-- reason in the audit log: an incident review reads both in one place.
+ALTER TABLE audit_log ADD COLUMN evidence TEXT;

@@ -113,7 +113,9 @@ pub fn AuditPage() -> impl IntoView {
                                             <td class="num">{r.new_epoch.map(|e| e.to_string()).unwrap_or_default()}</td>
                                             <td>{r.state_before.map(|s| view! { <StateBadge state=s/> })}</td>
                                             <td>{r.state_after.map(|s| view! { <StateBadge state=s/> })}</td>
-                                            <td>{r.reason}</td>
+                                            <td>{r.reason}{r.evidence.map(|e| view! {
+                                                <br/><span class="evidence">"Evidence: "<code>{e}</code></span>
+                                            })}</td>
                                         </tr>
                                     }).collect_view()}
                                 </tbody>

@@ -213,7 +213,7 @@ pub fn JobPage() -> impl IntoView {
                                     <thead><tr>
                                         <th scope="col">"At"</th><th scope="col">"By"</th><th scope="col">"Decision"</th>
                                         <th scope="col">"Saw epoch"</th><th scope="col">"New epoch"</th>
-                                        <th scope="col">"To"</th><th scope="col">"Reason"</th>
+                                        <th scope="col">"To"</th><th scope="col">"Reason"</th><th scope="col">"Evidence"</th>
                                     </tr></thead>
                                     <tbody>
                                         {d.decisions.into_iter().map(|x| view! {
@@ -221,6 +221,10 @@ pub fn JobPage() -> impl IntoView {
                                                 <td data-label="At">{x.at}</td><td data-label="By">{x.actor}</td><td data-label="Decision">{x.decision.replace('_', " ")}</td>
                                                 <td data-label="Saw epoch" class="num">{x.seen_epoch}</td><td data-label="New epoch" class="num">{x.new_epoch}</td>
                                                 <td data-label="To"><StateBadge state=x.to_state/></td><td data-label="Reason">{x.reason}</td>
+                                                <td data-label="Evidence" class="evidence">{match x.evidence {
+                                                    Some(evidence) => view! { <code>{evidence}</code> }.into_any(),
+                                                    None => view! { <span class="muted">"—"</span> }.into_any(),
+                                                }}</td>
                                             </tr>
                                         }).collect_view()}
                                     </tbody>

@@ -61,6 +61,7 @@ impl LedgerConsole {
                     state_before: e.state_before,
                     state_after: e.state_after,
                     reason: e.reason,
+                    evidence: e.evidence,
                 })
                 .collect(),
             next,

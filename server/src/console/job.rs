@@ -197,6 +197,7 @@ impl LedgerConsole {
                     new_epoch: d.new_epoch,
                     to_state: d.to_state.clone(),
                     reason: d.reason.clone(),
+                    evidence: d.evidence.clone(),
                 })
                 .collect(),
             swimlane: svg,

@@ -318,6 +318,9 @@ pub struct Report {
     #[serde(default = "stub_provider")]
     pub provider: String,
     pub requested_by: String,
+    /// The version of the build that ran it (empty for runs recorded before it was kept).
+    #[serde(default)]
+    pub version: String,
     pub scenarios: Vec<ScenarioReport>,
 }
 
@@ -373,6 +376,7 @@ mod tests {
             timings: "compressed".into(),
             provider: "stub".into(),
             requested_by: "t".into(),
+            version: String::new(),
             scenarios: vec![scenario.clone()],
         };
         assert!(!report.passed(), "pending is not a pass");

@@ -335,6 +335,7 @@ async fn begin(
         timings: request.timings.as_str().into(),
         provider: request.provider.describe(),
         requested_by: request.requested_by.clone(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
         scenarios: request
             .kinds
             .iter()

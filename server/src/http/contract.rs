@@ -423,8 +423,10 @@ pub struct DecisionRequest {
     pub epoch: i64,
     /// Why, for the audit log and the timeline (1 to 2000 characters).
     pub reason: String,
-    /// `resolve_succeeded`: the provider's reference for the call.
+    /// `resolve_succeeded`: the provider's reference for the call (at most 500 characters),
+    /// shown wherever the decision is: the job, its timeline, the audit log, the exports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(max_length = 500)]
     pub evidence: Option<String>,
     /// `resolve_succeeded`: the result, which becomes the accepted result.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -144,7 +144,7 @@ async fn report(
     state: &AppState,
     operator: &crate::operators::Operator,
     run_id: &str,
-) -> Result<(Report, String), ApiError> {
+) -> Result<(Report, String, RunTimes), ApiError> {
     let no_run = || ApiError::NotFound(format!("no drill run {run_id}"));
     if !operator.sees_drills() {
         return Err(no_run());
@@ -154,7 +154,24 @@ async fn report(
     let status = drill_view::status(&row, now);
     let report = drill_view::report_of(&row)
         .ok_or_else(|| ApiError::NotFound(format!("drill run {run_id} has no readable report")))?;
-    Ok((report, status))
+    let times = RunTimes {
+        started_at: row.started_at,
+        finished_at: row.finished_at,
+    };
+    Ok((report, status, times))
+}
+
+/// When a run started and finished (microseconds, the database's clock).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RunTimes {
+    pub(crate) started_at: i64,
+    pub(crate) finished_at: Option<i64>,
+}
+
+impl RunTimes {
+    fn took_ms(&self) -> Option<i64> {
+        self.finished_at.map(|f| (f - self.started_at) / 1000)
+    }
 }
 
 /// `GET /drills/{run}/report.json`.
@@ -164,10 +181,13 @@ pub(super) async fn report_json(
     headers: HeaderMap,
     Path(run_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let (report, status) = report(&state, &operator, &run_id).await?;
+    let (report, status, times) = report(&state, &operator, &run_id).await?;
     let base = state.access.origin(&headers);
     let mut body = serde_json::to_value(&report).map_err(|_| ApiError::Internal)?;
     body["status"] = status.into();
+    body["started_at"] = crate::time::rfc3339_us(times.started_at).into();
+    body["finished_at"] = times.finished_at.map(crate::time::rfc3339_us).into();
+    body["duration_ms"] = times.took_ms().into();
     body["verdict"] = if report.passed() { "PASS" } else { "FAIL" }.into();
     body["permalink"] = format!("{base}/drills/{run_id}").into();
     if let Some(scenarios) = body["scenarios"].as_array_mut() {
@@ -194,9 +214,9 @@ pub(super) async fn report_markdown(
     headers: HeaderMap,
     Path(run_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let (report, status) = report(&state, &operator, &run_id).await?;
+    let (report, status, times) = report(&state, &operator, &run_id).await?;
     let base = state.access.origin(&headers);
-    let body = markdown(&report, &status, &base);
+    let body = markdown(&report, &status, times, &base);
     Ok((
         [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
         body,
@@ -204,14 +224,26 @@ pub(super) async fn report_markdown(
         .into_response())
 }
 
-pub(crate) fn markdown(report: &Report, status: &str, base: &str) -> String {
+pub(crate) fn markdown(report: &Report, status: &str, times: RunTimes, base: &str) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     let verdict = if report.passed() { "PASS" } else { "FAIL" };
     let _ = writeln!(out, "# Drill {} — {verdict}\n", report.run_id);
+    let finished = times
+        .finished_at
+        .map_or_else(|| "not yet".to_owned(), crate::time::rfc3339_us);
+    let took = times
+        .took_ms()
+        .map_or_else(|| "still running".to_owned(), |ms| format!("{ms} ms"));
+    let version = if report.version.is_empty() {
+        "not recorded".to_owned()
+    } else {
+        format!("fenceline {}", report.version)
+    };
     let _ = writeln!(
         out,
-        "- Status: {status}\n- Queue: {}\n- Timings: {}\n- Model: {}\n- Requested by: {}\n- Report: {base}/drills/{}\n",
+        "- Status: {status}\n- Started: {}\n- Finished: {finished}\n- Took: {took}\n- Queue: {}\n- Timings: {}\n- Model: {}\n- Requested by: {}\n- Ran on: {version}\n- Report: {base}/drills/{}\n",
+        crate::time::rfc3339_us(times.started_at),
         report.queue, report.timings, report.provider, report.requested_by, report.run_id
     );
     for s in &report.scenarios {

@@ -174,7 +174,7 @@ pub(super) async fn json_export(
         "decisions": r.decisions.iter().map(|d| json!({
             "decided_at": rfc3339_us(d.decided_at), "actor": d.actor, "decision": d.decision,
             "seen_epoch": d.seen_epoch, "new_epoch": d.new_epoch, "from_state": d.from_state,
-            "to_state": d.to_state, "reason": d.reason,
+            "to_state": d.to_state, "reason": d.reason, "evidence": d.evidence,
         })).collect::<Vec<_>>(),
     })
     .to_string();
@@ -279,16 +279,17 @@ pub(super) async fn markdown_export(
     if r.decisions.is_empty() {
         md.push_str("None.\n");
     } else {
-        md.push_str("| at | by | decision | saw epoch | to | reason |\n| --- | --- | --- | ---: | --- | --- |\n");
+        md.push_str("| at | by | decision | saw epoch | to | reason | evidence |\n| --- | --- | --- | ---: | --- | --- | --- |\n");
         for d in &r.decisions {
             md.push_str(&format!(
-                "| {} | {} | {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} | {} | {} |\n",
                 short_time(d.decided_at),
                 code(&d.actor),
                 d.decision,
                 d.seen_epoch,
                 d.to_state,
-                code(&d.reason)
+                code(&d.reason),
+                d.evidence.as_deref().map_or_else(|| "—".to_owned(), code)
             ));
         }
     }

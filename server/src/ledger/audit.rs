@@ -18,6 +18,8 @@ pub(crate) struct NewAudit<'a> {
     pub(crate) state_before: &'a str,
     pub(crate) state_after: &'a str,
     pub(crate) reason: &'a str,
+    /// What a decision resolving a job as succeeded named as its evidence.
+    pub(crate) evidence: Option<&'a str>,
 }
 
 /// Writes `entry` in the transaction of the transition it records; the tenant is the job's.
@@ -27,8 +29,8 @@ pub(crate) async fn insert_audit(
 ) -> Result<(), LedgerError> {
     sqlx::query::<Any>(
         "INSERT INTO audit_log (at, actor, action, job_id, tenant, seen_epoch, new_epoch, \
-         state_before, state_after, reason) \
-         SELECT $1, $2, $3, $4, tenant, $5, $6, $7, $8, $9 FROM jobs WHERE job_id = $4",
+         state_before, state_after, reason, evidence) \
+         SELECT $1, $2, $3, $4, tenant, $5, $6, $7, $8, $9, $10 FROM jobs WHERE job_id = $4",
     )
     .bind(entry.at)
     .bind(entry.actor)
@@ -39,6 +41,7 @@ pub(crate) async fn insert_audit(
     .bind(entry.state_before)
     .bind(entry.state_after)
     .bind(entry.reason)
+    .bind(entry.evidence)
     .execute(conn)
     .await?;
     Ok(())
@@ -59,6 +62,8 @@ pub struct AuditEntry {
     pub state_before: Option<String>,
     pub state_after: Option<String>,
     pub reason: String,
+    /// A decision's evidence (the provider's reference), when it named one.
+    pub evidence: Option<String>,
 }
 
 /// Which audit entries to read, newest first.
@@ -125,7 +130,7 @@ impl Ledger {
         }
         let sql = format!(
             "SELECT id, at, actor, action, job_id, tenant, seen_epoch, new_epoch, state_before, \
-             state_after, reason FROM audit_log {} ORDER BY id DESC LIMIT {}",
+             state_after, reason, evidence FROM audit_log {} ORDER BY id DESC LIMIT {}",
             if conditions.is_empty() {
                 String::new()
             } else {
@@ -162,6 +167,7 @@ impl Ledger {
             state_before: "succeeded",
             state_after: "succeeded",
             reason: "read the accepted result in the console",
+            evidence: None,
         })
         .await
     }
@@ -188,6 +194,7 @@ impl Ledger {
             state_before: state,
             state_after: state,
             reason,
+            evidence: None,
         })
         .await
     }

@@ -145,6 +145,7 @@ pub use unknown::{UnknownForRetrieval, UnknownJob};
 pub use workers::{Reported, WorkerReport, WorkerSeen};
 pub use write::{
     AcceptDelete, GroupStats, LedgerMessage, OutboxItem, RenewBoth, RenewedWithVisibility,
+    EVIDENCE_MAX,
 };
 
 use std::sync::Arc;

@@ -318,6 +318,8 @@ pub struct DecisionRecord {
     pub from_state: String,
     pub to_state: String,
     pub reason: String,
+    /// What a resolution as succeeded named as its evidence (the provider's reference).
+    pub evidence: Option<String>,
 }
 
 /// How an attempt ended.

@@ -138,7 +138,7 @@ impl Ledger {
     pub async fn decisions(&self, job_id: &str) -> Result<Vec<DecisionRecord>, LedgerError> {
         let rows = sqlx::query(
             "SELECT id, job_id, decided_at, actor, decision, seen_epoch, new_epoch, from_state, \
-             to_state, reason FROM decisions WHERE job_id = $1 ORDER BY id",
+             to_state, reason, evidence FROM decisions WHERE job_id = $1 ORDER BY id",
         )
         .bind(job_id)
         .fetch_all(&self.reader)
@@ -156,6 +156,7 @@ impl Ledger {
                     from_state: row.try_get("from_state")?,
                     to_state: row.try_get("to_state")?,
                     reason: row.try_get("reason")?,
+                    evidence: row.try_get("evidence")?,
                 })
             })
             .collect()

@@ -884,6 +884,7 @@ async fn an_operator_limited_to_a_tenant_reads_no_drill_run(db: Db) {
         timings: "compressed".into(),
         provider: "stub".into(),
         requested_by: "operator:olga".into(),
+        version: "0.1.0".into(),
         scenarios: Vec::new(),
     };
     app.ledger
@@ -1360,6 +1361,25 @@ async fn an_unknown_job_is_resolved_as_succeeded_with_evidence_or_as_failed(db: 
         app.ledger.job(&done).await.unwrap().unwrap().state,
         JobState::Unknown
     );
+    // Evidence is bounded on the server as on the form: 500 characters.
+    let long = "r".repeat(5_000);
+    let page = decide(
+        &mut olga,
+        &done,
+        epoch,
+        &[
+            ("decision", "resolve_succeeded"),
+            ("evidence", &long),
+            ("reason", "seen in the provider"),
+        ],
+    )
+    .await;
+    assert!(page.contains("at most 500 characters"), "{page}");
+    assert!(page.contains("Nothing was changed"), "{page}");
+    assert_eq!(
+        app.ledger.job(&done).await.unwrap().unwrap().state,
+        JobState::Unknown
+    );
     let page = decide(
         &mut olga,
         &done,
@@ -1373,6 +1393,32 @@ async fn an_unknown_job_is_resolved_as_succeeded_with_evidence_or_as_failed(db: 
     )
     .await;
     assert!(page.contains("Decision recorded"), "{page}");
+    // The evidence shows wherever the decision does: the job's decisions, its timeline, the
+    // audit log and both exports.
+    let decisions = page
+        .split("id=\"decisions\"")
+        .nth(1)
+        .expect("the decisions section");
+    assert!(decisions.contains("chatcmpl-123"), "{decisions}");
+    let recorded = app
+        .ledger
+        .all_events(&done)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|e| e.kind.as_str() == "decision_recorded")
+        .expect("decision_recorded");
+    assert_eq!(recorded.detail["evidence"], "chatcmpl-123");
+    let audit = olga.page("/audit").await;
+    assert!(
+        audit.contains("Evidence: <code>chatcmpl-123</code>"),
+        "{audit}"
+    );
+    let markdown = olga.page(&format!("/jobs/{done}/export.md")).await;
+    assert!(markdown.contains("| `chatcmpl-123` |"), "{markdown}");
+    let json: serde_json::Value =
+        serde_json::from_str(&olga.page(&format!("/jobs/{done}/export.json")).await).unwrap();
+    assert_eq!(json["decisions"][0]["evidence"], "chatcmpl-123");
     let job = app.ledger.job(&done).await.unwrap().unwrap();
     assert_eq!(job.state, JobState::Succeeded);
     let body = app

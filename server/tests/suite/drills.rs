@@ -414,6 +414,15 @@ async fn an_operator_runs_a_drill_from_the_console_and_a_viewer_cannot() {
         markdown.contains(&format!("{}/jobs/job_", app.base)),
         "absolute links"
     );
+    // A record: when it ran, how long it took, and on which build.
+    for line in [
+        "- Started: 20",
+        "- Finished: 20",
+        " ms\n",
+        "- Ran on: fenceline ",
+    ] {
+        assert!(markdown.contains(line), "{line:?} in {markdown}");
+    }
     let json: serde_json::Value = operator
         .get(&format!("/drills/{run_id}/report.json"))
         .await
@@ -421,6 +430,13 @@ async fn an_operator_runs_a_drill_from_the_console_and_a_viewer_cannot() {
         .await
         .unwrap();
     assert_eq!(json["verdict"], "PASS");
+    assert!(
+        json["started_at"].as_str().unwrap().starts_with("20"),
+        "{json}"
+    );
+    assert!(json["finished_at"].as_str().unwrap() >= json["started_at"].as_str().unwrap());
+    assert!(json["duration_ms"].as_i64().unwrap() >= 0, "{json}");
+    assert_eq!(json["version"], env!("CARGO_PKG_VERSION"));
     assert!(
         json["scenarios"][0]["checks"][0]["evidence"][0]["permalink"]
             .as_str()

@@ -71,6 +71,7 @@ impl Ledger {
                 state_before: seen_state.as_str(),
                 state_after: JobState::FailedTerminal.as_str(),
                 reason,
+                evidence: None,
             },
         )
         .await?;

@@ -16,6 +16,9 @@ struct DecideRow {
 }
 reserves!(DecideRow);
 
+/// Most characters a decision's evidence holds: the console's form says so too.
+pub const EVIDENCE_MAX: usize = 500;
+
 impl Ledger {
     /// Records a decision over an `unknown` job, naming the epoch the decider saw. Audited in
     /// `decisions`. A retry advances the epoch and re-dispatches; it needs budget and time.
@@ -39,6 +42,12 @@ impl Ledger {
                     return Err(LedgerError::Invalid(
                         "resolving as succeeded needs evidence".into(),
                     ));
+                }
+                if evidence.chars().count() > EVIDENCE_MAX {
+                    return Err(LedgerError::Invalid(format!(
+                        "a decision's evidence (the provider's reference for the call) is at \
+                         most {EVIDENCE_MAX} characters"
+                    )));
                 }
                 (
                     JobState::Succeeded,
@@ -115,7 +124,7 @@ impl Ledger {
         .bind(new_epoch)
         .bind(to.as_str())
         .bind(reason)
-        .bind(evidence)
+        .bind(evidence.as_deref())
         .execute(&mut *fenced.tx)
         .await?;
         crate::ledger::audit::insert_audit(
@@ -130,6 +139,7 @@ impl Ledger {
                 state_before: JobState::Unknown.as_str(),
                 state_after: to.as_str(),
                 reason,
+                evidence: evidence.as_deref(),
             },
         )
         .await?;
@@ -153,6 +163,7 @@ impl Ledger {
                         "decision": decision.as_str(),
                         "seen_epoch": seen_epoch,
                         "reason": short_reason,
+                        "evidence": evidence,
                     })),
                 NewEvent::new(EventKind::StateChanged, actor)
                     .epoch(new_epoch)

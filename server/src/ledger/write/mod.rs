@@ -14,6 +14,7 @@ mod cancel;
 mod claim;
 mod create;
 mod decide;
+pub use decide::EVIDENCE_MAX;
 mod expire;
 mod failure;
 mod group;

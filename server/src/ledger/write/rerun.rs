@@ -150,6 +150,7 @@ impl Ledger {
                 state_before: old.state.as_str(),
                 state_after: old.state.as_str(),
                 reason,
+                evidence: None,
             })
             .await?;
         }
