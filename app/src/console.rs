@@ -144,8 +144,9 @@ pub struct JobsQuery {
     pub redelivered: bool,
     /// Only jobs that had a stale result rejected.
     pub stale_rejected: bool,
-    /// Leave out drill jobs, from the list and from the tabs' counts, as the overview does.
-    pub without_drills: bool,
+    /// Show drill jobs too. Without it (or a filter on the drill tenant) they are left out of
+    /// the list and of the tabs' counts, as the overview leaves them out of its tiles.
+    pub with_drills: bool,
     /// Only jobs this worker owns now (from the workers page).
     pub owner: Option<String>,
 }
@@ -422,6 +423,8 @@ pub struct AuditQuery {
     pub within: Option<String>,
     /// The id below which the next page starts.
     pub before: Option<i64>,
+    /// Show drills' entries too (their starts, actions on drill jobs).
+    pub drills: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -326,6 +326,19 @@ test('an operator runs the whole drill catalogue from the console, watches it, a
   const markdown = await (await page.request.get(`${runUrl}/report.md`)).text();
   expect(markdown).toContain('— PASS');
   expect(markdown).toMatch(/\(http:\/\/127\.0\.0\.1:\d+\/jobs\/job_[0-9a-f-]+#e\d+\)/);
+  expect(markdown).toMatch(/- Took: \d+ ms/);
+  // The operators' lists leave the drill's jobs and entries out, one click away.
+  const drillJob = href!.split('#')[0];
+  await page.goto('/jobs');
+  await expect(page.locator('.drills-apart')).toBeVisible();
+  await expect(page.locator(`tbody a[href="${drillJob}"]`)).toHaveCount(0);
+  await page.locator('.drills-apart a').click();
+  await expect(page).toHaveURL(/with_drills=1/);
+  await expect(page.locator('tbody a[href^="/jobs/job_"]').first()).toBeVisible();
+  await page.goto('/audit');
+  await expect(page.locator('tbody tr', { hasText: 'drill started' })).toHaveCount(0);
+  await page.locator('.drills-apart a').click();
+  await expect(page.locator('tbody tr', { hasText: 'drill started' }).first()).toBeVisible();
 });
 
 test('a viewer reads drill reports but cannot start one', async ({ page }, info) => {

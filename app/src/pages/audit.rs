@@ -22,6 +22,7 @@ pub fn AuditPage() -> impl IntoView {
         job: filled(q.get("job")),
         within: filled(q.get("within")),
         before: q.get("before").and_then(|b| b.parse().ok()),
+        drills: filled(q.get("drills")).is_some(),
     });
     let raw_before = use_query_map().with_untracked(|q| filled(q.get("before")));
     let bad = match (&raw_before, &query.within) {
@@ -63,6 +64,9 @@ pub fn AuditPage() -> impl IntoView {
                             pairs.push((k.to_owned(), v.clone()));
                         }
                     }
+                    if shown.drills {
+                        pairs.push(("drills".to_owned(), "1".to_owned()));
+                    }
                     let query: Vec<String> = pairs.into_iter().map(|(k, v)| format!("{k}={}", encode(&v))).collect();
                     format!("/audit?{}", query.join("&"))
                 });
@@ -85,8 +89,22 @@ pub fn AuditPage() -> impl IntoView {
                                 }).collect_view()}
                             </select>
                         </label>
+                        <label class="inline"><input type="checkbox" name="drills" value="1" checked=shown.drills/>"Show drills' entries"</label>
                         <button type="submit">"Filter"</button>
                     </form>
+                    {(!shown.drills && selected != "drill_started").then(|| {
+                        let mut pairs: Vec<String> = [("operator", &shown.operator), ("action", &shown.action), ("job", &shown.job), ("within", &shown.within)]
+                            .into_iter()
+                            .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", encode(v))))
+                            .collect();
+                        pairs.push("drills=1".to_owned());
+                        let with_drills = format!("/audit?{}", pairs.join("&"));
+                        view! {
+                            <p class="muted drills-apart">"Drills' entries (their starts, and actions on jobs of the tenant drill) are left out. "
+                                <a href=with_drills>"Show them"</a>
+                            </p>
+                        }
+                    })}
                     {if page.rows.is_empty() {
                         view! { <p class="empty">"No entry matches."</p> }.into_any()
                     } else {

@@ -34,13 +34,22 @@ fn href(query: &JobsQuery, state: Option<&str>, before: Option<&str>) -> String 
     put("error_code", query.error_code.as_deref());
     put("redelivered", query.redelivered.then_some("1"));
     put("stale_rejected", query.stale_rejected.then_some("1"));
-    put("without_drills", query.without_drills.then_some("1"));
+    put("with_drills", query.with_drills.then_some("1"));
     put("owner", query.owner.as_deref());
     put("before", before);
     match serde_urlencoded::to_string(&pairs) {
         Ok(q) if !q.is_empty() => format!("/jobs?{q}"),
         _ => "/jobs".to_owned(),
     }
+}
+
+/// Whether drill jobs are left out: unless asked for, or the drill tenant is the one chosen.
+pub fn drills_apart(query: &JobsQuery) -> bool {
+    !query.with_drills
+        && !query
+            .tenant
+            .as_deref()
+            .is_some_and(|t| t.eq_ignore_ascii_case("drill"))
 }
 
 /// Whether any filter beyond the state tab is set.
@@ -53,7 +62,7 @@ fn filtered(query: &JobsQuery) -> bool {
         || query.error_code.is_some()
         || query.redelivered
         || query.stale_rejected
-        || query.without_drills
+        || query.with_drills
         || query.owner.is_some()
 }
 
@@ -96,7 +105,7 @@ fn Filters(query: JobsQuery, tenants: Vec<String>, zone: String) -> impl IntoVie
                 <label class="inline"><input type="checkbox" name="redelivered" value="1" checked=query.redelivered/>"redeliveries"</label>
                 <label class="inline"><input type="checkbox" name="stale_rejected" value="1" checked=query.stale_rejected/>"stale results rejected"</label>
             </fieldset>
-            <label class="inline"><input type="checkbox" name="without_drills" value="1" checked=query.without_drills/>"Leave out drill jobs"</label>
+            <label class="inline"><input type="checkbox" name="with_drills" value="1" checked=query.with_drills/>"Show drill jobs"</label>
             {query.state.clone().map(|s| view! { <input type="hidden" name="state" value=s/> })}
             {query.owner.clone().map(|o| view! { <input type="hidden" name="owner" value=o/> })}
             <button type="submit">"Filter"</button>
@@ -119,7 +128,7 @@ pub fn JobsPage() -> impl IntoView {
         error_code: non_empty(m.get("error_code")),
         redelivered: non_empty(m.get("redelivered")).is_some(),
         stale_rejected: non_empty(m.get("stale_rejected")).is_some(),
-        without_drills: non_empty(m.get("without_drills")).is_some(),
+        with_drills: non_empty(m.get("with_drills")).is_some(),
         owner: non_empty(m.get("owner")),
     });
     let select_all = use_query_map().with_untracked(|m| m.get("select").as_deref() == Some("all"));
@@ -145,7 +154,8 @@ pub fn JobsPage() -> impl IntoView {
                         };
                         let all_current = query.state.is_none().then_some("page");
                         let narrowed = filtered(&query);
-                        let drills_apart = query.without_drills;
+                        let drills_apart = drills_apart(&query);
+                        let with_drills = href(&JobsQuery { with_drills: true, ..query.clone() }, query.state.as_deref(), None);
                         let owner = query.owner.clone();
                         // Pick boxes and the bulk form only where some job here can be
                         // cancelled or run again, and each action only for the jobs it suits.
@@ -160,6 +170,11 @@ pub fn JobsPage() -> impl IntoView {
                                 } else {
                                     "The counts on the tabs are per state for the chosen tenant; the list below also applies the other filters."
                                 }}</p>
+                            })}
+                            {drills_apart.then(|| view! {
+                                <p class="muted drills-apart">"Drill jobs (tenant drill) are left out of the list and its counts, as the overview leaves them out. "
+                                    <a href=with_drills>"Show drill jobs"</a>
+                                </p>
                             })}
                             {owner.map(|worker| {
                                 let every = href(&JobsQuery { owner: None, ..query.clone() }, query.state.as_deref(), None);

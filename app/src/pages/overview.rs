@@ -11,14 +11,10 @@ use crate::components::{
 };
 use crate::console::{Window, WorkerPresence};
 
-/// Where a state's tile leads: the jobs list as the tile counts it, drill jobs left out when
-/// the overview left some out.
-fn tile_href(state: &str, drills_apart: bool) -> String {
-    if drills_apart {
-        format!("/jobs?state={state}&without_drills=1")
-    } else {
-        format!("/jobs?state={state}")
-    }
+/// Where a state's tile leads: the jobs list, which counts as the tile does (drill jobs left
+/// out).
+fn tile_href(state: &str) -> String {
+    format!("/jobs?state={state}")
 }
 
 /// Under the tiles: whether any worker runs the jobs, and what the silent ones own.
@@ -107,7 +103,6 @@ pub fn OverviewPage() -> impl IntoView {
                     Err(message) => view! { <ErrorBox message/> }.into_any(),
                     Ok(o) => {
                         let live = o.in_flight > 0;
-                        let drills_apart = o.drill_jobs > 0;
                         view! {
                             <LiveRefresh live seconds=5/>
                             <section aria-labelledby="now">
@@ -115,7 +110,7 @@ pub fn OverviewPage() -> impl IntoView {
                                 <ul class="state-tiles">
                                     {o.counts.into_iter().map(|(state, n)| view! {
                                         <li>
-                                            <a href=tile_href(&state, drills_apart)>
+                                            <a href=tile_href(&state)>
                                                 <span class="tile-count">{n}</span>
                                                 <StateBadge state=state.clone()/>
                                             </a>

@@ -9,7 +9,7 @@ use super::LedgerConsole;
 const PAGE: u32 = 100;
 
 /// The actions the audit log records, for the filter.
-const ACTIONS: [&str; 11] = [
+const ACTIONS: [&str; 12] = [
     "cancel",
     "dlq_dropped",
     "run_again",
@@ -21,6 +21,7 @@ const ACTIONS: [&str; 11] = [
     "resolve_failed",
     "authorize_retry",
     "replay_policy",
+    "drill_started",
 ];
 
 impl LedgerConsole {
@@ -35,6 +36,8 @@ impl LedgerConsole {
             Some(w) => Some(self.ledger.now_us().await? - w),
             None => None,
         };
+        // Drills' rows only when asked for, or when their start is the action chosen.
+        let without_drills = !query.drills && query.action.as_deref() != Some("drill_started");
         let filter = AuditFilter {
             actor: query.operator.map(|name| format!("operator:{name}")),
             action: query.action,
@@ -42,6 +45,7 @@ impl LedgerConsole {
             tenants: self.tenants.clone(),
             since,
             before_id: query.before,
+            without_drills,
             limit: PAGE + 1,
         };
         let entries = self.ledger.audit_entries(&filter).await?;

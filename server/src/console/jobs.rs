@@ -32,7 +32,8 @@ impl LedgerConsole {
                 .unwrap_or_else(|| wanted.to_owned())
         });
         let tenants = self.tenants_for(tenant.as_deref());
-        let drills = if query.without_drills {
+        let drills_apart = fenceline_app::pages::jobs::drills_apart(&query);
+        let drills = if drills_apart {
             Drills::Apart
         } else {
             Drills::Counted
@@ -156,7 +157,7 @@ impl LedgerConsole {
                 error_code: query.error_code.clone(),
                 redelivered: query.redelivered,
                 stale_rejected: query.stale_rejected,
-                without_drills: query.without_drills,
+                without_drills: drills_apart,
                 owner: query.owner.clone(),
                 limit: PAGE_JOBS,
             })

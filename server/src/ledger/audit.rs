@@ -79,6 +79,8 @@ pub struct AuditFilter {
     pub since: Option<i64>,
     /// Entries older than this id (the next page).
     pub before_id: Option<i64>,
+    /// Leave out drills' entries: their starts, and actions on jobs of the drill tenant.
+    pub without_drills: bool,
     pub limit: u32,
 }
 
@@ -119,6 +121,12 @@ impl Ledger {
                 })
                 .collect();
             conditions.push(format!("tenant IN ({})", marks.join(", ")));
+        }
+        if filter.without_drills {
+            conditions.push(format!(
+                "action <> 'drill_started' AND (tenant IS NULL OR tenant <> '{}')",
+                crate::drill::DRILL_TENANT
+            ));
         }
         if let Some(since) = filter.since {
             numbers.push(since);

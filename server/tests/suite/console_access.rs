@@ -966,27 +966,52 @@ async fn the_overview_leaves_drill_jobs_out_of_its_counts_and_says_so(db: Db) {
         "{page}"
     );
     assert!(page.contains("href=\"/jobs?tenant=drill\""), "{page}");
-    // The jobs list lists the drill's job, and counts it.
-    let list = olga.page("/jobs?state=ready").await;
-    assert!(list.contains("drilled"), "{list}");
-    assert!(list.contains("ready 2"), "{list}");
-    // The tile opens the list as the tile counts it: the same number, the drill's job left out.
+    // The tile opens the jobs list, which counts as the tile does: the drill's job left out,
+    // and one click away.
     let link = tile_link(&page, "ready").unwrap();
-    assert_eq!(link, "/jobs?state=ready&without_drills=1");
+    assert_eq!(link, "/jobs?state=ready");
     let list = olga.page(&link).await;
     assert!(list.contains("served"), "{list}");
     assert!(!list.contains("drilled"), "{list}");
     assert!(list.contains("ready 1"), "{list}");
-    assert!(list.contains("drill jobs left out"), "{list}");
-    // The filter is a box of the form, kept by the tabs' links.
     assert!(
-        list.contains("name=\"without_drills\" value=\"1\" checked"),
+        list.contains("Drill jobs (tenant drill) are left out"),
         "{list}"
     );
     assert!(
-        list.contains("href=\"/jobs?state=succeeded&amp;without_drills=1\""),
+        list.contains("href=\"/jobs?state=ready&amp;with_drills=1\""),
         "{list}"
     );
+    // Asked for, they are listed and counted, and the tabs keep the choice.
+    let list = olga.page("/jobs?state=ready&with_drills=1").await;
+    assert!(list.contains("drilled"), "{list}");
+    assert!(list.contains("ready 2"), "{list}");
+    assert!(
+        list.contains("name=\"with_drills\" value=\"1\" checked"),
+        "{list}"
+    );
+    assert!(
+        list.contains("href=\"/jobs?state=succeeded&amp;with_drills=1\""),
+        "{list}"
+    );
+    // The drill tenant chosen shows its jobs.
+    let list = olga.page("/jobs?tenant=drill").await;
+    assert!(list.contains("drilled"), "{list}");
+    // The audit log leaves drills' entries out unless asked for.
+    app.ledger
+        .audit_drill_started("operator:olga", "drl_x", "all on embedded")
+        .await
+        .unwrap();
+    let audit = olga.page("/audit").await;
+    assert!(!audit.contains("drl_x"), "{audit}");
+    assert!(
+        audit.contains("Drills&#x27; entries") || audit.contains("Drills' entries"),
+        "{audit}"
+    );
+    let audit = olga.page("/audit?drills=1").await;
+    assert!(audit.contains("drl_x"), "{audit}");
+    let audit = olga.page("/audit?action=drill_started").await;
+    assert!(audit.contains("drl_x"), "{audit}");
     let acme = ["acme".to_owned()];
     let mut ana = signed_in(&app, "ana", Role::Operator, Some(&acme)).await;
     let page = ana.page("/").await;
