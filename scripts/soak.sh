@@ -158,7 +158,7 @@ took=$(elapsed)
 stop_all
 echo "== faults and recoveries on the timelines"
 psql_q "SELECT kind || ': ' || count(*) FROM events e JOIN jobs j ON j.job_id = e.job_id WHERE j.tenant = 'soak' AND kind IN ('delete_failed', 'visibility_renewal_failed', 'lease_renewal_failed', 'lease_lost', 'duplicate_suppressed', 'delivery_deferred', 'recovery_claimed', 'result_rejected', 'decision_recorded', 'delivery_acked_terminal') GROUP BY kind ORDER BY kind" | sed 's/^/   /'
-echo "   group commits that got no answer: $(cat "$dir"/worker-*.log | grep -c 'group commit got no answer' || true) ($(cat "$dir"/worker-*.log | grep 'group commit got no answer' | grep -c 'Some(true)' || true) had landed)"
+echo "   group commits that got no answer: $(cat "$dir"/worker-*.log | grep -c 'group commit got no answer' || true) ($(cat "$dir"/worker-*.log | grep 'group commit got no answer' | grep -c 'landed=Some(true)' || true) had landed)"
 echo "   redeliveries: $(psql_q "SELECT count(*) FROM events e JOIN jobs j ON j.job_id = e.job_id WHERE j.tenant = 'soak' AND e.kind = 'delivery_received' AND e.receive_count > 1")"
 echo "== verdict after ${took}s ($jobs jobs, $workers workers, $queue queue)"
 status=0

@@ -35,8 +35,10 @@ fn init_tracing(count_statements: bool) {
                 .parse()
                 .expect("a static directive"),
         );
+    // Colours only for a terminal: a log file or a collector gets plain text.
     let log = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_filter(filter);
     let counter = count_statements.then(fenceline::bench::statement_counter);
     tracing_subscriber::registry()

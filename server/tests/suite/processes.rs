@@ -991,6 +991,23 @@ async fn a_command_that_fails_says_why_in_one_line_without_a_backtrace() {
     }
 }
 
+/// Logs written to a file (stderr not a terminal) carry no colour escapes: a log file reads as
+/// text, and a search for `landed=Some(true)` finds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_to_a_file_carry_no_colour_codes() {
+    let db = crate::helpers::fresh_db(Db::Sqlite).await;
+    let out = Command::new(env!("CARGO_BIN_EXE_fenceline"))
+        .args(["token", "list", "--database-url", &db.url])
+        .env("FENCELINE_LOG", "debug")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("DEBUG"), "some log lines: {stderr}");
+    assert!(!stderr.contains('\u{1b}'), "colour codes in {stderr:?}");
+}
+
 async fn overview(browser: &mut crate::helpers::Browser) -> String {
     browser.page("/").await
 }
