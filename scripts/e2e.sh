@@ -29,27 +29,20 @@ for who in operator viewer; do
   printf '%s\n' "$FENCELINE_E2E_PASSWORD" | "$FENCELINE_BIN" operator add "e2e-$who" --role "$who" \
     --password-stdin --database-url "$FENCELINE_E2E_DATABASE_URL" >/dev/null
 done
-# Jobs whose call may have happened: one to decide per project, one for the viewer.
-FENCELINE_E2E_UNKNOWN_JOBS=""
-for _ in 1 2 3; do
-  FENCELINE_E2E_UNKNOWN_JOBS="$FENCELINE_E2E_UNKNOWN_JOBS $("$FENCELINE_BIN" bench seed-timeline \
-    --database-url "$FENCELINE_E2E_DATABASE_URL" --events 0 --pattern unknown --tenant e2e-seed)"
-done
-export FENCELINE_E2E_UNKNOWN_JOBS
-# Two more, one per project, for cancelling from the jobs list.
-FENCELINE_E2E_CANCEL_JOBS=""
-for _ in 1 2; do
-  FENCELINE_E2E_CANCEL_JOBS="$FENCELINE_E2E_CANCEL_JOBS $("$FENCELINE_BIN" bench seed-timeline \
-    --database-url "$FENCELINE_E2E_DATABASE_URL" --events 0 --pattern unknown --tenant e2e-cancel)"
-done
-export FENCELINE_E2E_CANCEL_JOBS
-# Two more, one per project, to resolve as succeeded with the provider's reference.
-FENCELINE_E2E_RESOLVE_JOBS=""
-for _ in 1 2; do
-  FENCELINE_E2E_RESOLVE_JOBS="$FENCELINE_E2E_RESOLVE_JOBS $("$FENCELINE_BIN" bench seed-timeline \
-    --database-url "$FENCELINE_E2E_DATABASE_URL" --events 0 --pattern unknown --tenant e2e-resolve)"
-done
-export FENCELINE_E2E_RESOLVE_JOBS
+# `unknown` jobs (a call that may have happened): N of tenant T, their ids on one line.
+unknown_jobs() {
+  local ids=""
+  for _ in $(seq "$1"); do
+    ids="$ids $("$FENCELINE_BIN" bench seed-timeline --database-url "$FENCELINE_E2E_DATABASE_URL" \
+      --events 0 --pattern unknown --tenant "$2")"
+  done
+  echo "$ids"
+}
+# One to decide per project, one for the viewer; one per project to cancel from the jobs list;
+# one per project to resolve as succeeded with the provider's reference.
+export FENCELINE_E2E_UNKNOWN_JOBS=$(unknown_jobs 3 e2e-seed)
+export FENCELINE_E2E_CANCEL_JOBS=$(unknown_jobs 2 e2e-cancel)
+export FENCELINE_E2E_RESOLVE_JOBS=$(unknown_jobs 2 e2e-resolve)
 # Two long timelines: one that pages (nothing folds), one long call whose renewals fold.
 export FENCELINE_E2E_LONG_JOB=$("$FENCELINE_BIN" bench seed-timeline --database-url "$FENCELINE_E2E_DATABASE_URL" \
   --events 3000 --pattern alternating --tenant e2e-seed)

@@ -237,7 +237,7 @@ impl Faults {
             if points.contains(&point) {
                 let rate = *rate;
                 inner.draws += 1;
-                if crate::queue::faults::draw(job_id, inner.draws) < rate {
+                if crate::job::draw(job_id, inner.draws) < rate {
                     inner.fired_at_rate += 1;
                     return Some(Duration::ZERO);
                 }

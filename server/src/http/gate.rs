@@ -283,7 +283,7 @@ pub(super) async fn console_gate(
                     .ok()?
                     .into_iter()
                     .find(|(name, _)| name == "said")
-                    .and_then(|(_, code)| super::signin::Said::parse(&code))
+                    .and_then(|(_, code)| sign_in_form::Said::parse(&code))
             })?;
         Some(Flash {
             ok: said.ok(),

@@ -81,7 +81,10 @@ impl FormKey {
 }
 
 fn seconds_now() -> i64 {
-    super::gate::now() / 1_000_000
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(now.as_secs()).unwrap_or(i64::MAX)
 }
 
 /// The form's cookie in a request, if any.
@@ -142,6 +145,47 @@ pub(super) fn forget(response: &mut axum::response::Response, secure: bool) {
         .build();
     if let Ok(value) = HeaderValue::from_str(&cookie.to_string()) {
         response.headers_mut().append(SET_COOKIE, value);
+    }
+}
+
+/// What the sign-in page says after a sign-in that did not go through, or a sign-out: named
+/// in its address (`said=`) rather than kept in a session, so that a visitor who has none is
+/// given none, however many sign-ins they post.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Said {
+    Wrong,
+    Throttled,
+    SignedOut,
+}
+
+impl Said {
+    pub(super) fn code(self) -> &'static str {
+        match self {
+            Said::Wrong => "wrong",
+            Said::Throttled => "throttled",
+            Said::SignedOut => "signed-out",
+        }
+    }
+
+    /// The message of a `said=` value; anything else says nothing.
+    pub(super) fn parse(code: &str) -> Option<Said> {
+        [Said::Wrong, Said::Throttled, Said::SignedOut]
+            .into_iter()
+            .find(|said| said.code() == code)
+    }
+
+    pub(super) fn text(self) -> &'static str {
+        match self {
+            Said::Wrong => "Wrong name or password.",
+            Said::Throttled => {
+                "Too many failed sign-ins in the last minute. Wait a minute, then try again."
+            }
+            Said::SignedOut => "Signed out.",
+        }
+    }
+
+    pub(super) fn ok(self) -> bool {
+        self == Said::SignedOut
     }
 }
 

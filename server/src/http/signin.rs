@@ -18,7 +18,7 @@ use tower_sessions::Session;
 
 use super::gate::{check_form_token, flash, forbidden, now, plain};
 use super::sessions::{keys, new_token};
-use super::sign_in_form;
+use super::sign_in_form::{self, Said};
 use super::AppState;
 use crate::operators::{hash_password, verify_password};
 
@@ -43,47 +43,6 @@ pub(super) struct LoginForm {
 /// `next` if it is a path on this site, else the overview.
 fn local_path(next: &str) -> String {
     fenceline_app::pages::login::local_path(Some(next.to_owned()))
-}
-
-/// What the sign-in page says after a sign-in that did not go through, or a sign-out: named
-/// in its address (`said=`) rather than kept in a session, so that a visitor who has none is
-/// given none, however many sign-ins they post.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Said {
-    Wrong,
-    Throttled,
-    SignedOut,
-}
-
-impl Said {
-    fn code(self) -> &'static str {
-        match self {
-            Said::Wrong => "wrong",
-            Said::Throttled => "throttled",
-            Said::SignedOut => "signed-out",
-        }
-    }
-
-    /// The message of a `said=` value; anything else says nothing.
-    pub(super) fn parse(code: &str) -> Option<Said> {
-        [Said::Wrong, Said::Throttled, Said::SignedOut]
-            .into_iter()
-            .find(|said| said.code() == code)
-    }
-
-    pub(super) fn text(self) -> &'static str {
-        match self {
-            Said::Wrong => "Wrong name or password.",
-            Said::Throttled => {
-                "Too many failed sign-ins in the last minute. Wait a minute, then try again."
-            }
-            Said::SignedOut => "Signed out.",
-        }
-    }
-
-    pub(super) fn ok(self) -> bool {
-        self == Said::SignedOut
-    }
 }
 
 fn back_to_login(next: &str, said: Said) -> Response {

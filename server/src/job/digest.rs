@@ -52,6 +52,13 @@ pub fn request_digest(input: &Value, contract_version: &str, model: &Value) -> S
     hex::encode(Sha256::digest(canonical_json(&envelope).as_bytes()))
 }
 
+/// A deterministic draw in `0.0..1.0` for call `n` about `key` (fault injection at a rate).
+pub(crate) fn draw(key: &str, n: u64) -> f64 {
+    let digest = Sha256::digest(format!("{key}:{n}").as_bytes());
+    let x = u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"));
+    (x >> 11) as f64 / (1u64 << 53) as f64
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,7 @@ mod event;
 mod id;
 mod state;
 
+pub(crate) use digest::draw;
 pub use digest::{canonical_json, request_digest};
 pub use event::{Actor, EventKind, ParseEventKindError};
 pub use id::{JobId, ParseJobIdError};

@@ -9,10 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use sha2::{Digest, Sha256};
-
 use super::{BatchResult, DeletePlan, Deleted, Delivery, Depth, Queue, QueueError, ReceiptHandle};
 use crate::drill::faults::{FaultPoint, Faults};
+use crate::job::draw;
 use crate::ledger::Ledger;
 
 /// Fractions in `0.0..=1.0` of the calls that fail.
@@ -37,13 +36,6 @@ pub struct FaultyQueue<Q> {
     copied: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     /// Faults armed per job by a drill.
     faults: Option<Faults>,
-}
-
-/// A deterministic draw in `0.0..1.0` for call `n` about `key`.
-pub(crate) fn draw(key: &str, n: u64) -> f64 {
-    let digest = Sha256::digest(format!("{key}:{n}").as_bytes());
-    let x = u64::from_be_bytes(digest[..8].try_into().expect("8 bytes"));
-    (x >> 11) as f64 / (1u64 << 53) as f64
 }
 
 impl<Q: Queue> FaultyQueue<Q> {

@@ -158,18 +158,7 @@ async fn a_signed_out_visitor_is_sent_to_sign_in_and_back_to_the_same_address(db
     assert!(page.contains("ana"), "the frame names who is signed in");
     // Not a path of this site: the overview.
     let mut other = Browser::new(&app.base);
-    let csrf = other.token("/login").await;
-    let response = other
-        .post(
-            "/login",
-            &[
-                ("csrf", &csrf),
-                ("name", "ana"),
-                ("password", PASSWORD),
-                ("next", "//evil.example/x"),
-            ],
-        )
-        .await;
+    let response = other.sign_in_to("ana", PASSWORD, "//evil.example/x").await;
     assert_eq!(location(&response), "/");
 }
 
@@ -222,17 +211,8 @@ async fn every_redirect_stays_on_this_site_whatever_next_holds(db: Db) {
     assert_eq!(location(&response), "/jobs?state=ready&q=a%20b");
     // After sign-in too.
     let mut other = Browser::new(&app.base);
-    let csrf = other.token("/login").await;
     let response = other
-        .post(
-            "/login",
-            &[
-                ("csrf", &csrf),
-                ("name", "ana"),
-                ("password", PASSWORD),
-                ("next", "/\t/evil.example/x"),
-            ],
-        )
+        .sign_in_to("ana", PASSWORD, "/\t/evil.example/x")
         .await;
     assert_eq!(location(&response), "/");
 }
@@ -569,27 +549,7 @@ async fn sixty_guesses_at_once_on_one_form_get_five_checked(db: Db) {
     let sessions_before = sessions().await;
     assert_eq!(failures().await, 0);
     let mut browser = Browser::new(&app.base);
-    let csrf = browser.token("/login").await;
-    let cookie = browser.cookie.clone().expect("the sign-in form's cookie");
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let mut guesses = tokio::task::JoinSet::new();
-    for i in 0..60 {
-        let request = client
-            .post(format!("{}/login", app.base))
-            .header("cookie", &cookie)
-            .header("origin", &app.base)
-            .form(&[
-                ("csrf", csrf.as_str()),
-                ("name", "ana"),
-                ("password", &format!("guess {i}")),
-                ("next", "/"),
-            ]);
-        guesses.spawn(async move { request.send().await.unwrap().status() });
-    }
-    let answers = guesses.join_all().await;
+    let answers = browser.guesses_at_once("ana", 60).await;
     assert!(
         answers.iter().all(|s| *s == 303 || *s == 429),
         "{answers:?}"

@@ -7,6 +7,7 @@ use fenceline::job::{request_digest, Actor};
 use fenceline::ledger::{Ledger, LedgerOptions, NewJob, Owner, ReplayPolicy, SqliteSync};
 use fenceline::settings::Settings;
 use fenceline::startup::Application;
+use reqwest::StatusCode;
 use serde_json::{json, Value};
 use sqlx::{Connection, Executor};
 
@@ -706,6 +707,16 @@ impl Browser {
     }
 
     pub(crate) async fn sign_in(&mut self, name: &str, password: &str) -> reqwest::Response {
+        self.sign_in_to(name, password, "/").await
+    }
+
+    /// Signs in from the sign-in form, asking to go on to `next`.
+    pub(crate) async fn sign_in_to(
+        &mut self,
+        name: &str,
+        password: &str,
+        next: &str,
+    ) -> reqwest::Response {
         let csrf = self.token("/login").await;
         self.post(
             "/login",
@@ -713,11 +724,52 @@ impl Browser {
                 ("csrf", &csrf),
                 ("name", name),
                 ("password", password),
-                ("next", "/"),
+                ("next", next),
             ],
         )
         .await
     }
+
+    /// `n` wrong passwords for `name` posted at once with this browser's one sign-in form (its
+    /// cookie and token): the status each got.
+    pub(crate) async fn guesses_at_once(&mut self, name: &str, n: usize) -> Vec<StatusCode> {
+        let csrf = self.token("/login").await;
+        let cookie = self.cookie.clone().expect("the sign-in form's cookie");
+        let mut guesses = tokio::task::JoinSet::new();
+        for i in 0..n {
+            let request = self
+                .client
+                .post(format!("{}/login", self.base))
+                .header("cookie", &cookie)
+                .header("origin", &self.base)
+                .form(&[
+                    ("csrf", csrf.as_str()),
+                    ("name", name),
+                    ("password", &format!("guess {i}")),
+                    ("next", "/"),
+                ]);
+            guesses.spawn(async move { request.send().await.unwrap().status() });
+        }
+        guesses.join_all().await
+    }
+}
+
+/// Every number a job handed out is held by one event, numbered from 1 without a hole.
+pub(crate) async fn assert_gap_free(ledger: &Ledger, job_id: &str) {
+    let events = ledger.all_events(job_id).await.unwrap();
+    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
+    let expected: Vec<i64> = (1..=events.len() as i64).collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
+    assert_eq!(
+        seqs, expected,
+        "{job_id}: numbered without a hole: {kinds:?}"
+    );
+    let job = ledger.job(job_id).await.unwrap().unwrap();
+    assert_eq!(
+        job.next_event_seq,
+        events.len() as i64 + 1,
+        "{job_id}: no number handed out that no event holds: {kinds:?}"
+    );
 }
 
 pub(crate) fn token_in(page: &str) -> Option<String> {

@@ -9,7 +9,7 @@ use fenceline::ledger::{
 };
 use serde_json::json;
 
-use crate::helpers::{as_owner, create, fresh_ledger, kinds, new_job, Db};
+use crate::helpers::{as_owner, assert_gap_free, create, fresh_ledger, kinds, new_job, Db};
 use crate::on_both_backends;
 
 const LONG: Duration = Duration::from_secs(60);
@@ -1015,20 +1015,6 @@ async fn a_lease_renewal_leaves_no_number_for_a_write_that_may_never_come(db: Db
         "the event after lease_renewed (#3) takes the next number"
     );
     assert_gap_free(&ledger, &leases[0].0).await;
-}
-
-/// Every number a job handed out is held by one event, numbered from 1 without a hole.
-async fn assert_gap_free(ledger: &fenceline::ledger::Ledger, job_id: &str) {
-    let events = ledger.all_events(job_id).await.unwrap();
-    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
-    let expected: Vec<i64> = (1..=events.len() as i64).collect();
-    assert_eq!(seqs, expected, "{job_id}: numbered without a hole");
-    let job = ledger.job(job_id).await.unwrap().unwrap();
-    assert_eq!(
-        job.next_event_seq,
-        events.len() as i64 + 1,
-        "{job_id}: no number handed out that no event holds"
-    );
 }
 
 /// Both answers of one owner for its attempt, sent at once, may share a commit: the one the

@@ -132,6 +132,23 @@ async fn wait_for_recovery(ledger: &Ledger, job_id: &str, limit: Duration) -> Jo
     ledger.job(job_id).await.unwrap().unwrap()
 }
 
+/// Runs the reaper until it has recovered the job, whose call may have run: `unknown`.
+async fn reaped_to_unknown(ledger: &Ledger, job_id: &str) {
+    let until = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        fenceline::worker::reaper::reap_once(ledger, Duration::from_secs(600))
+            .await
+            .unwrap();
+        let job = ledger.job(job_id).await.unwrap().unwrap();
+        if job.state != JobState::Running {
+            assert_eq!(job.state, JobState::Unknown);
+            return;
+        }
+        assert!(tokio::time::Instant::now() < until, "never recovered");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 async fn wait_until(
     ledger: &Ledger,
     job_id: &str,
@@ -317,19 +334,7 @@ async fn a_worker_killed_mid_call_leaves_a_job_the_reaper_moves_to_unknown_with_
     a.signal(Signal::SIGKILL);
     let _ = a.0.wait().await;
     // No worker is left: the reaper alone recovers the job.
-    let until = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        fenceline::worker::reaper::reap_once(&ledger, Duration::from_secs(600))
-            .await
-            .unwrap();
-        let job = ledger.job(&job_id).await.unwrap().unwrap();
-        if job.state != JobState::Running {
-            assert_eq!(job.state, JobState::Unknown);
-            break;
-        }
-        assert!(tokio::time::Instant::now() < until, "never recovered");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    reaped_to_unknown(&ledger, &job_id).await;
     let attempts = ledger.attempts(&job_id).await.unwrap();
     assert_eq!(attempts.len(), 1);
     assert_eq!(attempts[0].outcome, AttemptOutcome::Lost);
@@ -452,30 +457,8 @@ async fn a_worker_killed_between_a_lease_renewal_and_its_visibility_outcome(sqs:
     if let Some(relay) = &relay {
         relay.hold(false);
     }
-    let until = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        fenceline::worker::reaper::reap_once(&ledger, Duration::from_secs(600))
-            .await
-            .unwrap();
-        let job = ledger.job(&job_id).await.unwrap().unwrap();
-        if job.state != JobState::Running {
-            assert_eq!(job.state, JobState::Unknown);
-            break;
-        }
-        assert!(tokio::time::Instant::now() < until, "never recovered");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let events = ledger.all_events(&job_id).await.unwrap();
-    let seqs: Vec<i64> = events.iter().map(|e| e.seq).collect();
-    let numbered: Vec<i64> = (1..=events.len() as i64).collect();
-    let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
-    assert_eq!(seqs, numbered, "numbered without a hole: {kinds:?}");
-    let job = ledger.job(&job_id).await.unwrap().unwrap();
-    assert_eq!(
-        job.next_event_seq,
-        events.len() as i64 + 1,
-        "no number handed out that no event holds: {kinds:?}"
-    );
+    reaped_to_unknown(&ledger, &job_id).await;
+    crate::helpers::assert_gap_free(&ledger, &job_id).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1356,28 +1339,9 @@ async fn a_burst_of_wrong_passwords_checks_five_and_keeps_memory_bounded() {
         "/"
     );
     let before = peak_memory(pid);
-    let mut browser = crate::helpers::Browser::new(&base);
-    let csrf = browser.token("/login").await;
-    let cookie = browser.cookie.clone().expect("the sign-in form's cookie");
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
-    let mut guesses = tokio::task::JoinSet::new();
-    for i in 0..60 {
-        let request = client
-            .post(format!("{base}/login"))
-            .header("cookie", &cookie)
-            .header("origin", &base)
-            .form(&[
-                ("csrf", csrf.as_str()),
-                ("name", "ana"),
-                ("password", &format!("guess {i}")),
-                ("next", "/"),
-            ]);
-        guesses.spawn(async move { request.send().await.unwrap().status() });
-    }
-    let answers = guesses.join_all().await;
+    let answers = crate::helpers::Browser::new(&base)
+        .guesses_at_once("ana", 60)
+        .await;
     assert!(
         answers.iter().all(|s| *s == 303 || *s == 429),
         "{answers:?}"

@@ -497,6 +497,39 @@ mod reaper {
     use fenceline::provider::{Progress, Provider, ProviderRequest};
     use fenceline::worker::reaper::{reap_once, reconcile_once, RetrievalCursor};
 
+    /// A job whose owner (worker `gone`, holding a lease of `lease`) called the model, which
+    /// answered, and vanished before committing: its request id is on the attempt.
+    async fn called_and_vanished(
+        ledger: &fenceline::ledger::Ledger,
+        stub: &StubProvider,
+        new: fenceline::ledger::NewJob,
+        lease: Duration,
+    ) -> String {
+        let job_id = crate::helpers::create(ledger, new).await;
+        let (claimed, attempt) = ledger
+            .claim_and_start(&job_id, "gone", lease, None, "stub")
+            .await
+            .unwrap();
+        let client_id = format!("{job_id}:{}", attempt.attempt_no);
+        ledger
+            .set_provider_request_id(
+                &as_owner(&job_id, claimed.epoch, "gone"),
+                attempt.attempt_no,
+                &client_id,
+            )
+            .await
+            .unwrap();
+        let request = ProviderRequest {
+            job_id: job_id.clone(),
+            attempt_no: attempt.attempt_no,
+            client_request_id: client_id,
+            input: serde_json::json!(1),
+            model: serde_json::json!({}),
+        };
+        stub.call(request, Progress::default()).await;
+        job_id
+    }
+
     /// The deployment's provider is never asked about a drill's jobs: their drill decides
     /// them. A job of the deployment's own beside it is asked about and settled.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -510,29 +543,7 @@ mod reaper {
         for drill in [Some("drl_someone"), None] {
             let mut new = new_job("acme", drill.unwrap_or("own"), serde_json::json!(1));
             new.drill_run = drill.map(str::to_owned);
-            let job_id = crate::helpers::create(&ledger, new).await;
-            let (claimed, attempt) = ledger
-                .claim_and_start(&job_id, "gone", Duration::from_millis(50), None, "stub")
-                .await
-                .unwrap();
-            let client_id = format!("{job_id}:{}", attempt.attempt_no);
-            ledger
-                .set_provider_request_id(
-                    &as_owner(&job_id, claimed.epoch, "gone"),
-                    attempt.attempt_no,
-                    &client_id,
-                )
-                .await
-                .unwrap();
-            let request = ProviderRequest {
-                job_id: job_id.clone(),
-                attempt_no: attempt.attempt_no,
-                client_request_id: client_id,
-                input: serde_json::json!(1),
-                model: serde_json::json!({}),
-            };
-            stub.call(request, Progress::default()).await;
-            ids.push(job_id);
+            ids.push(called_and_vanished(&ledger, &stub, new, Duration::from_millis(50)).await);
         }
         tokio::time::sleep(Duration::from_millis(150)).await;
         assert_eq!(
@@ -569,30 +580,9 @@ mod reaper {
             ..Default::default()
         });
         // An owner that called the model and vanished before committing.
+        let vanished = new_job("acme", "vanished", serde_json::json!(1));
         let job_id =
-            crate::helpers::create(&ledger, new_job("acme", "vanished", serde_json::json!(1)))
-                .await;
-        let (claimed, attempt) = ledger
-            .claim_and_start(&job_id, "gone", Duration::from_millis(100), None, "stub")
-            .await
-            .unwrap();
-        let client_id = format!("{job_id}:{}", attempt.attempt_no);
-        ledger
-            .set_provider_request_id(
-                &as_owner(&job_id, claimed.epoch, "w"),
-                attempt.attempt_no,
-                &client_id,
-            )
-            .await
-            .unwrap();
-        let request = ProviderRequest {
-            job_id: job_id.clone(),
-            attempt_no: attempt.attempt_no,
-            client_request_id: client_id,
-            input: serde_json::json!(1),
-            model: serde_json::json!({}),
-        };
-        stub.call(request, Progress::default()).await;
+            called_and_vanished(&ledger, &stub, vanished, Duration::from_millis(100)).await;
         // A job past its deadline, and one whose message went missing.
         let mut short = new_job("acme", "short", serde_json::json!(2));
         short.deadline = Duration::from_millis(100);

@@ -635,7 +635,7 @@ impl Ledger {
         }
         if lost.rate > 0.0 {
             lost.drawn += 1;
-            let draw = crate::queue::faults::draw("lost commit answer", lost.drawn);
+            let draw = crate::job::draw("lost commit answer", lost.drawn);
             if draw < lost.rate {
                 return Some(draw < lost.rate / 2.0);
             }
