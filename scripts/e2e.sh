@@ -49,4 +49,4 @@ export FENCELINE_E2E_LONG_JOB=$("$FENCELINE_BIN" bench seed-timeline --database-
 export FENCELINE_E2E_FOLDED_JOB=$("$FENCELINE_BIN" bench seed-timeline --database-url "$FENCELINE_E2E_DATABASE_URL" \
   --events 3000 --pattern renewals --tenant e2e-seed)
 cd end2end
-npx playwright test
+npx playwright test "$@"

@@ -83,7 +83,9 @@ pub struct Figure {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Chart {
     pub title: String,
+    /// The chart where it has room, and the same chart laid out for a phone (fewer ticks).
     pub svg: crate::svg::Svg,
+    pub narrow: crate::svg::Svg,
     pub figures: Vec<Figure>,
 }
 

@@ -133,6 +133,11 @@ test('a viewer sees an unknown job but no action', async ({ page }, info) => {
   await expect(page.locator('.job-header .badge')).toHaveText('unknown');
   await expect(page.getByRole('region', { name: 'Decide' })).toHaveCount(0);
   await expect(page.locator('form[action$="/decisions"]')).toHaveCount(0);
+  // The swimlane draws the move to `unknown` (epoch 1 → 2) and epoch 2's wait for a decision.
+  const wait = page.locator('.swimlane svg g.waiting.unknown');
+  await expect(wait).toHaveCount(1);
+  await expect(wait.locator('title')).toHaveText(/^epoch 2: unknown from \+.*, waiting for a decision/);
+  await expect(page.locator('.swimlane svg .epoch-change title')).toContainText('epoch 1 → 2: recovery claimed');
   await expect(page.locator('.whoami')).toContainText('e2e-viewer');
   await page.screenshot({ path: info.outputPath('viewer.png'), fullPage: true });
 });
@@ -442,6 +447,30 @@ test('every page fits the screen at 1400 and 420 px, in light and dark', async (
         await page.goto(path);
         const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
         expect(overflow, `${path} at ${width} px (${scheme}) scrolls sideways`).toBeLessThanOrEqual(0);
+        // No table scrolls sideways inside its box, or sticks out of the screen.
+        const wideTables = await page.evaluate(() =>
+          [...document.querySelectorAll('table')]
+            .filter((t) => {
+              for (let e = t.parentElement; e && e !== document.body; e = e.parentElement) {
+                if (e.scrollWidth > e.clientWidth + 1) return true;
+              }
+              return t.getBoundingClientRect().right > window.innerWidth + 1;
+            })
+            .map((t) => `table.${t.className}`),
+        );
+        expect(wideTables, `${path} at ${width} px: tables scrolling sideways`).toEqual([]);
+        // Chart text is drawn at 11 px or more on screen.
+        const smallText = await page.evaluate(() =>
+          [...document.querySelectorAll('svg text')]
+            .filter((t) => t.getClientRects().length > 0)
+            .map((t) => {
+              const scale = (t as SVGTextElement).getScreenCTM()?.a ?? 1;
+              return { text: t.textContent, px: parseFloat(getComputedStyle(t).fontSize) * scale };
+            })
+            .filter((t) => t.px < 10.95)
+            .map((t) => `${t.text} (${t.px.toFixed(1)} px)`),
+        );
+        expect(smallText, `${path} at ${width} px: chart text under 11 px`).toEqual([]);
         await page.screenshot({ path: info.outputPath(`layout-${name}-${width}-${scheme}.png`), fullPage: true });
       }
     }

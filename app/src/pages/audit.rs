@@ -109,7 +109,7 @@ pub fn AuditPage() -> impl IntoView {
                         view! { <p class="empty">"No entry matches."</p> }.into_any()
                     } else {
                         view! {
-                            <div class="table-scroll"><table>
+                            <table class="audit stack-narrow">
                                 <thead><tr>
                                     <th scope="col">"At"</th><th scope="col">"By"</th><th scope="col">"Action"</th>
                                     <th scope="col">"Job"</th><th scope="col">"Tenant"</th>
@@ -119,25 +119,25 @@ pub fn AuditPage() -> impl IntoView {
                                 <tbody>
                                     {page.rows.into_iter().map(|r| view! {
                                         <tr>
-                                            <td>{r.at}</td>
-                                            <td>{r.actor}</td>
-                                            <td>{r.action.replace('_', " ")}</td>
-                                            <td>{match r.job_id {
+                                            <td data-label="At">{r.at}</td>
+                                            <td data-label="By">{r.actor}</td>
+                                            <td data-label="Action">{r.action.replace('_', " ")}</td>
+                                            <td data-label="Job">{match r.job_id {
                                                 Some(id) => view! { <a class="mono" href=format!("/jobs/{id}")>{id.clone()}</a> }.into_any(),
                                                 None => view! { <span>"—"</span> }.into_any(),
                                             }}</td>
-                                            <td>{or_dash(r.tenant)}</td>
-                                            <td class="num">{r.seen_epoch.map(|e| e.to_string()).unwrap_or_default()}</td>
-                                            <td class="num">{r.new_epoch.map(|e| e.to_string()).unwrap_or_default()}</td>
-                                            <td>{r.state_before.map(|s| view! { <StateBadge state=s/> })}</td>
-                                            <td>{r.state_after.map(|s| view! { <StateBadge state=s/> })}</td>
-                                            <td>{r.reason}{r.evidence.map(|e| view! {
+                                            <td data-label="Tenant">{or_dash(r.tenant)}</td>
+                                            <td data-label="Saw epoch" class="num">{r.seen_epoch.map(|e| e.to_string()).unwrap_or_default()}</td>
+                                            <td data-label="New epoch" class="num">{r.new_epoch.map(|e| e.to_string()).unwrap_or_default()}</td>
+                                            <td data-label="Before">{r.state_before.map(|s| view! { <StateBadge state=s/> })}</td>
+                                            <td data-label="After">{r.state_after.map(|s| view! { <StateBadge state=s/> })}</td>
+                                            <td data-label="Reason">{r.reason}{r.evidence.map(|e| view! {
                                                 <br/><span class="evidence">"Evidence: "<code>{e}</code></span>
                                             })}</td>
                                         </tr>
                                     }).collect_view()}
                                 </tbody>
-                            </table></div>
+                            </table>
                         }.into_any()
                     }}
                     <nav class="pager" aria-label="Pages">

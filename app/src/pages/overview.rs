@@ -169,7 +169,10 @@ pub fn OverviewPage() -> impl IntoView {
                                     {o.charts.into_iter().map(|chart| view! {
                                         <figure class="chart">
                                             <figcaption>{chart.title}</figcaption>
-                                            <div class="svg"><SvgChart chart=chart.svg/></div>
+                                            <div class="svg">
+                                                <div class="wide"><SvgChart chart=chart.svg/></div>
+                                                <div class="narrow"><SvgChart chart=chart.narrow/></div>
+                                            </div>
                                             <dl class="figures">
                                                 {chart.figures.into_iter().map(|f| view! {
                                                     <div>

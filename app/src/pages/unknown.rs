@@ -47,7 +47,7 @@ pub fn UnknownPage() -> impl IntoView {
                                 <a href=format!("/unknown?select=all{}", after.as_ref().map(|a| format!("&after={a}")).unwrap_or_default())>"Select all on this page"</a>
                             </p>
                         })}
-                        <div class="table-scroll"><table>
+                        <table class="unknown stack-narrow">
                             <thead><tr>
                                 {acting.then(|| view! { <th scope="col">"Pick"</th> })}
                                 <th scope="col">"Job"</th>
@@ -65,24 +65,24 @@ pub fn UnknownPage() -> impl IntoView {
                                 {page.rows.into_iter().map(|r| view! {
                                     <tr>
                                         {acting.then(|| view! {
-                                            <td><input type="checkbox" name="job" checked=select_all
+                                            <td data-label="Pick"><input type="checkbox" name="job" checked=select_all
                                                 value=format!("{}:{}", r.job_id, r.epoch)
                                                 aria-label=format!("Pick {}", r.job_id)/></td>
                                         })}
-                                        <td><a class="mono" href=format!("/jobs/{}", r.job_id)>{r.job_id.clone()}</a></td>
-                                        <td>{r.tenant}</td>
-                                        <td class="num">{r.epoch}</td>
-                                        <td>{r.since}</td>
-                                        <td>{or_dash(r.last_attempt)}</td>
-                                        <td class="mono">{or_dash(r.provider_request_id)}</td>
-                                        <td>{r.retrieval}</td>
-                                        <td>{r.deadline_left}</td>
-                                        <td>{or_dash(r.recovery_reason)}</td>
-                                        <td>{r.replay_policy}</td>
+                                        <td data-label="Job"><a class="mono" href=format!("/jobs/{}", r.job_id)>{r.job_id.clone()}</a></td>
+                                        <td data-label="Tenant">{r.tenant}</td>
+                                        <td data-label="Epoch" class="num">{r.epoch}</td>
+                                        <td data-label="Unknown since">{r.since}</td>
+                                        <td data-label="Last attempt">{or_dash(r.last_attempt)}</td>
+                                        <td data-label="Provider ref" class="mono">{or_dash(r.provider_request_id)}</td>
+                                        <td data-label="Retrieval">{r.retrieval}</td>
+                                        <td data-label="Deadline left">{r.deadline_left}</td>
+                                        <td data-label="Why">{or_dash(r.recovery_reason)}</td>
+                                        <td data-label="Replay policy">{r.replay_policy}</td>
                                     </tr>
                                 }).collect_view()}
                             </tbody>
-                        </table></div>
+                        </table>
                         {acting.then(|| view! {
                             <fieldset class="bulk">
                                 <legend>"Decide the picked jobs"</legend>

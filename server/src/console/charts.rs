@@ -34,6 +34,17 @@ pub enum Mark {
         label: String,
         title: String,
     },
+    /// A period of waiting on a lane (a job `unknown` until a decision, `retry_authorized`
+    /// until a worker claims it), drawn as a span; it does not keep the axis to scale, so a
+    /// long wait is drawn across a compressed break instead of squashing the work before it.
+    Wait {
+        lane: usize,
+        from: i64,
+        to: i64,
+        class: String,
+        label: String,
+        title: String,
+    },
     /// A point event.
     Point {
         lane: usize,
@@ -363,7 +374,7 @@ pub fn swimlane(origin: i64, start: i64, end: i64, marks: &[Mark]) -> Svg {
         .iter()
         .map(|m| match m {
             Mark::Span { from, to, .. } | Mark::Density { from, to, .. } => (*from, *to),
-            Mark::Point { at, .. } => (*at, *at),
+            Mark::Point { at, .. } | Mark::Wait { from: at, .. } => (*at, *at),
         })
         .filter(|(a, b)| *b >= start && *a <= end)
         .collect();
@@ -374,9 +385,9 @@ pub fn swimlane(origin: i64, start: i64, end: i64, marks: &[Mark]) -> Svg {
         .iter()
         .filter(|m| match m {
             Mark::Point { at, .. } => *at >= start && *at <= end,
-            Mark::Span { from, to, .. } | Mark::Density { from, to, .. } => {
-                *to >= start && *from <= end
-            }
+            Mark::Span { from, to, .. }
+            | Mark::Wait { from, to, .. }
+            | Mark::Density { from, to, .. } => *to >= start && *from <= end,
         })
         .collect();
     let points: Vec<(usize, f64)> = visible
@@ -499,6 +510,14 @@ pub fn swimlane(origin: i64, start: i64, end: i64, marks: &[Mark]) -> Svg {
                 class,
                 label,
                 title,
+            }
+            | Mark::Wait {
+                lane,
+                from,
+                to,
+                class,
+                label,
+                title,
             } => {
                 let y = lane_top[*lane] + 4.0;
                 let h = LANE_H - 13.0;
@@ -582,9 +601,9 @@ pub fn swimlane(origin: i64, start: i64, end: i64, marks: &[Mark]) -> Svg {
     }
 }
 
-/// A histogram of labelled bins.
-pub fn histogram(bins: &[(String, i64)], class: &str) -> Svg {
-    let (w, h, bottom) = (480.0, 160.0, 34.0);
+/// A histogram of labelled bins, `width` units wide.
+pub fn histogram(bins: &[(String, i64)], class: &str, width: u32) -> Svg {
+    let (w, h, bottom) = (f64::from(width), 160.0, 34.0);
     let max = bins.iter().map(|(_, n)| *n).max().unwrap_or(0).max(1);
     let bw = w / bins.len().max(1) as f64;
     let mut shapes = Vec::new();
@@ -718,6 +737,39 @@ mod tests {
         for tick in ["+0", "+100ms", "+200ms", "+300ms", "+400ms"] {
             assert!(texts.contains(&tick), "{tick} in {texts:?}");
         }
+    }
+
+    #[test]
+    fn a_long_wait_is_drawn_across_a_break_without_squashing_the_work_before_it() {
+        // Half a second of work, then an hour `unknown` waiting for a decision.
+        let mut marks = vec![point(4, 0, '◆'), point(2, 500_000, '◆')];
+        marks.push(Mark::Wait {
+            lane: 2,
+            from: 500_000,
+            to: 3600 * S,
+            class: "waiting unknown".into(),
+            label: "epoch 2 · unknown".into(),
+            title: "waiting".into(),
+        });
+        let svg = swimlane(0, 0, 3600 * S, &marks);
+        let texts = svg.texts();
+        assert!(texts.contains(&"59m 59s idle"), "{texts:?}");
+        assert!(
+            texts.contains(&"+400ms"),
+            "the work keeps its scale: {texts:?}"
+        );
+        // A span over the same hour would keep it to scale instead.
+        marks.pop();
+        marks.push(Mark::Span {
+            lane: 2,
+            from: 500_000,
+            to: 3600 * S,
+            class: "lease".into(),
+            label: String::new(),
+            title: String::new(),
+        });
+        let texts = swimlane(0, 0, 3600 * S, &marks).texts().join(" ");
+        assert!(!texts.contains("idle"), "{texts}");
     }
 
     #[test]

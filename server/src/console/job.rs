@@ -98,8 +98,9 @@ impl LedgerConsole {
         if transport? > TRANSPORT_SHOWN {
             bucketed.extend(TRANSPORT_KINDS);
         }
-        // The chart covers what happened: up to now only while a call is under way, so an
-        // `unknown` job's axis does not grow while it waits for a decision.
+        // The chart covers what happened, and up to now while the job is under way or waits
+        // (`unknown` for a decision, `retry_authorized` for a worker): a wait is drawn across a
+        // compressed break, so the work before it keeps its scale.
         let last = last_event?
             .map_or(job.created_at, |(_, at)| at)
             .max(job.terminal_at.unwrap_or(job.created_at))
@@ -110,11 +111,11 @@ impl LedgerConsole {
                     .max()
                     .unwrap_or(0),
             );
-        let end = if job.state == JobState::Running {
-            now.max(last)
-        } else {
-            last
-        };
+        let waiting = matches!(
+            job.state,
+            JobState::Running | JobState::Unknown | JobState::RetryAuthorized
+        );
+        let end = if waiting { now.max(last) } else { last };
         let (from, to) = match zoom {
             Some(z) => (
                 (job.created_at + z.from_ms * 1_000).max(job.created_at),

@@ -61,7 +61,8 @@ impl LedgerConsole {
             |state: JobState| activity.of(&format!("{FINISHED}{}", state.as_str()), buckets);
         let chart = |title: &str, lines: Vec<plot::Series>| Chart {
             title: title.into(),
-            svg: plot::time_series(&grid, &lines),
+            svg: plot::time_series(&grid, &lines, plot::WIDE),
+            narrow: plot::time_series(&grid, &lines, plot::NARROW),
             figures: lines
                 .iter()
                 .map(|s| Figure {
@@ -149,7 +150,8 @@ impl LedgerConsole {
             .collect();
         charts.push(Chart {
             title: "Time to terminal".into(),
-            svg: charts::histogram(&to_terminal, "c-succeeded"),
+            svg: charts::histogram(&to_terminal, "c-succeeded", plot::WIDE),
+            narrow: charts::histogram(&to_terminal, "c-succeeded", plot::NARROW),
             figures: vec![Figure {
                 label: "jobs finished".into(),
                 value: finished_total.to_string(),
@@ -158,7 +160,8 @@ impl LedgerConsole {
         });
         charts.push(Chart {
             title: "Attempts per finished job".into(),
-            svg: charts::histogram(&attempts, "c-created"),
+            svg: charts::histogram(&attempts, "c-created", plot::WIDE),
+            narrow: charts::histogram(&attempts, "c-created", plot::NARROW),
             figures: vec![Figure {
                 label: "attempts used (5+ counted as 5)".into(),
                 value: tries

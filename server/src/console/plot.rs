@@ -25,7 +25,10 @@ use plotters_backend::{
 
 use crate::time::{human_duration, in_zone, Tz};
 
-const WIDTH: u32 = 480;
+/// A chart's width (SVG units) where it has room, and on a phone: each is drawn no smaller
+/// than its width, so its 11-unit text is at least 11 px on screen.
+pub const WIDE: u32 = 480;
+pub const NARROW: u32 = 340;
 const HEIGHT: u32 = 230;
 const FONT: f64 = 11.0;
 
@@ -126,6 +129,7 @@ fn series_colour(i: usize) -> RGBColor {
 struct Shapes<'a> {
     out: &'a mut Vec<Shape>,
     classes: Vec<String>,
+    width: u32,
 }
 
 impl Shapes<'_> {
@@ -155,7 +159,7 @@ impl DrawingBackend for Shapes<'_> {
     type ErrorType = Infallible;
 
     fn get_size(&self) -> (u32, u32) {
-        (WIDTH, HEIGHT)
+        (self.width, HEIGHT)
     }
 
     fn ensure_prepared(&mut self) -> Result<(), DrawingErrorKind<Infallible>> {
@@ -372,12 +376,13 @@ fn y_label_width(top: i64) -> u32 {
 }
 
 /// The legend's rows: where each entry goes in the strip above the plot.
-fn legend_layout(series: &[Series]) -> (Vec<(i32, i32)>, u32) {
+fn legend_layout(series: &[Series], width: u32) -> (Vec<(i32, i32)>, u32) {
+    let chart_width = width;
     let (mut x, mut row) = (8i32, 0i32);
     let mut places = Vec::with_capacity(series.len());
     for s in series {
         let width = 28 + (s.label.chars().count() as f64 * FONT * 0.56) as i32 + 14;
-        if x + width > WIDTH as i32 - 4 && x > 8 {
+        if x + width > chart_width as i32 - 4 && x > 8 {
             x = 8;
             row += 1;
         }
@@ -394,7 +399,8 @@ fn draw(
     hover: &mut Vec<(f64, f64, f64, f64)>,
 ) -> Result<(), DrawingAreaErrorKind<Infallible>> {
     let font = ("sans-serif", FONT).into_font();
-    let (places, legend_height) = legend_layout(series);
+    let width = root.dim_in_pixel().0;
+    let (places, legend_height) = legend_layout(series, width);
     let (legend, plot) = root.split_vertically(legend_height);
     for (i, (s, (x, y))) in series.iter().zip(places).enumerate() {
         // A stretch of the series' own line, so a dashed one is dashed here too.
@@ -421,6 +427,8 @@ fn draw(
     let mut chart = ChartBuilder::on(&plot)
         .margin_right(12)
         .margin_top(4)
+        // The caption sits on the label area's floor: room below it for its descenders.
+        .margin_bottom(4)
         .x_label_area_size(34)
         .y_label_area_size(y_label_width(top))
         .build_cartesian_2d(from..to, 0i64..top)?;
@@ -430,7 +438,7 @@ fn draw(
         .light_line_style(TRANSPARENT)
         .bold_line_style(GRID)
         .axis_style(INK)
-        .x_labels(6)
+        .x_labels(if width < WIDE { 4 } else { 6 })
         .y_labels(5)
         .x_label_formatter(&|t| tick_label(t, window))
         .y_label_formatter(&|n| n.to_string())
@@ -494,14 +502,15 @@ fn bucket_title(b: &Buckets, i: usize, series: &[Series]) -> String {
     format!("{span}{partial}\n{counts}")
 }
 
-/// A chart of `series` over the buckets `b`, one line per series.
-pub fn time_series(b: &Buckets, series: &[Series]) -> Svg {
+/// A chart of `series` over the buckets `b`, one line per series, `width` units wide.
+pub fn time_series(b: &Buckets, series: &[Series], width: u32) -> Svg {
     let mut shapes = Vec::new();
     let mut hover = Vec::new();
     {
         let backend = Shapes {
             out: &mut shapes,
             classes: series.iter().map(|s| s.class.clone()).collect(),
+            width,
         };
         let root = backend.into_drawing_area();
         // The backend cannot fail: its error type is uninhabited.
@@ -519,7 +528,7 @@ pub fn time_series(b: &Buckets, series: &[Series]) -> Svg {
         });
     }
     Svg {
-        width: f64::from(WIDTH),
+        width: f64::from(width),
         height: f64::from(HEIGHT),
         label: format!(
             "{} per {} bucket",
@@ -611,6 +620,7 @@ mod tests {
                 Series::new("accepted", "c-created", vec![1; 12]),
                 Series::new("succeeded", "c-succeeded", vec![1; 12]),
             ],
+            WIDE,
         );
         let keys: Vec<&str> = svg
             .shapes
@@ -633,7 +643,11 @@ mod tests {
     fn the_count_axis_has_room_for_its_widest_label() {
         let b = Buckets::of(Window::Hour, at("2026-12-01T10:07:13"), chrono_tz::UTC);
         for top in [4, 40, 6_000, 120_000] {
-            let svg = time_series(&b, &[Series::new("accepted", "c-created", vec![top; 12])]);
+            let svg = time_series(
+                &b,
+                &[Series::new("accepted", "c-created", vec![top; 12])],
+                WIDE,
+            );
             let label = nice_ceiling(top).to_string();
             let x = svg
                 .shapes
@@ -665,6 +679,7 @@ mod tests {
                 Series::new("accepted", "c-created", accepted),
                 Series::new("succeeded", "c-succeeded", finished),
             ],
+            WIDE,
         );
         let texts = texts(&svg);
         // The axis tops out at a round value over the largest single count (112), not at
@@ -708,6 +723,7 @@ mod tests {
                 Series::new("succeeded", "c-succeeded", counts),
                 Series::new("failed", "c-failed", vec![0; 12]),
             ],
+            WIDE,
         );
         let lines = series_lines(&svg);
         assert_eq!(lines.last(), Some(&"c-created"), "{lines:?}");
@@ -721,7 +737,11 @@ mod tests {
             at("2026-12-01T10:07:13"),
             chrono_tz::Europe::Paris,
         );
-        let svg = time_series(&b, &[Series::new("accepted", "c-created", vec![1; 12])]);
+        let svg = time_series(
+            &b,
+            &[Series::new("accepted", "c-created", vec![1; 12])],
+            WIDE,
+        );
         let texts = texts(&svg);
         // Paris is UTC+1 in December: the window is 10:10 – 11:10 local.
         for tick in ["10:20", "10:30", "10:40", "10:50", "11:00"] {
@@ -751,11 +771,60 @@ mod tests {
     #[test]
     fn a_day_window_names_the_date_at_midnight() {
         let b = Buckets::of(Window::Day, at("2026-12-01T10:07:13"), chrono_tz::UTC);
-        let svg = time_series(&b, &[Series::new("accepted", "c-created", vec![0; 24])]);
+        let svg = time_series(
+            &b,
+            &[Series::new("accepted", "c-created", vec![0; 24])],
+            WIDE,
+        );
         assert!(
             texts(&svg).contains(&"1 Dec".to_owned()),
             "{:?}",
             texts(&svg)
         );
+    }
+
+    #[test]
+    fn every_text_fits_inside_the_chart_tails_and_all_at_either_width() {
+        let b = Buckets::of(
+            Window::Day,
+            at("2026-12-01T10:07:13"),
+            chrono_tz::Asia::Tokyo,
+        );
+        for width in [WIDE, NARROW] {
+            let svg = time_series(
+                &b,
+                &[
+                    Series::new("redeliveries", "c-redelivery", vec![3; 24]),
+                    Series::new("duplicates suppressed", "c-suppressed", vec![1000; 24]),
+                ],
+                width,
+            );
+            assert!(texts(&svg).iter().any(|t| t.ends_with("JST · 1h buckets")));
+            for shape in &svg.shapes {
+                let Shape::Text {
+                    x, y, text, anchor, ..
+                } = shape
+                else {
+                    continue;
+                };
+                // A descender (g, p, y) reaches about a quarter of the font below the baseline.
+                assert!(
+                    y + FONT * 0.25 <= svg.height,
+                    "{text:?} at y {y} in {}",
+                    svg.height
+                );
+                assert!(y - FONT * 0.8 >= 0.0, "{text:?} at y {y}");
+                let w = text.chars().count() as f64 * FONT * 0.56;
+                let (left, right) = match anchor {
+                    Anchor::Start => (*x, x + w),
+                    Anchor::Middle => (x - w / 2.0, x + w / 2.0),
+                    Anchor::End => (x - w, *x),
+                };
+                assert!(
+                    left >= 0.0 && right <= svg.width,
+                    "{text:?} from {left} to {right} in {width}"
+                );
+            }
+        }
     }
 }

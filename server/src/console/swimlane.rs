@@ -18,21 +18,7 @@ pub(super) fn swimlane_of(
     let mut marks = Vec::new();
     let start = job.created_at;
     // Lease windows: each owner epoch from its claim to the next ownership change.
-    let owners: Vec<&Event> = key
-        .iter()
-        .filter(|e| {
-            matches!(
-                e.kind,
-                EventKind::Claimed
-                    | EventKind::RecoveryClaimed
-                    | EventKind::DecisionRecorded
-                    | EventKind::StateChanged
-                    | EventKind::ResultAccepted
-                    | EventKind::DeadlineExpired
-                    | EventKind::BudgetExhausted
-            )
-        })
-        .collect();
+    let owners: Vec<&Event> = key.iter().filter(|e| ends_ownership(e.kind)).collect();
     for (i, e) in owners
         .iter()
         .enumerate()
@@ -53,6 +39,7 @@ pub(super) fn swimlane_of(
             ),
         });
     }
+    waits_and_epoch_changes(key, start, end, &mut marks);
     for a in attempts {
         let to = a.finished_at.unwrap_or(end);
         let accepted = a.result_ref.is_some() && a.result_ref == job.result_ref;
@@ -186,4 +173,106 @@ pub(super) fn swimlane_of(
         });
     }
     charts::swimlane(start, shown_from, shown_to, &marks)
+}
+
+/// What ends an ownership period (a lease or a wait) on the lease / epoch lane.
+fn ends_ownership(kind: EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::Claimed
+            | EventKind::RecoveryClaimed
+            | EventKind::DecisionRecorded
+            | EventKind::StateChanged
+            | EventKind::ResultAccepted
+            | EventKind::DeadlineExpired
+            | EventKind::BudgetExhausted
+    )
+}
+
+/// The lease / epoch lane's waits and epoch changes: each move of the epoch that is not a
+/// worker's claim (a recovery, a release, a decision) as a mark, and each period the job spent
+/// `unknown` (until a decision) or `retry_authorized` (until a worker claims it), up to `end`
+/// while it still waits.
+fn waits_and_epoch_changes(key: &[Event], start: i64, end: i64, marks: &mut Vec<Mark>) {
+    let mut epoch = 0;
+    for (i, e) in key.iter().enumerate() {
+        if e.epoch > epoch && epoch > 0 && e.kind != EventKind::Claimed {
+            let what = match e.kind {
+                EventKind::StateChanged => format!("state changed → {}", detail_str(e, "to")),
+                EventKind::RecoveryClaimed => {
+                    format!("recovery claimed ({})", detail_str(e, "reason"))
+                }
+                EventKind::DecisionRecorded => format!("decision {}", detail_str(e, "decision")),
+                other => other.as_str().replace('_', " "),
+            };
+            marks.push(Mark::Point {
+                lane: 2,
+                at: e.at,
+                class: "epoch-change".into(),
+                symbol: '◆',
+                title: format!(
+                    "#{} epoch {epoch} → {}: {what} at +{} by {}",
+                    e.seq,
+                    e.epoch,
+                    human_duration(e.at - start),
+                    e.actor
+                ),
+            });
+        }
+        epoch = epoch.max(e.epoch);
+        let to = detail_str(e, "to");
+        if e.kind != EventKind::StateChanged || !matches!(to, "unknown" | "retry_authorized") {
+            continue;
+        }
+        let next = key[i + 1..].iter().find(|n| ends_ownership(n.kind));
+        let (state, waiting_for) = if to == "unknown" {
+            ("unknown", "a decision")
+        } else {
+            ("retry authorized", "a worker")
+        };
+        let since = format!(
+            "epoch {}: {state} from +{}",
+            e.epoch,
+            human_duration(e.at - start)
+        );
+        let (until, title) = match next {
+            Some(n) => {
+                let by = match n.kind {
+                    EventKind::DecisionRecorded => "the decision".to_owned(),
+                    EventKind::Claimed | EventKind::RecoveryClaimed => {
+                        format!("{} claimed it", n.actor)
+                    }
+                    other => other.as_str().replace('_', " "),
+                };
+                (
+                    n.at,
+                    format!(
+                        "{since} until {by} at +{} ({})",
+                        human_duration(n.at - start),
+                        human_duration(n.at - e.at)
+                    ),
+                )
+            }
+            None => (
+                end,
+                format!(
+                    "{since}, waiting for {waiting_for} ({} so far)",
+                    human_duration(end - e.at)
+                ),
+            ),
+        };
+        marks.push(Mark::Wait {
+            lane: 2,
+            from: e.at,
+            to: until.max(e.at),
+            class: format!("waiting {to}"),
+            label: format!("epoch {} · {state}", e.epoch),
+            title,
+        });
+    }
+}
+
+/// A string field of an event's detail ("" if absent).
+fn detail_str<'a>(e: &'a Event, field: &str) -> &'a str {
+    e.detail.get(field).and_then(|v| v.as_str()).unwrap_or("")
 }

@@ -47,6 +47,7 @@ on_both_backends!(
     the_overview_says_how_long_the_oldest_ready_job_has_waited_within_the_operators_tenants,
     the_workers_page_shows_who_is_alive_silent_or_stopped_and_what_each_owns,
     a_job_page_folds_long_runs_and_shows_every_other_event_in_place,
+    an_unknown_jobs_swimlane_shows_its_epoch_change_and_its_wait_for_a_decision,
 );
 
 const PASSWORD: &str = "correct horse battery staple";
@@ -1921,6 +1922,49 @@ async fn a_terminal_job_runs_again_as_a_new_linked_job_and_stays_terminal(db: Db
         )
         .await;
     assert_eq!(refused.status(), 403);
+}
+
+async fn an_unknown_jobs_swimlane_shows_its_epoch_change_and_its_wait_for_a_decision(db: Db) {
+    let app = spawn_app(db).await;
+    let (job_id, _, epoch) = unknown_job(&app.ledger, "acme", "waits").await;
+    assert_eq!(epoch, 2);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut vera = signed_in(&app, "vera", Role::Viewer, None).await;
+    let page = vera.page(&format!("/jobs/{job_id}")).await;
+    let chart = &page[page.find("swimlane-svg").expect("a swimlane")..];
+    let chart = &chart[..chart.find("</svg>").unwrap()];
+    // The move to `unknown` bumps the epoch on the lease lane, and epoch 2's wait runs on
+    // to now.
+    assert!(chart.contains("class=\"point epoch-change\""), "{chart}");
+    assert!(chart.contains("epoch 1 → 2: recovery claimed"), "{chart}");
+    assert!(chart.contains("<g class=\"waiting unknown\">"), "{chart}");
+    assert!(
+        chart.contains("epoch 2: unknown from +") && chart.contains("waiting for a decision"),
+        "{chart}"
+    );
+    // A decision ends the wait; the retry it authorizes waits for a worker at epoch 3.
+    app.ledger
+        .decide(
+            &job_id,
+            epoch,
+            &fenceline::ledger::Decision::AuthorizeRetry,
+            &Actor::Operator("olga".into()),
+            "the provider has no trace of it",
+        )
+        .await
+        .unwrap();
+    let page = vera.page(&format!("/jobs/{job_id}")).await;
+    let chart = &page[page.find("swimlane-svg").unwrap()..];
+    let chart = &chart[..chart.find("</svg>").unwrap()];
+    assert!(chart.contains("<g class=\"waiting unknown\">"), "{chart}");
+    assert!(!chart.contains("waiting for a decision"), "{chart}");
+    assert!(chart.contains("until the decision"), "{chart}");
+    assert!(chart.contains("epoch 2 → 3: decision"), "{chart}");
+    assert!(
+        chart.contains("<g class=\"waiting retry_authorized\">")
+            && chart.contains("epoch 3: retry authorized from +"),
+        "{chart}"
+    );
 }
 
 async fn a_bulk_decision_fences_each_job_on_its_own(db: Db) {
