@@ -207,6 +207,9 @@ pub struct AttemptRow {
     pub outcome: String,
     pub error_code: Option<String>,
     pub accepted: bool,
+    /// What became of the call after the attempt was settled without it (a cancel, a
+    /// recovery): stopped by its fenced-out worker, never sent, or its late answer rejected.
+    pub after: Option<String>,
     /// The attempt's stretch of the swimlane, to zoom on it.
     pub zoom: Zoom,
 }

@@ -191,7 +191,8 @@ pub fn JobPage() -> impl IntoView {
                                         <td data-label="Started">{a.started}</td>
                                         <td data-label="Took">{or_dash(a.duration)}</td>
                                         <td data-label="Outcome"><span class=format!("outcome outcome-{}", a.outcome)>{a.outcome.replace('_', " ")}</span>
-                                            {a.accepted.then_some(" (accepted)")}</td>
+                                            {a.accepted.then_some(" (accepted)")}
+                                            {a.after.map(|after| view! { <br/><span class="muted attempt-after">{after}</span> })}</td>
                                         <td data-label="Error">{or_dash(a.error_code)}</td>
                                         <td data-label="Timeline">
                                             <a href=format!("/jobs/{}?from={}&to={}#swimlanes", d.job_id, a.zoom.from_ms, a.zoom.to_ms)>

@@ -7,7 +7,7 @@ use fenceline_app::console::{
 
 use crate::job::{EventKind, JobId, JobState};
 use crate::ledger::{
-    Attempt, AttemptOutcome, Job, LedgerError, Run, RunKind, RENEWAL_KINDS, TRANSPORT_KINDS,
+    Attempt, AttemptOutcome, Event, Job, LedgerError, Run, RunKind, RENEWAL_KINDS, TRANSPORT_KINDS,
 };
 
 use super::format::{event_row, left};
@@ -177,6 +177,7 @@ impl LedgerConsole {
                     outcome: a.outcome.as_str().into(),
                     error_code: a.error_code.clone(),
                     accepted: a.result_ref.is_some() && a.result_ref == job.result_ref,
+                    after: after_the_attempt(a, &key, job.created_at),
                     zoom: {
                         let to = a.finished_at.unwrap_or(end.max(a.started_at));
                         // A little either side, so its edges and neighbours show.
@@ -323,4 +324,43 @@ impl LedgerConsole {
             total,
         })
     }
+}
+
+/// What became of an attempt's call once the ledger had settled the attempt without it, as
+/// its fenced-out worker recorded: stopped after running so long, never sent, or a late
+/// answer rejected and kept as evidence.
+fn after_the_attempt(a: &Attempt, key: &[Event], start: i64) -> Option<String> {
+    let mine = |e: &&Event| e.attempt_no == Some(a.attempt_no) && e.epoch == a.epoch;
+    key.iter().filter(mine).find_map(|e| {
+        let reason = e.detail["reason"].as_str().unwrap_or("fenced out");
+        match e.kind {
+            EventKind::LeaseLost => match e.detail["call"].as_str() {
+                Some("stopped") => Some(format!(
+                    "its call ran {} and was stopped by {} at +{} ({reason}, #{})",
+                    human_duration(e.detail["call_ran_ms"].as_i64().unwrap_or(0) * 1_000),
+                    e.actor,
+                    human_duration(e.at - start),
+                    e.seq
+                )),
+                Some("not_sent") => Some(format!(
+                    "its request was never sent: {} was fenced out at +{} ({reason}, #{})",
+                    e.actor,
+                    human_duration(e.at - start),
+                    e.seq
+                )),
+                _ => None,
+            },
+            EventKind::ResultRejected => Some(format!(
+                "its answer came at +{} and was rejected ({reason}, #{}){}",
+                human_duration(e.at - start),
+                e.seq,
+                if e.detail["evidence_ref"].is_string() {
+                    ", kept as evidence"
+                } else {
+                    ""
+                }
+            )),
+            _ => None,
+        }
+    })
 }

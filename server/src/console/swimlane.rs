@@ -72,6 +72,43 @@ pub(super) fn swimlane_of(
             ),
         });
     }
+    // A call that ran on after the ledger settled its attempt without it (a cancel, a
+    // recovery), until its fenced-out worker stopped it or its late answer was rejected.
+    for e in key {
+        let ran_on = match e.kind {
+            EventKind::LeaseLost => detail_str(e, "call") == "stopped",
+            EventKind::ResultRejected => true,
+            _ => false,
+        };
+        let attempt = attempts
+            .iter()
+            .find(|a| Some(a.attempt_no) == e.attempt_no && a.epoch == e.epoch);
+        let Some((a, settled)) = attempt.and_then(|a| Some((a, a.finished_at?))) else {
+            continue;
+        };
+        if !ran_on || settled >= e.at {
+            continue;
+        }
+        let how = if e.kind == EventKind::LeaseLost {
+            format!("until {} stopped it", e.actor)
+        } else {
+            "until its answer came and was rejected".to_owned()
+        };
+        marks.push(Mark::Span {
+            lane: 3,
+            from: settled,
+            to: e.at,
+            class: "attempt ran-on".into(),
+            label: format!("#{} ran on", a.attempt_no),
+            title: format!(
+                "attempt {}'s call ran on after the attempt was settled, {how} at +{} (#{}, {})",
+                a.attempt_no,
+                human_duration(e.at - start),
+                e.seq,
+                detail_str(e, "reason")
+            ),
+        });
+    }
     for e in key {
         let at = e.at;
         let title = |what: &str| {

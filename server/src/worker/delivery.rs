@@ -780,6 +780,8 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             }
         };
         let key = Key::new(self.provider.name(), &self.provider.model_of(&request));
+        // When the request went to the provider, so a call stopped early can say how long it ran.
+        let sent = std::sync::OnceLock::<std::time::Instant>::new();
         // The call waits for the provider's limit (a named reset, room within the learned
         // concurrency, a token of its bucket) before it is sent, its lease renewed meanwhile.
         let call = async {
@@ -812,6 +814,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 }
             };
             progress.tick();
+            let _ = sent.set(std::time::Instant::now());
             let outcome = self.provider.call(request, progress).await;
             let (answer, limits) = match &outcome {
                 ProviderOutcome::Throttled { limits, .. } => (Answer::Refused, *limits),
@@ -848,6 +851,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 tokio::time::sleep_until(until.into()).await;
             }
         }
+        let result = result.map_err(|reason| (reason, sent.get().map(|at| at.elapsed())));
         Box::pin(self.finish(
             job,
             owner,
@@ -859,13 +863,14 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         .await
     }
 
-    /// Records what the call came to, and deletes the message once the outcome is durable.
+    /// Records what the call came to, and deletes the message once the outcome is durable. A
+    /// call stopped before it answered comes with how long it had run, if it was sent at all.
     async fn finish(
         &self,
         job: &Job,
         owner: &Owner,
         (attempt, refused_before, key): (&AttemptStarted, i64, &Key),
-        result: Result<ProviderOutcome, StopReason>,
+        result: Result<ProviderOutcome, (StopReason, Option<Duration>)>,
         delivery: &Delivery,
         dref: &DeliveryRef,
     ) -> Outcome {
@@ -934,16 +939,25 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 self.release(job, owner, &format!("provider_{code}"), delivery, dref)
                     .await
             }
-            Err(StopReason::LeaseLost(code)) => {
+            Err((StopReason::LeaseLost(code), ran)) => {
                 // The call is already cancelled (its future dropped). Stop new attempts and
                 // effects; never set visibility to zero while a stale owner could still
-                // commit. Recovery follows the state table. The record is best effort: the
-                // ledger may be what stopped answering.
+                // commit. Recovery follows the state table. The record says what became of
+                // the call (stopped here after running so long, or never sent); it is best
+                // effort: the ledger may be what stopped answering.
+                let call = match ran {
+                    Some(ran) => json!({
+                        "reason": code,
+                        "call": "stopped",
+                        "call_ran_ms": u64::try_from(ran.as_millis()).unwrap_or(u64::MAX),
+                    }),
+                    None => json!({ "reason": code, "call": "not_sent" }),
+                };
                 let event = NewEvent::new(EventKind::LeaseLost, &self.actor())
                     .epoch(epoch)
                     .attempt(attempt.attempt_no)
                     .delivery(dref.clone())
-                    .detail(json!({ "reason": code }));
+                    .detail(call);
                 let bound = self.config.timings.lease.max(Duration::from_secs(5));
                 if tokio::time::timeout(bound, self.event(job_id, event))
                     .await
@@ -953,14 +967,14 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 }
                 Outcome::Stopped(format!("lease_lost:{code}"))
             }
-            Err(StopReason::DeadlineReached) => {
+            Err((StopReason::DeadlineReached, _)) => {
                 if let Ok(true) = self.ledger.expire_if_due(job_id, &self.actor()).await {
                     self.delete(job_id, delivery, dref, Some(epoch), "expired")
                         .await;
                 }
                 Outcome::Stopped("deadline_reached".into())
             }
-            Err(reason @ (StopReason::NoProgress | StopReason::Shutdown)) => {
+            Err((reason @ (StopReason::NoProgress | StopReason::Shutdown), _)) => {
                 match self
                     .release(job, owner, reason.code(), delivery, dref)
                     .await

@@ -935,6 +935,88 @@ mod hardening {
         heartbeat.await.unwrap();
     }
 
+    /// An operator cancels a job while its model call runs: the worker learns it at its next
+    /// renewal, stops the call, and the timeline says what became of it (which attempt, how
+    /// long it had run, that it was stopped here) after the cancel.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_cancelled_jobs_running_call_is_stopped_and_its_timeline_says_so() {
+        let app = crate::helpers::spawn_app(Db::Sqlite).await;
+        let ledger = app.ledger.clone();
+        let queue = EmbeddedQueue::new(ledger.clone(), "jobs", 5);
+        let provider = Scripted::new(vec![Duration::from_secs(8)]);
+        let worker = compressed_worker(&ledger, &queue, &provider, "A");
+        let job_id = create(&ledger, new_job("acme", "cancel-me", serde_json::json!(1))).await;
+        let stop = CancellationToken::new();
+        let heartbeat = worker.spawn_heartbeat(stop.clone());
+        let delivery = deliver(&queue, &job_id).await;
+        let task = {
+            let worker = worker.clone();
+            tokio::spawn(async move { worker.handle_delivery(delivery).await })
+        };
+        wait_for_event(&ledger, &job_id, "lease_renewed", LIMIT).await;
+        let job = ledger.job(&job_id).await.unwrap().unwrap();
+        ledger
+            .cancel(
+                &job_id,
+                job.owner_epoch,
+                JobState::Running,
+                &Actor::Operator("olga".into()),
+                "wrong document",
+            )
+            .await
+            .unwrap();
+        let outcome = tokio::time::timeout(LIMIT, task).await.unwrap().unwrap();
+        assert!(
+            matches!(&outcome, Outcome::Stopped(_) | Outcome::Fenced(_)),
+            "{outcome:?}"
+        );
+        assert_eq!(provider.cancelled().len(), 1, "the call was stopped here");
+        let events = ledger.events(&job_id, 0, 1000).await.unwrap();
+        let cancel = events
+            .iter()
+            .position(|e| e.kind.as_str() == "decision_recorded")
+            .unwrap();
+        let after: Vec<_> = events[cancel..]
+            .iter()
+            .filter(|e| e.attempt_no == Some(1))
+            .collect();
+        let stopped = after
+            .iter()
+            .find(|e| e.detail["call"] == "stopped")
+            .unwrap_or_else(|| panic!("no record of the call after the cancel: {events:#?}"));
+        assert_eq!(
+            stopped.epoch, job.owner_epoch,
+            "recorded by the fenced-out owner"
+        );
+        assert!(
+            stopped.detail["call_ran_ms"].as_i64().unwrap() >= 700,
+            "{:?}",
+            stopped.detail
+        );
+        // The job page says it under the attempt, and the swimlane draws the call running on
+        // past the cancel until it was stopped.
+        let password = "correct horse battery staple";
+        ledger
+            .add_operator(
+                "vera",
+                fenceline::operators::Role::Viewer,
+                None,
+                &fenceline::operators::hash_password(password).unwrap(),
+            )
+            .await
+            .unwrap();
+        let mut browser = crate::helpers::Browser::new(&app.base);
+        browser.sign_in("vera", password).await;
+        let html = browser.page(&format!("/jobs/{job_id}")).await;
+        assert!(
+            html.contains("its call ran ") && html.contains("and was stopped by worker:A at +"),
+            "{html}"
+        );
+        assert!(html.contains("<g class=\"attempt ran-on\">"), "{html}");
+        stop.cancel();
+        heartbeat.await.unwrap();
+    }
+
     /// The same process takes a job again while its older, fenced-out task still runs: the
     /// old task's end must not release the new, live attempt.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
