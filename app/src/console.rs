@@ -446,6 +446,8 @@ pub struct AuditRow {
     pub reason: String,
     /// A decision's evidence (the provider's reference), when it named one.
     pub evidence: Option<String>,
+    /// The job the action made (running a finished job again).
+    pub new_job_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -546,6 +548,62 @@ pub struct WorkersPage {
     pub listed_for: String,
     /// How often a running worker reports: "5s".
     pub report_every: String,
+}
+
+/// The HTTP API's reference, read from its OpenAPI document, for the console's API page.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ApiReference {
+    pub title: String,
+    pub version: String,
+    pub description: String,
+    /// Where the paths start (`/api/v1`).
+    pub base: String,
+    pub endpoints: Vec<ApiEndpoint>,
+    pub schemas: Vec<ApiSchema>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiEndpoint {
+    pub method: String,
+    pub path: String,
+    pub summary: String,
+    pub parameters: Vec<ApiField>,
+    /// The request body's schema, by name.
+    pub body: Option<String>,
+    /// Status, what it means, and the body's schema by name.
+    pub responses: Vec<(String, String, Option<String>)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiField {
+    pub name: String,
+    /// Where a parameter goes (`path`, `query`); empty for a schema's field.
+    pub place: String,
+    pub kind: String,
+    pub required: bool,
+    pub description: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiSchema {
+    pub name: String,
+    pub description: String,
+    pub fields: Vec<ApiField>,
+    /// The values of an enumeration.
+    pub values: Vec<String>,
+}
+
+/// A console form the server refused before acting (its token did not match this session, or
+/// it was too large to read): shown as a console page with what went wrong, the text the
+/// operator typed, to copy back into a fresh form, and a way back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FormRefusal {
+    pub status: u16,
+    pub title: String,
+    pub message: String,
+    /// The free text the form carried (its reason, evidence…), labelled.
+    pub typed: Vec<(String, String)>,
+    pub back: String,
 }
 
 /// Sets the HTTP status of the page being rendered (the server provides it): a page that finds

@@ -52,6 +52,7 @@ pub fn App() -> impl IntoView {
     let csrf = visitor.csrf.clone();
     let zone = visitor.zone.clone();
     let bad_zone = visitor.bad_zone.clone();
+    let refusal = use_context::<console::FormRefusal>();
     view! {
         <Stylesheet id="fenceline" href="/style/fenceline.css"/>
         <Title text="Fenceline"/>
@@ -68,7 +69,7 @@ pub fn App() -> impl IntoView {
                         <A href="/dlq">"Dead letters"</A>
                         <A href="/drills">"Drills"</A>
                         <A href="/audit">"Audit"</A>
-                        <a href="/api/v1/openapi.json">"API"</a>
+                        <A href="/api">"API"</A>
                     </nav>
                     <components::ZonePicker zone=zone.clone() csrf=csrf.clone()/>
                     <form class="whoami" method="post" action="/logout">
@@ -82,14 +83,25 @@ pub fn App() -> impl IntoView {
             </header>
             <main id="main">
                 <components::FlashMessage flash=visitor.flash/>
-                {match bad_zone {
-                    Some(tz) => view! {
+                {match (refusal, bad_zone, components::unknown_parameter()) {
+                    (Some(refusal), _, _) => view! {
+                        <Title text="Form refused · Fenceline"/>
+                        <components::FormRefusalPage refusal/>
+                    }.into_any(),
+                    (None, Some(tz), _) => view! {
                         <Title text="Bad address · Fenceline"/>
                         <components::BadParameterPage
                             bad=components::BadParameter::new("tz", &tz, "an IANA time zone name such as UTC, Europe/Paris or America/New_York")
                             back=components::without_param("tz")/>
                     }.into_any(),
-                    None => view! {
+                    (None, None, Some(bad)) => {
+                        let back = components::without_param(&bad.name);
+                        view! {
+                            <Title text="Bad address · Fenceline"/>
+                            <components::BadParameterPage bad back/>
+                        }.into_any()
+                    }
+                    (None, None, None) => view! {
                 <Routes fallback=|| view! { <NotFound/> }>
                     <Route path=path!("/") view=pages::overview::OverviewPage ssr=SsrMode::Async/>
                     <Route path=path!("/jobs") view=pages::jobs::JobsPage ssr=SsrMode::Async/>
@@ -101,6 +113,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/drills") view=pages::drills::DrillsPage ssr=SsrMode::Async/>
                     <Route path=path!("/drills/:run_id") view=pages::drills::DrillRunPage ssr=SsrMode::Async/>
                     <Route path=path!("/login") view=pages::login::LoginPage ssr=SsrMode::Async/>
+                    <Route path=path!("/api") view=pages::api::ApiPage ssr=SsrMode::Async/>
                 </Routes>
                     }.into_any(),
                 }}

@@ -332,6 +332,11 @@ test('an operator runs the whole drill catalogue from the console, watches it, a
   expect(markdown).toContain('— PASS');
   expect(markdown).toMatch(/\(http:\/\/127\.0\.0\.1:\d+\/jobs\/job_[0-9a-f-]+#e\d+\)/);
   expect(markdown).toMatch(/- Took: \d+ ms/);
+  // The report is a record: when it started and finished, and how long it took.
+  const record = await (await page.request.get(`${runUrl}/report.json`)).json();
+  expect(record.started_at).toMatch(/^\d{4}-\d\d-\d\dT/);
+  expect(record.finished_at).toMatch(/^\d{4}-\d\d-\d\dT/);
+  expect(record.duration_ms).toBeGreaterThan(0);
   // The operators' lists leave the drill's jobs and entries out, one click away.
   const drillJob = href!.split('#')[0];
   await page.goto('/jobs');
@@ -420,7 +425,9 @@ test('a burst meets the model\'s rate limit: every job succeeds, refusals fold o
   await page.screenshot({ path: info.outputPath('workers-providers.png'), fullPage: true });
   await page.goto('/');
   await expect(page.getByText('Throttled calls: refused by a provider or held for its limit')).toBeVisible();
-  await expect(page.locator('table.tenant-flow')).toBeVisible();
+  // The burst has drained and the seeded demo jobs finished: no tenant has work in flight.
+  await expect(page.getByRole('heading', { name: 'Tenants' })).toBeVisible();
+  await expect(page.getByText('No tenant has jobs waiting to be sent or running.')).toBeVisible();
 });
 
 test('every page fits the screen at 1400 and 420 px, in light and dark', async ({ page, request }, info) => {
@@ -437,7 +444,9 @@ test('every page fits the screen at 1400 and 420 px, in light and dark', async (
     ['dlq', '/dlq'],
     ['drills', '/drills'],
     ['audit', '/audit'],
+    ['api', '/api'],
     ['bad-parameter', '/jobs?state=nope'],
+    ['unknown-parameter', '/jobs?limit=abc'],
   ];
   for (const width of [1400, 420]) {
     for (const scheme of ['light', 'dark'] as const) {

@@ -409,7 +409,7 @@ async fn serve(settings: &Settings) -> anyhow::Result<()> {
         }
         None => println!("  Sign in at {console}/login"),
     }
-    println!("  API:     http://{addr}/api/v1  (OpenAPI: http://{addr}/api/v1/openapi.json)");
+    println!("  API:     http://{addr}/api/v1  (reference: http://{addr}/api, OpenAPI: http://{addr}/api/v1/openapi.json)");
     println!("  Create an API token with: fenceline token add <tenant>");
     supervisor
         .run_until_stopped(&ledger, shutdown_signal())

@@ -85,6 +85,8 @@ pub struct BadParameter {
     pub value: String,
     /// What the parameter must be.
     pub expected: String,
+    /// A parameter the page does not have at all (`expected` then names those it has).
+    pub unknown: bool,
 }
 
 impl BadParameter {
@@ -93,7 +95,93 @@ impl BadParameter {
             name: name.to_owned(),
             value: value.to_owned(),
             expected: expected.to_owned(),
+            unknown: false,
         }
+    }
+
+    /// `name` is no parameter of the page, which takes `takes`.
+    pub fn unknown(name: &str, value: &str, takes: &str) -> Self {
+        BadParameter {
+            unknown: true,
+            ..BadParameter::new(name, value, takes)
+        }
+    }
+}
+
+/// The query parameters each page reads, besides `tz` and `refresh`, which every page takes
+/// (`None`: no page answers the path, so it is a 404 whatever its parameters).
+fn parameters_of(path: &str) -> Option<&'static [&'static str]> {
+    Some(match path {
+        "/" => &["window"],
+        "/jobs" => &[
+            "state",
+            "tenant",
+            "q",
+            "before",
+            "created_after",
+            "created_before",
+            "key_prefix",
+            "worker",
+            "error_code",
+            "redelivered",
+            "stale_rejected",
+            "with_drills",
+            "owner",
+            "select",
+        ],
+        "/unknown" => &["after", "select"],
+        "/audit" => &["operator", "action", "job", "within", "before", "drills"],
+        "/login" => &["next", "said"],
+        "/workers" | "/dlq" | "/drills" | "/api" => &[],
+        p if p.starts_with("/jobs/") => &["after", "around", "open", "from", "to", "act"],
+        p if p.starts_with("/drills/") => &[],
+        _ => return None,
+    })
+}
+
+/// The first parameter of this page's address that the page does not read: an address is
+/// never silently half-understood, so `/jobs?limit=5` is a bad address, not all jobs.
+pub fn unknown_parameter() -> Option<BadParameter> {
+    let location = leptos_router::hooks::use_location();
+    let path = location.pathname.get_untracked();
+    let known = parameters_of(&path)?;
+    let search = location.search.get_untracked();
+    let pairs: Vec<(String, String)> =
+        serde_urlencoded::from_str(search.trim_start_matches('?')).unwrap_or_default();
+    pairs
+        .into_iter()
+        .find(|(name, _)| !known.contains(&name.as_str()) && name != "tz" && name != "refresh")
+        .map(|(name, value)| {
+            let takes = if known.is_empty() {
+                "it takes only tz and refresh".to_owned()
+            } else {
+                format!("it takes {}, tz and refresh", known.join(", "))
+            };
+            BadParameter::unknown(&name, &value, &takes)
+        })
+}
+
+/// The page of a refused form: what went wrong, what was typed (to copy), and the way back.
+#[component]
+pub fn FormRefusalPage(refusal: crate::console::FormRefusal) -> impl IntoView {
+    crate::console::HttpStatus::set(refusal.status);
+    let kept = !refusal.typed.is_empty();
+    view! {
+        <h1>{refusal.title}</h1>
+        <p class="error-box" role="alert">{refusal.message}</p>
+        {kept.then(|| view! {
+            <section aria-labelledby="typed" class="typed">
+                <h2 id="typed">"What you typed"</h2>
+                <p class="muted">"Nothing was done. Copy your text into the form again from the page."</p>
+                <dl class="facts">
+                    {refusal.typed.into_iter().map(|(label, text)| view! {
+                        <dt>{label}</dt>
+                        <dd><textarea readonly rows="3" cols="60">{text}</textarea></dd>
+                    }).collect_view()}
+                </dl>
+            </section>
+        })}
+        <p><a href=refusal.back>"Back to the page"</a></p>
     }
 }
 
@@ -105,7 +193,11 @@ pub fn BadParameterPage(bad: BadParameter, back: String) -> impl IntoView {
         <h1>"This address has a bad parameter"</h1>
         <p class="error-box" role="alert">
             <code>{format!("{}={}", bad.name, bad.value)}</code>
-            {format!(" cannot be used: {} must be {}.", bad.name, bad.expected)}
+            {if bad.unknown {
+                format!(" cannot be used: this page has no parameter {} ({}).", bad.name, bad.expected)
+            } else {
+                format!(" cannot be used: {} must be {}.", bad.name, bad.expected)
+            }}
         </p>
         <p><a href=back>"Open the page without it"</a></p>
     }

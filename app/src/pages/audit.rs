@@ -125,7 +125,9 @@ pub fn AuditPage() -> impl IntoView {
                                             <td data-label="Job">{match r.job_id {
                                                 Some(id) => view! { <a class="mono" href=format!("/jobs/{id}")>{id.clone()}</a> }.into_any(),
                                                 None => view! { <span>"—"</span> }.into_any(),
-                                            }}</td>
+                                            }}{r.new_job_id.map(|new| view! {
+                                                <br/><span class="made">"made "<a class="mono" href=format!("/jobs/{new}")>{new.clone()}</a></span>
+                                            })}</td>
                                             <td data-label="Tenant">{or_dash(r.tenant)}</td>
                                             <td data-label="Saw epoch" class="num">{r.seen_epoch.map(|e| e.to_string()).unwrap_or_default()}</td>
                                             <td data-label="New epoch" class="num">{r.new_epoch.map(|e| e.to_string()).unwrap_or_default()}</td>

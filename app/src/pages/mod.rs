@@ -1,5 +1,6 @@
 //! One file per page.
 
+pub mod api;
 pub mod audit;
 pub mod dlq;
 pub mod drills;

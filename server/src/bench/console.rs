@@ -9,7 +9,9 @@ use super::generated_job;
 use crate::job::Actor;
 use crate::ledger::{Ledger, LedgerError};
 
-/// Creates a running job for tenant `tenant` and gives it `events` more timeline events.
+/// Creates a job for tenant `tenant`, gives its call `events` more timeline events and lets it
+/// finish (`succeeded`), so a seeded demo leaves nothing running; `unknown` leaves it waiting
+/// for a decision instead.
 pub async fn seed_timeline(
     ledger: &Ledger,
     tenant: &str,
@@ -48,7 +50,7 @@ pub async fn seed_timeline(
             Err(error) => return Err(error),
         }
     };
-    ledger.start_attempt(&claimed.owner, "stub").await?;
+    let attempt = ledger.start_attempt(&claimed.owner, "stub").await?;
     if pattern == "unknown" {
         // A call that may have reached the model, whose worker vanished: `unknown`.
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -101,6 +103,9 @@ pub async fn seed_timeline(
         }
     }
     ledger.append_events(&job_id, &batch).await?;
+    ledger
+        .accept_result(&claimed.owner, attempt.attempt_no, r#"{"seeded": true}"#)
+        .await?;
     Ok(job_id)
 }
 

@@ -66,6 +66,7 @@ impl LedgerConsole {
                     state_after: e.state_after,
                     reason: e.reason,
                     evidence: e.evidence,
+                    new_job_id: e.new_job_id,
                 })
                 .collect(),
             next,

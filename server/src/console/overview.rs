@@ -65,10 +65,11 @@ impl LedgerConsole {
             narrow: plot::time_series(&grid, &lines, plot::NARROW),
             figures: lines
                 .iter()
-                .map(|s| Figure {
+                .enumerate()
+                .map(|(i, s)| Figure {
                     label: s.label.clone(),
                     value: s.counts.iter().sum::<i64>().to_string(),
-                    class: Some(s.class.clone()),
+                    class: Some(plot::series_class(s, i, lines.len())),
                 })
                 .collect(),
         };

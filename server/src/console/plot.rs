@@ -502,6 +502,17 @@ fn bucket_title(b: &Buckets, i: usize, series: &[Series]) -> String {
     format!("{span}{partial}\n{counts}")
 }
 
+/// The CSS class of the `i`th of `n` series: the first of several, drawn on top, is `on-top`
+/// too, which the stylesheet dashes (line and key alike), so a series equal to it shows
+/// through its gaps instead of hiding under it.
+pub fn series_class(series: &Series, i: usize, n: usize) -> String {
+    if i == 0 && n > 1 {
+        format!("{} on-top", series.class)
+    } else {
+        series.class.clone()
+    }
+}
+
 /// A chart of `series` over the buckets `b`, one line per series, `width` units wide.
 pub fn time_series(b: &Buckets, series: &[Series], width: u32) -> Svg {
     let mut shapes = Vec::new();
@@ -509,7 +520,11 @@ pub fn time_series(b: &Buckets, series: &[Series], width: u32) -> Svg {
     {
         let backend = Shapes {
             out: &mut shapes,
-            classes: series.iter().map(|s| s.class.clone()).collect(),
+            classes: series
+                .iter()
+                .enumerate()
+                .map(|(i, s)| series_class(s, i, series.len()))
+                .collect(),
             width,
         };
         let root = backend.into_drawing_area();
@@ -631,7 +646,7 @@ mod tests {
             })
             .filter(|class| class.starts_with("c-"))
             .collect();
-        assert_eq!(keys, ["c-created", "c-succeeded"]);
+        assert_eq!(keys, ["c-created on-top", "c-succeeded"]);
         assert!(!svg
             .shapes
             .iter()
@@ -693,7 +708,7 @@ mod tests {
         assert!(texts.contains(&"accepted".to_owned()));
         assert!(texts.contains(&"succeeded".to_owned()));
         let lines = series_lines(&svg);
-        assert_eq!(lines, ["c-succeeded", "c-created"]);
+        assert_eq!(lines, ["c-succeeded", "c-created on-top"]);
         // The two points of bucket 3 sit at different heights.
         let heights: Vec<f64> = svg
             .shapes
@@ -726,8 +741,25 @@ mod tests {
             WIDE,
         );
         let lines = series_lines(&svg);
-        assert_eq!(lines.last(), Some(&"c-created"), "{lines:?}");
+        assert_eq!(lines.last(), Some(&"c-created on-top"), "{lines:?}");
         assert_eq!(lines.len(), 3);
+        // So in any chart of several series, redeliveries and duplicates suppressed alike; a
+        // chart of one has nothing to show through.
+        let svg = time_series(
+            &b,
+            &[
+                Series::new("redeliveries", "c-redelivery", vec![2; 12]),
+                Series::new("duplicates suppressed", "c-suppressed", vec![2; 12]),
+            ],
+            WIDE,
+        );
+        assert_eq!(series_lines(&svg), ["c-suppressed", "c-redelivery on-top"]);
+        let svg = time_series(
+            &b,
+            &[Series::new("rejected", "c-rejected", vec![2; 12])],
+            WIDE,
+        );
+        assert_eq!(series_lines(&svg), ["c-rejected"]);
     }
 
     #[test]

@@ -133,7 +133,7 @@ async fn flash_unchanged(session: &Session, error: LedgerError, log: &str, text:
     }
 }
 
-fn capitalized(message: &str) -> String {
+pub(super) fn capitalized(message: &str) -> String {
     let mut chars = message.chars();
     chars
         .next()

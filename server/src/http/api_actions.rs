@@ -47,6 +47,8 @@ async fn outcome(state: &AppState, job_id: &str) -> Result<Json<ActionOutcome>, 
     }))
 }
 
+/// Record a decision on an `unknown` job (an operator token): authorize a fenced retry, or
+/// resolve it as succeeded (with the provider's reference or the result) or as failed.
 #[utoipa::path(
     post,
     path = "/jobs/{job_id}/decisions",
@@ -111,6 +113,8 @@ pub(super) async fn decide(
     outcome(&state, &job.job_id).await
 }
 
+/// Cancel a job that is not finished (an operator token): it fails for good at a new epoch,
+/// so an attempt still running can never commit.
 #[utoipa::path(
     post,
     path = "/jobs/{job_id}/cancel",
@@ -147,6 +151,7 @@ pub(super) async fn cancel(
     outcome(&state, &job.job_id).await
 }
 
+/// Run a finished job again as a new, linked job (an operator token).
 #[utoipa::path(
     post,
     path = "/jobs/{job_id}/rerun",

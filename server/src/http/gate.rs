@@ -335,15 +335,25 @@ pub(super) async fn check_form_token(session: &Session, given: &str) -> Result<(
     if super::sessions::token_matches(expected.as_deref(), given) {
         Ok(())
     } else {
-        Err(refuse(
+        Err(refused_form(
             StatusCode::FORBIDDEN,
             "this form has expired or did not come from this console; reload the page and try again",
         ))
     }
 }
 
+/// A refusal of an operator's form before anything was done, shown as a console page that
+/// keeps what they typed ([`super::refusals`]).
 pub(super) fn forbidden(message: &str) -> Response {
-    refuse(StatusCode::FORBIDDEN, message)
+    refused_form(StatusCode::FORBIDDEN, message)
+}
+
+fn refused_form(status: StatusCode, message: &str) -> Response {
+    let mut response = refuse(status, message);
+    response
+        .extensions_mut()
+        .insert(super::refusals::RefusedForm);
+    response
 }
 
 pub(super) fn plain(status: StatusCode, message: &str) -> Response {

@@ -17,6 +17,7 @@ pub mod gate;
 mod health;
 pub mod openapi;
 pub mod proxies;
+mod refusals;
 pub mod sessions;
 pub mod sign_in_form;
 mod signin;
@@ -107,6 +108,10 @@ pub fn router(state: AppState) -> Router {
     // any page).
     let unknown_address =
         leptos_axum::render_app_async_with_context(context.clone(), shell.clone());
+    // A refused form's page, rendered the same way.
+    let refusal_page = std::sync::Arc::new(std::sync::Mutex::new(
+        leptos_axum::render_app_async_with_context(context.clone(), shell.clone()),
+    ));
     let pages = Router::new()
         .leptos_routes_with_context(&options, routes, context, shell)
         .with_state(options);
@@ -137,6 +142,13 @@ pub fn router(state: AppState) -> Router {
         .with_state(state.clone())
         .merge(pages)
         .fallback(unknown_address)
+        .layer(middleware::from_fn(move |request, next| {
+            let render = refusal_page
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            refusals::as_pages(render, max_body_bytes, request, next)
+        }))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             gate::console_gate,
@@ -188,6 +200,16 @@ fn page_context(ledger: &Ledger, queue: &crate::console::QueueInfo) {
         )
     };
     let (visitor, tenants) = parts.as_ref().map(extension).unwrap_or_default();
+    // The API page's reference, read once from the OpenAPI document.
+    static API_REFERENCE: std::sync::LazyLock<fenceline_app::console::ApiReference> =
+        std::sync::LazyLock::new(openapi::reference);
+    provide_context(API_REFERENCE.clone());
+    if let Some(refusal) = parts
+        .as_ref()
+        .and_then(|p| p.extensions.get::<fenceline_app::console::FormRefusal>())
+    {
+        provide_context(refusal.clone());
+    }
     let visitor = visitor.unwrap_or_default();
     let zone = crate::time::zone(&visitor.zone).unwrap_or(chrono_tz::UTC);
     provide_context(visitor);

@@ -2,6 +2,7 @@
 //! handlers' annotations and the types in [`super::contract`].
 
 use axum::Json;
+use fenceline_app::console::{ApiEndpoint, ApiField, ApiReference, ApiSchema};
 use serde_json::Value;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
@@ -85,9 +86,184 @@ pub fn spec() -> Value {
     serde_json::to_value(ApiDoc::openapi()).unwrap_or(Value::Null)
 }
 
+/// The reference the console's API page shows, read from the document: every endpoint with
+/// its parameters, body and answers, and every schema with its fields.
+pub fn reference() -> ApiReference {
+    let spec = spec();
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    let mut endpoints = Vec::new();
+    if let Some(paths) = spec["paths"].as_object() {
+        for (path, operations) in paths {
+            let Some(operations) = operations.as_object() else {
+                continue;
+            };
+            for (method, op) in operations {
+                let parameters = op["parameters"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| ApiField {
+                        name: text(&p["name"]),
+                        place: text(&p["in"]),
+                        kind: kind_of(&p["schema"]),
+                        required: p["required"].as_bool().unwrap_or(false),
+                        description: text(&p["description"]),
+                    })
+                    .collect();
+                let mut responses: Vec<(String, String, Option<String>)> = op["responses"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(code, r)| {
+                        let body = r["content"]["application/json"]["schema"]["$ref"]
+                            .as_str()
+                            .map(schema_name);
+                        (code.clone(), text(&r["description"]), body)
+                    })
+                    .collect();
+                responses.sort_by(|a, b| a.0.cmp(&b.0));
+                endpoints.push(ApiEndpoint {
+                    method: method.to_uppercase(),
+                    path: path.clone(),
+                    summary: text(&op["summary"]).replace('\n', " "),
+                    parameters,
+                    body: op["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+                        .as_str()
+                        .map(schema_name),
+                    responses,
+                });
+            }
+        }
+    }
+    // Creation first, then reads, then actions, each by path.
+    endpoints.sort_by_key(|e| (e.method != "POST" || e.path.contains('{'), e.path.clone()));
+    let schemas = spec["components"]["schemas"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, schema)| {
+            let required: Vec<&str> = schema["required"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            ApiSchema {
+                name: name.clone(),
+                description: text(&schema["description"]).replace('\n', " "),
+                fields: schema["properties"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(field, s)| ApiField {
+                        name: field.clone(),
+                        place: String::new(),
+                        kind: kind_of(s),
+                        required: required.contains(&field.as_str()),
+                        description: text(&s["description"]).replace('\n', " "),
+                    })
+                    .collect(),
+                values: enum_values(schema),
+            }
+        })
+        .collect();
+    ApiReference {
+        title: text(&spec["info"]["title"]),
+        version: text(&spec["info"]["version"]),
+        description: text(&spec["info"]["description"]),
+        base: text(&spec["servers"][0]["url"]),
+        endpoints,
+        schemas,
+    }
+}
+
+/// `#/components/schemas/Job` → `Job`.
+fn schema_name(reference: &str) -> String {
+    reference.rsplit('/').next().unwrap_or(reference).to_owned()
+}
+
+/// The values of an enumeration: `enum`, or a `oneOf` of one-value enums.
+fn enum_values(schema: &Value) -> Vec<String> {
+    let direct = schema["enum"].as_array().into_iter().flatten();
+    let listed = schema["oneOf"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["enum"].as_array().into_iter().flatten());
+    direct
+        .chain(listed)
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A schema's type as a reader says it: `string`, `integer or null`, `array of Attempt`, `Job`.
+fn kind_of(schema: &Value) -> String {
+    if let Some(reference) = schema["$ref"].as_str() {
+        return schema_name(reference);
+    }
+    for combined in ["oneOf", "anyOf", "allOf"] {
+        if let Some(parts) = schema[combined].as_array() {
+            let kinds: Vec<String> = parts.iter().map(kind_of).collect();
+            return kinds.join(" or ");
+        }
+    }
+    let types: Vec<&str> = match &schema["type"] {
+        Value::String(t) => vec![t.as_str()],
+        Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    let kinds: Vec<String> = types
+        .iter()
+        .map(|t| match *t {
+            "array" => format!("array of {}", kind_of(&schema["items"])),
+            "string" => match schema["format"].as_str() {
+                Some(format) => format!("string ({format})"),
+                None => "string".into(),
+            },
+            other => other.to_owned(),
+        })
+        .collect();
+    if kinds.is_empty() {
+        "any JSON".into()
+    } else {
+        kinds.join(" or ")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_reference_names_every_endpoint_its_body_and_each_schemas_fields() {
+        let reference = reference();
+        assert_eq!(reference.base, "/api/v1");
+        let create = reference
+            .endpoints
+            .iter()
+            .find(|e| e.method == "POST" && e.path == "/jobs")
+            .expect("job creation is documented");
+        assert_eq!(create.body.as_deref(), Some("CreateJob"));
+        assert!(create
+            .responses
+            .iter()
+            .any(|(code, _, body)| code == "201" && body.as_deref() == Some("Job")));
+        assert!(
+            reference.endpoints.iter().all(|e| !e.summary.is_empty()),
+            "{:?}",
+            reference.endpoints
+        );
+        let job = reference.schemas.iter().find(|s| s.name == "Job").unwrap();
+        let attempts = job.fields.iter().find(|f| f.name == "attempts").unwrap();
+        assert_eq!(attempts.kind, "array of Attempt or null");
+        let states = reference
+            .schemas
+            .iter()
+            .find(|s| s.name == "JobState")
+            .unwrap();
+        assert!(states.values.contains(&"unknown".to_owned()), "{states:?}");
+    }
 
     #[test]
     fn the_documented_model_parameters_are_the_ones_the_policy_allows() {

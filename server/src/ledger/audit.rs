@@ -20,6 +20,8 @@ pub(crate) struct NewAudit<'a> {
     pub(crate) reason: &'a str,
     /// What a decision resolving a job as succeeded named as its evidence.
     pub(crate) evidence: Option<&'a str>,
+    /// The job the action made (running a finished job again).
+    pub(crate) new_job_id: Option<&'a str>,
 }
 
 /// Writes `entry` in the transaction of the transition it records; the tenant is the job's.
@@ -29,8 +31,8 @@ pub(crate) async fn insert_audit(
 ) -> Result<(), LedgerError> {
     sqlx::query::<Any>(
         "INSERT INTO audit_log (at, actor, action, job_id, tenant, seen_epoch, new_epoch, \
-         state_before, state_after, reason, evidence) \
-         SELECT $1, $2, $3, $4, tenant, $5, $6, $7, $8, $9, $10 FROM jobs WHERE job_id = $4",
+         state_before, state_after, reason, evidence, new_job_id) \
+         SELECT $1, $2, $3, $4, tenant, $5, $6, $7, $8, $9, $10, $11 FROM jobs WHERE job_id = $4",
     )
     .bind(entry.at)
     .bind(entry.actor)
@@ -42,6 +44,7 @@ pub(crate) async fn insert_audit(
     .bind(entry.state_after)
     .bind(entry.reason)
     .bind(entry.evidence)
+    .bind(entry.new_job_id)
     .execute(conn)
     .await?;
     Ok(())
@@ -64,6 +67,8 @@ pub struct AuditEntry {
     pub reason: String,
     /// A decision's evidence (the provider's reference), when it named one.
     pub evidence: Option<String>,
+    /// The job the action made (running a finished job again).
+    pub new_job_id: Option<String>,
 }
 
 /// Which audit entries to read, newest first.
@@ -138,7 +143,7 @@ impl Ledger {
         }
         let sql = format!(
             "SELECT id, at, actor, action, job_id, tenant, seen_epoch, new_epoch, state_before, \
-             state_after, reason, evidence FROM audit_log {} ORDER BY id DESC LIMIT {}",
+             state_after, reason, evidence, new_job_id FROM audit_log {} ORDER BY id DESC LIMIT {}",
             if conditions.is_empty() {
                 String::new()
             } else {
@@ -176,6 +181,7 @@ impl Ledger {
             state_after: "succeeded",
             reason: "read the accepted result in the console",
             evidence: None,
+            new_job_id: None,
         })
         .await
     }
@@ -203,6 +209,7 @@ impl Ledger {
             state_after: state,
             reason,
             evidence: None,
+            new_job_id: None,
         })
         .await
     }

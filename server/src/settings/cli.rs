@@ -55,6 +55,42 @@ pub struct Cli {
     pub command: Option<Command>,
 }
 
+/// The global flags that open the ledger, which a command that only talks to the HTTP API
+/// (`submit`) never uses: its help leaves them out.
+const LEDGER_FLAGS: [&str; 4] = [
+    "database_url",
+    "sqlite_synchronous",
+    "db_max_connections",
+    "environment",
+];
+
+impl Cli {
+    /// The command line as `fenceline` describes it: the derived one, with the ledger's
+    /// global flags hidden from the help of commands that do not open the ledger.
+    pub fn command_line() -> clap::Command {
+        use clap::CommandFactory;
+        let mut command = Cli::command();
+        // Global flags reach the subcommands as the command is built.
+        command.build();
+        command.mut_subcommand("submit", |submit| {
+            LEDGER_FLAGS
+                .iter()
+                .fold(submit, |c, id| c.mut_arg(*id, |a| a.hide(true)))
+        })
+    }
+
+    /// Parses `argv` against [`Cli::command_line`].
+    pub fn parse_argv<I, T>(argv: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::FromArgMatches;
+        let matches = Cli::command_line().try_get_matches_from(argv)?;
+        Cli::from_arg_matches(&matches)
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum SyncArg {
     Full,
@@ -668,4 +704,39 @@ pub struct DecideArgs {
     /// `succeeded`: a file holding the result (becomes the accepted result).
     #[arg(long)]
     pub result_file: Option<std::path::PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn submit_talks_to_the_api_and_its_help_names_no_ledger_flag() {
+        let mut command = Cli::command_line();
+        let help = command
+            .find_subcommand_mut("submit")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("--token") && help.contains("--api"), "{help}");
+        for flag in [
+            "--database-url",
+            "--sqlite-synchronous",
+            "--db-max-connections",
+            "--environment",
+        ] {
+            assert!(!help.contains(flag), "{flag} in {help}");
+        }
+        // Commands that open the ledger still show them.
+        let help = command
+            .find_subcommand_mut("serve")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        assert!(help.contains("--database-url"), "{help}");
+        // And the flags still parse anywhere, as before.
+        let cli =
+            Cli::parse_argv(["fenceline", "serve", "--database-url", "sqlite://y.sqlite"]).unwrap();
+        assert_eq!(cli.database_url, "sqlite://y.sqlite");
+    }
 }

@@ -161,12 +161,12 @@ impl Settings {
     /// Reads the process's command line, environment and `--config` file.
     pub fn load() -> Result<(Cli, Settings), SettingsError> {
         let mut argv: Vec<String> = std::env::args().collect();
-        if Cli::try_parse_from(&argv)?.command.is_none() {
+        if Cli::parse_argv(&argv)?.command.is_none() {
             // No subcommand means `serve`, with whatever global flags were given.
             argv.insert(1, "serve".into());
         }
         let argv = file::with_file_settings(argv)?;
-        let cli = Cli::try_parse_from(argv)?;
+        let cli = Cli::parse_argv(argv)?;
         let settings = Settings::from_cli(&cli)?;
         Ok((cli, settings))
     }

@@ -718,8 +718,33 @@ async fn forms_without_the_sessions_token_or_from_another_site_are_refused(db: D
     for (what, token) in [("no token", ""), ("a wrong token", "0123456789abcdef")] {
         let f = as_pairs(&form(token));
         let pairs: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        assert_eq!(ana.post(&path, &pairs).await.status(), 403, "{what}");
+        let refused = ana.post(&path, &pairs).await;
+        assert_eq!(refused.status(), 403, "{what}");
+        // The console's own page: what went wrong, what was typed, the way back.
+        assert!(refused.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html"));
+        let page = refused.text().await.unwrap();
+        assert!(page.contains("This form was refused"), "{page}");
+        assert!(page.contains("This form has expired or did not come from this console"));
+        assert!(
+            page.contains(">test</textarea>"),
+            "the typed reason is kept: {page}"
+        );
+        assert!(page.contains(&format!("href=\"/jobs/{job_id}\">Back to the page")));
+        assert!(page.contains("Sign out"), "in the console's frame");
     }
+    // A form too large to read: the console's 413 page, nothing done.
+    let huge = "x".repeat(2 * 1024 * 1024);
+    let f = as_pairs(&form("0123456789abcdef"));
+    let mut pairs: Vec<(&str, &str)> = f.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    pairs.push(("evidence", &huge));
+    let too_large = ana.post(&path, &pairs).await;
+    assert_eq!(too_large.status(), 413);
+    let page = too_large.text().await.unwrap();
+    assert!(page.contains("This form is too large"), "{page}");
+    assert!(page.contains("at most 1024 KiB"), "{page}");
     let mut good = form("");
     good[0].1 = csrf.clone();
     let pairs: Vec<(&str, &str)> = good.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -1001,7 +1026,9 @@ async fn the_overview_says_how_long_the_oldest_ready_job_has_waited_within_the_o
         line.rsplit(' ').next().unwrap().parse::<f64>().unwrap()
     };
     let mut olga = signed_in(&app, "olga", Role::Viewer, None).await;
-    assert!(!olga.page("/").await.contains("oldest ready"));
+    let empty = olga.page("/").await;
+    assert!(!empty.contains("oldest ready"));
+    assert!(empty.contains("No tenant has jobs waiting to be sent or running."));
     assert_eq!(latency().await, 0.0);
     // The drill's job is the oldest of all, then globex's, then acme's.
     let mut drill = new_job(fenceline::drill::DRILL_TENANT, "drilled", json!(1));
@@ -1024,6 +1051,10 @@ async fn the_overview_says_how_long_the_oldest_ready_job_has_waited_within_the_o
         "{page}"
     );
     assert!(page.contains(&format!("href=\"/jobs/{theirs}\"")), "{page}");
+    // The tenants with work in flight, each linked to its jobs.
+    let tenants = &page[page.find("<table class=\"tenant-flow").expect("the tenants' table")..];
+    assert!(tenants.contains("href=\"/jobs?tenant=acme\""), "{tenants}");
+    assert!(tenants.contains("href=\"/jobs?tenant=globex\""), "{tenants}");
     let seconds = latency().await;
     assert!((3725.0..3800.0).contains(&seconds), "{seconds}");
     // An operator of acme alone hears of acme's job only.
@@ -1919,7 +1950,20 @@ async fn a_terminal_job_runs_again_as_a_new_linked_job_and_stays_terminal(db: Db
     assert!(audit
         .iter()
         .all(|e| e.job_id.as_deref() == Some(old.as_str())));
+    // Each entry names the job it made, and /audit links it.
+    let made: Vec<Option<&str>> = audit.iter().map(|e| e.new_job_id.as_deref()).collect();
+    assert_eq!(
+        made,
+        vec![Some(again.job().job_id.as_str()), Some(new.as_str())]
+    );
     let mut vera = signed_in(&app, "vera", Role::Viewer, None).await;
+    let log = vera.page("/audit?action=run_again").await;
+    assert!(
+        log.contains(&format!(
+            r#"made <a href="/jobs/{new}" class="mono">{new}</a>"#
+        )),
+        "{log}"
+    );
     let page = vera.page(&format!("/jobs/{old}")).await;
     assert!(!page.contains(&format!("/jobs/{old}/rerun")));
     let csrf = token_in(&page).unwrap();
@@ -2256,12 +2300,28 @@ async fn addresses_that_find_nothing_answer_404_and_unknown_filters_are_said() {
         (format!("/jobs/{job_id}?from=1.5s&to=3"), "from=1.5s"),
         ("/?tz=Nowhere/City".to_owned(), "tz=Nowhere/City"),
         ("/jobs?tz=UTC%2B1".to_owned(), "tz=UTC+1"),
+        // A parameter the page does not have at all.
+        ("/jobs?foo=bar".to_owned(), "foo=bar"),
+        ("/jobs?state=ready&limit=abc".to_owned(), "limit=abc"),
+        ("/workers?x=1".to_owned(), "x=1"),
+        ("/audit?actor=olga".to_owned(), "actor=olga"),
+        (format!("/jobs/{job_id}?page=2"), "page=2"),
     ] {
         let response = vera.get(&path).await;
         assert_eq!(response.status(), 400, "{path}");
         let page = response.text().await.unwrap();
         assert!(page.contains(named), "{path} names {named}: {page}");
         assert!(page.contains("Open the page without it"), "{path}");
+        if ["foo", "limit", "x=", "actor", "page"]
+            .iter()
+            .any(|n| named.starts_with(n))
+        {
+            let name = named.split('=').next().unwrap();
+            assert!(
+                page.contains(&format!("this page has no parameter {name} (it takes ")),
+                "{page}"
+            );
+        }
     }
     assert!(vera.page("/?window=day").await.contains("Activity"));
     let listed = vera
@@ -2275,6 +2335,41 @@ async fn addresses_that_find_nothing_answer_404_and_unknown_filters_are_said() {
         listed.contains(">bad-params</td>"),
         "the list shows each job's idempotency key"
     );
+}
+
+#[tokio::test]
+async fn the_api_page_is_a_readable_reference_beside_the_document() {
+    let app = spawn_app(Db::Sqlite).await;
+    let mut browser = app.signed_in(Role::Viewer).await;
+    let overview = browser.page("/").await;
+    assert!(overview.contains(r#"<a href="/api">API</a>"#), "{overview}");
+    let page = browser.page("/api").await;
+    assert!(
+        page.contains("<h1>Fenceline API 1 reference</h1>"),
+        "{page}"
+    );
+    assert!(page.contains(r#"href="/api/v1/openapi.json""#), "{page}");
+    assert!(
+        page.contains("<code>POST /api/v1/jobs</code>")
+            && page.contains("<code>POST /api/v1/jobs/{job_id}/decisions</code>"),
+        "{page}"
+    );
+    // A body and a field's type lead to their schema.
+    assert!(
+        page.contains(r##"Request body: <a href="#schema-CreateJob">CreateJob</a>"##),
+        "{page}"
+    );
+    assert!(page.contains(r#"<h3 id="schema-Job">Job</h3>"#), "{page}");
+    assert!(
+        page.contains(r##"<a href="#schema-JobState">JobState</a>"##),
+        "{page}"
+    );
+    assert!(
+        page.contains("<code>unknown</code>"),
+        "the states are listed"
+    );
+    let bad = browser.get("/api?x=1").await;
+    assert_eq!(bad.status(), 400);
 }
 
 #[tokio::test]

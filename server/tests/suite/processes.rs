@@ -1245,7 +1245,7 @@ async fn on_call_decides_cancels_and_runs_again_from_a_terminal_fenced_and_audit
 /// serving (the demo: `serve` running, a timeline seeded beside it). The seed owns the job it
 /// creates: the job's message waits in the outbox for a dispatcher rather than going into the
 /// queue with the job, where a live worker could receive it and claim first (one did, 3 ms
-/// after the job was created). A worker that receives it later finds the seed's live lease.
+/// after the job was created). A worker that receives it later finds the job the seed finished.
 /// The worker's dispatcher can still send it between the seed's create and claim; the seed then
 /// makes another job. Forty seeds beside the worker: with the machine busy, a seed that gave up
 /// on a job claimed first failed three runs in four.
@@ -1267,9 +1267,15 @@ async fn a_timeline_is_seeded_beside_a_running_worker() {
             String::from_utf8_lossy(&out.stdout).trim().to_owned()
         }
     };
+    // The seed's own call made the job's one attempt and its result: no worker ran it.
     let owned_by_the_seed = |job: Job| {
-        assert_eq!(job.state, JobState::Running);
+        assert_eq!(
+            job.state,
+            JobState::Succeeded,
+            "a seeded demo leaves nothing running"
+        );
         assert_eq!(job.owner_id.as_deref(), Some("seed-worker"));
+        assert_eq!(job.attempt_count, 1);
     };
     // Seeded with no worker running: nothing has sent the message yet.
     let first = seed("renewals").await;
@@ -1284,7 +1290,7 @@ async fn a_timeline_is_seeded_beside_a_running_worker() {
         &first,
         Duration::from_secs(30),
         "the live worker's delivery",
-        |k| k.iter().any(|k| k == "duplicate_suppressed"),
+        |k| k.iter().any(|k| k == "delivery_acked_terminal"),
     )
     .await;
     owned_by_the_seed(ledger.job(&first).await.unwrap().unwrap());
@@ -1293,7 +1299,7 @@ async fn a_timeline_is_seeded_beside_a_running_worker() {
         let job_id = seed(pattern).await;
         owned_by_the_seed(ledger.job(&job_id).await.unwrap().unwrap());
         assert!(
-            ledger.event_count(&job_id).await.unwrap() >= 43,
+            ledger.event_count(&job_id).await.unwrap() >= 45,
             "{pattern}"
         );
     }

@@ -72,6 +72,7 @@ impl Ledger {
                 state_after: JobState::FailedTerminal.as_str(),
                 reason,
                 evidence: None,
+                new_job_id: None,
             },
         )
         .await?;

@@ -140,6 +140,7 @@ impl Ledger {
                 state_after: to.as_str(),
                 reason,
                 evidence: evidence.as_deref(),
+                new_job_id: None,
             },
         )
         .await?;

@@ -151,6 +151,7 @@ impl Ledger {
                 state_after: old.state.as_str(),
                 reason,
                 evidence: None,
+                new_job_id: Some(&job.job_id),
             })
             .await?;
         }
