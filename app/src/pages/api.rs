@@ -24,12 +24,27 @@ fn Fields(fields: Vec<ApiField>, places: bool) -> impl IntoView {
                         {places.then(|| view! { <td data-label="In">{f.place.clone()}</td> })}
                         <td data-label="Type">{type_link(&f.kind)}</td>
                         <td data-label="Required">{if f.required { "yes" } else { "no" }}</td>
-                        <td data-label="Description">{f.description}</td>
+                        <td data-label="Description">{prose(&f.description)}</td>
                     </tr>
                 }).collect_view()}
             </tbody>
         </table>
     }
+}
+
+/// Documentation text, its `code` spans as code.
+fn prose(text: &str) -> impl IntoView {
+    text.split('`')
+        .enumerate()
+        .filter(|(_, part)| !part.is_empty())
+        .map(|(i, part)| {
+            if i % 2 == 1 {
+                view! { <code>{part.to_owned()}</code> }.into_any()
+            } else {
+                view! { <span>{part.to_owned()}</span> }.into_any()
+            }
+        })
+        .collect_view()
 }
 
 /// A type, its schema names linked to their sections.
@@ -64,7 +79,7 @@ pub fn ApiPage() -> impl IntoView {
         <nav aria-label="Endpoints" class="api-index">
             <ul>
                 {reference.endpoints.iter().map(|e| view! {
-                    <li><a href=format!("#{}", anchor(&e.method, &e.path))><code>{format!("{} {}", e.method, e.path)}</code></a>" — "{e.summary.clone()}</li>
+                    <li><a href=format!("#{}", anchor(&e.method, &e.path))><code>{format!("{} {}", e.method, e.path)}</code></a>" — "{prose(&e.summary)}</li>
                 }).collect_view()}
             </ul>
         </nav>
@@ -75,7 +90,7 @@ pub fn ApiPage() -> impl IntoView {
             view! {
                 <section class="api-endpoint" aria-labelledby=label>
                     <h3 id=id><code>{format!("{} {}{}", e.method, base, e.path)}</code></h3>
-                    <p>{e.summary}</p>
+                    <p>{prose(&e.summary)}</p>
                     {(!e.parameters.is_empty()).then(|| view! {
                         <h4>"Parameters"</h4>
                         <Fields fields=e.parameters places=true/>
@@ -89,8 +104,8 @@ pub fn ApiPage() -> impl IntoView {
                         <tbody>
                             {e.responses.into_iter().map(|(code, meaning, body)| view! {
                                 <tr>
-                                    <td data-label="Status" class="num">{code}</td>
-                                    <td data-label="Meaning">{meaning}</td>
+                                    <td data-label="Status" class="status">{code}</td>
+                                    <td data-label="Meaning">{prose(&meaning)}</td>
                                     <td data-label="Body">{body.map(|b| view! { <a href=format!("#schema-{b}")>{b.clone()}</a> })}</td>
                                 </tr>
                             }).collect_view()}
@@ -106,7 +121,7 @@ pub fn ApiPage() -> impl IntoView {
             view! {
                 <section class="api-schema" aria-labelledby=label>
                     <h3 id=id>{s.name}</h3>
-                    {(!s.description.is_empty()).then(|| view! { <p>{s.description.clone()}</p> })}
+                    {(!s.description.is_empty()).then(|| view! { <p>{prose(&s.description)}</p> })}
                     {(!s.values.is_empty()).then(|| view! {
                         <p>"One of: "{s.values.iter().map(|v| view! { <code>{v.clone()}</code>" " }).collect_view()}</p>
                     })}

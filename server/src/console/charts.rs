@@ -80,6 +80,8 @@ const LANE_H: f64 = 30.0;
 const TOP: f64 = 22.0;
 /// The width of a compressed idle gap.
 const BREAK: f64 = 56.0;
+/// The width of a compressed gap that a wait spans, room for the wait's label.
+const WAIT_BREAK: f64 = 150.0;
 /// Rows of same-instant marks in one lane sit this far apart.
 const ROW_H: f64 = 14.0;
 /// Marks closer than this (px) in one lane go on separate rows.
@@ -97,6 +99,8 @@ pub struct Segment {
     pub from: i64,
     pub to: i64,
     pub gap: bool,
+    /// A gap that a wait spans, drawn wider so the wait's label fits.
+    pub waiting: bool,
 }
 
 /// The time axis of a swimlane: where each instant of `[start, end]` is drawn.
@@ -151,12 +155,14 @@ impl Axis {
                     from: at,
                     to: a,
                     gap: false,
+                    waiting: false,
                 });
             }
             segments.push(Segment {
                 from: a,
                 to: b,
                 gap: true,
+                waiting: false,
             });
             at = b;
         }
@@ -165,20 +171,41 @@ impl Axis {
                 from: at,
                 to: end,
                 gap: false,
+                waiting: false,
             });
         }
-        let breaks = segments.iter().filter(|s| s.gap).count() as f64;
         let linear: i64 = segments
             .iter()
             .filter(|s| !s.gap)
             .map(|s| s.to - s.from)
             .sum();
-        let room = (WIDTH - LEFT - RIGHT - BREAK * breaks).max(100.0);
-        Axis {
+        let mut axis = Axis {
             segments,
             linear,
-            scale: room / linear.max(1) as f64,
+            scale: 0.0,
+        };
+        axis.rescale();
+        axis
+    }
+
+    /// Draws wider the breaks that lie within one of `waits`, so a wait across a long idle
+    /// stretch has room for its label.
+    pub fn widen_breaks_within(&mut self, waits: &[(i64, i64)]) {
+        for s in self.segments.iter_mut().filter(|s| s.gap) {
+            s.waiting = waits.iter().any(|(a, b)| *a <= s.from && s.to <= *b);
         }
+        self.rescale();
+    }
+
+    fn rescale(&mut self) {
+        let breaks: f64 = self
+            .segments
+            .iter()
+            .filter(|s| s.gap)
+            .map(|s| self.width_of(s))
+            .sum();
+        let room = (WIDTH - LEFT - RIGHT - breaks).max(100.0);
+        self.scale = room / self.linear.max(1) as f64;
     }
 
     /// Where `t` is drawn (clamped to the axis).
@@ -196,7 +223,9 @@ impl Axis {
     }
 
     fn width_of(&self, s: &Segment) -> f64 {
-        if s.gap {
+        if s.gap && s.waiting {
+            WAIT_BREAK
+        } else if s.gap {
             BREAK
         } else {
             (s.to - s.from) as f64 * self.scale
@@ -378,7 +407,15 @@ pub fn swimlane(origin: i64, start: i64, end: i64, marks: &[Mark]) -> Svg {
         })
         .filter(|(a, b)| *b >= start && *a <= end)
         .collect();
-    let axis = Axis::new(start, end, &busy);
+    let mut axis = Axis::new(start, end, &busy);
+    let waits: Vec<(i64, i64)> = marks
+        .iter()
+        .filter_map(|m| match m {
+            Mark::Wait { from, to, .. } => Some((*from, *to)),
+            _ => None,
+        })
+        .collect();
+    axis.widen_breaks_within(&waits);
     let x = |t: i64| axis.x(t);
     // Rows of point marks per lane; a lane grows to hold its rows.
     let visible: Vec<&Mark> = marks
@@ -758,6 +795,8 @@ mod tests {
             texts.contains(&"+400ms"),
             "the work keeps its scale: {texts:?}"
         );
+        // The break it spans is drawn wide enough for its label.
+        assert!(texts.contains(&"epoch 2 · unknown"), "{texts:?}");
         // A span over the same hour would keep it to scale instead.
         marks.pop();
         marks.push(Mark::Span {

@@ -232,6 +232,8 @@ fn ends_ownership(kind: EventKind) -> bool {
 /// while it still waits.
 fn waits_and_epoch_changes(key: &[Event], start: i64, end: i64, marks: &mut Vec<Mark>) {
     let mut epoch = 0;
+    // Drawn after the waits, so a wait never covers the change that began it.
+    let mut changes = Vec::new();
     for (i, e) in key.iter().enumerate() {
         if e.epoch > epoch && epoch > 0 && e.kind != EventKind::Claimed {
             let what = match e.kind {
@@ -242,7 +244,7 @@ fn waits_and_epoch_changes(key: &[Event], start: i64, end: i64, marks: &mut Vec<
                 EventKind::DecisionRecorded => format!("decision {}", detail_str(e, "decision")),
                 other => other.as_str().replace('_', " "),
             };
-            marks.push(Mark::Point {
+            changes.push(Mark::Point {
                 lane: 2,
                 at: e.at,
                 class: "epoch-change".into(),
@@ -307,6 +309,7 @@ fn waits_and_epoch_changes(key: &[Event], start: i64, end: i64, marks: &mut Vec<
             title,
         });
     }
+    marks.extend(changes);
 }
 
 /// A string field of an event's detail ("" if absent).

@@ -1052,9 +1052,14 @@ async fn the_overview_says_how_long_the_oldest_ready_job_has_waited_within_the_o
     );
     assert!(page.contains(&format!("href=\"/jobs/{theirs}\"")), "{page}");
     // The tenants with work in flight, each linked to its jobs.
-    let tenants = &page[page.find("<table class=\"tenant-flow").expect("the tenants' table")..];
+    let tenants = &page[page
+        .find("<table class=\"tenant-flow")
+        .expect("the tenants' table")..];
     assert!(tenants.contains("href=\"/jobs?tenant=acme\""), "{tenants}");
-    assert!(tenants.contains("href=\"/jobs?tenant=globex\""), "{tenants}");
+    assert!(
+        tenants.contains("href=\"/jobs?tenant=globex\""),
+        "{tenants}"
+    );
     let seconds = latency().await;
     assert!((3725.0..3800.0).contains(&seconds), "{seconds}");
     // An operator of acme alone hears of acme's job only.
