@@ -430,8 +430,7 @@ test('a burst meets the model\'s rate limit: every job succeeds, refusals fold o
   await expect(page.getByText('No tenant has jobs waiting to be sent or running.')).toBeVisible();
 });
 
-test('every page fits the screen at 1400 and 420 px, in light and dark', async ({ page, request }, info) => {
-  test.setTimeout(120_000);
+test('every page fits the screen from 1400 to 360 px, in light and dark', async ({ page, request }, info) => {
   const jobId = await submitAndFinish(request, `layout-${info.project.name}`);
   const pages: [string, string][] = [
     ['overview', '/'],
@@ -448,7 +447,8 @@ test('every page fits the screen at 1400 and 420 px, in light and dark', async (
     ['bad-parameter', '/jobs?state=nope'],
     ['unknown-parameter', '/jobs?limit=abc'],
   ];
-  for (const width of [1400, 420]) {
+  test.setTimeout(180_000);
+  for (const width of [1400, 1024, 420, 360]) {
     for (const scheme of ['light', 'dark'] as const) {
       await page.setViewportSize({ width, height: 900 });
       await page.emulateMedia({ colorScheme: scheme });

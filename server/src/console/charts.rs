@@ -81,7 +81,9 @@ const TOP: f64 = 22.0;
 /// The width of a compressed idle gap.
 const BREAK: f64 = 56.0;
 /// The width of a compressed gap that a wait spans, room for the wait's label.
-const WAIT_BREAK: f64 = 150.0;
+const WAIT_BREAK: f64 = 200.0;
+/// Breaks take at most this share of the axis; more of them are drawn narrower.
+const BREAKS_AT_MOST: f64 = 0.6;
 /// Rows of same-instant marks in one lane sit this far apart.
 const ROW_H: f64 = 14.0;
 /// Marks closer than this (px) in one lane go on separate rows.
@@ -110,6 +112,8 @@ pub struct Axis {
     /// The time drawn to scale (the segments that are not breaks).
     linear: i64,
     scale: f64,
+    /// How much of its width each break gets (1 unless there are many).
+    breaks_scale: f64,
 }
 
 impl Axis {
@@ -183,6 +187,7 @@ impl Axis {
             segments,
             linear,
             scale: 0.0,
+            breaks_scale: 1.0,
         };
         axis.rescale();
         axis
@@ -198,13 +203,18 @@ impl Axis {
     }
 
     fn rescale(&mut self) {
+        self.breaks_scale = 1.0;
         let breaks: f64 = self
             .segments
             .iter()
             .filter(|s| s.gap)
             .map(|s| self.width_of(s))
             .sum();
-        let room = (WIDTH - LEFT - RIGHT - breaks).max(100.0);
+        let most = (WIDTH - LEFT - RIGHT) * BREAKS_AT_MOST;
+        if breaks > most {
+            self.breaks_scale = most / breaks;
+        }
+        let room = WIDTH - LEFT - RIGHT - breaks.min(most);
         self.scale = room / self.linear.max(1) as f64;
     }
 
@@ -224,9 +234,9 @@ impl Axis {
 
     fn width_of(&self, s: &Segment) -> f64 {
         if s.gap && s.waiting {
-            WAIT_BREAK
+            WAIT_BREAK * self.breaks_scale
         } else if s.gap {
-            BREAK
+            BREAK * self.breaks_scale
         } else {
             (s.to - s.from) as f64 * self.scale
         }
@@ -809,6 +819,35 @@ mod tests {
         });
         let texts = swimlane(0, 0, 3600 * S, &marks).texts().join(" ");
         assert!(!texts.contains("idle"), "{texts}");
+    }
+
+    #[test]
+    fn many_breaks_share_at_most_part_of_the_axis_and_it_ends_inside_the_chart() {
+        // Ten bursts of work, each followed by a wait shorter than the one before (each long
+        // enough to be compressed).
+        let mut busy = Vec::new();
+        let mut waits = Vec::new();
+        let (mut t, mut wait) = (0, 1000 * S);
+        for _ in 0..10 {
+            busy.push((t, t + 100_000));
+            waits.push((t + 100_000, t + 100_000 + wait));
+            t += 100_000 + wait;
+            wait = wait * 7 / 10;
+        }
+        let end = t;
+        let mut axis = Axis::new(0, end, &busy);
+        assert_eq!(axis.segments.iter().filter(|s| s.gap).count(), 10);
+        axis.widen_breaks_within(&waits);
+        assert!(
+            (axis.x(end) - (WIDTH - RIGHT)).abs() < 0.01,
+            "{}",
+            axis.x(end)
+        );
+        let work: f64 = busy.iter().map(|(a, b)| axis.x(*b) - axis.x(*a)).sum();
+        assert!(
+            work >= (WIDTH - LEFT - RIGHT) * 0.39,
+            "the work keeps {work} px"
+        );
     }
 
     #[test]

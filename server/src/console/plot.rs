@@ -28,7 +28,7 @@ use crate::time::{human_duration, in_zone, Tz};
 /// A chart's width (SVG units) where it has room, and on a phone: each is drawn no smaller
 /// than its width, so its 11-unit text is at least 11 px on screen.
 pub const WIDE: u32 = 480;
-pub const NARROW: u32 = 340;
+pub const NARROW: u32 = 280;
 const HEIGHT: u32 = 230;
 const FONT: f64 = 11.0;
 
@@ -348,17 +348,27 @@ fn tick_label(at: &DateTime<Tz>, window: Window) -> String {
     }
 }
 
-/// What the x axis covers, said once under it: `1 Dec 09:10 – 10:10 UTC · 5m buckets`.
-fn axis_caption(b: &Buckets) -> String {
+/// What the x axis covers, said once under it: `1 Dec 2026 09:10 – 10:10 UTC · 5m buckets`
+/// (without the year on a narrow chart).
+fn axis_caption(b: &Buckets, width: u32) -> String {
     let (from, to) = (in_zone(b.start, b.zone), in_zone(b.end(), b.zone));
+    let from_format = if width < WIDE {
+        "%-d %b %H:%M"
+    } else {
+        "%-d %b %Y %H:%M"
+    };
     let to_format = if from.date_naive() == to.date_naive() {
         "%H:%M %Z"
     } else {
         "%-d %b %H:%M %Z"
     };
+    if width < WIDE {
+        // Each bucket's span is in its tooltip.
+        return format!("{} – {}", from.format(from_format), to.format(to_format));
+    }
     format!(
         "{} – {} · {} buckets",
-        from.format("%-d %b %Y %H:%M"),
+        from.format(from_format),
         to.format(to_format),
         super::charts::round_span(b.width)
     )
@@ -442,7 +452,7 @@ fn draw(
         .y_labels(5)
         .x_label_formatter(&|t| tick_label(t, window))
         .y_label_formatter(&|n| n.to_string())
-        .x_desc(axis_caption(b))
+        .x_desc(axis_caption(b, width))
         .label_style(font.clone().color(&INK))
         .axis_desc_style(font.clone().color(&INK))
         .draw()?;
@@ -831,7 +841,9 @@ mod tests {
                 ],
                 width,
             );
-            assert!(texts(&svg).iter().any(|t| t.ends_with("JST · 1h buckets")));
+            assert!(texts(&svg)
+                .iter()
+                .any(|t| t.ends_with(" JST · 1h buckets") || t.ends_with("1 Dec 20:00 JST")));
             for shape in &svg.shapes {
                 let Shape::Text {
                     x, y, text, anchor, ..

@@ -39,7 +39,7 @@ pub(super) fn swimlane_of(
             ),
         });
     }
-    waits_and_epoch_changes(key, start, end, &mut marks);
+    waits_and_epoch_changes(job, key, start, end, &mut marks);
     for a in attempts {
         let to = a.finished_at.unwrap_or(end);
         let accepted = a.result_ref.is_some() && a.result_ref == job.result_ref;
@@ -230,7 +230,7 @@ fn ends_ownership(kind: EventKind) -> bool {
 /// worker's claim (a recovery, a release, a decision) as a mark, and each period the job spent
 /// `unknown` (until a decision) or `retry_authorized` (until a worker claims it), up to `end`
 /// while it still waits.
-fn waits_and_epoch_changes(key: &[Event], start: i64, end: i64, marks: &mut Vec<Mark>) {
+fn waits_and_epoch_changes(job: &Job, key: &[Event], start: i64, end: i64, marks: &mut Vec<Mark>) {
     let mut epoch = 0;
     // Drawn after the waits, so a wait never covers the change that began it.
     let mut changes = Vec::new();
@@ -292,13 +292,25 @@ fn waits_and_epoch_changes(key: &[Event], start: i64, end: i64, marks: &mut Vec<
                     ),
                 )
             }
-            None => (
+            // Still so at this epoch: the wait goes on.
+            None if job.state.as_str() == to && job.owner_epoch == e.epoch => (
                 end,
                 format!(
                     "{since}, waiting for {waiting_for} ({} so far)",
                     human_duration(end - e.at)
                 ),
             ),
+            // It ended after the last event drawn (a timeline longer than the chart reads).
+            None => {
+                let last = key.last().map_or(e.at, |l| l.at);
+                (
+                    last,
+                    format!(
+                        "{since}; it ended after #{}, the last event drawn",
+                        key.last().map_or(e.seq, |l| l.seq)
+                    ),
+                )
+            }
         };
         marks.push(Mark::Wait {
             lane: 2,

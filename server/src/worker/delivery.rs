@@ -840,6 +840,9 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             // The process died: the call is abandoned and nothing more is written or sent.
             () = crashed => return Outcome::Stopped("crashed".into()),
         };
+        // How long a call stopped before its answer had run, measured now (not after a
+        // drill's pause below).
+        let result = result.map_err(|reason| (reason, sent.get().map(|at| at.elapsed())));
         // A drill freezes the process once its call has come back, however long the call
         // took: it renews nothing and receives nothing meanwhile, and resumes where it was,
         // with an answer to commit.
@@ -851,7 +854,6 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 tokio::time::sleep_until(until.into()).await;
             }
         }
-        let result = result.map_err(|reason| (reason, sent.get().map(|at| at.elapsed())));
         Box::pin(self.finish(
             job,
             owner,

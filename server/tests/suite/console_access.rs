@@ -1629,13 +1629,17 @@ async fn a_running_job_is_cancelled_fenced_and_its_attempt_cannot_commit(db: Db)
         "its late answer is discarded"
     );
     // The page tells what became of the call after the cancel: its answer came late, was
-    // rejected and kept as evidence; the swimlane draws the call running on until then.
+    // rejected and kept as evidence; the swimlane draws the attempt up to that answer.
     let html = olga.page(&page).await;
     assert!(
         html.contains("its answer came at +") && html.contains("was rejected (stale_epoch, #"),
         "{html}"
     );
     assert!(html.contains("kept as evidence"), "{html}");
+    assert!(
+        html.contains("<g class=\"attempt outcome-stale_discarded\"><title>attempt 1 at epoch 1"),
+        "{html}"
+    );
     let entries = ledger
         .audit_entries(&fenceline::ledger::AuditFilter {
             action: Some("cancel".into()),
