@@ -15,7 +15,7 @@ use fenceline::startup::{runtime, shutdown_signal, Application, Supervisor};
 /// mimalloc instead of the system's allocator: the worker, group commit and SQLite's writer
 /// allocate and free a row's values, JSON parameters and results from several threads at
 /// once, where glibc's allocator spent about two fifths of this process's CPU in the pipeline
-/// benchmark (see docs/benchmarks.md, "The allocator and the receive poll").
+/// benchmark (see docs/journal/2026-12-02-allocator-and-receive-poll.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
