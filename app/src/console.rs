@@ -187,7 +187,7 @@ pub struct JobsPage {
     /// Set when the query was a lookup that found nothing.
     pub notice: Option<String>,
     /// A filter the list cannot use: the page answers 400 and names it.
-    pub bad_parameter: Option<crate::components::BadParameter>,
+    pub bad_parameter: Option<BadParameter>,
     /// The tenants this operator may pick from.
     pub tenants: Vec<String>,
     /// Per tenant, what waits for its turn and what runs.
@@ -718,4 +718,45 @@ pub struct DrillRun {
     pub live: bool,
     pub finished: Option<String>,
     pub scenarios: Vec<DrillScenarioRun>,
+}
+
+/// A parameter of the address that the page cannot use: named, with why, as a 400 page —
+/// never silently ignored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BadParameter {
+    pub name: String,
+    pub value: String,
+    /// What the parameter must be.
+    pub expected: String,
+    /// A parameter the page does not have at all (`expected` then names those it has).
+    pub unknown: bool,
+}
+
+impl BadParameter {
+    pub fn new(name: &str, value: &str, expected: &str) -> Self {
+        BadParameter {
+            name: name.to_owned(),
+            value: value.to_owned(),
+            expected: expected.to_owned(),
+            unknown: false,
+        }
+    }
+
+    /// `name` is no parameter of the page, which takes `takes`.
+    pub fn unknown(name: &str, value: &str, takes: &str) -> Self {
+        BadParameter {
+            unknown: true,
+            ..BadParameter::new(name, value, takes)
+        }
+    }
+}
+
+/// The console port from the request's context.
+pub(crate) fn console() -> SharedConsole {
+    leptos::prelude::expect_context::<SharedConsole>()
+}
+
+/// Who is looking, as the server's sign-in gate provided it.
+pub(crate) fn visitor() -> Visitor {
+    leptos::prelude::use_context::<Visitor>().unwrap_or_default()
 }

@@ -89,7 +89,7 @@ impl Application {
             ),
             Err(error) => tracing::warn!(%error, "could not mark interrupted drill runs"),
         }
-        let mut access = settings.access();
+        let mut access = crate::http::gate::Access::from_settings(settings);
         let kept = ledger
             .form_key(&http::sign_in_form::FormKey::candidate())
             .await?;
@@ -102,8 +102,20 @@ impl Application {
             model_policy: std::sync::Arc::new(settings.http.model_policy.clone()),
             metrics: metrics.clone(),
             access: std::sync::Arc::new(access),
-            queue_settings: settings.queue.clone(),
             tenant_replay: std::sync::Arc::new(settings.http.tenant_replay.clone()),
+            open_queue: {
+                let (ledger, queue) = (ledger.clone(), settings.queue.clone());
+                std::sync::Arc::new(move || {
+                    let (ledger, queue) = (ledger.clone(), queue.clone());
+                    Box::pin(async move {
+                        runtime::plain_queue(&ledger, &queue)
+                            .await
+                            .map_err(|e| e.to_string())
+                    })
+                })
+            },
+            drill_provider: (settings.provider.kind == crate::settings::ProviderKind::Openai)
+                .then(|| runtime::provider(&settings.provider).map_err(|e| e.to_string())),
         });
         Ok(Application {
             listener,

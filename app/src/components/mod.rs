@@ -77,36 +77,7 @@ pub fn LiveRefresh(live: bool, seconds: u32) -> impl IntoView {
     })
 }
 
-/// A parameter of the address that the page cannot use: named, with why, as a 400 page —
-/// never silently ignored.
-#[derive(Debug, Clone, PartialEq)]
-pub struct BadParameter {
-    pub name: String,
-    pub value: String,
-    /// What the parameter must be.
-    pub expected: String,
-    /// A parameter the page does not have at all (`expected` then names those it has).
-    pub unknown: bool,
-}
-
-impl BadParameter {
-    pub fn new(name: &str, value: &str, expected: &str) -> Self {
-        BadParameter {
-            name: name.to_owned(),
-            value: value.to_owned(),
-            expected: expected.to_owned(),
-            unknown: false,
-        }
-    }
-
-    /// `name` is no parameter of the page, which takes `takes`.
-    pub fn unknown(name: &str, value: &str, takes: &str) -> Self {
-        BadParameter {
-            unknown: true,
-            ..BadParameter::new(name, value, takes)
-        }
-    }
-}
+pub use crate::console::BadParameter;
 
 /// The query parameters each page reads, besides `tz` and `refresh`, which every page takes
 /// (`None`: no page answers the path, so it is a 404 whatever its parameters).
@@ -285,7 +256,7 @@ pub fn ZonePicker(zone: String, csrf: String) -> impl IntoView {
 /// the page is shown in, so it opens the same view elsewhere.
 #[component]
 pub fn ShareLink() -> impl IntoView {
-    let visitor = crate::pages::visitor();
+    let visitor = crate::console::visitor();
     let href = format!(
         "{}{}",
         visitor.origin,

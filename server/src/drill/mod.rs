@@ -9,6 +9,7 @@
 
 pub mod faults;
 pub mod provider;
+mod rig;
 pub mod runner;
 pub mod sabotage;
 mod scenarios;

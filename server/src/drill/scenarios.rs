@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use super::faults::{Arm, FaultPoint as F};
-use super::runner::{DrillQueue, Rig, MAX_RECEIVE_COUNT};
+use super::rig::{DrillQueue, Rig, MAX_RECEIVE_COUNT};
 use super::{Capture, Check, DrillKind, Evidence, DRILL_TENANT};
 use crate::job::{Actor, EventKind as K, JobId, JobState};
 use crate::ledger::{Attempt, AttemptOutcome, Decision, Event, Job, NewJob, ReplayPolicy};

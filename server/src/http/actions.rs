@@ -9,6 +9,7 @@ use axum::{Extension, Form};
 use serde::Deserialize;
 use tower_sessions::Session;
 
+use super::error::capitalized;
 use super::gate::{check_form_token, flash, forbidden, plain, SignedIn};
 use super::AppState;
 use crate::job::{Actor, JobState};
@@ -131,14 +132,6 @@ async fn flash_unchanged(session: &Session, error: LedgerError, log: &str, text:
             flash(session, false, text).await;
         }
     }
-}
-
-pub(super) fn capitalized(message: &str) -> String {
-    let mut chars = message.chars();
-    chars
-        .next()
-        .map(|first| first.to_uppercase().chain(chars).collect())
-        .unwrap_or_default()
 }
 
 /// The checks every action starts with: the form came from this session, and the operator's
@@ -332,9 +325,7 @@ pub(super) async fn replay_dead_letters(
     }
     let actor = Actor::Operator(operator.name.clone());
     let replayed = async {
-        let queue = crate::startup::runtime::plain_queue(&state.ledger, &state.queue_settings)
-            .await
-            .map_err(|e| e.to_string())?;
+        let queue = (state.open_queue)().await?;
         crate::worker::dlq::replay_inspected(&state.ledger, &queue, &actor, REPLAY_MAX)
             .await
             .map_err(|e| e.to_string())

@@ -7,8 +7,7 @@ use axum::extract::{FromRequest, Path, Query, Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -18,31 +17,9 @@ use super::contract::{
     EventPage, EventView, EventsQuery, JobIdPath, JobPage, JobResult, JobView, ListQuery,
     MAX_BATCH,
 };
-use super::{openapi, ApiError, AppState};
+use super::{ApiError, AppState};
 use crate::job::{request_digest, Actor, JobId, JobState};
 use crate::ledger::{Created, Job, JobFilter, NewJob};
-
-pub(super) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/jobs", get(list_jobs).post(create_job))
-        .route("/jobs/batch", axum::routing::post(create_jobs))
-        .route("/jobs/{job_id}", get(read_job))
-        .route("/jobs/{job_id}/events", get(read_events))
-        .route("/jobs/{job_id}/result", get(read_result))
-        .route(
-            "/jobs/{job_id}/decisions",
-            axum::routing::post(super::api_actions::decide),
-        )
-        .route(
-            "/jobs/{job_id}/cancel",
-            axum::routing::post(super::api_actions::cancel),
-        )
-        .route(
-            "/jobs/{job_id}/rerun",
-            axum::routing::post(super::api_actions::rerun),
-        )
-        .route("/openapi.json", get(openapi::document))
-}
 
 /// A JSON body whose every failure is a 4xx with a message, never axum's plain-text rejection.
 pub(super) struct JsonBody<T>(pub(super) T);

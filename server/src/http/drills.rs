@@ -87,10 +87,10 @@ pub(super) async fn start(
             .await
         }
     };
-    let provider = match (form.model.trim(), &state.queue.drills.provider) {
+    let provider = match (form.model.trim(), &state.drill_provider) {
         ("" | "stub", _) => DrillProvider::Stub,
-        ("configured", Some(settings)) => match crate::startup::runtime::provider(settings) {
-            Ok(provider) => DrillProvider::Configured(provider),
+        ("configured", Some(built)) => match built {
+            Ok(provider) => DrillProvider::Configured(provider.clone()),
             Err(error) => {
                 return back(format!(
                     "The configured provider cannot be used: {error}. Nothing was started."

@@ -124,3 +124,13 @@ impl From<LedgerError> for ApiError {
         }
     }
 }
+
+/// A message (which the ledger words in lower case, to be put in a sentence) as a sentence's
+/// start.
+pub(super) fn capitalized(message: &str) -> String {
+    let mut chars = message.chars();
+    chars
+        .next()
+        .map(|first| first.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
+}

@@ -55,6 +55,26 @@ pub fn hostname(authority: &str) -> String {
 }
 
 impl Access {
+    /// Who may reach the console, from the public URL and the bound address.
+    pub fn from_settings(settings: &crate::settings::Settings) -> Access {
+        let public = settings.http.public_url.as_deref();
+        Access {
+            public_host: public.map(|url| {
+                let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+                let authority = rest.split('/').next().unwrap_or_default();
+                hostname(authority)
+            }),
+            public_url: public.map(str::to_owned),
+            loopback: settings.http.bind.ip().is_loopback(),
+            https: public.is_some_and(|url| url.starts_with("https://")),
+            metrics_token: settings.http.metrics_token.clone(),
+            trusted_proxies: settings.http.trusted_proxies.clone(),
+            sessions: Default::default(),
+            // The ledger's key replaces it once the ledger is open (`startup`).
+            form_key: Default::default(),
+        }
+    }
+
     /// The console's address for absolute links: the public URL, else the scheme and `Host`
     /// the request came with (already checked by [`same_site`]).
     pub fn origin(&self, headers: &axum::http::HeaderMap) -> String {
@@ -343,16 +363,19 @@ pub(super) async fn check_form_token(session: &Session, given: &str) -> Result<(
 }
 
 /// A refusal of an operator's form before anything was done, shown as a console page that
-/// keeps what they typed ([`super::refusals`]).
+/// keeps what they typed.
 pub(super) fn forbidden(message: &str) -> Response {
     refused_form(StatusCode::FORBIDDEN, message)
 }
 
+/// Marks a refusal of an operator's form as one to show as a console page (the console's
+/// refusal pages render it).
+#[derive(Clone, Copy)]
+pub(super) struct RefusedForm;
+
 fn refused_form(status: StatusCode, message: &str) -> Response {
     let mut response = refuse(status, message);
-    response
-        .extensions_mut()
-        .insert(super::refusals::RefusedForm);
+    response.extensions_mut().insert(RefusedForm);
     response
 }
 
@@ -363,6 +386,21 @@ pub(super) fn plain(status: StatusCode, message: &str) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn access_carries_the_settings_trusted_proxies() {
+        let cli = crate::settings::Cli::parse_argv([
+            "fenceline",
+            "serve",
+            "--trusted-proxy",
+            "10.0.0.0/8",
+        ])
+        .unwrap();
+        let settings = crate::settings::Settings::from_cli(&cli).unwrap();
+        let access = Access::from_settings(&settings);
+        assert_eq!(access.trusted_proxies, settings.http.trusted_proxies);
+        assert_ne!(access.trusted_proxies, Default::default());
+    }
 
     #[test]
     fn links_leave_the_console_from_its_public_url_else_from_the_address_used() {

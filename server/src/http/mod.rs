@@ -53,9 +53,20 @@ pub struct AppState {
     /// Tenants whose jobs pre-approve a replay of an uncertain attempt unless they say otherwise.
     pub tenant_replay:
         std::sync::Arc<std::collections::HashMap<String, crate::ledger::ReplayPolicy>>,
-    /// The queue, opened when an operator replays its dead letters.
-    pub queue_settings: crate::settings::QueueSettings,
+    /// Opens the queue, without fault injection, when an operator replays its dead letters.
+    pub open_queue: QueueOpener,
+    /// The deployment's own provider, built for a drill that calls it (`None`: the stub).
+    pub drill_provider: Option<Result<crate::provider::AnyProvider, String>>,
 }
+
+/// Opens the configured queue (the process start-up provides it, so handlers need not know
+/// how).
+pub type QueueOpener = std::sync::Arc<
+    dyn Fn() -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<crate::queue::AnyQueue, String>> + Send>,
+        > + Send
+        + Sync,
+>;
 
 const STYLESHEET: &str = include_str!("../../../style/fenceline.css");
 const CONSOLE_JS: &str = include_str!("../../../style/console.js");
@@ -165,7 +176,7 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(max_body_bytes));
 
     let service = Router::new()
-        .nest("/api/v1", api::routes())
+        .nest("/api/v1", api_routes())
         .route("/healthz", get(health::healthz))
         .route("/metrics", get(health::metrics))
         .route("/readyz", get(health::readyz))
@@ -180,6 +191,21 @@ pub fn router(state: AppState) -> Router {
         .merge(console)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn(security_headers))
+}
+
+/// API v1: jobs for services (a tenant's token), actions for automation (an operator's
+/// token), and the OpenAPI document that describes both.
+fn api_routes() -> Router<AppState> {
+    Router::new()
+        .route("/jobs", get(api::list_jobs).post(api::create_job))
+        .route("/jobs/batch", post(api::create_jobs))
+        .route("/jobs/{job_id}", get(api::read_job))
+        .route("/jobs/{job_id}/events", get(api::read_events))
+        .route("/jobs/{job_id}/result", get(api::read_result))
+        .route("/jobs/{job_id}/decisions", post(api_actions::decide))
+        .route("/jobs/{job_id}/cancel", post(api_actions::cancel))
+        .route("/jobs/{job_id}/rerun", post(api_actions::rerun))
+        .route("/openapi.json", get(openapi::document))
 }
 
 /// What a page renders with: the visitor the gate found, and the console port limited to the

@@ -12,17 +12,14 @@ use axum::middleware::Next;
 use axum::response::Response;
 use fenceline_app::console::FormRefusal;
 
-use super::actions::capitalized;
-
-/// Marks a handler's refusal of a form as one to show as a console page.
-#[derive(Clone, Copy)]
-pub(super) struct RefusedForm;
+use super::error::capitalized;
+use super::gate::RefusedForm;
 
 /// The free-text fields of the console's forms, as the refusal page labels them. A pasted
 /// result is an answer and is never shown back; tokens and passwords are not text one types.
 const TYPED: [(&str, &str); 2] = [("reason", "Reason"), ("evidence", "Provider reference")];
 
-/// Runs a console request; a form refused as [`RefusedForm`], or too large to read, is
+/// Runs a console request; a form refused as [`RefusedForm`] (by the gate's checks), or too large to read, is
 /// answered with the console's page for it, rendered by `render`.
 pub(super) async fn as_pages<R, F>(
     render: R,

@@ -255,17 +255,6 @@ pub fn find_key_statement() -> String {
 pub const DRILL_JOBS_BY_STATE: &str = "SELECT state || '' AS state, COUNT(*) AS n FROM jobs \
     WHERE drill_run IS NOT NULL AND ($1 IS NULL OR tenant = $1) GROUP BY state || ''";
 
-/// `n` jobs in `state` less the drill jobs among them (never below zero: the two counts are
-/// read one after the other).
-pub(super) fn without(
-    n: i64,
-    drill_jobs: &[(crate::job::JobState, i64)],
-    state: crate::job::JobState,
-) -> i64 {
-    let drills = drill_jobs.iter().find(|d| d.0 == state).map_or(0, |d| d.1);
-    (n - drills).max(0)
-}
-
 /// Rows of `(kind column, bucket, n)` as buckets, each kind parsed into `K`.
 fn buckets_from<K>(
     rows: &[sqlx::any::AnyRow],
@@ -552,7 +541,7 @@ impl Ledger {
             let (n, over) = if n > cap {
                 (cap, true)
             } else {
-                (without(n, &drill_jobs, state), false)
+                (super::read::without(n, &drill_jobs, state), false)
             };
             out.push((i, state, n, over));
         }

@@ -222,7 +222,7 @@ impl Ledger {
         let mut counts: Vec<(JobState, i64)> = JobState::ALL.iter().map(|s| (*s, 0)).collect();
         for (state, n) in state_counts(&rows)? {
             if let Some(slot) = counts.iter_mut().find(|(s, _)| *s == state) {
-                slot.1 = super::console_reads::without(n, &drill_jobs, state);
+                slot.1 = without(n, &drill_jobs, state);
             }
         }
         Ok(counts)
@@ -380,4 +380,15 @@ pub(super) fn state_counts(
             Ok((state, row.try_get("n")?))
         })
         .collect()
+}
+
+/// `n` jobs in `state` less the drill jobs among them (never below zero: the two counts are
+/// read one after the other).
+pub(super) fn without(
+    n: i64,
+    drill_jobs: &[(crate::job::JobState, i64)],
+    state: crate::job::JobState,
+) -> i64 {
+    let drills = drill_jobs.iter().find(|d| d.0 == state).map_or(0, |d| d.1);
+    (n - drills).max(0)
 }

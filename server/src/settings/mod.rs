@@ -326,26 +326,6 @@ impl Settings {
         Ok(())
     }
 
-    /// Who may reach the console, from the public URL and the bound address.
-    pub fn access(&self) -> crate::http::gate::Access {
-        let public = self.http.public_url.as_deref();
-        crate::http::gate::Access {
-            public_host: public.map(|url| {
-                let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-                let authority = rest.split('/').next().unwrap_or_default();
-                crate::http::gate::hostname(authority)
-            }),
-            public_url: public.map(str::to_owned),
-            loopback: self.http.bind.ip().is_loopback(),
-            https: public.is_some_and(|url| url.starts_with("https://")),
-            metrics_token: self.http.metrics_token.clone(),
-            trusted_proxies: self.http.trusted_proxies.clone(),
-            sessions: Default::default(),
-            // The ledger's key replaces it once the ledger is open (`startup`).
-            form_key: Default::default(),
-        }
-    }
-
     /// The console's address for people: the public URL, else the bound address.
     pub fn console_url(&self, bound: SocketAddr) -> String {
         self.http
@@ -551,7 +531,6 @@ mod tests {
             "2001:db8::1",
         ])
         .unwrap();
-        assert_eq!(two.access().trusted_proxies, two.http.trusted_proxies);
         assert_ne!(two.http.trusted_proxies, none.http.trusted_proxies);
         let listed = serve(&["--trusted-proxy", "10.0.0.0/8,192.0.2.7"]).unwrap();
         assert_ne!(listed.http.trusted_proxies, none.http.trusted_proxies);
