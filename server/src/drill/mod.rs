@@ -2,8 +2,9 @@
 //! code, with faults injected at named points on the drill's own jobs, ending in a verdict
 //! whose every check is read back from the ledger and its events.
 //!
-//! Owns the catalogue ([`DrillKind`]), the fault points ([`faults`]), the scenarios
-//! ([`scenarios`]), the runner ([`runner`]) and the report ([`Report`]). A drill never runs in
+//! Owns the catalogue ([`DrillKind`]), the fault points ([`faults`]), a run's rig (`rig`: its
+//! queue, workers, dispatcher and reaper), the scenarios ([`scenarios`]), the runner
+//! ([`runner`]) and the report ([`Report`]). A drill never runs in
 //! a deployment marked production, never arms a fault on a job it did not create, and keeps its
 //! jobs on its own queue (the `drill_run` tag routes their outbox rows to its dispatcher only).
 
