@@ -69,14 +69,15 @@ impl Cli {
     /// global flags hidden from the help of commands that do not open the ledger.
     pub fn command_line() -> clap::Command {
         use clap::CommandFactory;
-        let mut command = Cli::command();
-        // Global flags reach the subcommands as the command is built.
-        command.build();
-        command.mut_subcommand("submit", |submit| {
-            LEDGER_FLAGS
-                .iter()
-                .fold(submit, |c, id| c.mut_arg(*id, |a| a.hide(true)))
-        })
+        let command = Cli::command();
+        // `submit` gets hidden copies of them: a global flag is not given to a subcommand
+        // that has its own flag of that name, so these flags still parse there, unshown.
+        let hidden: Vec<clap::Arg> = command
+            .get_arguments()
+            .filter(|a| LEDGER_FLAGS.contains(&a.get_id().as_str()))
+            .map(|a| a.clone().global(false).hide(true))
+            .collect();
+        command.mut_subcommand("submit", |submit| submit.args(hidden))
     }
 
     /// Parses `argv` against [`Cli::command_line`].
@@ -127,8 +128,9 @@ pub enum Command {
     /// audited): `retry` authorizes a fenced retry, `succeeded` resolves it with evidence,
     /// `failed` ends it.
     Decide(DecideArgs),
-    /// Cancel a job that is not terminal, as a named operator (fenced by the epoch seen;
-    /// audited): it fails for good and an attempt still running can never commit.
+    /// Cancel a job that has started and is not terminal (`running`, `unknown`,
+    /// `retry_authorized`; a `ready` job is refused), as a named operator (fenced by the epoch
+    /// seen; audited): it fails for good and an attempt still running can never commit.
     Cancel {
         job_id: String,
         /// The owner epoch you saw (the console and `GET /api/v1/jobs/{id}` show it).
@@ -719,6 +721,30 @@ mod tests {
             .render_long_help()
             .to_string();
         assert!(help.contains("--token") && help.contains("--api"), "{help}");
+        // As `fenceline submit --help` shows it.
+        let asked = Cli::parse_argv(["fenceline", "submit", "--help"]).unwrap_err();
+        assert_eq!(asked.kind(), clap::error::ErrorKind::DisplayHelp, "{asked}");
+        let shown = asked.to_string();
+        assert!(
+            shown.contains("--token") && !shown.contains("--database-url"),
+            "{shown}"
+        );
+        // The flags still parse there (a script that passes them keeps working).
+        let cli = Cli::parse_argv([
+            "fenceline",
+            "submit",
+            "--token",
+            "t",
+            "--key",
+            "k",
+            "--input",
+            "1",
+            "--database-url",
+            "sqlite://x.sqlite",
+            "--environment",
+            "production",
+        ]);
+        assert!(cli.is_ok(), "{cli:?}");
         for flag in [
             "--database-url",
             "--sqlite-synchronous",
@@ -728,10 +754,8 @@ mod tests {
             assert!(!help.contains(flag), "{flag} in {help}");
         }
         // Commands that open the ledger still show them.
-        let help = command
-            .find_subcommand_mut("serve")
-            .unwrap()
-            .render_long_help()
+        let help = Cli::parse_argv(["fenceline", "serve", "--help"])
+            .unwrap_err()
             .to_string();
         assert!(help.contains("--database-url"), "{help}");
         // And the flags still parse anywhere, as before.
