@@ -62,7 +62,9 @@ fn type_link(kind: &str) -> impl IntoView {
 
 #[component]
 pub fn ApiPage() -> impl IntoView {
-    let reference = use_context::<ApiReference>().unwrap_or_default();
+    let reference = use_context::<std::sync::Arc<ApiReference>>()
+        .map(|shared| ApiReference::clone(&shared))
+        .unwrap_or_default();
     let base = reference.base.clone();
     view! {
         <Title text="API reference · Fenceline"/>

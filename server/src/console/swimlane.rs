@@ -76,7 +76,7 @@ pub(super) fn swimlane_of(
     // recovery), until its fenced-out worker stopped it or its late answer was rejected.
     for e in key {
         let ran_on = match e.kind {
-            EventKind::LeaseLost => detail_str(e, "call") == "stopped",
+            EventKind::LeaseLost => e.detail_str("call") == "stopped",
             EventKind::ResultRejected => true,
             _ => false,
         };
@@ -105,7 +105,7 @@ pub(super) fn swimlane_of(
                 a.attempt_no,
                 human_duration(e.at - start),
                 e.seq,
-                detail_str(e, "reason")
+                e.detail_str("reason")
             ),
         });
     }
@@ -237,11 +237,11 @@ fn waits_and_epoch_changes(job: &Job, key: &[Event], start: i64, end: i64, marks
     for (i, e) in key.iter().enumerate() {
         if e.epoch > epoch && epoch > 0 && e.kind != EventKind::Claimed {
             let what = match e.kind {
-                EventKind::StateChanged => format!("state changed → {}", detail_str(e, "to")),
+                EventKind::StateChanged => format!("state changed → {}", e.detail_str("to")),
                 EventKind::RecoveryClaimed => {
-                    format!("recovery claimed ({})", detail_str(e, "reason"))
+                    format!("recovery claimed ({})", e.detail_str("reason"))
                 }
-                EventKind::DecisionRecorded => format!("decision {}", detail_str(e, "decision")),
+                EventKind::DecisionRecorded => format!("decision {}", e.detail_str("decision")),
                 other => other.as_str().replace('_', " "),
             };
             changes.push(Mark::Point {
@@ -259,7 +259,7 @@ fn waits_and_epoch_changes(job: &Job, key: &[Event], start: i64, end: i64, marks
             });
         }
         epoch = epoch.max(e.epoch);
-        let to = detail_str(e, "to");
+        let to = e.detail_str("to");
         if e.kind != EventKind::StateChanged || !matches!(to, "unknown" | "retry_authorized") {
             continue;
         }
@@ -322,9 +322,4 @@ fn waits_and_epoch_changes(job: &Job, key: &[Event], start: i64, end: i64, marks
         });
     }
     marks.extend(changes);
-}
-
-/// A string field of an event's detail ("" if absent).
-fn detail_str<'a>(e: &'a Event, field: &str) -> &'a str {
-    e.detail.get(field).and_then(|v| v.as_str()).unwrap_or("")
 }

@@ -7,7 +7,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::faults::{Arm, FaultPoint as F};
@@ -104,10 +104,6 @@ fn second_delivery_examined(v: &View) -> bool {
                 )
         })
     })
-}
-
-fn detail_str<'a>(e: &'a Event, key: &str) -> &'a str {
-    e.detail.get(key).and_then(Value::as_str).unwrap_or("")
 }
 
 struct Ctx<'a> {
@@ -362,7 +358,7 @@ fn capture(role: &str, view: &View, now_us: i64) -> Capture {
             K::ResultAccepted => Some(format!("accepted at epoch {}", e.epoch)),
             K::ResultRejected => Some(format!(
                 "rejected ({}) at epoch {}",
-                detail_str(e, "reason"),
+                e.detail_str("reason"),
                 e.epoch
             )),
             _ => None,
@@ -373,8 +369,8 @@ fn capture(role: &str, view: &View, now_us: i64) -> Capture {
         .iter()
         .rev()
         .find_map(|e| match e.kind {
-            K::MessageDeleted => Some(format!("deleted ({})", detail_str(e, "reason"))),
-            K::DeleteFailed => Some(format!("delete failed ({})", detail_str(e, "error"))),
+            K::MessageDeleted => Some(format!("deleted ({})", e.detail_str("reason"))),
+            K::DeleteFailed => Some(format!("delete failed ({})", e.detail_str("error"))),
             K::MovedToDlq => Some("in the dead-letter queue".into()),
             _ => None,
         })
@@ -534,7 +530,7 @@ async fn paused_worker(ctx: &Ctx<'_>) -> Result<(String, i64), Stop> {
         .collect();
     let stale = rejected
         .iter()
-        .any(|e| detail_str(e, "reason") == "stale_epoch" && e.epoch == a_epoch);
+        .any(|e| e.detail_str("reason") == "stale_epoch" && e.epoch == a_epoch);
     ctx.check(
         "A's commit was rejected as stale_epoch",
         stale && !view.has(K::ResultAccepted),
@@ -543,7 +539,7 @@ async fn paused_worker(ctx: &Ctx<'_>) -> Result<(String, i64), Stop> {
             rejected.len(),
             rejected
                 .iter()
-                .map(|e| detail_str(e, "reason"))
+                .map(|e| e.detail_str("reason"))
                 .collect::<Vec<_>>()
                 .join(", "),
             view.count(K::ResultAccepted)
@@ -1004,7 +1000,7 @@ fn renewals_at_deadline(
         .iter()
         .filter(|e| match (e.kind, asked(e)) {
             (K::VisibilityRenewed, (_, Some(left))) => left < stretch,
-            (K::VisibilityRenewalFailed, _) => detail_str(e, "reason") == "cap_or_deadline",
+            (K::VisibilityRenewalFailed, _) => e.detail_str("reason") == "cap_or_deadline",
             _ => false,
         })
         .collect();
@@ -1195,7 +1191,7 @@ async fn dlq_replay_inspected(ctx: &Ctx<'_>) -> Step {
             let receives = m.detail["receive_count"].as_i64().unwrap_or(0);
             (
                 receives >= i64::from(MAX_RECEIVE_COUNT)
-                    && replayed.is_some_and(|e| detail_str(e, "from") == "dead_letter_queue"),
+                    && replayed.is_some_and(|e| e.detail_str("from") == "dead_letter_queue"),
                 format!("moved after {receives} receive(s); maxReceiveCount {MAX_RECEIVE_COUNT}"),
             )
         }
@@ -1205,7 +1201,7 @@ async fn dlq_replay_inspected(ctx: &Ctx<'_>) -> Step {
                  letter's arrival there is read from the DLQ itself, and the replay records it.",
             );
             (
-                replayed.is_some_and(|e| detail_str(e, "from") == "dead_letter_queue"),
+                replayed.is_some_and(|e| e.detail_str("from") == "dead_letter_queue"),
                 "found in the dead-letter queue and replayed from it".to_owned(),
             )
         }
@@ -1218,7 +1214,7 @@ async fn dlq_replay_inspected(ctx: &Ctx<'_>) -> Step {
         &[moved, replayed].into_iter().flatten().collect::<Vec<_>>(),
     );
     let inspected = replayed.is_some_and(|e| {
-        detail_str(e, "action") == "redispatched" && detail_str(e, "state") == "ready"
+        e.detail_str("action") == "redispatched" && e.detail_str("state") == "ready"
     }) && replay.jobs.iter().any(|j| j.job_id == job);
     ctx.check(
         "replay inspected the ledger before sending anything",
@@ -1386,7 +1382,7 @@ async fn attempt_budget_exhausted(ctx: &Ctx<'_>) -> Step {
     let scheduled: Vec<i64> = view
         .all(K::StateChanged)
         .into_iter()
-        .filter(|e| detail_str(e, "to") == "retry_authorized")
+        .filter(|e| e.detail_str("to") == "retry_authorized")
         .filter_map(|e| e.detail["retry_in_ms"].as_i64())
         .collect();
     ctx.check(
@@ -1420,7 +1416,7 @@ async fn attempt_budget_exhausted(ctx: &Ctx<'_>) -> Step {
     let change = view.first(K::BudgetExhausted).or_else(|| {
         view.all(K::StateChanged)
             .into_iter()
-            .find(|e| detail_str(e, "to") == "failed_terminal")
+            .find(|e| e.detail_str("to") == "failed_terminal")
     });
     ctx.check(
         "failed_terminal once the budget was spent",

@@ -226,10 +226,11 @@ fn page_context(ledger: &Ledger, queue: &crate::console::QueueInfo) {
         )
     };
     let (visitor, tenants) = parts.as_ref().map(extension).unwrap_or_default();
-    // The API page's reference, read once from the OpenAPI document.
-    static API_REFERENCE: std::sync::LazyLock<fenceline_app::console::ApiReference> =
-        std::sync::LazyLock::new(openapi::reference);
-    provide_context(API_REFERENCE.clone());
+    // The API page's reference, read once from the OpenAPI document and shared, not copied.
+    static API_REFERENCE: std::sync::LazyLock<
+        std::sync::Arc<fenceline_app::console::ApiReference>,
+    > = std::sync::LazyLock::new(|| std::sync::Arc::new(openapi::reference()));
+    provide_context(std::sync::Arc::clone(&API_REFERENCE));
     if let Some(refusal) = parts
         .as_ref()
         .and_then(|p| p.extensions.get::<fenceline_app::console::FormRefusal>())

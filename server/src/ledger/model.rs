@@ -460,6 +460,16 @@ pub struct Event {
     pub detail: Value,
 }
 
+impl Event {
+    /// A string field of the event's detail (`""` when absent or not a string).
+    pub fn detail_str(&self, field: &str) -> &str {
+        self.detail
+            .get(field)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("")
+    }
+}
+
 /// Which jobs to list. Pages run newest first; `before` is the last id of the previous page.
 #[derive(Debug, Clone, Default)]
 pub struct JobFilter {
