@@ -14,9 +14,14 @@
 //!   inspected dead-letter replay.
 //! - [`http`]: the REST API v1 (bearer tokens) with its typed contract (`http::contract`, from
 //!   which the OpenAPI document is generated), health, console routes.
+//! - [`drill`]: the redelivery drills — catalogue, rig, scenarios, runner and verdict.
+//! - [`soak`]: the chaos soak's check of a finished run.
 //! - [`console`]: the console port over the ledger, one file per page, and its SVG charts.
 //! - [`operators`]: who may sign in, their roles and tenant scopes, password hashing.
 //! - [`metrics`]: the Prometheus counters and gauges (bounded labels only).
+//! - [`deployment`]: where this deployment runs (production refuses drills and faults).
+//! - [`faults`]: the named fault points drills arm on their own jobs, and the safeguards a test
+//!   may switch off.
 //! - [`settings`]: flags, environment and the `--config` file, resolved once into `Settings`.
 //! - [`time`]: instants and durations as text for people and programs, and operators' input
 //!   read back (on `chrono`).
@@ -25,7 +30,9 @@
 
 pub mod bench;
 pub mod console;
+pub mod deployment;
 pub mod drill;
+pub mod faults;
 pub mod http;
 pub mod job;
 pub mod ledger;

@@ -443,9 +443,9 @@ pub mod runtime {
             // answer (landed or not), each at `rate`.
             tracing::warn!(rate, "injecting faults for the chaos soak");
             ledger.lose_commit_answers_at(rate);
-            config.faults = Some(crate::drill::faults::Faults::at_rate(
+            config.faults = Some(crate::faults::Faults::at_rate(
                 rate,
-                &[crate::drill::faults::FaultPoint::LeaseRenew],
+                &[crate::faults::FaultPoint::LeaseRenew],
             ));
             let faulty = crate::queue::faults::FaultyQueue::new(queue.clone());
             faulty.arm(crate::queue::faults::FaultPlan {

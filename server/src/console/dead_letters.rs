@@ -4,9 +4,9 @@
 
 use fenceline_app::console::{DeadLetterGroup, DeadLetterRow, DeadLetters};
 
+use crate::job::message;
 use crate::job::JobState;
 use crate::ledger::LedgerError;
-use crate::worker::message;
 
 use super::LedgerConsole;
 

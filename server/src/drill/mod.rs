@@ -2,25 +2,22 @@
 //! code, with faults injected at named points on the drill's own jobs, ending in a verdict
 //! whose every check is read back from the ledger and its events.
 //!
-//! Owns the catalogue ([`DrillKind`]), the fault points ([`faults`]), a run's rig (`rig`: its
-//! queue, workers, dispatcher and reaper), the scenarios ([`scenarios`]), the runner
-//! ([`runner`]) and the report ([`Report`]). A drill never runs in
+//! Owns the catalogue ([`DrillKind`]), a run's rig (`rig`: its queue, workers, dispatcher and
+//! reaper), the scenarios ([`scenarios`]), the runner ([`runner`]) and the report ([`Report`]).
+//! It arms the fault points of [`crate::faults`]; it does not own them. A drill never runs in
 //! a deployment marked production, never arms a fault on a job it did not create, and keeps its
 //! jobs on its own queue (the `drill_run` tag routes their outbox rows to its dispatcher only).
 
-pub mod faults;
 pub mod provider;
 mod rig;
 pub mod runner;
-pub mod sabotage;
 mod scenarios;
 
 use serde::{Deserialize, Serialize};
 
 pub use runner::{start, DrillError, DrillProvider, DrillQueue, DrillRequest, DrillTimings};
 
-/// The tenant drill jobs belong to.
-pub const DRILL_TENANT: &str = "drill";
+pub use crate::job::DRILL_TENANT;
 
 /// The drill catalogue: stable kinds, as in `docs/drills.md`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -191,8 +188,8 @@ impl DrillKind {
     }
 
     /// The fault points the scenario arms.
-    pub fn faults(&self) -> &'static [faults::FaultPoint] {
-        use faults::FaultPoint as F;
+    pub fn faults(&self) -> &'static [crate::faults::FaultPoint] {
+        use crate::faults::FaultPoint as F;
         match self {
             DrillKind::LiveOwnerSuppressesDuplicate => {
                 &[F::QueueReceiveDuplicate, F::ProviderLatency]

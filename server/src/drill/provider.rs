@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::faults::{FaultPoint, Faults};
+use crate::faults::{FaultPoint, Faults};
 use crate::provider::{
     Progress, Provider, ProviderOutcome, ProviderRequest, RateLimits, Retrieval, Window,
 };

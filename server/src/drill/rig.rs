@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::faults::Faults;
 use super::provider::FaultyProvider;
 use super::DrillKind;
+use crate::faults::Faults;
 use crate::ledger::{Ledger, LedgerError};
 use crate::provider::stub::{StubConfig, StubProvider};
 use crate::provider::{AnyProvider, Provider};
@@ -182,7 +182,7 @@ impl Rig {
         }
         let lane = dispatcher::Lane {
             drill_run: run_id.to_owned(),
-            lock: if faults.disabled(super::sabotage::Safeguard::ResendLostDispatch) {
+            lock: if faults.disabled(crate::faults::sabotage::Safeguard::ResendLostDispatch) {
                 Duration::from_secs(24 * 3600)
             } else {
                 timings.visibility

@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::faults::Faults;
 use super::rig::Rig;
 pub use super::rig::{DrillError, DrillProvider, DrillQueue, DrillRequest, DrillTimings};
 use super::scenarios;
 use super::{Report, ScenarioReport, ScenarioStatus};
+use crate::deployment::Environment;
+use crate::faults::Faults;
 use crate::ledger::{DrillRunRow, Ledger};
-use crate::settings::Environment;
 
 /// How often a run saves its progress; a running row not saved for [`STALE`] was cut short.
 const SAVE_EVERY: Duration = Duration::from_millis(500);
@@ -74,7 +74,7 @@ pub async fn run(
 pub async fn run_sabotaged(
     ledger: &Ledger,
     request: DrillRequest,
-    disabled: &[super::sabotage::Safeguard],
+    disabled: &[crate::faults::sabotage::Safeguard],
 ) -> Result<Report, DrillError> {
     // Runs that prove the drills themselves go side by side: they run in tests alone.
     let (run_id, report) = begin(ledger, Environment::Development, &request, false).await?;

@@ -10,13 +10,13 @@ use std::time::Duration;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use super::faults::{Arm, FaultPoint as F};
 use super::rig::{DrillQueue, Rig, MAX_RECEIVE_COUNT};
 use super::{Capture, Check, DrillKind, Evidence, DRILL_TENANT};
+use crate::faults::{Arm, FaultPoint as F};
+use crate::job::message::JobMessage;
 use crate::job::{Actor, EventKind as K, JobId, JobState};
 use crate::ledger::{Attempt, AttemptOutcome, Decision, Event, Job, NewJob, ReplayPolicy};
 use crate::queue::Queue;
-use crate::worker::message::JobMessage;
 
 /// What a scenario found.
 pub(crate) struct Outcome {
@@ -1159,7 +1159,7 @@ async fn dlq_replay_inspected(ctx: &Ctx<'_>) -> Step {
     let replay = if ctx
         .rig
         .faults
-        .disabled(super::sabotage::Safeguard::InspectBeforeReplay)
+        .disabled(crate::faults::sabotage::Safeguard::InspectBeforeReplay)
     {
         // What a replay without inspection does: every letter goes back as it is.
         for letter in dlq

@@ -874,7 +874,7 @@ async fn one_letter(
         .await;
         return back;
     };
-    let job = match crate::worker::message::parse(&body) {
+    let job = match crate::job::message::parse(&body) {
         Ok(m) => match state.ledger.job(&m.job_id).await {
             Ok(job) => job,
             Err(_) => return unavailable(),

@@ -32,7 +32,7 @@ pub struct Access {
     /// The bearer token `/metrics` asks for; without one `/metrics` is not served.
     pub metrics_token: Option<Secret>,
     /// Proxies whose `X-Forwarded-For` names the client, for sign-in limits.
-    pub trusted_proxies: super::proxies::TrustedProxies,
+    pub trusted_proxies: crate::settings::proxies::TrustedProxies,
     pub sessions: SessionPolicy,
     /// Signs the sign-in form's cookie: the ledger's key, shared by every `serve` process.
     pub form_key: sign_in_form::FormKey,

@@ -16,7 +16,6 @@ mod export;
 pub mod gate;
 mod health;
 pub mod openapi;
-pub mod proxies;
 mod refusals;
 pub mod sessions;
 pub mod sign_in_form;

@@ -3,7 +3,7 @@
 //! a form is posted. A good password starts a fresh session (a new id: a cookie from before
 //! sign-in is useless after it); failures are counted per account and per address, each
 //! attempt counted before its password is checked, and the sixth in a minute is refused
-//! unchecked. The address is the client's, as [`super::proxies`] reads it. Two passwords are
+//! unchecked. The address is the client's, as [`crate::settings::proxies`] reads it. Two passwords are
 //! checked at a time.
 
 use std::net::SocketAddr;

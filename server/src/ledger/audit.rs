@@ -130,7 +130,7 @@ impl Ledger {
         if filter.without_drills {
             conditions.push(format!(
                 "action <> 'drill_started' AND (tenant IS NULL OR tenant <> '{}')",
-                crate::drill::DRILL_TENANT
+                crate::job::DRILL_TENANT
             ));
         }
         if let Some(since) = filter.since {

@@ -134,7 +134,9 @@ pub use model::{
     NewJob, Owner, Recovered, Renewal, ReplayPolicy, Throttle, Throttled,
 };
 pub use operators::{Credentials, FailureScope};
-pub use queue_store::{QueueDepth, TakenMessage, VisibilityChange};
+pub use queue_store::{
+    describe_embedded, LedgerMessage, QueueDepth, TakenMessage, VisibilityChange,
+};
 pub use read::list_jobs_statement;
 pub use retention::{Pruned, RetentionRun};
 pub use rollup::{activity_statements, Activity, FINISHED, HOUR, REDELIVERED};
@@ -144,8 +146,7 @@ pub use transport::{DeadLetterMove, RejectedMessage};
 pub use unknown::{UnknownForRetrieval, UnknownJob};
 pub use workers::{Reported, WorkerReport, WorkerSeen};
 pub use write::{
-    AcceptDelete, GroupStats, LedgerMessage, OutboxItem, RenewBoth, RenewedWithVisibility,
-    EVIDENCE_MAX,
+    AcceptDelete, GroupStats, OutboxItem, RenewBoth, RenewedWithVisibility, EVIDENCE_MAX,
 };
 
 use std::sync::Arc;

@@ -8,8 +8,39 @@ use sqlx::AnyConnection;
 
 use super::statements::Statements;
 use super::write::micros;
-use super::write::ReceiveOp;
 use super::{Ledger, LedgerError};
+
+/// A delete of an embedded queue's message: `(queue, id, hash of the handle)`.
+pub(crate) type DeleteOp = (String, i64, String);
+
+/// A message of one of the ledger's own queues (the embedded queue), as a delivery's handle
+/// names it: what a transaction of that ledger can delete, or renew the visibility of.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerMessage(pub(crate) DeleteOp);
+
+impl LedgerMessage {
+    pub(crate) fn new(queue: &str, id: i64, handle_hash: &str) -> LedgerMessage {
+        LedgerMessage((queue.to_owned(), id, handle_hash.to_owned()))
+    }
+
+    pub(crate) fn queue(&self) -> &str {
+        &self.0 .0
+    }
+}
+
+/// A receive from an embedded queue: takes visible messages under the offered handles.
+pub(crate) struct ReceiveOp {
+    pub(crate) queue: String,
+    pub(crate) handles: Vec<String>,
+    pub(crate) visibility: Duration,
+    pub(crate) dead_letter: Option<(String, i64)>,
+}
+
+/// How [`crate::queue::Queue::describe`] names the embedded queue `name` (the outbox records it
+/// on the events of a send it makes into this ledger).
+pub fn describe_embedded(name: &str) -> String {
+    format!("embedded:{name}")
+}
 
 /// A message taken by a receive.
 #[derive(Debug, Clone, sqlx::FromRow)]

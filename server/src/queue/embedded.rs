@@ -36,11 +36,6 @@ const POLL_INTERVAL: Duration = Duration::from_millis(50);
 /// Most messages one statement sends or changes.
 const CHUNK: usize = 500;
 
-/// How [`Queue::describe`] names the embedded queue `name`.
-pub(crate) fn describe(name: &str) -> String {
-    format!("embedded:{name}")
-}
-
 /// One queue (and its dead-letter queue) in the ledger database. Cheap to clone.
 #[derive(Clone)]
 pub struct EmbeddedQueue {
@@ -249,7 +244,7 @@ impl EmbeddedQueue {
 
 impl Queue for EmbeddedQueue {
     fn describe(&self) -> String {
-        describe(&self.name)
+        crate::ledger::describe_embedded(&self.name)
     }
 
     fn send_round(&self) -> usize {

@@ -10,7 +10,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use super::{BatchResult, DeletePlan, Deleted, Delivery, Depth, Queue, QueueError, ReceiptHandle};
-use crate::drill::faults::{FaultPoint, Faults};
+use crate::faults::{FaultPoint, Faults};
 use crate::job::draw;
 use crate::ledger::Ledger;
 
@@ -175,7 +175,7 @@ impl<Q: Queue> Queue for FaultyQueue<Q> {
         let deliveries = self.inner.receive(max, visibility, wait).await?;
         if let Some(faults) = &self.faults {
             for d in &deliveries {
-                let Ok(msg) = crate::worker::message::parse(&d.body) else {
+                let Ok(msg) = crate::job::message::parse(&d.body) else {
                     continue;
                 };
                 faults.note_receipt(&d.receipt.fingerprint(), &msg.job_id);

@@ -6,11 +6,12 @@
 
 pub mod cli;
 pub mod file;
+pub mod proxies;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::{Args, FromArgMatches, Parser, ValueEnum};
+use clap::{Args, FromArgMatches, Parser};
 
 pub use cli::{
     BenchCommand, Cli, Command, DecideArgs, DrillCommand, DrillModel, DrillRunArgs,
@@ -23,14 +24,7 @@ use crate::provider::policy::ModelPolicy;
 use crate::provider::stub::StubConfig;
 use crate::worker::Timings;
 
-/// Where this deployment runs. Production is explicit: it refuses fault injection and drills,
-/// and it never creates operators on its own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
-pub enum Environment {
-    #[default]
-    Development,
-    Production,
-}
+pub use crate::deployment::Environment;
 
 /// A value that is never printed: `Debug` shows `Secret(…)`.
 #[derive(Clone, PartialEq, Eq)]
@@ -79,7 +73,7 @@ pub struct HttpSettings {
     /// a trailing slash; links that leave the console are made from it.
     pub public_url: Option<String>,
     /// Proxies whose `X-Forwarded-For` names the client (`--trusted-proxy`); none by default.
-    pub trusted_proxies: crate::http::proxies::TrustedProxies,
+    pub trusted_proxies: proxies::TrustedProxies,
     /// The bearer token `/metrics` asks for; without one `/metrics` is not served.
     pub metrics_token: Option<Secret>,
     /// Per-tenant replay policy for jobs that name none (`--tenant-replay-policy`).
@@ -212,10 +206,8 @@ impl Settings {
             http: HttpSettings {
                 bind: serve.bind,
                 public_url: public_url(serve.public_url.as_deref())?,
-                trusted_proxies: crate::http::proxies::TrustedProxies::parse(
-                    &serve.trusted_proxies,
-                )
-                .map_err(|e| SettingsError::Invalid(format!("--trusted-proxy {e}")))?,
+                trusted_proxies: proxies::TrustedProxies::parse(&serve.trusted_proxies)
+                    .map_err(|e| SettingsError::Invalid(format!("--trusted-proxy {e}")))?,
                 tenant_replay: tenant_replay(&serve.tenant_replay_policies)?,
                 metrics_token: serve
                     .metrics_token
@@ -522,7 +514,7 @@ mod tests {
         let none = serve(&[]).unwrap();
         assert_eq!(
             none.http.trusted_proxies,
-            crate::http::proxies::TrustedProxies::default()
+            proxies::TrustedProxies::default()
         );
         let two = serve(&[
             "--trusted-proxy",

@@ -8,10 +8,10 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use super::heartbeat::{cap_left, db_span, delivery_ref, now_ms, InFlight, StopReason};
-use super::message::{self, BadMessage, JobMessage};
 use super::Shared;
-use crate::drill::faults::FaultPoint;
-use crate::drill::sabotage::Safeguard;
+use crate::faults::sabotage::Safeguard;
+use crate::faults::FaultPoint;
+use crate::job::message::{self, BadMessage, JobMessage};
 use crate::job::{Actor, EventKind, JobState};
 use crate::ledger::{
     AcceptDelete, AttemptStarted, DeliveryRef, Failure, Job, LedgerError, NewEvent, Owner, Refusal,

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
-use super::message::JobMessage;
-use crate::drill::faults::{FaultPoint, Faults};
+use crate::faults::{FaultPoint, Faults};
+use crate::job::message::JobMessage;
 use crate::ledger::{Ledger, LedgerError};
 use crate::metrics::Metrics;
 use crate::queue::{Queue, MAX_BATCH};

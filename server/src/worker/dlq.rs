@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::message;
+use crate::job::message;
 use crate::job::{Actor, EventKind, JobState};
 use crate::ledger::{Ledger, LedgerError, NewEvent};
 use crate::queue::{Queue, QueueError};

@@ -12,7 +12,7 @@ use serde_json::json;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::drill::sabotage::Safeguard;
+use crate::faults::sabotage::Safeguard;
 
 use super::Shared;
 use crate::job::{Actor, EventKind};
@@ -345,7 +345,7 @@ async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
     let mut both = Vec::new();
     for d in due {
         let lease_faulted = shared.config.faults.as_ref().is_some_and(|f| {
-            f.fire(&d.job_id, crate::drill::faults::FaultPoint::LeaseRenew)
+            f.fire(&d.job_id, crate::faults::FaultPoint::LeaseRenew)
                 .is_some()
         });
         let in_ledger = (!lease_faulted)

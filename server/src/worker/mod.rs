@@ -15,7 +15,6 @@ pub mod dispatcher;
 pub mod dlq;
 pub mod flow;
 mod heartbeat;
-pub mod message;
 pub mod presence;
 pub mod reaper;
 pub mod retention;
@@ -125,7 +124,7 @@ pub struct WorkerConfig {
     /// Where this worker counts what it does.
     pub metrics: crate::metrics::Metrics,
     /// A drill's per-job faults; `None` everywhere but a drill's own workers.
-    pub faults: Option<crate::drill::faults::Faults>,
+    pub faults: Option<crate::faults::Faults>,
 }
 
 /// Receive requests a worker keeps open while the queue has a backlog, unless told otherwise.

@@ -44,7 +44,7 @@ async fn note_dead_letters(ledger: &Ledger) -> Result<usize, LedgerError> {
     let events: Vec<(String, NewEvent)> = moves
         .iter()
         .filter_map(|m| {
-            let job = super::message::parse(&m.body).ok()?;
+            let job = crate::job::message::parse(&m.body).ok()?;
             let event = NewEvent::new(EventKind::MovedToDlq, &Actor::System).detail(json!({
                 "reason": "max_receive_count",
                 "message_id": m.message_id,

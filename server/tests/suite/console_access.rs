@@ -1790,9 +1790,9 @@ async fn automation_acts_over_the_api_with_an_operator_token_under_its_role_and_
 }
 
 async fn an_operator_replays_dead_letters_after_inspection_from_the_console(db: Db) {
+    use fenceline::job::message::JobMessage;
     use fenceline::queue::embedded::EmbeddedQueue;
     use fenceline::queue::Queue;
-    use fenceline::worker::message::JobMessage;
     let app = spawn_app(db).await;
     let ledger = &app.ledger;
     let workable = create(ledger, new_job("acme", "dlq-workable", json!(1))).await;
@@ -2117,9 +2117,9 @@ async fn a_bulk_decision_fences_each_job_on_its_own(db: Db) {
 async fn one_dead_letter_is_replayed_after_inspection_or_dropped_by_an_operator_of_its_tenant(
     db: Db,
 ) {
+    use fenceline::job::message::JobMessage;
     use fenceline::queue::embedded::EmbeddedQueue;
     use fenceline::queue::Queue;
-    use fenceline::worker::message::JobMessage;
     let app = spawn_app(db).await;
     let ledger = &app.ledger;
     let job_id = create(ledger, new_job("globex", "dlq-drop", json!(1))).await;

@@ -504,8 +504,8 @@ async fn a_drill_jobs_sends_stay_in_its_own_lane() {
 
 /// For every drill, the safeguard it proves, and the check that must catch its absence (for
 /// the continued paused-worker drill, whichever of its checks meets the broken worker first).
-fn sabotage_of(kind: DrillKind) -> (fenceline::drill::sabotage::Safeguard, &'static str) {
-    use fenceline::drill::sabotage::Safeguard as S;
+fn sabotage_of(kind: DrillKind) -> (fenceline::faults::sabotage::Safeguard, &'static str) {
+    use fenceline::faults::sabotage::Safeguard as S;
     match kind {
         DrillKind::LiveOwnerSuppressesDuplicate => {
             (S::SuppressLiveOwnerCopies, "the copy was suppressed")

@@ -768,7 +768,7 @@ async fn the_ledgers_own_queue_takes_a_round_whole_in_fair_turns_within_caps(db:
     let mut received: Vec<(String, String)> = deliveries
         .iter()
         .map(|d| {
-            let job = fenceline::worker::message::parse(&d.body).unwrap();
+            let job = fenceline::job::message::parse(&d.body).unwrap();
             (d.message_id.clone(), job.job_id)
         })
         .collect();

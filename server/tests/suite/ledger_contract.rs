@@ -191,7 +191,7 @@ async fn a_new_job_on_a_queue_in_the_ledger_is_sent_in_its_own_transaction(db: D
             .await
             .unwrap();
         assert_eq!(got.len(), 1, "group commit {group_commit}: {got:?}");
-        let message: fenceline::worker::message::JobMessage =
+        let message: fenceline::job::message::JobMessage =
             serde_json::from_str(&got[0].body).unwrap();
         assert_eq!(
             (message.job_id.as_str(), message.tenant.as_str()),
@@ -2669,13 +2669,13 @@ async fn a_write_given_up_while_its_transaction_begins_leaves_no_connection_insi
 /// deletes nothing and says so. A queue that injects delete faults, or a ledger without group
 /// commit, leaves the delete to the caller.
 async fn an_accepted_result_deletes_its_embedded_delivery_in_its_own_transaction(db: Db) {
-    use fenceline::drill::faults::Faults;
+    use fenceline::faults::Faults;
+    use fenceline::job::message::JobMessage;
     use fenceline::job::EventKind;
     use fenceline::ledger::{AcceptDelete, Ledger, NewEvent};
     use fenceline::queue::embedded::EmbeddedQueue;
     use fenceline::queue::faults::{FaultPlan, FaultyQueue};
     use fenceline::queue::{DeletePlan, Delivery, Queue};
-    use fenceline::worker::message::JobMessage;
 
     const WAIT: Duration = Duration::from_secs(2);
     let (ledger, test_db) = fresh_ledger(db).await;

@@ -4,12 +4,12 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use fenceline::job::message::JobMessage;
 use fenceline::job::JobState;
 use fenceline::ledger::AttemptOutcome;
 use fenceline::provider::stub::StubConfig;
 use fenceline::queue::faults::FaultPlan;
 use fenceline::queue::Queue;
-use fenceline::worker::message::JobMessage;
 
 use crate::helpers::{
     as_owner, count_kind, kinds, new_job, rig, rig_with, wait_for_event, QueueKind,

@@ -3,11 +3,29 @@
 
 use serde_json::{json, Value};
 
-use super::group::{AcceptDelete, AcceptOp};
 use super::{insert_result, new_result_ref, Intent, NewResult, Reserved};
 use crate::job::{Actor, EventKind};
 use crate::ledger::model::{Accepted, NewEvent, Owner};
-use crate::ledger::{Ledger, LedgerError, Refusal};
+use crate::ledger::{Ledger, LedgerError, LedgerMessage, Refusal};
+
+/// An owner's result for its pending attempt.
+pub(crate) struct AcceptOp {
+    pub(crate) owner: Owner,
+    pub(crate) attempt_no: i64,
+    pub(crate) body: String,
+    /// The delivery to delete once the result is accepted, in the same transaction.
+    pub(crate) delete: Option<AcceptDelete>,
+}
+
+/// The delete that goes with an accepted result: the message of one of the ledger's own
+/// queues, and the event on the job's timeline for each answer (deleted, or nothing to delete
+/// under that handle).
+#[derive(Debug, Clone)]
+pub struct AcceptDelete {
+    pub message: LedgerMessage,
+    pub deleted: NewEvent,
+    pub not_deleted: NewEvent,
+}
 
 impl Ledger {
     /// `running` → `succeeded` with `body` as the one accepted result, only for the current

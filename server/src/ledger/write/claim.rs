@@ -5,12 +5,31 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::group::ClaimOp;
 use super::{micros, reserves, Intent, Reserved};
 use crate::job::{Actor, EventKind, JobId, JobState};
 use crate::ledger::model::{AttemptStarted, Claimed, Job, NewEvent, Owner};
 use crate::ledger::read::parse_json;
 use crate::ledger::{Ledger, LedgerError, Refusal};
+
+/// A worker's claim of a job it received, with the delivery's event and its first attempt.
+pub(crate) struct ClaimOp {
+    pub(crate) job_id: String,
+    /// The tenant the message named: a job of another tenant is not claimed here.
+    pub(crate) tenant: String,
+    pub(crate) worker_id: String,
+    pub(crate) lease: Duration,
+    pub(crate) provider: String,
+    pub(crate) received: NewEvent,
+}
+
+/// A claim that went through, with the job's stored input and model (JSON text).
+pub(crate) struct ClaimDone {
+    /// The job as the claim left it.
+    pub(crate) job: Job,
+    pub(crate) claimed: Claimed,
+    pub(crate) attempt: AttemptStarted,
+    pub(crate) input: Option<(String, String)>,
+}
 
 #[derive(sqlx::FromRow)]
 struct ClaimRow {

@@ -3,13 +3,21 @@
 
 use serde_json::json;
 
-use super::group::CreateOp;
 use super::outbox::{insert_outbox, send_new_in, sent_event, NewSend};
 use super::{micros, Reserved};
 use crate::job::{Actor, EventKind, JobId};
 use crate::ledger::model::{Created, NewEvent, NewJob};
 use crate::ledger::read::{job_from_row, JOB_COLUMNS};
 use crate::ledger::{DirectQueue, Ledger, LedgerError, Refusal};
+
+/// A new job with its id and who asked.
+pub(crate) struct CreateOp {
+    pub(crate) job_id: JobId,
+    pub(crate) new: NewJob,
+    pub(crate) actor: Actor,
+    /// Whether its message goes to the ledger's own queue in the same transaction.
+    pub(crate) direct: bool,
+}
 
 impl Ledger {
     /// Creates a job with its input and outbox row, idempotently per tenant and key.

@@ -23,17 +23,21 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use sha2::{Digest, Sha256};
 use sqlx::any::AnyRow;
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyConnection, Row};
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-use super::accept::{accept_events, ACCEPT_EVENTS};
+use super::accept::{accept_events, AcceptOp, ACCEPT_EVENTS};
+use super::claim::{ClaimDone, ClaimOp};
+use super::create::CreateOp;
 use super::outbox::{send_new_in, NewSend};
-use super::{event_rows, insert_event_rows, micros, new_result_ref, EventRow, Placed, Reserved};
+use super::{
+    body_digest, event_rows, insert_event_rows, micros, new_result_ref, EventRow, Placed, Reserved,
+};
 use crate::job::{Actor, JobId, JobState};
-use crate::ledger::model::{Accepted, AttemptStarted, Claimed, Job, NewEvent, NewJob, Owner};
+use crate::ledger::model::{Accepted, AttemptStarted, Claimed, Job, NewEvent, Owner};
+use crate::ledger::queue_store::{DeleteOp, ReceiveOp};
 use crate::ledger::read::job_from_row;
 use crate::ledger::{Backend, Ledger, LedgerError, TakenMessage};
 
@@ -284,80 +288,6 @@ pub(crate) struct LostCommits {
 pub(crate) struct Batch {
     runner: usize,
     number: i64,
-}
-
-/// A worker's claim of a job it received, with the delivery's event and its first attempt.
-pub(crate) struct ClaimOp {
-    pub(crate) job_id: String,
-    /// The tenant the message named: a job of another tenant is not claimed here.
-    pub(crate) tenant: String,
-    pub(crate) worker_id: String,
-    pub(crate) lease: Duration,
-    pub(crate) provider: String,
-    pub(crate) received: NewEvent,
-}
-
-/// A claim that went through, with the job's stored input and model (JSON text).
-pub(crate) struct ClaimDone {
-    /// The job as the claim left it.
-    pub(crate) job: Job,
-    pub(crate) claimed: Claimed,
-    pub(crate) attempt: AttemptStarted,
-    pub(crate) input: Option<(String, String)>,
-}
-
-/// An owner's result for its pending attempt.
-pub(crate) struct AcceptOp {
-    pub(crate) owner: Owner,
-    pub(crate) attempt_no: i64,
-    pub(crate) body: String,
-    /// The delivery to delete once the result is accepted, in the same transaction.
-    pub(crate) delete: Option<AcceptDelete>,
-}
-
-/// The delete that goes with an accepted result: the message of one of the ledger's own
-/// queues, and the event on the job's timeline for each answer (deleted, or nothing to delete
-/// under that handle).
-#[derive(Debug, Clone)]
-pub struct AcceptDelete {
-    pub message: LedgerMessage,
-    pub deleted: NewEvent,
-    pub not_deleted: NewEvent,
-}
-
-/// A new job with its id and who asked.
-pub(crate) struct CreateOp {
-    pub(crate) job_id: JobId,
-    pub(crate) new: NewJob,
-    pub(crate) actor: Actor,
-    /// Whether its message goes to the ledger's own queue in the same transaction.
-    pub(crate) direct: bool,
-}
-
-/// A delete of an embedded queue's message: `(queue, id, hash of the handle)`.
-pub(crate) type DeleteOp = (String, i64, String);
-
-/// A message of one of the ledger's own queues (the embedded queue), as a delivery's handle
-/// names it: what a transaction of that ledger can delete, or renew the visibility of.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LedgerMessage(pub(crate) DeleteOp);
-
-impl LedgerMessage {
-    pub(crate) fn new(queue: &str, id: i64, handle_hash: &str) -> LedgerMessage {
-        LedgerMessage((queue.to_owned(), id, handle_hash.to_owned()))
-    }
-
-    pub(crate) fn queue(&self) -> &str {
-        &self.0 .0
-    }
-}
-
-/// A receive from an embedded queue: takes visible messages under the offered handles.
-pub(crate) struct ReceiveOp {
-    pub(crate) queue: String,
-    pub(crate) handles: Vec<String>,
-    pub(crate) visibility: Duration,
-    pub(crate) dead_letter: Option<(String, i64)>,
 }
 
 /// A write waiting for the next group commit.
@@ -1334,11 +1264,6 @@ fn place<'a, Op>(
         }
     }
     placed
-}
-
-/// The stored digest of a result body.
-pub(crate) fn body_digest(body: &str) -> String {
-    hex::encode(Sha256::digest(body.as_bytes()))
 }
 
 #[cfg(test)]

@@ -24,9 +24,10 @@ mod rerun;
 mod throttle;
 mod timeline;
 
+pub use accept::AcceptDelete;
 pub use attempt::{RenewBoth, RenewedWithVisibility};
-pub use group::{AcceptDelete, GroupStats, LedgerMessage};
-pub(crate) use group::{Groups, LostCommits, ReceiveOp};
+pub use group::GroupStats;
+pub(crate) use group::{Groups, LostCommits};
 pub use outbox::OutboxItem;
 
 use std::sync::Arc;
@@ -84,6 +85,12 @@ macro_rules! reserves {
     };
 }
 use reserves;
+
+/// The stored digest of a result body.
+pub(crate) fn body_digest(body: &str) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(body.as_bytes()))
+}
 
 /// What the caller meant to do, to explain a refused write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -458,7 +465,7 @@ pub(crate) async fn insert_result(
     .bind(r.epoch)
     .bind(r.status)
     .bind(r.body)
-    .bind(group::body_digest(r.body))
+    .bind(body_digest(r.body))
     .bind(r.at)
     .execute(&mut *conn)
     .await?;

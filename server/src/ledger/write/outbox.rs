@@ -9,13 +9,12 @@ use serde_json::json;
 use sqlx::{AnyConnection, Row};
 
 use super::micros;
+use crate::job::message::JobMessage;
 use crate::job::{Actor, EventKind};
 use crate::ledger::model::NewEvent;
-use crate::ledger::queue_store::queue_insert_in;
+use crate::ledger::queue_store::{describe_embedded, queue_insert_in};
 use crate::ledger::statements::{Batched, Statements};
 use crate::ledger::{DirectQueue, Ledger, LedgerError};
-use crate::queue::embedded;
-use crate::worker::message::JobMessage;
 
 /// An outbox row claimed for sending.
 #[derive(Debug, Clone)]
@@ -133,7 +132,7 @@ pub(super) async fn send_new_in(
 
 /// `dispatched` for a new job's message sent to `queue` in the job's own transaction.
 pub(super) fn sent_event(queue: &DirectQueue, message_id: &str) -> NewEvent {
-    dispatched_event(message_id, &embedded::describe(&queue.name), "created")
+    dispatched_event(message_id, &describe_embedded(&queue.name), "created")
 }
 
 /// `dispatched`: the job's message `message_id` is on `queue` (as [`crate::queue::Queue::describe`]

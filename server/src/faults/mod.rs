@@ -1,7 +1,10 @@
 //! Fault points: named places in the queue wrapper, the heartbeat, the worker step, the
 //! dispatcher and the provider where a drill can make one of its own jobs fail. Armed per job,
 //! never globally: a job nobody armed passes every point untouched, and the worker, queue and
-//! provider of `serve` carry no fault registry at all.
+//! provider of `serve` carry no fault registry at all. Drills ([`crate::drill`]) arm them; the
+//! rooms they fire in name them from here, below all of them.
+
+pub mod sabotage;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -159,7 +162,7 @@ struct Inner {
     fired_at_rate: u64,
     /// Safeguards switched off for this run (test builds only).
     #[cfg(feature = "sabotage")]
-    disabled: std::collections::HashSet<super::sabotage::Safeguard>,
+    disabled: std::collections::HashSet<sabotage::Safeguard>,
 }
 
 /// The fault registry one drill run shares between its queue wrapper, workers, dispatcher
@@ -351,7 +354,7 @@ impl Faults {
 
     /// Whether a safeguard is switched off for this run. Always `false` outside test builds.
     #[inline]
-    pub fn disabled(&self, safeguard: super::sabotage::Safeguard) -> bool {
+    pub fn disabled(&self, safeguard: sabotage::Safeguard) -> bool {
         #[cfg(feature = "sabotage")]
         {
             self.lock().disabled.contains(&safeguard)
@@ -365,7 +368,7 @@ impl Faults {
 
     /// Switches a safeguard off for this run's workers (test builds only).
     #[cfg(feature = "sabotage")]
-    pub fn disable(&self, safeguard: super::sabotage::Safeguard) {
+    pub fn disable(&self, safeguard: sabotage::Safeguard) {
         self.lock().disabled.insert(safeguard);
     }
 
