@@ -7,11 +7,13 @@
 //!
 //! # Layout
 //!
+//! - [`action`]: operators' actions as both crates write and read them (reason, picked job).
 //! - [`console`]: the port and its view models.
 //! - [`pages`]: one file per page.
 //! - [`components`]: reusable views; [`svg`]: charts as data, drawn as SVG.
 //! - [`shell`] and [`App`]: the HTML document and the router.
 
+pub mod action;
 pub mod components;
 pub mod console;
 pub mod pages;

@@ -782,38 +782,25 @@ async fn decide_command(
     ledger: &Ledger,
     args: &fenceline::settings::DecideArgs,
 ) -> anyhow::Result<()> {
-    use fenceline::ledger::Decision;
+    use fenceline::ledger::{Decision, DecisionKind};
     let actor = acting_operator(ledger, &args.operator).await?;
-    let decision = match args.decision.as_str() {
-        "retry" => Decision::AuthorizeRetry,
-        "failed" => Decision::ResolveFailed {
-            error_code: "operator_resolved_failed".into(),
-        },
-        _ => {
-            let pasted = match &args.result_file {
-                Some(path) => Some(
-                    std::fs::read_to_string(path)
-                        .with_context(|| format!("reading {}", path.display()))?,
-                ),
-                None => None,
-            };
-            let evidence = args.evidence.clone().unwrap_or_default();
-            anyhow::ensure!(
-                pasted.is_some() || !evidence.trim().is_empty(),
-                "resolving as succeeded needs --evidence (the provider's reference) or --result-file"
-            );
-            Decision::ResolveSucceeded {
-                result: pasted.unwrap_or_else(|| {
-                    serde_json::json!({ "provider_reference": evidence }).to_string()
-                }),
-                evidence: if evidence.trim().is_empty() {
-                    "result given by the operator".into()
-                } else {
-                    evidence
-                },
-            }
-        }
+    let kind = match args.decision.as_str() {
+        "retry" => DecisionKind::AuthorizeRetry,
+        "failed" => DecisionKind::ResolveFailed,
+        _ => DecisionKind::ResolveSucceeded,
     };
+    let result = match &args.result_file {
+        Some(path) => {
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
+        }
+        None => String::new(),
+    };
+    let evidence = args.evidence.as_deref().unwrap_or_default();
+    let decision = Decision::by_operator(kind, evidence, &result).map_err(|_| {
+        anyhow::anyhow!(
+            "resolving as succeeded needs --evidence (the provider's reference) or --result-file"
+        )
+    })?;
     let to = ledger
         .decide(&args.job_id, args.epoch, &decision, &actor, &args.reason)
         .await

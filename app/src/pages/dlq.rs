@@ -5,6 +5,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 
 use super::console;
+use crate::action::REASON_MAXLENGTH;
 use crate::components::{count, or_dash, ErrorBox, StateBadge};
 
 #[component]
@@ -44,7 +45,7 @@ pub fn DeadLettersPage() -> impl IntoView {
                                         "lands on the job's timeline and in the audit log."
                                     </p>
                                     <input type="hidden" name="csrf" value=csrf.clone()/>
-                                    <label>"Reason"<textarea name="reason" required=true maxlength="2000" rows="2"></textarea></label>
+                                    <label>"Reason"<textarea name="reason" required=true maxlength=REASON_MAXLENGTH rows="2"></textarea></label>
                                     <button type="submit">"Replay after inspection"</button>
                                 </form>
                             </details>
@@ -96,7 +97,7 @@ pub fn DeadLettersPage() -> impl IntoView {
                                                             <td data-label="Act">
                                                                 <form method="post" action=format!("/dlq/{}/replay", r.message_id) class="drop">
                                                                     <input type="hidden" name="csrf" value=csrf.clone()/>
-                                                                    <input name="reason" required=true maxlength="2000" size="14" placeholder="reason" aria-label="Why"/>
+                                                                    <input name="reason" required=true maxlength=REASON_MAXLENGTH size="14" placeholder="reason" aria-label="Why"/>
                                                                     <button type="submit">"Replay"</button>
                                                                     <button type="submit" class="danger" formaction=format!("/dlq/{}/drop", r.message_id)>"Drop"</button>
                                                                 </form>

@@ -3,6 +3,7 @@
 //! (`#e{seq}`, highlighted when targeted), runs of same-kind events folded, attempts,
 //! decisions, and exports. Refreshes itself while the job is live.
 
+use crate::action::REASON_MAXLENGTH;
 use crate::svg::SvgChart;
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -134,7 +135,7 @@ pub fn JobPage() -> impl IntoView {
                                     <p class="muted">"This job stays as it is (terminal states are final). A new job gets the same input, model, attempt budget and deadline length, a new id and a key derived from this one's; both timelines link to each other. It calls the model again."</p>
                                     <input type="hidden" name="csrf" value=visitor.csrf.clone()/>
                                     <input type="hidden" name="seen" value=d.event_count/>
-                                    <label>"Reason"<textarea name="reason" required=true maxlength="2000" rows="2"></textarea></label>
+                                    <label>"Reason"<textarea name="reason" required=true maxlength=REASON_MAXLENGTH rows="2"></textarea></label>
                                     <button type="submit">"Run again"</button>
                                 </form>
                             </details>
@@ -153,7 +154,7 @@ pub fn JobPage() -> impl IntoView {
                                     <input type="hidden" name="csrf" value=visitor.csrf.clone()/>
                                     <input type="hidden" name="epoch" value=d.epoch.to_string()/>
                                     <input type="hidden" name="state" value=d.state.clone()/>
-                                    <label>"Reason"<textarea name="reason" required=true maxlength="2000" rows="2"></textarea></label>
+                                    <label>"Reason"<textarea name="reason" required=true maxlength=REASON_MAXLENGTH rows="2"></textarea></label>
                                     <button type="submit" class="danger">"Cancel the job"</button>
                                 </form>
                             </details>
@@ -340,7 +341,7 @@ fn DecisionForms(job_id: String, epoch: i64, csrf: String) -> impl IntoView {
                     <h3>"Authorize a fenced retry"</h3>
                     <p class="muted">"Moves the job to a new epoch, so an earlier attempt still running can never commit, and sends it back to the queue. The attempt budget and the deadline stay as they are."</p>
                     {hidden.clone()("authorize_retry")}
-                    <label>"Reason"<textarea name="reason" required=true maxlength="2000" rows="2"></textarea></label>
+                    <label>"Reason"<textarea name="reason" required=true maxlength=REASON_MAXLENGTH rows="2"></textarea></label>
                     <button type="submit">"Authorize retry"</button>
                 </form>
                 <form method="post" action=action.clone() class="stack">
@@ -349,14 +350,14 @@ fn DecisionForms(job_id: String, epoch: i64, csrf: String) -> impl IntoView {
                     {hidden.clone()("resolve_succeeded")}
                     <label>"Provider reference"<input name="evidence" maxlength="500"/></label>
                     <label>"Result (pasted)"<textarea name="result" rows="3" maxlength="1000000"></textarea></label>
-                    <label>"Reason"<textarea name="reason" required=true maxlength="2000" rows="2"></textarea></label>
+                    <label>"Reason"<textarea name="reason" required=true maxlength=REASON_MAXLENGTH rows="2"></textarea></label>
                     <button type="submit">"Resolve as succeeded"</button>
                 </form>
                 <form method="post" action=action class="stack">
                     <h3>"Resolve as failed"</h3>
                     <p class="muted">"Ends the job for good, without another call."</p>
                     {hidden("resolve_failed")}
-                    <label>"Reason"<textarea name="reason" required=true maxlength="2000" rows="2"></textarea></label>
+                    <label>"Reason"<textarea name="reason" required=true maxlength=REASON_MAXLENGTH rows="2"></textarea></label>
                     <button type="submit" class="danger">"Resolve as failed"</button>
                 </form>
             </div>

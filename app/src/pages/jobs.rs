@@ -7,6 +7,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use super::console;
+use crate::action::{JobPick, REASON_MAXLENGTH};
 use crate::components::{
     or_dash, this_page_with, BadParameterPage, ErrorBox, StateBadge, TenantFlowTable,
 };
@@ -227,7 +228,7 @@ pub fn JobsPage() -> impl IntoView {
                                             {picking.then(|| view! {
                                                 <td data-label="Pick">{(r.cancellable || r.terminal).then(|| view! {
                                                     <input type="checkbox" name="job" checked=select_all
-                                                        value=format!("{}:{}:{}:{}", r.job_id, r.epoch, r.state, r.events)
+                                                        value=JobPick { job_id: r.job_id.clone(), epoch: r.epoch, state: Some(r.state.clone()), events: Some(r.events) }.to_string()
                                                         aria-label=format!("Pick {}", r.job_id)/>
                                                 })}</td>
                                             })}
@@ -260,7 +261,7 @@ pub fn JobsPage() -> impl IntoView {
                                     {cancelling.then(|| view! {
                                         <p class="muted">"Cancel: each fails for good (error “cancelled”) at a new epoch, so an attempt still running can never commit. This cannot be undone."</p>
                                     })}
-                                    <label>"Reason"<input name="reason" required=true maxlength="2000" size="40"/></label>
+                                    <label>"Reason"<input name="reason" required=true maxlength=REASON_MAXLENGTH size="40"/></label>
                                     // Enter in the reason does nothing: each action takes its own button.
                                     <button type="submit" disabled=true hidden=true aria-hidden="true" tabindex="-1">"Choose an action"</button>
                                     <span class="actions">

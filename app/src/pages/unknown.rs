@@ -6,6 +6,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use super::console;
+use crate::action::{JobPick, REASON_MAXLENGTH};
 use crate::components::{or_dash, ErrorBox};
 
 #[component]
@@ -66,7 +67,7 @@ pub fn UnknownPage() -> impl IntoView {
                                     <tr>
                                         {acting.then(|| view! {
                                             <td data-label="Pick"><input type="checkbox" name="job" checked=select_all
-                                                value=format!("{}:{}", r.job_id, r.epoch)
+                                                value=JobPick { job_id: r.job_id.clone(), epoch: r.epoch, state: None, events: None }.to_string()
                                                 aria-label=format!("Pick {}", r.job_id)/></td>
                                         })}
                                         <td data-label="Job"><a class="mono" href=format!("/jobs/{}", r.job_id)>{r.job_id.clone()}</a></td>
@@ -92,7 +93,7 @@ pub fn UnknownPage() -> impl IntoView {
                                         <option value="resolve_failed">"resolve as failed"</option>
                                     </select>
                                 </label>
-                                <label>"Reason"<input name="reason" required=true maxlength="2000" size="40"/></label>
+                                <label>"Reason"<input name="reason" required=true maxlength=REASON_MAXLENGTH size="40"/></label>
                                 <button type="submit">"Decide picked jobs"</button>
                             </fieldset>
                         })}

@@ -14,8 +14,9 @@ use super::gate::{check_form_token, flash, forbidden, plain, SignedIn};
 use super::AppState;
 use crate::job::{Actor, JobState};
 use crate::ledger::Job;
-use crate::ledger::{Created, Decision, LedgerError, Refusal};
+use crate::ledger::{Created, Decision, DecisionKind, LedgerError, Refusal};
 use crate::operators::{Operator, Role};
+use fenceline_app::action::{JobPick, Reason};
 
 #[derive(Deserialize)]
 pub(super) struct DecisionForm {
@@ -198,43 +199,21 @@ pub(super) async fn decide(
         .await;
         return Redirect::to(&page).into_response();
     };
-    let evidence = form.evidence.trim();
-    let pasted = form.result.trim();
-    let decision = match form.decision.as_str() {
-        "resolve_succeeded" => {
-            if evidence.is_empty() && pasted.is_empty() {
-                flash(
-                    &session,
-                    false,
-                    "Resolving as succeeded needs evidence: the provider's reference for the \
-                     call, or its result pasted.",
-                )
-                .await;
-                return Redirect::to(&page).into_response();
-            }
-            Decision::ResolveSucceeded {
-                result: if pasted.is_empty() {
-                    serde_json::json!({ "provider_reference": evidence }).to_string()
-                } else {
-                    pasted.to_owned()
-                },
-                evidence: if evidence.is_empty() {
-                    "result pasted by the operator".to_owned()
-                } else {
-                    evidence.to_owned()
-                },
-            }
-        }
-        "resolve_failed" => Decision::ResolveFailed {
-            error_code: "operator_resolved_failed".into(),
-        },
-        "authorize_retry" => Decision::AuthorizeRetry,
-        _ => {
-            return plain(
-                axum::http::StatusCode::BAD_REQUEST,
-                "decision must be resolve_succeeded, resolve_failed or authorize_retry",
-            )
-        }
+    let Ok(kind) = form.decision.parse::<DecisionKind>() else {
+        return plain(
+            axum::http::StatusCode::BAD_REQUEST,
+            "decision must be resolve_succeeded, resolve_failed or authorize_retry",
+        );
+    };
+    let Ok(decision) = Decision::by_operator(kind, &form.evidence, &form.result) else {
+        flash(
+            &session,
+            false,
+            "Resolving as succeeded needs evidence: the provider's reference for the call, or \
+             its result pasted.",
+        )
+        .await;
+        return Redirect::to(&page).into_response();
     };
     let actor = Actor::Operator(operator.name.clone());
     let outcome = state
@@ -313,16 +292,19 @@ pub(super) async fn replay_dead_letters(
              operator without a tenant limit",
         );
     }
-    let reason = form.reason.trim();
-    if reason.is_empty() || reason.len() > 2000 {
-        flash(
-            &session,
-            false,
-            "A replay needs a reason (1 to 2000 characters). Nothing was changed.",
-        )
-        .await;
-        return Redirect::to("/dlq").into_response();
-    }
+    let reason = match Reason::parse(&form.reason) {
+        Ok(reason) => reason,
+        Err(no) => {
+            flash(
+                &session,
+                false,
+                format!("A replay needs {no}. Nothing was changed."),
+            )
+            .await;
+            return Redirect::to("/dlq").into_response();
+        }
+    };
+    let reason = reason.as_str();
     let actor = Actor::Operator(operator.name.clone());
     let replayed = async {
         let queue = (state.open_queue)().await?;
@@ -491,10 +473,8 @@ fn bulk_refusal(picked: usize, reason: &str, needs: &str) -> Option<String> {
         Some(format!(
             "At most {BULK_MAX} jobs at once; {picked} were picked. Nothing was changed."
         ))
-    } else if reason.trim().is_empty() || reason.len() > 2000 {
-        Some(format!(
-            "{needs} needs a reason (1 to 2000 characters). Nothing was changed."
-        ))
+    } else if let Err(no) = Reason::parse(reason) {
+        Some(format!("{needs} needs {no}. Nothing was changed."))
     } else {
         None
     }
@@ -535,11 +515,10 @@ pub(super) async fn decide_many(
     if let Err(refused) = may_act(&session, &operator, &field("csrf")).await {
         return refused;
     }
-    let decision = match field("decision").as_str() {
-        "authorize_retry" => Decision::AuthorizeRetry,
-        "resolve_failed" => Decision::ResolveFailed {
-            error_code: "operator_resolved_failed".into(),
-        },
+    let decision = match field("decision").parse::<DecisionKind>() {
+        Ok(kind @ (DecisionKind::AuthorizeRetry | DecisionKind::ResolveFailed)) => {
+            Decision::by_operator(kind, "", "").expect("needs no evidence")
+        }
         _ => {
             return plain(
                 axum::http::StatusCode::BAD_REQUEST,
@@ -547,13 +526,8 @@ pub(super) async fn decide_many(
             )
         }
     };
-    let picked: Vec<(String, i64)> = pairs
-        .iter()
-        .filter(|(k, _)| k == "job")
-        .filter_map(|(_, v)| {
-            let (id, epoch) = v.rsplit_once(':')?;
-            Some((id.to_owned(), epoch.parse().ok()?))
-        })
+    let picked: Vec<(String, i64)> = picks(&pairs)
+        .map(|pick| (pick.job_id, pick.epoch))
         .collect();
     let reason = field("reason");
     if let Some(why) = bulk_refusal(picked.len(), &reason, "A decision") {
@@ -674,24 +648,25 @@ struct ListPick {
     events: Option<i64>,
 }
 
-/// The jobs picked on the jobs list (`job=ID:EPOCH:STATE:EVENTS`, or without `:EVENTS`); a
-/// pick that cannot be read is left out.
-fn list_picks(pairs: &[(String, String)]) -> Vec<ListPick> {
+/// The jobs picked on a list (`job=ID:EPOCH[:STATE[:EVENTS]]`, as [`JobPick`] writes them);
+/// a pick that cannot be read is left out.
+fn picks(pairs: &[(String, String)]) -> impl Iterator<Item = JobPick> + '_ {
     pairs
         .iter()
         .filter(|(k, _)| k == "job")
-        .filter_map(|(_, v)| {
-            let mut parts = v.split(':');
-            let pick = ListPick {
-                job_id: parts.next()?.to_owned(),
-                epoch: parts.next()?.parse().ok()?,
-                state: parts.next()?.parse().ok()?,
-                events: match parts.next() {
-                    None => None,
-                    Some(events) => Some(events.parse().ok()?),
-                },
-            };
-            parts.next().is_none().then_some(pick)
+        .filter_map(|(_, v)| v.parse().ok())
+}
+
+/// The jobs picked on the jobs list, each with the state its row showed.
+fn list_picks(pairs: &[(String, String)]) -> Vec<ListPick> {
+    picks(pairs)
+        .filter_map(|pick| {
+            Some(ListPick {
+                state: pick.state?.parse().ok()?,
+                job_id: pick.job_id,
+                epoch: pick.epoch,
+                events: pick.events,
+            })
         })
         .collect()
 }
@@ -852,16 +827,19 @@ async fn one_letter(
             "SQS dead letters are dropped with `fenceline dlq-replay` or the SQS console",
         );
     };
-    let reason = form.reason.trim();
-    if reason.is_empty() || reason.len() > 2000 {
-        flash(
-            &session,
-            false,
-            "Dropping a letter needs a reason. Nothing was changed.",
-        )
-        .await;
-        return back;
-    }
+    let reason = match Reason::parse(&form.reason) {
+        Ok(reason) => reason,
+        Err(no) => {
+            flash(
+                &session,
+                false,
+                format!("Dropping a letter needs {no}. Nothing was changed."),
+            )
+            .await;
+            return back;
+        }
+    };
+    let reason = reason.as_str();
     let Ok(body) = state.ledger.dead_letter_body(&dlq, &message_id).await else {
         return unavailable();
     };

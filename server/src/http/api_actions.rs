@@ -10,12 +10,11 @@ use axum::Json;
 use super::api::JsonBody;
 use super::auth::{ActingOperator, JobReader};
 use super::contract::{
-    ActionOutcome, CancelRequest, DecisionKind, DecisionRequest, ErrorBody, JobIdPath, JobView,
-    RerunRequest,
+    ActionOutcome, CancelRequest, DecisionRequest, ErrorBody, JobIdPath, JobView, RerunRequest,
 };
 use super::{ApiError, AppState};
 use crate::job::Actor;
-use crate::ledger::{Decision, Job};
+use crate::ledger::{Decision, Job, NoEvidence};
 use crate::operators::{Operator, Role};
 
 /// The job, if the acting operator may act on it, and the operator as the actor the ledger
@@ -72,34 +71,16 @@ pub(super) async fn decide(
     JsonBody(request): JsonBody<DecisionRequest>,
 ) -> Result<Json<ActionOutcome>, ApiError> {
     let (job, actor) = actionable(&state, &operator, &job_id).await?;
-    let decision = match request.decision {
-        DecisionKind::AuthorizeRetry => Decision::AuthorizeRetry,
-        DecisionKind::ResolveFailed => Decision::ResolveFailed {
-            error_code: "operator_resolved_failed".into(),
-        },
-        DecisionKind::ResolveSucceeded => {
-            let evidence = request.evidence.unwrap_or_default().trim().to_owned();
-            let result = request.result.unwrap_or_default().trim().to_owned();
-            if evidence.is_empty() && result.is_empty() {
-                return Err(ApiError::BadRequest(
-                    "resolve_succeeded needs evidence (the provider's reference) or the result"
-                        .into(),
-                ));
-            }
-            Decision::ResolveSucceeded {
-                result: if result.is_empty() {
-                    serde_json::json!({ "provider_reference": evidence }).to_string()
-                } else {
-                    result
-                },
-                evidence: if evidence.is_empty() {
-                    "result given by the operator".into()
-                } else {
-                    evidence
-                },
-            }
-        }
-    };
+    let decision = Decision::by_operator(
+        request.decision,
+        request.evidence.as_deref().unwrap_or_default(),
+        request.result.as_deref().unwrap_or_default(),
+    )
+    .map_err(|NoEvidence| {
+        ApiError::BadRequest(
+            "resolve_succeeded needs evidence (the provider's reference) or the result".into(),
+        )
+    })?;
     state
         .ledger
         .decide(

@@ -401,18 +401,7 @@ pub struct EventsQuery {
     pub limit: Option<u32>,
 }
 
-/// What an operator decides about an `unknown` job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum DecisionKind {
-    /// Another attempt at a new epoch (an earlier attempt can never commit); the attempt budget
-    /// and the deadline stay.
-    AuthorizeRetry,
-    /// The call completed: `evidence` and/or `result` are required.
-    ResolveSucceeded,
-    /// The job fails for good.
-    ResolveFailed,
-}
+pub use crate::ledger::DecisionKind;
 
 /// `POST /api/v1/jobs/{job_id}/decisions` (an operator token).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

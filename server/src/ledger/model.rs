@@ -305,6 +305,78 @@ impl Decision {
     }
 }
 
+/// What an operator decides about an `unknown` job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionKind {
+    /// Another attempt at a new epoch (an earlier attempt can never commit); the attempt budget
+    /// and the deadline stay.
+    AuthorizeRetry,
+    /// The call completed: `evidence` and/or `result` are required.
+    ResolveSucceeded,
+    /// The job fails for good.
+    ResolveFailed,
+}
+
+impl std::str::FromStr for DecisionKind {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<DecisionKind, String> {
+        match text {
+            "authorize_retry" => Ok(DecisionKind::AuthorizeRetry),
+            "resolve_succeeded" => Ok(DecisionKind::ResolveSucceeded),
+            "resolve_failed" => Ok(DecisionKind::ResolveFailed),
+            _ => {
+                Err("a decision is resolve_succeeded, resolve_failed or authorize_retry".to_owned())
+            }
+        }
+    }
+}
+
+/// Resolving as succeeded with neither the provider's reference nor the result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoEvidence;
+
+/// The error code of a job an operator resolved as failed.
+pub const OPERATOR_RESOLVED_FAILED: &str = "operator_resolved_failed";
+
+impl Decision {
+    /// An operator's decision, read the same way from the console's form, the API and the
+    /// command line. For `ResolveSucceeded`, `evidence` (the provider's reference for the call)
+    /// and `result` (the result itself) are trimmed and at least one is needed: the result
+    /// becomes the accepted one, or a record of the reference when only that was given.
+    pub fn by_operator(
+        kind: DecisionKind,
+        evidence: &str,
+        result: &str,
+    ) -> Result<Decision, NoEvidence> {
+        Ok(match kind {
+            DecisionKind::AuthorizeRetry => Decision::AuthorizeRetry,
+            DecisionKind::ResolveFailed => Decision::ResolveFailed {
+                error_code: OPERATOR_RESOLVED_FAILED.to_owned(),
+            },
+            DecisionKind::ResolveSucceeded => {
+                let (evidence, result) = (evidence.trim(), result.trim());
+                if evidence.is_empty() && result.is_empty() {
+                    return Err(NoEvidence);
+                }
+                Decision::ResolveSucceeded {
+                    result: if result.is_empty() {
+                        serde_json::json!({ "provider_reference": evidence }).to_string()
+                    } else {
+                        result.to_owned()
+                    },
+                    evidence: if evidence.is_empty() {
+                        "result given by the operator".to_owned()
+                    } else {
+                        evidence.to_owned()
+                    },
+                }
+            }
+        })
+    }
+}
+
 /// A decision as the audit log keeps it.
 #[derive(Debug, Clone, Serialize)]
 pub struct DecisionRecord {

@@ -2,6 +2,7 @@
 //! moves to a new epoch (an attempt still running can never commit) and fails for good, with a
 //! `decision_recorded` on its timeline and an audit entry.
 
+use fenceline_app::action::Reason;
 use serde_json::json;
 
 use super::{mark_pending_lost, Intent, Reserved};
@@ -21,12 +22,9 @@ impl Ledger {
         actor: &Actor,
         reason: &str,
     ) -> Result<(), LedgerError> {
-        let reason = reason.trim();
-        if reason.is_empty() || reason.len() > 2000 {
-            return Err(LedgerError::Invalid(
-                "a cancellation needs a reason of 1 to 2000 characters".into(),
-            ));
-        }
+        let reason = Reason::parse(reason)
+            .map_err(|no| LedgerError::Invalid(format!("a cancellation needs {no}")))?;
+        let reason = reason.as_str();
         // Only where the state table lets a job fail: a job that has not started (`ready`)
         // fails only after an attempt or a decision. Said so while the job is as it was seen;
         // one that moved on since is refused by the fence below, as any stale view is.

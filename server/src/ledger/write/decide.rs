@@ -1,6 +1,7 @@
 //! Decisions over `unknown` jobs — an operator's, a provider retrieval's or a pre-approved
 //! replay policy's — each naming the epoch the decider saw and audited in `decisions`.
 
+use fenceline_app::action::Reason;
 use serde_json::json;
 
 use super::{insert_result, new_result_ref, reserves, Intent, NewResult, Reserved};
@@ -30,12 +31,9 @@ impl Ledger {
         actor: &Actor,
         reason: &str,
     ) -> Result<JobState, LedgerError> {
-        let reason = reason.trim();
-        if reason.is_empty() || reason.len() > 2000 {
-            return Err(LedgerError::Invalid(
-                "a decision needs a reason of 1 to 2000 characters".into(),
-            ));
-        }
+        let reason = Reason::parse(reason)
+            .map_err(|no| LedgerError::Invalid(format!("a decision needs {no}")))?;
+        let reason = reason.as_str();
         let (to, retry, intent) = match decision {
             Decision::ResolveSucceeded { evidence, .. } => {
                 if evidence.trim().is_empty() {

@@ -8,6 +8,7 @@
 //! the same view (a double click, a resent form) names the same key, so it finds the job the
 //! first one made instead of making another.
 
+use fenceline_app::action::Reason;
 use std::time::Duration;
 
 use serde_json::json;
@@ -80,12 +81,9 @@ impl Ledger {
         actor: &Actor,
         reason: &str,
     ) -> Result<Created, LedgerError> {
-        let reason = reason.trim();
-        if reason.is_empty() || reason.len() > 2000 {
-            return Err(LedgerError::Invalid(
-                "running a job again needs a reason of 1 to 2000 characters".into(),
-            ));
-        }
+        let reason = Reason::parse(reason)
+            .map_err(|no| LedgerError::Invalid(format!("running a job again needs {no}")))?;
+        let reason = reason.as_str();
         let refused = |refusal| LedgerError::Refused {
             job_id: job_id.to_owned(),
             refusal,
