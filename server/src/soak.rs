@@ -26,6 +26,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::job::detail;
 use crate::job::EventKind;
 use crate::ledger::{Event, Job, JobFilter, Ledger, LedgerError};
 
@@ -188,7 +189,10 @@ impl Verdict {
                 }
                 EventKind::AttemptFinished => {
                     undecided.remove(&e.epoch);
-                    let outcome = e.detail["outcome"].as_str().unwrap_or("");
+                    let outcome = e
+                        .detail_as::<detail::AttemptFinished>()
+                        .unwrap_or_default()
+                        .outcome;
                     // The provider confirmed it never ran it: no part of the budget.
                     refused += i64::from(outcome == "throttled");
                     why_again = Some(format!("after an attempt that ended {outcome}"));
@@ -198,18 +202,23 @@ impl Verdict {
                 }
                 EventKind::StateChanged => {
                     undecided.remove(&e.epoch);
-                    if let Some(by) = e.detail["released_by_epoch"].as_i64() {
+                    let change = e.detail_as::<detail::StateChanged>();
+                    if let Some(by) = change.as_ref().and_then(|c| c.released_by_epoch) {
                         undecided.remove(&by);
                     }
-                    let to = e.detail["to"].as_str();
+                    let to = change.map(|c| c.to);
                     terminal |= to
+                        .as_deref()
                         .and_then(|to| to.parse::<crate::job::JobState>().ok())
                         .is_some_and(|to| to.is_terminal());
-                    uncertain |= to == Some("unknown");
+                    uncertain |= to.as_deref() == Some("unknown");
                 }
                 EventKind::DecisionRecorded => {
                     uncertain = false;
-                    let decision = e.detail["decision"].as_str().unwrap_or("a decision");
+                    let decision = e
+                        .detail_as::<detail::DecisionRecorded>()
+                        .map(|d| d.decision)
+                        .unwrap_or_else(|| "a decision".to_owned());
                     why_again = Some(format!(
                         "after a recorded decision ({}, by {})",
                         decision.replace('_', " "),

@@ -3,9 +3,8 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-
 use super::generated_job;
+use crate::job::detail;
 use crate::job::Actor;
 use crate::ledger::{Ledger, LedgerError};
 
@@ -83,18 +82,22 @@ pub async fn seed_timeline(
             } else {
                 NewEvent::new(EventKind::DuplicateSuppressed, &other)
                     .delivery(delivery(n / 2 + 2))
-                    .detail(json!({ "owner_epoch": claimed.epoch, "defer_ms": 30000 }))
+                    .detail(suppressed(claimed.epoch))
             }
         } else if i % 100 == 50 {
             NewEvent::new(EventKind::DuplicateSuppressed, &other)
                 .delivery(delivery(n / 100 + 2))
-                .detail(json!({ "owner_epoch": claimed.epoch, "defer_ms": 30000 }))
+                .detail(suppressed(claimed.epoch))
         } else if i % 2 == 0 {
-            NewEvent::new(EventKind::LeaseRenewed, &worker).detail(json!({ "lease_ms": 90000 }))
+            NewEvent::new(EventKind::LeaseRenewed, &worker)
+                .detail(detail::LeaseRenewed { lease_ms: 90000 })
         } else {
             NewEvent::new(EventKind::VisibilityRenewed, &worker)
                 .delivery(delivery(1))
-                .detail(json!({ "timeout_ms": 90000 }))
+                .detail(detail::VisibilityRenewed {
+                    timeout_ms: 90000,
+                    deadline_left_ms: None,
+                })
         };
         batch.push(event.epoch(claimed.epoch));
         if batch.len() == 500 {
@@ -284,4 +287,13 @@ async fn sign_in(
         return Err(fail(&format!("/login answered {}", response.status())));
     }
     session(&response).ok_or_else(|| fail(&"no new session cookie"))
+}
+
+/// A copy suppressed while the owner at `epoch` held the job, pushed out 30 s.
+fn suppressed(epoch: i64) -> detail::DuplicateSuppressed {
+    detail::DuplicateSuppressed {
+        owner_epoch: epoch,
+        defer_ms: 30000,
+        visibility: None,
+    }
 }

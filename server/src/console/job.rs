@@ -5,6 +5,7 @@ use fenceline_app::console::{
     AttemptRow, DecisionRow, JobDetail, Timeline, TimelineQuery, TimelineRow,
 };
 
+use crate::job::detail;
 use crate::job::{EventKind, JobId, JobState};
 use crate::ledger::{
     Attempt, AttemptOutcome, Event, Job, LedgerError, Run, RunKind, RENEWAL_KINDS, TRANSPORT_KINDS,
@@ -331,13 +332,21 @@ impl LedgerConsole {
 /// answer rejected and kept as evidence.
 fn after_the_attempt(a: &Attempt, key: &[Event], start: i64) -> Option<String> {
     let mine = |e: &&Event| e.attempt_no == Some(a.attempt_no) && e.epoch == a.epoch;
-    key.iter().filter(mine).find_map(|e| {
-        let reason = e.detail["reason"].as_str().unwrap_or("fenced out");
-        match e.kind {
-            EventKind::LeaseLost => match e.detail["call"].as_str() {
+    key.iter().filter(mine).find_map(|e| match e.kind {
+        EventKind::LeaseLost => {
+            let lost = e.detail_as::<detail::LeaseLost>()?;
+            let reason = if lost.reason.is_empty() {
+                "fenced out".to_owned()
+            } else {
+                lost.reason
+            };
+            match lost.call.as_deref() {
                 Some("stopped") => Some(format!(
                     "its call ran {} and was stopped by {} at +{} ({reason}, #{})",
-                    human_duration(e.detail["call_ran_ms"].as_i64().unwrap_or(0) * 1_000),
+                    human_duration(
+                        i64::try_from(lost.call_ran_ms.unwrap_or(0)).unwrap_or(i64::MAX / 1_000)
+                            * 1_000
+                    ),
                     e.actor,
                     human_duration(e.at - start),
                     e.seq
@@ -349,18 +358,22 @@ fn after_the_attempt(a: &Attempt, key: &[Event], start: i64) -> Option<String> {
                     e.seq
                 )),
                 _ => None,
-            },
-            EventKind::ResultRejected => Some(format!(
-                "its answer came at +{} and was rejected ({reason}, #{}){}",
+            }
+        }
+        EventKind::ResultRejected => {
+            let rejected = e.detail_as::<detail::ResultRejected>()?;
+            Some(format!(
+                "its answer came at +{} and was rejected ({}, #{}){}",
                 human_duration(e.at - start),
+                rejected.reason,
                 e.seq,
-                if e.detail["evidence_ref"].is_string() {
+                if rejected.evidence_ref.is_some() {
                     ", kept as evidence"
                 } else {
                     ""
                 }
-            )),
-            _ => None,
+            ))
         }
+        _ => None,
     })
 }

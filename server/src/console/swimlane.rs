@@ -1,6 +1,7 @@
 //! The job page's swimlane: the job's timeline as marks on one time axis, per lane.
 
 use super::charts::{self, Mark};
+use crate::job::detail;
 use crate::job::EventKind;
 use crate::ledger::{detail_text, Event, Job};
 use crate::time::human_duration;
@@ -76,7 +77,9 @@ pub(super) fn swimlane_of(
     // recovery), until its fenced-out worker stopped it or its late answer was rejected.
     for e in key {
         let ran_on = match e.kind {
-            EventKind::LeaseLost => e.detail_str("call") == "stopped",
+            EventKind::LeaseLost => e
+                .detail_as::<detail::LeaseLost>()
+                .is_some_and(|d| d.call.as_deref() == Some("stopped")),
             EventKind::ResultRejected => true,
             _ => false,
         };
@@ -105,7 +108,7 @@ pub(super) fn swimlane_of(
                 a.attempt_no,
                 human_duration(e.at - start),
                 e.seq,
-                e.detail_str("reason")
+                fenced_reason(e)
             ),
         });
     }
@@ -237,11 +240,22 @@ fn waits_and_epoch_changes(job: &Job, key: &[Event], start: i64, end: i64, marks
     for (i, e) in key.iter().enumerate() {
         if e.epoch > epoch && epoch > 0 && e.kind != EventKind::Claimed {
             let what = match e.kind {
-                EventKind::StateChanged => format!("state changed → {}", e.detail_str("to")),
-                EventKind::RecoveryClaimed => {
-                    format!("recovery claimed ({})", e.detail_str("reason"))
-                }
-                EventKind::DecisionRecorded => format!("decision {}", e.detail_str("decision")),
+                EventKind::StateChanged => format!(
+                    "state changed → {}",
+                    e.detail_as::<detail::StateChanged>().unwrap_or_default().to
+                ),
+                EventKind::RecoveryClaimed => format!(
+                    "recovery claimed ({})",
+                    e.detail_as::<detail::RecoveryClaimed>()
+                        .unwrap_or_default()
+                        .reason
+                ),
+                EventKind::DecisionRecorded => format!(
+                    "decision {}",
+                    e.detail_as::<detail::DecisionRecorded>()
+                        .unwrap_or_default()
+                        .decision
+                ),
                 other => other.as_str().replace('_', " "),
             };
             changes.push(Mark::Point {
@@ -259,8 +273,10 @@ fn waits_and_epoch_changes(job: &Job, key: &[Event], start: i64, end: i64, marks
             });
         }
         epoch = epoch.max(e.epoch);
-        let to = e.detail_str("to");
-        if e.kind != EventKind::StateChanged || !matches!(to, "unknown" | "retry_authorized") {
+        let Some(to) = e.detail_as::<detail::StateChanged>().map(|d| d.to) else {
+            continue;
+        };
+        if !matches!(to.as_str(), "unknown" | "retry_authorized") {
             continue;
         }
         let next = key[i + 1..].iter().find(|n| ends_ownership(n.kind));
@@ -322,4 +338,14 @@ fn waits_and_epoch_changes(job: &Job, key: &[Event], start: i64, end: i64, marks
         });
     }
     marks.extend(changes);
+}
+
+/// Why a call's owner was fenced out, or its late answer rejected.
+fn fenced_reason(e: &Event) -> String {
+    match e.kind {
+        EventKind::LeaseLost => e.detail_as::<detail::LeaseLost>().map(|d| d.reason),
+        EventKind::ResultRejected => e.detail_as::<detail::ResultRejected>().map(|d| d.reason),
+        _ => None,
+    }
+    .unwrap_or_default()
 }

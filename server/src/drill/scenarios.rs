@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 use super::rig::{DrillQueue, Rig, MAX_RECEIVE_COUNT};
 use super::{Capture, Check, DrillKind, Evidence, DRILL_TENANT};
 use crate::faults::{Arm, FaultPoint as F};
+use crate::job::detail;
 use crate::job::message::JobMessage;
 use crate::job::{Actor, EventKind as K, JobId, JobState};
 use crate::ledger::{Attempt, AttemptOutcome, Decision, Event, Job, NewJob, ReplayPolicy};
@@ -348,6 +349,19 @@ impl Ctx<'_> {
     }
 }
 
+/// Why a result was rejected (`""` for another kind of event).
+fn reason_of(e: &Event) -> String {
+    e.detail_as::<detail::ResultRejected>()
+        .map(|d| d.reason)
+        .unwrap_or_default()
+}
+
+/// Whether a `replayed` event says its message came from the dead-letter queue.
+fn from_the_dlq(e: &Event) -> bool {
+    e.detail_as::<detail::Replayed>()
+        .is_some_and(|d| d.from == "dead_letter_queue")
+}
+
 /// The seed's capture list for one job.
 fn capture(role: &str, view: &View, now_us: i64) -> Capture {
     let job = &view.job;
@@ -356,11 +370,7 @@ fn capture(role: &str, view: &View, now_us: i64) -> Capture {
         .iter()
         .filter_map(|e| match e.kind {
             K::ResultAccepted => Some(format!("accepted at epoch {}", e.epoch)),
-            K::ResultRejected => Some(format!(
-                "rejected ({}) at epoch {}",
-                e.detail_str("reason"),
-                e.epoch
-            )),
+            K::ResultRejected => Some(format!("rejected ({}) at epoch {}", reason_of(e), e.epoch)),
             _ => None,
         })
         .collect();
@@ -369,8 +379,18 @@ fn capture(role: &str, view: &View, now_us: i64) -> Capture {
         .iter()
         .rev()
         .find_map(|e| match e.kind {
-            K::MessageDeleted => Some(format!("deleted ({})", e.detail_str("reason"))),
-            K::DeleteFailed => Some(format!("delete failed ({})", e.detail_str("error"))),
+            K::MessageDeleted => Some(format!(
+                "deleted ({})",
+                e.detail_as::<detail::MessageDeleted>()
+                    .unwrap_or_default()
+                    .reason
+            )),
+            K::DeleteFailed => Some(format!(
+                "delete failed ({})",
+                e.detail_as::<detail::DeleteFailed>()
+                    .unwrap_or_default()
+                    .error
+            )),
             K::MovedToDlq => Some("in the dead-letter queue".into()),
             _ => None,
         })
@@ -404,7 +424,9 @@ fn capture(role: &str, view: &View, now_us: i64) -> Capture {
 fn suppressed_under_owner(ctx: &Ctx<'_>, view: &View, name: &str) {
     let dup = view.first(K::DuplicateSuppressed);
     let under_owner = match (view.first_owner(), dup) {
-        (Some((_, epoch)), Some(d)) => d.detail["owner_epoch"].as_i64() == Some(epoch),
+        (Some((_, epoch)), Some(d)) => d
+            .detail_as::<detail::DuplicateSuppressed>()
+            .is_some_and(|d| d.owner_epoch == epoch),
         _ => false,
     };
     ctx.check(
@@ -530,7 +552,7 @@ async fn paused_worker(ctx: &Ctx<'_>) -> Result<(String, i64), Stop> {
         .collect();
     let stale = rejected
         .iter()
-        .any(|e| e.detail_str("reason") == "stale_epoch" && e.epoch == a_epoch);
+        .any(|e| reason_of(e) == "stale_epoch" && e.epoch == a_epoch);
     ctx.check(
         "A's commit was rejected as stale_epoch",
         stale && !view.has(K::ResultAccepted),
@@ -539,7 +561,7 @@ async fn paused_worker(ctx: &Ctx<'_>) -> Result<(String, i64), Stop> {
             rejected.len(),
             rejected
                 .iter()
-                .map(|e| e.detail_str("reason"))
+                .map(|e| reason_of(e))
                 .collect::<Vec<_>>()
                 .join(", "),
             view.count(K::ResultAccepted)
@@ -813,7 +835,10 @@ async fn renewal_timeout_lease_valid(ctx: &Ctx<'_>) -> Step {
     let uncertain: Vec<&Event> = view
         .all(K::VisibilityRenewalFailed)
         .into_iter()
-        .filter(|e| e.detail["uncertain"] == json!(true))
+        .filter(|e| {
+            e.detail_as::<detail::VisibilityRenewalFailed>()
+                .is_some_and(|d| d.uncertain)
+        })
         .collect();
     ctx.check(
         "the timed-out renewal was recorded as uncertain",
@@ -982,8 +1007,10 @@ fn renewals_at_deadline(
         .collect();
     let asked = |e: &Event| {
         (
-            e.detail["timeout_ms"].as_i64(),
-            e.detail["deadline_left_ms"].as_i64(),
+            e.detail_as::<detail::VisibilityRenewed>()
+                .map(|d| d.timeout_ms),
+            e.detail_as::<detail::VisibilityRenewed>()
+                .and_then(|d| d.deadline_left_ms),
         )
     };
     let past: Vec<&Event> = renewals
@@ -1000,7 +1027,9 @@ fn renewals_at_deadline(
         .iter()
         .filter(|e| match (e.kind, asked(e)) {
             (K::VisibilityRenewed, (_, Some(left))) => left < stretch,
-            (K::VisibilityRenewalFailed, _) => e.detail_str("reason") == "cap_or_deadline",
+            (K::VisibilityRenewalFailed, _) => e
+                .detail_as::<detail::VisibilityRenewalFailed>()
+                .is_some_and(|d| d.reason.as_deref() == Some("cap_or_deadline")),
             _ => false,
         })
         .collect();
@@ -1188,10 +1217,12 @@ async fn dlq_replay_inspected(ctx: &Ctx<'_>) -> Step {
     // receives is the evidence, and the replay records it.
     let (landed, detail) = match (ctx.rig.queue_kind, moved) {
         (_, Some(m)) => {
-            let receives = m.detail["receive_count"].as_i64().unwrap_or(0);
+            let receives = m
+                .detail_as::<detail::MovedToDlq>()
+                .and_then(|d| d.receive_count)
+                .unwrap_or(0);
             (
-                receives >= i64::from(MAX_RECEIVE_COUNT)
-                    && replayed.is_some_and(|e| e.detail_str("from") == "dead_letter_queue"),
+                receives >= i64::from(MAX_RECEIVE_COUNT) && replayed.is_some_and(from_the_dlq),
                 format!("moved after {receives} receive(s); maxReceiveCount {MAX_RECEIVE_COUNT}"),
             )
         }
@@ -1201,7 +1232,7 @@ async fn dlq_replay_inspected(ctx: &Ctx<'_>) -> Step {
                  letter's arrival there is read from the DLQ itself, and the replay records it.",
             );
             (
-                replayed.is_some_and(|e| e.detail_str("from") == "dead_letter_queue"),
+                replayed.is_some_and(from_the_dlq),
                 "found in the dead-letter queue and replayed from it".to_owned(),
             )
         }
@@ -1214,7 +1245,8 @@ async fn dlq_replay_inspected(ctx: &Ctx<'_>) -> Step {
         &[moved, replayed].into_iter().flatten().collect::<Vec<_>>(),
     );
     let inspected = replayed.is_some_and(|e| {
-        e.detail_str("action") == "redispatched" && e.detail_str("state") == "ready"
+        e.detail_as::<detail::Replayed>()
+            .is_some_and(|d| d.action == "redispatched" && d.state == "ready")
     }) && replay.jobs.iter().any(|j| j.job_id == job);
     ctx.check(
         "replay inspected the ledger before sending anything",
@@ -1382,8 +1414,9 @@ async fn attempt_budget_exhausted(ctx: &Ctx<'_>) -> Step {
     let scheduled: Vec<i64> = view
         .all(K::StateChanged)
         .into_iter()
-        .filter(|e| e.detail_str("to") == "retry_authorized")
-        .filter_map(|e| e.detail["retry_in_ms"].as_i64())
+        .filter_map(|e| e.detail_as::<detail::StateChanged>())
+        .filter(|d| d.to == "retry_authorized")
+        .filter_map(|d| d.retry_in_ms)
         .collect();
     ctx.check(
         "attempts were spaced by the backoff",
@@ -1414,9 +1447,10 @@ async fn attempt_budget_exhausted(ctx: &Ctx<'_>) -> Step {
         &started,
     );
     let change = view.first(K::BudgetExhausted).or_else(|| {
-        view.all(K::StateChanged)
-            .into_iter()
-            .find(|e| e.detail_str("to") == "failed_terminal")
+        view.all(K::StateChanged).into_iter().find(|e| {
+            e.detail_as::<detail::StateChanged>()
+                .is_some_and(|d| d.to == "failed_terminal")
+        })
     });
     ctx.check(
         "failed_terminal once the budget was spent",

@@ -922,12 +922,13 @@ async fn one_letter(
     let actor = Actor::Operator(operator.name.clone());
     if let Some(job) = &job {
         let event = crate::ledger::NewEvent::new(crate::job::EventKind::Replayed, &actor).detail(
-            serde_json::json!({
-                "from": "dead_letter_queue",
-                "action": action,
-                "message_id": message_id,
-                "state": job.state.as_str(),
-            }),
+            crate::job::detail::Replayed {
+                from: "dead_letter_queue".to_owned(),
+                action: action.to_owned(),
+                message_id: message_id.to_owned(),
+                receive_count: None,
+                state: job.state.as_str().to_owned(),
+            },
         );
         let _ = state.ledger.record_event(&job.job_id, &event).await;
         let _ = state

@@ -9,8 +9,8 @@ use utoipa::openapi::schema::{
 };
 use utoipa::{IntoParams, ToSchema};
 
-use crate::job::JobState;
-use crate::ledger::{Attempt, Event, Job, ReplayPolicy};
+use crate::job::{EventKind, JobState};
+use crate::ledger::{Attempt, AttemptOutcome, Event, Job, ReplayPolicy};
 use crate::time::rfc3339_us;
 
 /// `POST /api/v1/jobs`.
@@ -253,9 +253,10 @@ pub struct AttemptView {
     pub started_at: String,
     #[schema(format = DateTime)]
     pub finished_at: Option<String>,
-    /// `pending`, `succeeded`, `throttled` (refused by the provider before it ran: no budget
-    /// spent), `failed_retryable`, `failed_fatal`, `lost`, `stale_discarded`.
-    pub outcome: String,
+    /// `throttled`: refused by the provider before it ran, no budget spent; `lost`: the owner
+    /// lost the job with the call in flight; `stale_discarded`: the answer came after the owner
+    /// was fenced out, kept as evidence only.
+    pub outcome: AttemptOutcome,
     pub error_code: Option<String>,
 }
 
@@ -269,7 +270,7 @@ impl AttemptView {
             provider_request_id: a.provider_request_id.clone(),
             started_at: rfc3339_us(a.started_at),
             finished_at: a.finished_at.map(rfc3339_us),
-            outcome: a.outcome.as_str().to_owned(),
+            outcome: a.outcome,
             error_code: a.error_code.clone(),
         }
     }
@@ -291,8 +292,7 @@ pub struct EventView {
     pub seq: i64,
     #[schema(format = DateTime)]
     pub at: String,
-    /// One of the stable event kinds (`claimed`, `result_accepted`, …).
-    pub kind: String,
+    pub kind: EventKind,
     pub epoch: i64,
     pub actor: String,
     pub delivery: Option<Delivery>,
@@ -309,7 +309,7 @@ impl EventView {
         EventView {
             seq: e.seq,
             at: rfc3339_us(e.at),
-            kind: e.kind.as_str().to_owned(),
+            kind: e.kind,
             epoch: e.epoch,
             actor: e.actor.clone(),
             delivery: e.delivery.as_ref().map(|d| Delivery {

@@ -13,8 +13,8 @@ use super::contract::{
     EventView, JobPage, JobResult, JobView, Links, ModelParameters, RerunRequest,
 };
 use super::{api, api_actions};
-use crate::job::JobState;
-use crate::ledger::ReplayPolicy;
+use crate::job::{EventKind, JobState};
+use crate::ledger::{AttemptOutcome, ReplayPolicy};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -54,6 +54,8 @@ use crate::ledger::ReplayPolicy;
         ErrorDetail,
         Links,
         JobState,
+        EventKind,
+        AttemptOutcome,
         ReplayPolicy,
         DecisionRequest,
         DecisionKind,
@@ -294,5 +296,42 @@ mod tests {
         let states: Vec<&str> = JobState::ALL.iter().map(|s| s.as_str()).collect();
         assert_eq!(documented, states);
         assert_eq!(spec["openapi"], "3.1.0");
+    }
+
+    #[test]
+    fn the_documented_event_kinds_and_outcomes_are_the_ledger_s() {
+        let spec = spec();
+        let values = |schema: &str| -> Vec<String> {
+            spec["components"]["schemas"][schema]["enum"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{schema} is an enum"))
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        };
+        let kinds: Vec<String> = EventKind::ALL
+            .iter()
+            .map(|k| k.as_str().to_owned())
+            .collect();
+        assert_eq!(values("EventKind"), kinds);
+        let outcomes = values("AttemptOutcome");
+        for outcome in [
+            "pending",
+            "succeeded",
+            "throttled",
+            "lost",
+            "stale_discarded",
+        ] {
+            assert!(outcomes.iter().any(|o| o == outcome), "{outcome} missing");
+        }
+        assert_eq!(
+            spec["components"]["schemas"]["Event"]["properties"]["kind"]["$ref"],
+            "#/components/schemas/EventKind"
+        );
+        assert_eq!(
+            spec["components"]["schemas"]["Attempt"]["properties"]["outcome"]["$ref"],
+            "#/components/schemas/AttemptOutcome"
+        );
     }
 }

@@ -5,7 +5,12 @@ use std::fmt;
 macro_rules! event_kinds {
     ($($variant:ident => $name:literal),+ $(,)?) => {
         /// One kind of timeline event. The string form is persisted and shown to operators.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        /// One of the stable event kinds of a job's timeline.
+        #[derive(
+            Debug, Clone, Copy, PartialEq, Eq, Hash,
+            serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+        )]
+        #[serde(rename_all = "snake_case")]
         pub enum EventKind { $($variant),+ }
 
         impl EventKind {
@@ -87,12 +92,6 @@ impl PartialEq<&str> for EventKind {
     }
 }
 
-impl serde::Serialize for EventKind {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
-    }
-}
-
 impl fmt::Display for EventKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -129,6 +128,15 @@ impl fmt::Display for Actor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_kind_reads_and_writes_as_its_stable_name() {
+        for kind in EventKind::ALL {
+            let written = serde_json::to_value(kind).unwrap();
+            assert_eq!(written, serde_json::json!(kind.as_str()));
+            assert_eq!(serde_json::from_value::<EventKind>(written).unwrap(), *kind);
+        }
+    }
 
     #[test]
     fn event_kind_names_are_the_stable_ones_from_the_domain() {

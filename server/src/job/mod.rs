@@ -5,6 +5,7 @@
 //! a queue, a clock or the network: the ledger enforces these rules again in SQL, and the
 //! database enforces them a third time with `CHECK`s and triggers.
 
+pub mod detail;
 mod digest;
 mod event;
 mod id;

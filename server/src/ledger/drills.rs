@@ -254,7 +254,10 @@ impl Ledger {
         .await?;
         let event = super::NewEvent::new(crate::job::EventKind::ResultAccepted, actor)
             .epoch(epoch)
-            .detail(serde_json::json!({ "unfenced": true }));
+            .detail(crate::job::detail::ResultAccepted {
+                unfenced: Some(true),
+                ..Default::default()
+            });
         self.record_event(job_id, &event).await.map(|_| ())
     }
 }

@@ -6,6 +6,7 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::job::detail::{Detail, KindDetail};
 use crate::job::{Actor, EventKind, JobId, JobState};
 
 /// Whether an `unknown` job may be retried without an operator.
@@ -395,7 +396,7 @@ pub struct DecisionRecord {
 }
 
 /// How an attempt ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AttemptOutcome {
     Pending,
@@ -509,7 +510,16 @@ impl NewEvent {
         self
     }
 
-    pub fn detail(mut self, detail: Value) -> Self {
+    /// The event's detail, of its kind's type.
+    pub fn detail(mut self, detail: impl Into<Detail>) -> Self {
+        let detail = detail.into();
+        debug_assert_eq!(detail.kind(), self.kind, "a detail of another kind");
+        self.detail = crate::job::detail::stored(&detail);
+        self
+    }
+
+    /// A detail of any shape: what an older version, or a fault, may have left in a row.
+    pub fn raw_detail(mut self, detail: Value) -> Self {
         self.detail = detail;
         self
     }
@@ -533,12 +543,9 @@ pub struct Event {
 }
 
 impl Event {
-    /// A string field of the event's detail (`""` when absent or not a string).
-    pub fn detail_str(&self, field: &str) -> &str {
-        self.detail
-            .get(field)
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or("")
+    /// The event's detail as `D`, when the event is of `D`'s kind and its detail reads as one.
+    pub fn detail_as<D: KindDetail>(&self) -> Option<D> {
+        crate::job::detail::read_as(self.kind, &self.detail)
     }
 }
 

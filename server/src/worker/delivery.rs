@@ -4,13 +4,14 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::watch;
 
 use super::heartbeat::{cap_left, db_span, delivery_ref, now_ms, InFlight, StopReason};
 use super::Shared;
 use crate::faults::sabotage::Safeguard;
 use crate::faults::FaultPoint;
+use crate::job::detail;
 use crate::job::message::{self, BadMessage, JobMessage};
 use crate::job::{Actor, EventKind, JobState};
 use crate::ledger::{
@@ -279,20 +280,24 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
     ) -> NewEvent {
         let event = match result {
             Ok(Deleted::Reported) => NewEvent::new(EventKind::MessageDeleted, &self.actor())
-                .detail(json!({ "reason": reason })),
+                .detail(detail::MessageDeleted {
+                    reason: reason.to_owned(),
+                }),
             // The queue knows this handle was outdated: the message remains, and its next
             // delivery finds what the ledger holds.
             Ok(Deleted::NothingDeleted) => NewEvent::new(EventKind::DeleteFailed, &self.actor())
-                .detail(json!({
-                    "reason": reason,
-                    "error": "stale_receipt_handle",
-                    "uncertain": false,
-                })),
-            Err(error) => NewEvent::new(EventKind::DeleteFailed, &self.actor()).detail(json!({
-                "reason": reason,
-                "error": error.code(),
-                "uncertain": error.is_uncertain(),
-            })),
+                .detail(detail::DeleteFailed {
+                    reason: reason.to_owned(),
+                    error: "stale_receipt_handle".to_owned(),
+                    uncertain: false,
+                }),
+            Err(error) => {
+                NewEvent::new(EventKind::DeleteFailed, &self.actor()).detail(detail::DeleteFailed {
+                    reason: reason.to_owned(),
+                    error: error.code().to_owned(),
+                    uncertain: error.is_uncertain(),
+                })
+            }
         };
         let event = event.delivery(dref.clone());
         match epoch {
@@ -338,7 +343,10 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                             delivery.receive_count,
                             &delivery.receipt,
                         ))
-                        .detail(json!({ "reason": reason.as_str() }));
+                        .detail(detail::MovedToDlq {
+                            reason: reason.as_str().to_owned(),
+                            ..Default::default()
+                        });
                     self.event(job_id, event).await;
                 }
             }
@@ -390,7 +398,9 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         );
         let received = NewEvent::new(EventKind::DeliveryReceived, &self.actor())
             .delivery(dref.clone())
-            .detail(json!({ "state": job.state.as_str() }));
+            .detail(detail::DeliveryReceived {
+                state: job.state.as_str().to_owned(),
+            });
         if matches!(job.state, JobState::Ready | JobState::RetryAuthorized) {
             // The common case: the receive is recorded with the claim, in one transaction.
             return Box::pin(self.claim_and_run(job, delivery, dref, Some(received))).await;
@@ -456,7 +466,9 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             job_id,
             NewEvent::new(EventKind::DeliveryAckedTerminal, &self.actor())
                 .delivery(dref.clone())
-                .detail(json!({ "state": state.as_str() })),
+                .detail(detail::DeliveryAckedTerminal {
+                    state: state.as_str().to_owned(),
+                }),
         )
         .await;
         self.delete(job_id, delivery, dref, None, "terminal").await;
@@ -494,11 +506,17 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             job_id,
             NewEvent::new(EventKind::DuplicateSuppressed, &self.actor())
                 .delivery(dref.clone())
-                .detail(json!({
-                    "owner_epoch": epoch,
-                    "defer_ms": wait.as_millis() as i64,
-                    "visibility": match &pushed { Ok(()) => "pushed", Err(e) => e.code() },
-                })),
+                .detail(detail::DuplicateSuppressed {
+                    owner_epoch: epoch,
+                    defer_ms: wait.as_millis() as i64,
+                    visibility: Some(
+                        match &pushed {
+                            Ok(()) => "pushed",
+                            Err(e) => e.code(),
+                        }
+                        .to_owned(),
+                    ),
+                }),
         )
         .await;
         Outcome::DuplicateSuppressed
@@ -677,9 +695,10 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                     job_id,
                     NewEvent::new(EventKind::DeliveryDeferred, &self.actor())
                         .delivery(dref.clone())
-                        .detail(
-                            json!({ "reason": "backoff", "defer_ms": wait.as_millis() as i64 }),
-                        ),
+                        .detail(detail::DeliveryDeferred {
+                            reason: "backoff".to_owned(),
+                            defer_ms: wait.as_millis() as i64,
+                        }),
                 )
                 .await;
                 Outcome::Deferred
@@ -947,13 +966,10 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 // commit. Recovery follows the state table. The record says what became of
                 // the call (stopped here after running so long, or never sent); it is best
                 // effort: the ledger may be what stopped answering.
-                let call = match ran {
-                    Some(ran) => json!({
-                        "reason": code,
-                        "call": "stopped",
-                        "call_ran_ms": u64::try_from(ran.as_millis()).unwrap_or(u64::MAX),
-                    }),
-                    None => json!({ "reason": code, "call": "not_sent" }),
+                let call = detail::LeaseLost {
+                    reason: code.to_string(),
+                    call: Some(if ran.is_some() { "stopped" } else { "not_sent" }.to_owned()),
+                    call_ran_ms: ran.map(|ran| u64::try_from(ran.as_millis()).unwrap_or(u64::MAX)),
                 };
                 let event = NewEvent::new(EventKind::LeaseLost, &self.actor())
                     .epoch(epoch)

@@ -6,8 +6,7 @@
 
 use std::time::Duration;
 
-use serde_json::json;
-
+use crate::job::detail;
 use crate::job::message;
 use crate::job::{Actor, EventKind, JobState};
 use crate::ledger::{Ledger, LedgerError, NewEvent};
@@ -93,13 +92,13 @@ pub async fn replay_inspected<Q: Queue>(
                     "redispatched"
                 }
             };
-            let event = NewEvent::new(EventKind::Replayed, actor).detail(json!({
-                "from": "dead_letter_queue",
-                "action": action,
-                "message_id": dead.message_id,
-                "receive_count": dead.receive_count,
-                "state": job.state.as_str(),
-            }));
+            let event = NewEvent::new(EventKind::Replayed, actor).detail(detail::Replayed {
+                from: "dead_letter_queue".to_owned(),
+                action: action.to_owned(),
+                message_id: dead.message_id.clone(),
+                receive_count: Some(i64::from(dead.receive_count)),
+                state: job.state.as_str().to_owned(),
+            });
             ledger.record_event(&job.job_id, &event).await?;
             replay.jobs.push(Inspected {
                 job_id: job.job_id.clone(),

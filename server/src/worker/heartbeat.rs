@@ -8,11 +8,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::json;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::faults::sabotage::Safeguard;
+use crate::job::detail;
 
 use super::Shared;
 use crate::job::{Actor, EventKind};
@@ -517,16 +517,26 @@ async fn renew_apart<Q: Queue, P: Provider>(
 /// reached).
 fn visibility_event(actor: &Actor, d: &Due, outcome: VisibilityOutcome) -> NewEvent {
     let event = match outcome {
-        None => NewEvent::new(EventKind::VisibilityRenewalFailed, actor)
-            .detail(json!({ "reason": "cap_or_deadline", "uncertain": false })),
+        None => NewEvent::new(EventKind::VisibilityRenewalFailed, actor).detail(
+            detail::VisibilityRenewalFailed {
+                reason: Some("cap_or_deadline".to_owned()),
+                error: None,
+                uncertain: false,
+            },
+        ),
         Some((timeout, Ok(()))) => {
-            NewEvent::new(EventKind::VisibilityRenewed, actor).detail(json!({
-                "timeout_ms": timeout.as_millis() as i64,
-                "deadline_left_ms": d.deadline_left.as_millis() as i64,
-            }))
+            NewEvent::new(EventKind::VisibilityRenewed, actor).detail(detail::VisibilityRenewed {
+                timeout_ms: timeout.as_millis() as i64,
+                deadline_left_ms: Some(d.deadline_left.as_millis() as i64),
+            })
         }
-        Some((_, Err(error))) => NewEvent::new(EventKind::VisibilityRenewalFailed, actor)
-            .detail(json!({ "error": error.code(), "uncertain": error.is_uncertain() })),
+        Some((_, Err(error))) => NewEvent::new(EventKind::VisibilityRenewalFailed, actor).detail(
+            detail::VisibilityRenewalFailed {
+                reason: None,
+                error: Some(error.code().to_owned()),
+                uncertain: error.is_uncertain(),
+            },
+        ),
     };
     event.epoch(d.epoch).delivery(d.delivery.clone())
 }

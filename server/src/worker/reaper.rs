@@ -12,9 +12,9 @@
 
 use std::time::Duration;
 
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::job::detail;
 use crate::job::{Actor, EventKind, JobState};
 use crate::ledger::{Decision, Ledger, LedgerError, NewEvent, UnknownForRetrieval};
 use crate::provider::{Provider, Retrieval};
@@ -45,12 +45,13 @@ async fn note_dead_letters(ledger: &Ledger) -> Result<usize, LedgerError> {
         .iter()
         .filter_map(|m| {
             let job = crate::job::message::parse(&m.body).ok()?;
-            let event = NewEvent::new(EventKind::MovedToDlq, &Actor::System).detail(json!({
-                "reason": "max_receive_count",
-                "message_id": m.message_id,
-                "receive_count": m.receive_count,
-                "from": m.from_queue,
-            }));
+            let event =
+                NewEvent::new(EventKind::MovedToDlq, &Actor::System).detail(detail::MovedToDlq {
+                    reason: "max_receive_count".to_owned(),
+                    message_id: Some(m.message_id.clone()),
+                    receive_count: Some(m.receive_count),
+                    from: m.from_queue.clone(),
+                });
             Some((job.job_id, event))
         })
         .collect();
@@ -203,10 +204,11 @@ async fn settle(
         Retrieval::Unsupported => {
             let event = NewEvent::new(EventKind::RetrievalUnsupported, &Actor::System)
                 .epoch(job.epoch)
-                .detail(json!({
-                    "why": "the provider offers no retrieval (or it is switched off): \
-                            this job needs a decision",
-                }));
+                .detail(detail::RetrievalUnsupported {
+                    why: "the provider offers no retrieval (or it is switched off): this job \
+                          needs a decision"
+                        .to_owned(),
+                });
             ledger.record_event(&job.job_id, &event).await?;
             return Ok(Settled::Unsupported);
         }

@@ -267,7 +267,7 @@ async fn an_export_of_a_long_timeline_is_sent_as_it_is_read_complete_and_in_orde
     };
     let worker = Actor::Worker("w1".into());
     let all: Vec<NewEvent> = (2..=EVENTS)
-        .map(|seq| NewEvent::new(kind(seq), &worker).detail(json!({ "n": seq })))
+        .map(|seq| NewEvent::new(kind(seq), &worker).raw_detail(json!({ "n": seq })))
         .collect();
     for batch in all.chunks(100) {
         app.ledger.append_events(&job_id, batch).await.unwrap();

@@ -931,7 +931,8 @@ async fn on_a_queue_in_the_ledger_a_lease_and_its_visibility_renew_in_one_transa
                 Some(VisibilityChange::Changed) => EventKind::VisibilityRenewed,
                 _ => EventKind::VisibilityRenewalFailed,
             };
-            NewEvent::new(kind, &worker).detail(json!({ "i": i, "change": format!("{change:?}") }))
+            NewEvent::new(kind, &worker)
+                .raw_detail(json!({ "i": i, "change": format!("{change:?}") }))
         })
         .await;
     assert!(out.failed.is_none(), "{:?}", out.failed);

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fenceline::job::{Actor, EventKind};
+use fenceline::job::{detail, Actor, EventKind};
 use fenceline::ledger::{Failure, Ledger, NewEvent};
 use serde_json::json;
 
@@ -34,7 +34,9 @@ async fn a_clean_job(ledger: &Ledger, key: &str) -> String {
     plant(
         ledger,
         &id,
-        NewEvent::new(EventKind::MessageDeleted, &worker()).detail(json!({"reason": "succeeded"})),
+        NewEvent::new(EventKind::MessageDeleted, &worker()).detail(detail::MessageDeleted {
+            reason: "succeeded".into(),
+        }),
     )
     .await;
     id
@@ -84,7 +86,9 @@ async fn the_checker_finds_each_planted_violation_on_its_job(db: Db) {
     plant(
         &ledger,
         &early,
-        NewEvent::new(EventKind::MessageDeleted, &worker()).detail(json!({"reason": "oops"})),
+        NewEvent::new(EventKind::MessageDeleted, &worker()).detail(detail::MessageDeleted {
+            reason: "oops".into(),
+        }),
     )
     .await;
     // A second attempt after the job went unknown, with no decision between.
@@ -92,7 +96,10 @@ async fn the_checker_finds_each_planted_violation_on_its_job(db: Db) {
     plant(
         &ledger,
         &blind,
-        NewEvent::new(EventKind::StateChanged, &Actor::System).detail(json!({"to": "unknown"})),
+        NewEvent::new(EventKind::StateChanged, &Actor::System).detail(detail::StateChanged {
+            to: "unknown".into(),
+            ..Default::default()
+        }),
     )
     .await;
     plant(
@@ -188,7 +195,9 @@ async fn the_checker_judges_a_delete_by_the_epoch_it_was_made_under(db: Db) {
     let deleted = |epoch: i64, by: &str| {
         NewEvent::new(EventKind::MessageDeleted, &Actor::Worker(by.into()))
             .epoch(epoch)
-            .detail(json!({"reason": "planted"}))
+            .detail(detail::MessageDeleted {
+                reason: "planted".into(),
+            })
     };
     // Owner a fails retryably, b claims the retry, and a's delete lands after b started
     // (`copied`); or b deletes before its own outcome (`early`).

@@ -1,9 +1,8 @@
 //! The guarded commit: the one accepted result of a job, or — when the owner was fenced out —
 //! its answer kept as restricted evidence and `result_rejected` on the timeline.
 
-use serde_json::{json, Value};
-
 use super::{insert_result, new_result_ref, Intent, NewResult, Reserved};
+use crate::job::detail;
 use crate::job::{Actor, EventKind};
 use crate::ledger::model::{Accepted, NewEvent, Owner};
 use crate::ledger::{Ledger, LedgerError, LedgerMessage, Refusal};
@@ -173,10 +172,10 @@ impl Ledger {
         let event = NewEvent::new(EventKind::ResultRejected, &actor)
             .epoch(epoch)
             .attempt(attempt_no)
-            .detail(json!({
-                "reason": refusal.code(),
-                "evidence_ref": if marked > 0 { Value::from(result_ref) } else { Value::Null },
-            }));
+            .detail(detail::ResultRejected {
+                reason: refusal.code().to_owned(),
+                evidence_ref: (marked > 0).then(|| result_ref.to_owned()),
+            });
         fenced.commit(&[event]).await?;
         Ok(LedgerError::refused(job_id, refusal))
     }
@@ -194,9 +193,16 @@ pub(super) fn accept_events(
     [
         NewEvent::new(EventKind::AttemptFinished, actor)
             .attempt(attempt_no)
-            .detail(json!({ "outcome": "succeeded" })),
+            .detail(detail::AttemptFinished {
+                outcome: "succeeded".to_owned(),
+                ..Default::default()
+            }),
         NewEvent::new(EventKind::ResultAccepted, actor)
             .attempt(attempt_no)
-            .detail(json!({ "result_ref": result_ref, "to": "succeeded" })),
+            .detail(detail::ResultAccepted {
+                result_ref: Some(result_ref.to_owned()),
+                to: Some("succeeded".to_owned()),
+                ..Default::default()
+            }),
     ]
 }

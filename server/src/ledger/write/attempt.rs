@@ -4,10 +4,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use serde_json::json;
 use sqlx::AnyConnection;
 
 use super::{insert_events, lock_jobs, micros, reserves, Intent, Placed, Reserved};
+use crate::job::detail;
 use crate::job::{Actor, EventKind};
 use crate::ledger::model::{AttemptStarted, NewEvent, Owner, Renewal};
 use crate::ledger::{Ledger, LedgerError, LedgerMessage, Refusal, VisibilityChange};
@@ -46,7 +46,7 @@ impl RenewRow {
     /// This renewal's `lease_renewed`, from `base`, with the lease it granted.
     fn renewed(&self, base: &NewEvent) -> NewEvent {
         let lease_ms = (self.owner_until - self.reserved.at) / 1000;
-        base.clone().detail(json!({ "lease_ms": lease_ms }))
+        base.clone().detail(detail::LeaseRenewed { lease_ms })
     }
 
     /// Renewed rows by `(job_id, epoch)`, as their renewals were asked.
@@ -126,7 +126,9 @@ impl Ledger {
         .await?;
         let event = NewEvent::new(EventKind::AttemptStarted, &owner.actor())
             .attempt(attempt.attempt_no)
-            .detail(json!({ "provider": provider }));
+            .detail(detail::AttemptStarted {
+                provider: provider.to_owned(),
+            });
         fenced.commit(&[event]).await?;
         Ok(attempt)
     }
@@ -374,7 +376,9 @@ impl Ledger {
         if refusal != Refusal::NotFound {
             let failed = NewEvent::new(EventKind::LeaseRenewalFailed, actor)
                 .epoch(epoch)
-                .detail(json!({ "reason": refusal.code() }));
+                .detail(detail::LeaseRenewalFailed {
+                    reason: refusal.code().to_owned(),
+                });
             let events: Vec<(String, NewEvent)> = std::iter::once(failed)
                 .chain(then)
                 .map(|event| (job_id.to_owned(), event))

@@ -3,9 +3,9 @@
 //! `decision_recorded` on its timeline and an audit entry.
 
 use fenceline_app::action::Reason;
-use serde_json::json;
 
 use super::{mark_pending_lost, Intent, Reserved};
+use crate::job::detail;
 use crate::job::{Actor, EventKind, JobState};
 use crate::ledger::audit::{insert_audit, NewAudit};
 use crate::ledger::model::NewEvent;
@@ -79,15 +79,20 @@ impl Ledger {
             .commit(&[
                 NewEvent::new(EventKind::DecisionRecorded, actor)
                     .epoch(new_epoch)
-                    .detail(json!({
-                        "decision": "cancel",
-                        "seen_epoch": seen_epoch,
-                        "reason": short_reason,
-                        "lost_attempts": lost,
-                    })),
+                    .detail(detail::DecisionRecorded {
+                        decision: "cancel".to_owned(),
+                        seen_epoch,
+                        reason: short_reason,
+                        lost_attempts: Some(lost),
+                        ..Default::default()
+                    }),
                 NewEvent::new(EventKind::StateChanged, actor)
                     .epoch(new_epoch)
-                    .detail(json!({ "to": "failed_terminal", "error_code": "cancelled" })),
+                    .detail(detail::StateChanged {
+                        to: JobState::FailedTerminal.as_str().to_owned(),
+                        error_code: Some("cancelled".to_owned()),
+                        ..Default::default()
+                    }),
             ])
             .await?;
         Ok(())

@@ -3,9 +3,10 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::{micros, reserves, Intent, Reserved};
+use crate::job::detail;
 use crate::job::{Actor, EventKind, JobId, JobState};
 use crate::ledger::model::{AttemptStarted, Claimed, Job, NewEvent, Owner};
 use crate::ledger::read::parse_json;
@@ -229,17 +230,21 @@ pub(super) fn claim_events(
     if let Some(received) = delivery {
         events.push(received.clone().epoch(claimed.epoch - 1));
     }
-    events.push(NewEvent::new(EventKind::Claimed, actor).detail(json!({
-        "from": from.as_str(),
-        "lease_ms": (claimed.owner_until - claimed.at) / 1000,
-        "attempts_used": claimed.budget_used,
-        "max_attempts": claimed.max_attempts,
-    })));
+    events.push(
+        NewEvent::new(EventKind::Claimed, actor).detail(detail::Claimed {
+            from: from.as_str().to_owned(),
+            lease_ms: (claimed.owner_until - claimed.at) / 1000,
+            attempts_used: claimed.budget_used,
+            max_attempts: claimed.max_attempts,
+        }),
+    );
     if let Some((attempt, provider)) = started {
         events.push(
             NewEvent::new(EventKind::AttemptStarted, actor)
                 .attempt(attempt.attempt_no)
-                .detail(json!({ "provider": provider })),
+                .detail(detail::AttemptStarted {
+                    provider: provider.to_owned(),
+                }),
         );
     }
     events

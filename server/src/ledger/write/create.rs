@@ -1,10 +1,9 @@
 //! Creating a job: the job row, its input, its first outbox row and `job_created`, idempotent
 //! per tenant and key.
 
-use serde_json::json;
-
 use super::outbox::{insert_outbox, send_new_in, sent_event, NewSend};
 use super::{micros, Reserved};
+use crate::job::detail;
 use crate::job::{Actor, EventKind, JobId};
 use crate::ledger::model::{Created, NewEvent, NewJob};
 use crate::ledger::read::{job_from_row, JOB_COLUMNS};
@@ -140,10 +139,12 @@ impl Ledger {
             Ok(Created::Existing(existing))
         } else {
             let offered = new.request_digest.get(..12).unwrap_or("");
-            let event = NewEvent::new(EventKind::IdempotencyConflict, actor).detail(json!({
-                "existing_digest": &existing.request_digest[..12],
-                "offered_digest": offered,
-            }));
+            let event = NewEvent::new(EventKind::IdempotencyConflict, actor).detail(
+                detail::IdempotencyConflict {
+                    existing_digest: existing.request_digest[..12].to_owned(),
+                    offered_digest: offered.to_owned(),
+                },
+            );
             self.record_conflict_once(&existing.job_id, offered, &event)
                 .await?;
             Err(LedgerError::IdempotencyConflict {
@@ -164,8 +165,8 @@ impl Ledger {
     ) -> Result<(), LedgerError> {
         let names = |details: Vec<String>| {
             details.iter().any(|detail| {
-                serde_json::from_str::<serde_json::Value>(detail)
-                    .is_ok_and(|d| d["offered_digest"] == offered)
+                serde_json::from_str::<detail::IdempotencyConflict>(detail)
+                    .is_ok_and(|d| d.offered_digest == offered)
             })
         };
         let recorded = sqlx::query_scalar(&self.sql.idempotency_conflicts)
@@ -228,10 +229,10 @@ pub(super) fn first_unreserved(direct: bool) -> i64 {
 
 /// `job_created`, with what the job was made with.
 pub(super) fn created_event(new: &NewJob, actor: &Actor) -> NewEvent {
-    NewEvent::new(EventKind::JobCreated, actor).detail(json!({
-        "contract_version": new.contract_version,
-        "max_attempts": new.max_attempts,
-        "deadline_ms": micros(new.deadline) / 1000,
-        "replay_policy": new.replay_policy.as_str(),
-    }))
+    NewEvent::new(EventKind::JobCreated, actor).detail(detail::JobCreated {
+        contract_version: new.contract_version.clone(),
+        max_attempts: i64::from(new.max_attempts),
+        deadline_ms: micros(new.deadline) / 1000,
+        replay_policy: new.replay_policy.as_str().to_owned(),
+    })
 }

@@ -2,9 +2,9 @@
 //! replay policy's — each naming the epoch the decider saw and audited in `decisions`.
 
 use fenceline_app::action::Reason;
-use serde_json::json;
 
 use super::{insert_result, new_result_ref, reserves, Intent, NewResult, Reserved};
+use crate::job::detail;
 use crate::job::{Actor, EventKind, JobState};
 use crate::ledger::model::{Decision, NewEvent};
 use crate::ledger::{Ledger, LedgerError};
@@ -158,15 +158,20 @@ impl Ledger {
             .commit(&[
                 NewEvent::new(EventKind::DecisionRecorded, actor)
                     .epoch(new_epoch)
-                    .detail(json!({
-                        "decision": decision.as_str(),
-                        "seen_epoch": seen_epoch,
-                        "reason": short_reason,
-                        "evidence": evidence,
-                    })),
+                    .detail(detail::DecisionRecorded {
+                        decision: decision.as_str().to_owned(),
+                        seen_epoch,
+                        reason: short_reason,
+                        evidence,
+                        ..Default::default()
+                    }),
                 NewEvent::new(EventKind::StateChanged, actor)
                     .epoch(new_epoch)
-                    .detail(json!({ "to": to.as_str(), "result_ref": result_ref })),
+                    .detail(detail::StateChanged {
+                        to: to.as_str().to_owned(),
+                        result_ref,
+                        ..Default::default()
+                    }),
             ])
             .await?;
         Ok(to)

@@ -1,9 +1,8 @@
 //! The ends no owner chose: a fixed deadline that passed (`expired`) and an attempt budget
 //! that is spent (`failed_terminal`).
 
-use serde_json::json;
-
 use super::{guarded_in, mark_pending_lost, reserves, Reserved};
+use crate::job::detail;
 use crate::job::{Actor, EventKind, JobState};
 use crate::ledger::model::NewEvent;
 use crate::ledger::{Ledger, LedgerError, Refusal};
@@ -43,11 +42,12 @@ impl Ledger {
             return Ok(false);
         };
         let lost = mark_pending_lost(&mut fenced.tx, job_id, fenced.row.reserved.at).await?;
-        let mut detail = json!({ "from": from.as_str(), "lost_attempts": lost });
-        if let Some(code) = &fenced.row.error_code {
-            detail["last_error"] = json!(code);
-        }
-        let event = NewEvent::new(EventKind::DeadlineExpired, actor).detail(detail);
+        let event =
+            NewEvent::new(EventKind::DeadlineExpired, actor).detail(detail::DeadlineExpired {
+                from: from.as_str().to_owned(),
+                lost_attempts: lost,
+                last_error: fenced.row.error_code.clone(),
+            });
         fenced.commit(&[event]).await?;
         Ok(true)
     }
@@ -63,8 +63,11 @@ impl Ledger {
         let Some(fenced) = self.try_guarded(job_id, statement).await? else {
             return Ok(false);
         };
-        let event = NewEvent::new(EventKind::BudgetExhausted, actor)
-            .detail(json!({"attempts_used": fenced.row.budget_used}));
+        let event =
+            NewEvent::new(EventKind::BudgetExhausted, actor).detail(detail::BudgetExhausted {
+                attempts_used: fenced.row.budget_used,
+                to: None,
+            });
         fenced.commit(&[event]).await?;
         Ok(true)
     }

@@ -1,9 +1,8 @@
 //! A confirmed provider failure reported by the owner: another attempt after a backoff, or
 //! the end of the job.
 
-use serde_json::json;
-
 use super::{micros, reserves, Intent, Reserved};
+use crate::job::detail;
 use crate::job::{EventKind, JobState};
 use crate::ledger::model::{Failure, FailureOutcome, NewEvent, Owner};
 use crate::ledger::{Ledger, LedgerError};
@@ -68,7 +67,11 @@ impl Ledger {
         let actor = owner.actor();
         let finished = NewEvent::new(EventKind::AttemptFinished, &actor)
             .attempt(attempt_no)
-            .detail(json!({ "outcome": outcome, "error_code": error_code }));
+            .detail(detail::AttemptFinished {
+                outcome: outcome.to_owned(),
+                error_code: Some(error_code.clone()),
+                limit: None,
+            });
         let then = match (fenced.row.state, fenced.row.retry_at) {
             (JobState::RetryAuthorized, Some(retry_at)) => {
                 super::outbox::insert_outbox(
@@ -80,17 +83,23 @@ impl Ledger {
                     retry_at,
                 )
                 .await?;
-                NewEvent::new(EventKind::StateChanged, &actor).detail(json!({
-                    "to": "retry_authorized",
-                    "retry_in_ms": (retry_at - now) / 1000,
-                }))
+                NewEvent::new(EventKind::StateChanged, &actor).detail(detail::StateChanged {
+                    to: JobState::RetryAuthorized.as_str().to_owned(),
+                    retry_in_ms: Some((retry_at - now) / 1000),
+                    ..Default::default()
+                })
             }
-            _ if !fatal => NewEvent::new(EventKind::BudgetExhausted, &actor).detail(json!({
-                "to": "failed_terminal",
-                "attempts_used": fenced.row.budget_used,
-            })),
-            _ => NewEvent::new(EventKind::StateChanged, &actor)
-                .detail(json!({ "to": "failed_terminal", "error_code": error_code })),
+            _ if !fatal => {
+                NewEvent::new(EventKind::BudgetExhausted, &actor).detail(detail::BudgetExhausted {
+                    to: Some(JobState::FailedTerminal.as_str().to_owned()),
+                    attempts_used: fenced.row.budget_used,
+                })
+            }
+            _ => NewEvent::new(EventKind::StateChanged, &actor).detail(detail::StateChanged {
+                to: JobState::FailedTerminal.as_str().to_owned(),
+                error_code: Some(error_code.clone()),
+                ..Default::default()
+            }),
         };
         let state = fenced.commit(&[finished, then]).await?.state;
         Ok(FailureOutcome { state })

@@ -22,7 +22,6 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use sqlx::any::AnyRow;
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyConnection, Row};
@@ -35,6 +34,7 @@ use super::outbox::{send_new_in, NewSend};
 use super::{
     body_digest, event_rows, insert_event_rows, micros, new_result_ref, EventRow, Placed, Reserved,
 };
+use crate::job::detail;
 use crate::job::{Actor, JobId, JobState};
 use crate::ledger::model::{Accepted, AttemptStarted, Claimed, Job, NewEvent, Owner};
 use crate::ledger::queue_store::{DeleteOp, ReceiveOp};
@@ -965,10 +965,9 @@ impl Ledger {
                 } else {
                     JobState::RetryAuthorized
                 };
-                let received = op
-                    .received
-                    .clone()
-                    .detail(json!({ "state": found.as_str() }));
+                let received = op.received.clone().detail(detail::DeliveryReceived {
+                    state: found.as_str().to_owned(),
+                });
                 let events =
                     super::claim::claim_events(Some(&received), &d.claimed, &actor, started);
                 (*i, *r, events)

@@ -5,10 +5,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use serde_json::json;
 use sqlx::{AnyConnection, Row};
 
 use super::micros;
+use crate::job::detail;
 use crate::job::message::JobMessage;
 use crate::job::{Actor, EventKind};
 use crate::ledger::model::NewEvent;
@@ -138,11 +138,11 @@ pub(super) fn sent_event(queue: &DirectQueue, message_id: &str) -> NewEvent {
 /// `dispatched`: the job's message `message_id` is on `queue` (as [`crate::queue::Queue::describe`]
 /// names it), sent for `reason`.
 fn dispatched_event(message_id: &str, queue: &str, reason: &str) -> NewEvent {
-    NewEvent::new(EventKind::Dispatched, &Actor::System).detail(json!({
-        "message_id": message_id,
-        "queue": queue,
-        "reason": reason,
-    }))
+    NewEvent::new(EventKind::Dispatched, &Actor::System).detail(detail::Dispatched {
+        message_id: message_id.to_owned(),
+        queue: queue.to_owned(),
+        reason: reason.to_owned(),
+    })
 }
 
 /// Most outbox rows one statement marks sent.
@@ -388,8 +388,12 @@ impl Ledger {
             .bind(error_code)
             .execute(&self.writer)
             .await?;
-        let event = NewEvent::new(EventKind::DispatchFailed, &Actor::System)
-            .detail(json!({ "error": error_code, "retry_in_ms": micros(retry_in) / 1000 }));
+        let event = NewEvent::new(EventKind::DispatchFailed, &Actor::System).detail(
+            detail::DispatchFailed {
+                error: error_code.to_owned(),
+                retry_in_ms: micros(retry_in) / 1000,
+            },
+        );
         self.record_event(&item.job_id, &event).await.map(|_| ())
     }
 

@@ -2,9 +2,8 @@
 //! handing its job back. Either way the epoch advances (the old owner is fenced out), an
 //! attempt in flight becomes `lost` and the job `unknown`; with none it is `retry_authorized`.
 
-use serde_json::json;
-
 use super::{mark_pending_lost, reserves, Intent, Reserved};
+use crate::job::detail;
 use crate::job::{Actor, EventKind, JobState};
 use crate::ledger::model::{NewEvent, Owner, Recovered};
 use crate::ledger::{Ledger, LedgerError};
@@ -43,19 +42,23 @@ impl Ledger {
         }
         fenced
             .commit(&[
-                NewEvent::new(EventKind::RecoveryClaimed, actor).detail(json!({
-                    "from_epoch": epoch - 1,
-                    "reason": reason,
-                    "lost_attempts": lost,
-                })),
-                NewEvent::new(EventKind::StateChanged, actor).detail(json!({
-                    "to": state.as_str(),
-                    "why": if state == JobState::Unknown {
-                        "an attempt may have reached the provider"
-                    } else {
-                        "no attempt was in flight"
-                    },
-                })),
+                NewEvent::new(EventKind::RecoveryClaimed, actor).detail(detail::RecoveryClaimed {
+                    from_epoch: epoch - 1,
+                    reason: reason.to_owned(),
+                    lost_attempts: lost,
+                }),
+                NewEvent::new(EventKind::StateChanged, actor).detail(detail::StateChanged {
+                    to: state.as_str().to_owned(),
+                    why: Some(
+                        if state == JobState::Unknown {
+                            "an attempt may have reached the provider"
+                        } else {
+                            "no attempt was in flight"
+                        }
+                        .to_owned(),
+                    ),
+                    ..Default::default()
+                }),
             ])
             .await?;
         Ok(Recovered {
@@ -85,12 +88,13 @@ impl Ledger {
         }
         let event = NewEvent::new(EventKind::StateChanged, &owner.actor())
             .epoch(epoch)
-            .detail(json!({
-                "to": state.as_str(),
-                "released_by_epoch": owner.epoch,
-                "reason": reason,
-                "lost_attempts": lost,
-            }));
+            .detail(detail::StateChanged {
+                to: state.as_str().to_owned(),
+                released_by_epoch: Some(owner.epoch),
+                reason: Some(reason.to_owned()),
+                lost_attempts: Some(lost),
+                ..Default::default()
+            });
         fenced.commit(&[event]).await?;
         Ok(Recovered {
             state,

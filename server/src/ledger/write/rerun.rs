@@ -11,8 +11,7 @@
 use fenceline_app::action::Reason;
 use std::time::Duration;
 
-use serde_json::json;
-
+use crate::job::detail;
 use crate::job::{Actor, EventKind};
 use crate::ledger::audit::NewAudit;
 use crate::ledger::model::{Created, NewEvent, NewJob};
@@ -40,13 +39,11 @@ impl Ledger {
         .await?;
         Ok(details
             .iter()
-            .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
-            .filter_map(|detail| {
-                ["to", "from"].into_iter().find_map(|dir| {
-                    detail[dir]
-                        .as_str()
-                        .map(|id| (dir.to_owned(), id.to_owned()))
-                })
+            .filter_map(|d| serde_json::from_str::<detail::Rerun>(d).ok())
+            .filter_map(|rerun| match (rerun.to, rerun.from) {
+                (Some(to), _) => Some(("to".to_owned(), to)),
+                (None, Some(from)) => Some(("from".to_owned(), from)),
+                (None, None) => None,
             })
             .collect())
     }
@@ -54,15 +51,16 @@ impl Ledger {
     /// The deadline the job was submitted with (its creation event keeps it), else the span
     /// from its creation to its deadline.
     async fn deadline_asked(&self, job: &crate::ledger::Job) -> Result<Duration, LedgerError> {
-        let detail: Option<String> = sqlx::query_scalar(
+        let created: Option<String> = sqlx::query_scalar(
             "SELECT detail FROM events WHERE job_id = $1 AND kind = 'job_created' ORDER BY seq LIMIT 1",
         )
         .bind(&job.job_id)
         .fetch_optional(&self.reader)
         .await?;
-        let asked = detail
-            .and_then(|d| serde_json::from_str::<serde_json::Value>(&d).ok())
-            .and_then(|d| d["deadline_ms"].as_u64());
+        let asked = created
+            .and_then(|d| serde_json::from_str::<detail::JobCreated>(&d).ok())
+            .and_then(|d| u64::try_from(d.deadline_ms).ok())
+            .filter(|ms| *ms > 0);
         Ok(match asked {
             Some(ms) => Duration::from_millis(ms),
             None => {
@@ -126,14 +124,18 @@ impl Ledger {
                     job_id.to_owned(),
                     NewEvent::new(EventKind::Rerun, actor)
                         .epoch(old.owner_epoch)
-                        .detail(json!({
-                            "to": job.job_id,
-                            "reason": reason.chars().take(200).collect::<String>(),
-                        })),
+                        .detail(detail::Rerun {
+                            to: Some(job.job_id.clone()),
+                            reason: Some(reason.chars().take(200).collect()),
+                            from: None,
+                        }),
                 ),
                 (
                     job.job_id.clone(),
-                    NewEvent::new(EventKind::Rerun, actor).detail(json!({ "from": job_id })),
+                    NewEvent::new(EventKind::Rerun, actor).detail(detail::Rerun {
+                        from: Some(job_id.to_owned()),
+                        ..Default::default()
+                    }),
                 ),
             ])
             .await?;

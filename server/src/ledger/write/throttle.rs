@@ -3,10 +3,9 @@
 //! outcome `throttled`, but spends none of the budget: the job waits in `retry_authorized`
 //! until the provider's reset, and is sent again through the outbox then.
 
-use serde_json::json;
-
 use super::{micros, reserves, Intent, Reserved};
-use crate::job::EventKind;
+use crate::job::detail;
+use crate::job::{EventKind, JobState};
 use crate::ledger::model::{NewEvent, Owner, Throttle, Throttled};
 use crate::ledger::{Ledger, LedgerError};
 
@@ -64,19 +63,20 @@ impl Ledger {
         )
         .await?;
         let actor = owner.actor();
-        let mut finished = json!({ "outcome": "throttled", "error_code": throttle.error_code });
-        let mut waits = json!({
-            "to": "retry_authorized",
-            "retry_in_ms": (retry_at - now) / 1000,
-            "provider": throttle.provider,
-            "model": throttle.model,
-            "budget_used": row.budget_used,
-            "max_attempts": row.max_attempts,
-        });
-        if let Some(limit) = &throttle.limit {
-            finished["limit"] = json!(limit);
-            waits["limit"] = json!(limit);
-        }
+        let finished = detail::AttemptFinished {
+            outcome: "throttled".to_owned(),
+            error_code: Some(throttle.error_code.clone()),
+            limit: throttle.limit.clone(),
+        };
+        let waits = detail::Throttled {
+            to: JobState::RetryAuthorized.as_str().to_owned(),
+            retry_in_ms: (retry_at - now) / 1000,
+            provider: throttle.provider.clone(),
+            model: throttle.model.clone(),
+            budget_used: row.budget_used,
+            max_attempts: row.max_attempts,
+            limit: throttle.limit.clone(),
+        };
         let events = [
             NewEvent::new(EventKind::AttemptFinished, &actor)
                 .attempt(attempt_no)
