@@ -1,0 +1,24 @@
+//! `fenceline worker`: a worker, the outbox dispatcher and the reaper, no HTTP.
+
+use anyhow::Context;
+
+use fenceline::ledger::Ledger;
+use fenceline::settings::Settings;
+use fenceline::startup::{runtime, shutdown_signal, Supervisor};
+
+pub(super) async fn run(settings: &Settings) -> anyhow::Result<()> {
+    let ledger = Ledger::connect(&settings.ledger.url, &settings.ledger.options)
+        .await
+        .context("opening the ledger")?;
+    fenceline::startup::migrate(&ledger, settings.environment)
+        .await
+        .context("migrating the ledger")?;
+    let mut supervisor = Supervisor::default();
+    let metrics = fenceline::metrics::Metrics::default();
+    runtime::start(&mut supervisor, &ledger, settings, &metrics).await?;
+    supervisor
+        .run_until_stopped(&ledger, shutdown_signal())
+        .await;
+    tracing::info!("fenceline worker stopped");
+    Ok(())
+}
