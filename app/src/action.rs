@@ -11,6 +11,12 @@ pub const REASON_MAX: usize = 2000;
 /// [`REASON_MAX`] as a form field's `maxlength`.
 pub const REASON_MAXLENGTH: &str = "2000";
 
+/// Most characters a decision's evidence (the provider's reference for the call) holds.
+pub const EVIDENCE_MAX: usize = 500;
+
+/// [`EVIDENCE_MAX`] as a form field's `maxlength`.
+pub const EVIDENCE_MAXLENGTH: &str = "500";
+
 /// Why an operator acted: trimmed, 1 to [`REASON_MAX`] characters. Every action needs one;
 /// the audit log and the job's timeline keep it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,6 +124,7 @@ mod tests {
         assert!(Reason::parse(&"é".repeat(REASON_MAX)).is_ok());
         assert_eq!(Reason::parse(&"a".repeat(REASON_MAX + 1)), Err(NoReason));
         assert_eq!(REASON_MAXLENGTH, REASON_MAX.to_string());
+        assert_eq!(EVIDENCE_MAXLENGTH, EVIDENCE_MAX.to_string());
     }
 
     #[test]

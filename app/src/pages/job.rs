@@ -3,7 +3,7 @@
 //! (`#e{seq}`, highlighted when targeted), runs of same-kind events folded, attempts,
 //! decisions, and exports. Refreshes itself while the job is live.
 
-use crate::action::REASON_MAXLENGTH;
+use crate::action::{EVIDENCE_MAXLENGTH, REASON_MAXLENGTH};
 use crate::svg::SvgChart;
 use leptos::prelude::*;
 use leptos_meta::Title;
@@ -348,7 +348,7 @@ fn DecisionForms(job_id: String, epoch: i64, csrf: String) -> impl IntoView {
                     <h3>"Resolve as succeeded"</h3>
                     <p class="muted">"When the provider shows the call completed. The pasted result becomes the job's accepted result."</p>
                     {hidden.clone()("resolve_succeeded")}
-                    <label>"Provider reference"<input name="evidence" maxlength="500"/></label>
+                    <label>"Provider reference"<input name="evidence" maxlength=EVIDENCE_MAXLENGTH/></label>
                     <label>"Result (pasted)"<textarea name="result" rows="3" maxlength="1000000"></textarea></label>
                     <label>"Reason"<textarea name="reason" required=true maxlength=REASON_MAXLENGTH rows="2"></textarea></label>
                     <button type="submit">"Resolve as succeeded"</button>

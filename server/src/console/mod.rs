@@ -4,8 +4,10 @@
 //!
 //! # Layout
 //!
-//! - `overview`, `jobs`, `job` (with its timeline), `unknown`, `dead_letters`: one page each.
-//! - `swimlane` and [`charts`]: the job's swimlane marks and the SVG they are drawn as.
+//! - `overview`, `jobs`, `job` (with its timeline), `unknown`, `dead_letters`, `workers`,
+//!   `audit`, `drills`: one page each.
+//! - `swimlane` and [`charts`]: the job's swimlane marks and the SVG they are drawn as;
+//!   [`plot`]: the overview's time series, laid out by plotters.
 //! - `format`: times, durations and rows as operators read them.
 //!
 //! Must not write to the ledger, and must not put SQL here: the ledger's read API serves it.

@@ -2,8 +2,9 @@
 //! these types only, so the compiler checks the writers and the readers of a field alike.
 //!
 //! The stored form is the JSON object of the type's fields (the kind is the event's own
-//! column): an absent optional field is left out, and a field an older row lacks reads as
-//! its default. Kinds not named here carry no detail.
+//! column): an absent optional field is left out, a field that some writers always name and
+//! leave empty is stored as `null` (`Option<Option<_>>`: absent, `null`, or a value), and a
+//! field an older row lacks reads as its default. Kinds not named here carry no detail.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -62,6 +63,15 @@ macro_rules! details {
             }
         }
     };
+}
+
+/// Reads a field that may be stored as `null` apart from absent: `null` is `Some(None)`.
+fn named<'de, D, T>(stored: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(stored).map(Some)
 }
 
 /// A detail as stored: the JSON object of its fields.
@@ -196,8 +206,9 @@ details! {
         retry_in_ms: Option<i64>,
         #[serde(skip_serializing_if = "Option::is_none")]
         error_code: Option<String>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        result_ref: Option<String>,
+        /// A decision names it always: `null` when the decision accepted no result.
+        #[serde(skip_serializing_if = "Option::is_none", deserialize_with = "named")]
+        result_ref: Option<Option<String>>,
         #[serde(skip_serializing_if = "Option::is_none")]
         why: Option<String>,
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -212,8 +223,9 @@ details! {
         decision: String,
         seen_epoch: i64,
         reason: String,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        evidence: Option<String>,
+        /// A decision names it always (`null` unless it resolved as succeeded); a cancel does not.
+        #[serde(skip_serializing_if = "Option::is_none", deserialize_with = "named")]
+        evidence: Option<Option<String>>,
         #[serde(skip_serializing_if = "Option::is_none")]
         lost_attempts: Option<i64>,
     }
@@ -238,8 +250,9 @@ details! {
         message_id: Option<String>,
         #[serde(skip_serializing_if = "Option::is_none")]
         receive_count: Option<i64>,
-        #[serde(skip_serializing_if = "Option::is_none")]
-        from: Option<String>,
+        /// The reaper names the queue it came from always (`null` when the queue did not say).
+        #[serde(skip_serializing_if = "Option::is_none", deserialize_with = "named")]
+        from: Option<Option<String>>,
     }
     /// A dead letter was replayed after its job was inspected (`action`: what was done).
     Replayed {
@@ -296,7 +309,7 @@ mod tests {
     use serde_json::json;
 
     /// Shapes as rows written before these types existed hold them: each reads back as its
-    /// kind's detail, and writes back as the same object (nulls aside).
+    /// kind's detail, and writes back as the same object.
     #[test]
     fn persisted_shapes_read_back_and_write_the_same_object() {
         let rows = [
@@ -353,26 +366,27 @@ mod tests {
     }
 
     #[test]
-    fn an_old_null_or_a_missing_field_reads_as_absent() {
-        let d: DecisionRecorded = read_as(
-            EventKind::DecisionRecorded,
-            &json!({"decision": "authorize_retry", "seen_epoch": 1, "reason": "r", "evidence": null}),
-        )
-        .unwrap();
-        assert_eq!(d.evidence, None);
+    fn a_null_a_writer_names_stays_apart_from_an_absent_field() {
+        let decided = json!({"decision": "authorize_retry", "seen_epoch": 1, "reason": "r", "evidence": null});
+        let d: DecisionRecorded = read_as(EventKind::DecisionRecorded, &decided).unwrap();
+        assert_eq!(d.evidence, Some(None));
+        assert_eq!(stored(&d.into()), decided, "the null is written again");
+        let cancelled =
+            json!({"decision": "cancel", "seen_epoch": 1, "reason": "r", "lost_attempts": 0});
+        let c: DecisionRecorded = read_as(EventKind::DecisionRecorded, &cancelled).unwrap();
+        assert_eq!(c.evidence, None);
+        assert_eq!(stored(&c.into()), cancelled, "no evidence key appears");
         let s: StateChanged = read_as(
             EventKind::StateChanged,
-            &json!({"to": "retry_authorized", "result_ref": null}),
+            &json!({"to": "retry_authorized", "result_ref": "res_1"}),
         )
         .unwrap();
+        assert_eq!(s.result_ref, Some(Some("res_1".to_owned())));
+        let older: StateChanged = read_as(EventKind::StateChanged, &json!({})).unwrap();
         assert_eq!(
-            (s.to.as_str(), s.result_ref.as_deref()),
-            ("retry_authorized", None)
-        );
-        assert_eq!(
-            stored(&s.into()),
-            json!({"to": "retry_authorized"}),
-            "a null is not written again"
+            (older.to.as_str(), older.result_ref),
+            ("", None),
+            "a field a row lacks"
         );
     }
 

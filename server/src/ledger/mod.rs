@@ -9,8 +9,9 @@
 //!
 //! Where things are:
 //! - `write/` — the fenced writes, one file per kind of transition, all on one skeleton
-//!   (`write/mod.rs`: `guarded`, the refusal classifier, event append); `write/group.rs` —
-//!   group commit, the hot writes of concurrent callers in shared transactions;
+//!   (`write/mod.rs`: `guarded`, the refusal classifier, event append), each transition's
+//!   batched form beside its single form; `write/group.rs` — group commit, the hot writes of
+//!   concurrent callers in shared transactions; `write/batch.rs` — what the batched forms share;
 //! - `statements.rs` — the catalogue of every backend-dependent statement, rendered once at
 //!   connect; `dialect.rs` — which backend;
 //! - `read.rs` — jobs, attempts, events, decisions, job lists; `console_reads.rs` — what the

@@ -2,6 +2,7 @@
 //! semantics themselves (receipt handles, limits, errors) live in `crate::queue::embedded`;
 //! here a receipt handle is only the hash of its secret.
 
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use sqlx::AnyConnection;
@@ -380,4 +381,69 @@ async fn delete_one(
             .await?
             .rows_affected();
     Ok(deleted > 0)
+}
+
+/// The batched forms, for group commit ([`super::write`]).
+impl Ledger {
+    /// Receives of several callers: one take per queue, visibility and dead-letter queue for
+    /// all of them, the messages handed out oldest first, each caller getting at most as many
+    /// as it asked for, under its own handles.
+    pub(crate) async fn receive_many(
+        &self,
+        tx: &mut AnyConnection,
+        ops: &[ReceiveOp],
+    ) -> Result<Vec<Vec<TakenMessage>>, LedgerError> {
+        let mut out: Vec<Vec<TakenMessage>> = ops.iter().map(|_| Vec::new()).collect();
+        // Receives of one queue, visibility and dead-letter queue take together.
+        type Same<'a> = (&'a str, Duration, Option<(&'a str, i64)>);
+        let mut groups: HashMap<Same<'_>, Vec<usize>> = HashMap::new();
+        for (i, op) in ops.iter().enumerate() {
+            let dlq = op.dead_letter.as_ref().map(|(q, n)| (q.as_str(), *n));
+            groups
+                .entry((op.queue.as_str(), op.visibility, dlq))
+                .or_default()
+                .push(i);
+        }
+        for ((queue, visibility, dead_letter), members) in groups {
+            // Every member's handles in one list; `owner[k]` says whose the k-th is.
+            let mut handles = Vec::new();
+            let mut owner = Vec::new();
+            for &i in &members {
+                for (k, handle) in ops[i].handles.iter().enumerate() {
+                    handles.push(handle.clone());
+                    owner.push((i, k));
+                }
+            }
+            let taken = self
+                .queue_receive_in(tx, queue, &handles, visibility, dead_letter)
+                .await?;
+            for mut message in taken {
+                let Some(&(i, k)) = owner.get(message.handle) else {
+                    continue;
+                };
+                message.handle = k;
+                out[i].push(message);
+            }
+        }
+        Ok(out)
+    }
+
+    pub(crate) async fn delete_many(
+        &self,
+        tx: &mut AnyConnection,
+        ops: &[DeleteOp],
+    ) -> Result<Vec<Option<bool>>, LedgerError> {
+        let query = bind_rows!(
+            |sql| sqlx::query_as::<_, (i64, String, String)>(sql),
+            self.sql.queue_delete_each,
+            ops,
+            |(queue, id, hash)| [*id, hash.as_str(), queue.as_str()]
+        );
+        let gone: HashSet<(i64, String, String)> =
+            query.fetch_all(&mut *tx).await?.into_iter().collect();
+        Ok(ops
+            .iter()
+            .map(|(queue, id, hash)| Some(gone.contains(&(*id, hash.clone(), queue.clone()))))
+            .collect())
+    }
 }

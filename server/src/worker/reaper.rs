@@ -50,7 +50,7 @@ async fn note_dead_letters(ledger: &Ledger) -> Result<usize, LedgerError> {
                     reason: "max_receive_count".to_owned(),
                     message_id: Some(m.message_id.clone()),
                     receive_count: Some(m.receive_count),
-                    from: m.from_queue.clone(),
+                    from: Some(m.from_queue.clone()),
                 });
             Some((job.job_id, event))
         })

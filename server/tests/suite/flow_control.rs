@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fenceline::job::JobState;
+use fenceline::job::{detail, JobState};
 use fenceline::ledger::{AttemptOutcome, Failure, Ledger, LedgerError, Refusal, Throttle};
 use serde_json::json;
 
@@ -171,7 +171,14 @@ async fn a_job_refused_until_its_deadline_expires_with_the_refusal_as_its_last_e
         .iter()
         .find(|e| e.kind == "deadline_expired")
         .expect("deadline_expired");
-    assert_eq!(expired.detail["last_error"], json!("rate_limited"));
+    assert_eq!(
+        expired
+            .detail_as::<detail::DeadlineExpired>()
+            .unwrap()
+            .last_error
+            .as_deref(),
+        Some("rate_limited")
+    );
 }
 
 async fn the_outbox_sends_tenants_in_fair_turns_whatever_one_has_waiting(db: Db) {
@@ -696,13 +703,17 @@ async fn a_provider_that_refuses_forever_lets_the_job_expire_at_its_deadline_wit
         .find(|e| e.kind == "deadline_expired")
         .unwrap();
     assert_eq!(
-        expired.detail["last_error"].as_str(),
-        job.error_code.as_deref()
+        expired
+            .detail_as::<detail::DeadlineExpired>()
+            .unwrap()
+            .last_error,
+        job.error_code
     );
     assert!(
         events
             .iter()
-            .any(|e| e.detail["error_code"] == json!("rate_limited")),
+            .filter_map(|e| e.detail_as::<detail::AttemptFinished>())
+            .any(|d| d.error_code.as_deref() == Some("rate_limited")),
         "the provider's refusals are on the timeline"
     );
     assert!(ledger
@@ -783,8 +794,9 @@ async fn the_ledgers_own_queue_takes_a_round_whole_in_fair_turns_within_caps(db:
         let events = ledger.events(&item.job_id, 0, 100).await.unwrap();
         let dispatched: Vec<_> = events.iter().filter(|e| e.kind == "dispatched").collect();
         assert_eq!(dispatched.len(), 1, "{}", item.job_id);
-        assert_eq!(dispatched[0].detail["message_id"], json!(message_id));
-        assert_eq!(dispatched[0].detail["queue"], json!(queue.describe()));
+        let sent = dispatched[0].detail_as::<detail::Dispatched>().unwrap();
+        assert_eq!(&sent.message_id, message_id);
+        assert_eq!(sent.queue, queue.describe());
     }
     // What is left waits its turn: big's nine and capped's three, none sent again.
     let rest = ledger.claim_outbox(50, LONG, "").await.unwrap();

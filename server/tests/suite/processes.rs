@@ -5,7 +5,7 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use fenceline::job::JobState;
+use fenceline::job::{detail, JobState};
 use fenceline::ledger::{AttemptOutcome, Job, Ledger};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
@@ -244,7 +244,8 @@ async fn a_worker_paused_past_its_lease_cannot_commit_or_delete_and_its_replacem
     loop {
         let events = events_of_a().await;
         let noticed = events.iter().any(|e| {
-            (e.kind == "result_rejected" && e.detail["reason"] == "stale_epoch")
+            e.detail_as::<detail::ResultRejected>()
+                .is_some_and(|d| d.reason == "stale_epoch")
                 || e.kind == "lease_lost"
         });
         if noticed {

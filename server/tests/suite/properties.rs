@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use fenceline::job::{Actor, EventKind, JobState};
+use fenceline::job::{detail, Actor, EventKind, JobState};
 use fenceline::ledger::{AttemptOutcome, Decision, Failure, Ledger, NewEvent, ReplayPolicy};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -360,7 +360,12 @@ fn check(before: &Snapshot, after: &Snapshot, op: &Op) -> Result<(), String> {
             return Err(ctx("the timeline has a gap"));
         }
         match kind.as_str() {
-            "state_changed" if detail["to"] == "unknown" => uncertain = true,
+            "state_changed"
+                if detail::read_as::<detail::StateChanged>(EventKind::StateChanged, detail)
+                    .is_some_and(|d| d.to == "unknown") =>
+            {
+                uncertain = true
+            }
             "decision_recorded" => uncertain = false,
             "attempt_started" if uncertain => {
                 return Err(ctx(

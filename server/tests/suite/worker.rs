@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use fenceline::job::message::JobMessage;
-use fenceline::job::JobState;
+use fenceline::job::{detail, JobState};
 use fenceline::ledger::AttemptOutcome;
 use fenceline::provider::stub::StubConfig;
 use fenceline::queue::faults::FaultPlan;
@@ -143,7 +143,12 @@ async fn a_renewal_answered_late_records_its_visibility_outcome_once(kind: Queue
     let count = |kind: &str| events.iter().filter(|e| e.kind.as_str() == kind).count();
     let uncertain = events
         .iter()
-        .filter(|e| e.detail["uncertain"] == serde_json::json!(true))
+        .filter(|e| {
+            e.detail_as::<detail::VisibilityRenewalFailed>()
+                .is_some_and(|d| d.uncertain)
+                || e.detail_as::<detail::DeleteFailed>()
+                    .is_some_and(|d| d.uncertain)
+        })
         .count();
     let kinds: Vec<&str> = events.iter().map(|e| e.kind.as_str()).collect();
     assert_eq!(uncertain, 0, "{kinds:?}");
@@ -293,8 +298,9 @@ async fn a_retryable_failure_backs_off_and_the_outbox_sends_the_job_again(kind: 
     let events = rig.ledger.events(&job_id, 0, 200).await.unwrap();
     let retries: Vec<_> = events
         .iter()
-        .filter(|e| e.kind == "state_changed" && e.detail["to"] == "retry_authorized")
-        .map(|e| e.detail["retry_in_ms"].as_i64().unwrap())
+        .filter_map(|e| e.detail_as::<detail::StateChanged>())
+        .filter(|d| d.to == "retry_authorized")
+        .map(|d| d.retry_in_ms.unwrap())
         .collect();
     assert_eq!(retries.len(), 2);
     assert!(retries[1] > retries[0], "backoff grows: {retries:?}");
@@ -723,7 +729,8 @@ async fn a_dead_letter_replay_inspects_the_ledger_first(kind: QueueKind) {
                 .filter(|e| e.kind == "moved_to_dlq")
                 .collect::<Vec<_>>();
             assert_eq!(moved.len(), 1, "{id}: {:?}", kinds(&ledger, id).await);
-            assert!(moved[0].detail["receive_count"].as_i64().unwrap() >= 2);
+            let moved = moved[0].detail_as::<detail::MovedToDlq>().unwrap();
+            assert!(moved.receive_count.unwrap() >= 2);
         }
     }
     let outbox_before = ledger.outbox_pending().await.unwrap();
@@ -747,7 +754,10 @@ async fn a_dead_letter_replay_inspects_the_ledger_first(kind: QueueKind) {
             .into_iter()
             .find(|e| e.kind == "replayed")
             .unwrap_or_else(|| panic!("{id} has no replayed event"));
-        assert_eq!(replayed.detail["action"], action);
+        assert_eq!(
+            replayed.detail_as::<detail::Replayed>().unwrap().action,
+            action
+        );
         assert_eq!(replayed.actor, "operator:ana");
     }
     let job = ledger.job(&workable).await.unwrap().unwrap();
@@ -982,14 +992,21 @@ mod hardening {
             .collect();
         let stopped = after
             .iter()
-            .find(|e| e.detail["call"] == "stopped")
+            .find(|e| {
+                e.detail_as::<detail::LeaseLost>()
+                    .is_some_and(|d| d.call.as_deref() == Some("stopped"))
+            })
             .unwrap_or_else(|| panic!("no record of the call after the cancel: {events:#?}"));
         assert_eq!(
             stopped.epoch, job.owner_epoch,
             "recorded by the fenced-out owner"
         );
         assert!(
-            stopped.detail["call_ran_ms"].as_i64().unwrap() >= 700,
+            stopped
+                .detail_as::<detail::LeaseLost>()
+                .and_then(|d| d.call_ran_ms)
+                .unwrap()
+                >= 700,
             "{:?}",
             stopped.detail
         );
@@ -1149,7 +1166,10 @@ mod hardening {
             .iter()
             .find(|e| e.kind == "delete_failed")
             .expect("the delete is on the timeline as not done");
-        assert_eq!(failed.detail["error"], "stale_receipt_handle");
+        assert_eq!(
+            failed.detail_as::<detail::DeleteFailed>().unwrap().error,
+            "stale_receipt_handle"
+        );
         // The newer delivery finds the job terminal, acknowledges it and really deletes.
         assert_eq!(worker.handle_delivery(second).await, Outcome::AckedTerminal);
         wait_for_event(&ledger, &job_id, "message_deleted", LIMIT).await;
@@ -1185,7 +1205,11 @@ mod hardening {
             .find(|e| e.kind == "duplicate_suppressed")
             .unwrap();
         assert!(
-            suppressed.detail["defer_ms"].as_i64().unwrap() > 60_000,
+            suppressed
+                .detail_as::<detail::DuplicateSuppressed>()
+                .unwrap()
+                .defer_ms
+                > 60_000,
             "deferred towards the deadline: {}",
             suppressed.detail
         );

@@ -1,7 +1,14 @@
 //! The guarded commit: the one accepted result of a job, or — when the owner was fenced out —
 //! its answer kept as restricted evidence and `result_rejected` on the timeline.
 
-use super::{insert_result, new_result_ref, Intent, NewResult, Reserved};
+use std::collections::HashMap;
+
+use sqlx::AnyConnection;
+
+use super::batch::{distinct_rounds, place, ReservedRow};
+use super::{
+    body_digest, event_rows, insert_result, new_result_ref, EventRow, Intent, NewResult, Reserved,
+};
 use crate::job::detail;
 use crate::job::{Actor, EventKind};
 use crate::ledger::model::{Accepted, NewEvent, Owner};
@@ -205,4 +212,109 @@ pub(super) fn accept_events(
                 ..Default::default()
             }),
     ]
+}
+
+/// What a batch of accepts did: each one's accepted result, and the accepted ones that delete
+/// their delivery, with the place on the timeline their delete's event takes.
+pub(super) type AcceptedMany = (Vec<Option<Accepted>>, Vec<(usize, Reserved)>);
+
+/// The batched form, for group commit ([`super::group`]).
+impl Ledger {
+    pub(super) async fn accept_many(
+        &self,
+        tx: &mut AnyConnection,
+        ops: &[AcceptOp],
+        events_out: &mut Vec<EventRow>,
+    ) -> Result<AcceptedMany, LedgerError> {
+        let refs: Vec<String> = ops.iter().map(|_| new_result_ref()).collect();
+        // The attempt finished, the result accepted, and the delivery's delete if it goes too.
+        let places = |op: &AcceptOp| (ACCEPT_EVENTS + usize::from(op.delete.is_some())) as i64;
+        // Accepts of one job (one owner's twice, or two owners') go in rounds, the second after
+        // the first: in one statement both rows would match the same job row, and which one
+        // the update took could not be told from what it returned. In a later round only a
+        // row that still matches the job (the current epoch's, not yet terminal) goes through.
+        let mut accepted: Vec<(usize, Reserved)> = Vec::with_capacity(ops.len());
+        for members in distinct_rounds(ops, |op| op.owner.job_id()) {
+            let query = bind_rows!(
+                |sql| sqlx::query_as::<_, ReservedRow>(sql),
+                self.sql.accept_each,
+                &members,
+                |&i| [
+                    ops[i].owner.job_id(),
+                    ops[i].owner.epoch,
+                    refs[i].as_str(),
+                    ops[i].attempt_no,
+                    places(&ops[i]),
+                ]
+            );
+            let index: HashMap<(&str, i64), usize> = members
+                .iter()
+                .map(|&i| ((ops[i].owner.job_id(), ops[i].owner.epoch), i))
+                .collect();
+            for row in query.fetch_all(&mut *tx).await? {
+                if let Some(&i) = index.get(&(row.job_id.as_str(), row.reserved.epoch)) {
+                    let mut reserved = row.reserved;
+                    reserved.seq -= places(&ops[i]);
+                    accepted.push((i, reserved));
+                }
+            }
+        }
+        if accepted.is_empty() {
+            return Ok((ops.iter().map(|_| None).collect(), Vec::new()));
+        }
+        let query = bind_rows!(
+            |sql| sqlx::query(sql),
+            self.sql.insert_results,
+            &accepted,
+            |(i, r)| [
+                refs[*i].as_str(),
+                ops[*i].owner.job_id(),
+                ops[*i].attempt_no,
+                ops[*i].owner.epoch,
+                "accepted",
+                ops[*i].body.as_str(),
+                body_digest(&ops[*i].body),
+                r.at,
+            ]
+        );
+        query.execute(&mut *tx).await?;
+        let query = bind_rows!(
+            |sql| sqlx::query(sql),
+            self.sql.attempts_succeeded,
+            &accepted,
+            |(i, r)| [
+                ops[*i].owner.job_id(),
+                ops[*i].attempt_no,
+                ops[*i].owner.epoch,
+                r.at,
+                refs[*i].as_str(),
+            ]
+        );
+        query.execute(&mut *tx).await?;
+        let events: Vec<(usize, Reserved, Vec<NewEvent>)> = accepted
+            .iter()
+            .map(|&(i, r)| {
+                let op = &ops[i];
+                let events = accept_events(&op.owner.actor(), op.attempt_no, &refs[i]);
+                (i, r, events.to_vec())
+            })
+            .collect();
+        events_out.extend(event_rows(&place(ops, &events, |op| op.owner.job_id())));
+        let mut out: Vec<Option<Accepted>> = ops.iter().map(|_| None).collect();
+        let mut refs: Vec<Option<String>> = refs.into_iter().map(Some).collect();
+        let mut deleting = Vec::new();
+        for (i, reserved) in accepted {
+            out[i] = refs[i].take().map(|result_ref| Accepted { result_ref });
+            if ops[i].delete.is_some() {
+                deleting.push((
+                    i,
+                    Reserved {
+                        seq: reserved.seq + ACCEPT_EVENTS as i64,
+                        ..reserved
+                    },
+                ));
+            }
+        }
+        Ok((out, deleting))
+    }
 }

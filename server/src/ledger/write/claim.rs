@@ -1,11 +1,14 @@
 //! Claiming: `ready`/`retry_authorized` → `running` under a new epoch with a lease, and the
 //! worker's path that records its first attempt in the same transaction.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use serde_json::Value;
+use sqlx::AnyConnection;
 
-use super::{micros, reserves, Intent, Reserved};
+use super::batch::{distinct_rounds, place, ClaimedRow, WrittenJob};
+use super::{event_rows, micros, reserves, EventRow, Intent, Reserved};
 use crate::job::detail;
 use crate::job::{Actor, EventKind, JobId, JobState};
 use crate::ledger::model::{AttemptStarted, Claimed, Job, NewEvent, Owner};
@@ -248,4 +251,121 @@ pub(super) fn claim_events(
         );
     }
     events
+}
+
+/// The batched form, for group commit ([`super::group`]).
+impl Ledger {
+    pub(super) async fn claim_many(
+        &self,
+        tx: &mut AnyConnection,
+        ops: &[ClaimOp],
+        events_out: &mut Vec<EventRow>,
+    ) -> Result<Vec<Option<ClaimDone>>, LedgerError> {
+        // Every worker's claims in one statement, each with its worker and lease; the
+        // provider is each attempt's own. Only the message's own tenant's job is claimed here
+        // (the rows are locked already). A job received twice (two copies of its message) is
+        // claimed by its first delivery's statement, its second's coming after it, in order.
+        let mut rows: Vec<(usize, ClaimedRow)> = Vec::with_capacity(ops.len());
+        for members in distinct_rounds(ops, |op| op.job_id.as_str()) {
+            let query = bind_rows!(
+                |sql| sqlx::query(sql),
+                self.sql.claim_each,
+                &members,
+                |&i| [
+                    ops[i].job_id.as_str(),
+                    ops[i].tenant.as_str(),
+                    ops[i].worker_id.as_str(),
+                    micros(ops[i].lease),
+                ]
+            );
+            let index: HashMap<&str, usize> = members
+                .iter()
+                .map(|&i| (ops[i].job_id.as_str(), i))
+                .collect();
+            for row in query.fetch_all(&mut *tx).await? {
+                let row = ClaimedRow::from_row(&row)?;
+                if let Some(&i) = index.get(row.written.job.job_id.as_str()) {
+                    rows.push((i, row));
+                }
+            }
+        }
+        let mut done: Vec<Option<ClaimDone>> = ops.iter().map(|_| None).collect();
+        if rows.is_empty() {
+            return Ok(done);
+        }
+        let claims: Vec<(usize, Reserved, ClaimDone)> = rows
+            .into_iter()
+            .map(|(i, row)| {
+                let ClaimedRow {
+                    written: WrittenJob { job, reserved: r },
+                    input,
+                } = row;
+                let claimed = Claimed {
+                    owner: Owner::new(
+                        JobId::from_stored(job.job_id.clone()),
+                        r.epoch,
+                        &ops[i].worker_id,
+                    ),
+                    epoch: r.epoch,
+                    owner_until: job.owner_until.unwrap_or(r.deadline_at),
+                    deadline_at: r.deadline_at,
+                    at: r.at,
+                    attempt_count: job.attempt_count - 1,
+                    budget_used: job.budget_used - 1,
+                    max_attempts: job.max_attempts,
+                };
+                let attempt = AttemptStarted {
+                    attempt_no: job.attempt_count,
+                    epoch: r.epoch,
+                };
+                let done = ClaimDone {
+                    job,
+                    claimed,
+                    attempt,
+                    input,
+                };
+                (i, r, done)
+            })
+            .collect();
+        let query = bind_rows!(
+            |sql| sqlx::query(sql),
+            self.sql.insert_attempts,
+            &claims,
+            |(i, _, d)| [
+                ops[*i].job_id.as_str(),
+                d.attempt.attempt_no,
+                d.attempt.epoch,
+                ops[*i].worker_id.as_str(),
+                ops[*i].provider.as_str(),
+                d.attempt.client_request_id(&ops[*i].job_id),
+                d.claimed.at,
+            ]
+        );
+        query.execute(&mut *tx).await?;
+        let events: Vec<(usize, Reserved, Vec<NewEvent>)> = claims
+            .iter()
+            .map(|(i, r, d)| {
+                let op = &ops[*i];
+                let actor = Actor::Worker(op.worker_id.clone());
+                let started = Some((&d.attempt, op.provider.as_str()));
+                // The state the delivery found: only these two can be claimed.
+                let found = if d.claimed.epoch == 1 {
+                    JobState::Ready
+                } else {
+                    JobState::RetryAuthorized
+                };
+                let received = op.received.clone().detail(detail::DeliveryReceived {
+                    state: found.as_str().to_owned(),
+                });
+                let events =
+                    super::claim::claim_events(Some(&received), &d.claimed, &actor, started);
+                (*i, *r, events)
+            })
+            .collect();
+        events_out.extend(event_rows(&place(ops, &events, |op| &op.job_id)));
+        for (i, _, d) in claims {
+            done[i] = Some(d);
+        }
+        Ok(done)
+    }
 }

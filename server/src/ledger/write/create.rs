@@ -1,11 +1,16 @@
 //! Creating a job: the job row, its input, its first outbox row and `job_created`, idempotent
 //! per tenant and key.
 
+use std::collections::HashMap;
+
+use sqlx::AnyConnection;
+
+use super::batch::{place, WrittenJob};
 use super::outbox::{insert_outbox, send_new_in, sent_event, NewSend};
-use super::{micros, Reserved};
+use super::{event_rows, micros, EventRow, Reserved};
 use crate::job::detail;
 use crate::job::{Actor, EventKind, JobId};
-use crate::ledger::model::{Created, NewEvent, NewJob};
+use crate::ledger::model::{Created, Job, NewEvent, NewJob};
 use crate::ledger::read::{job_from_row, JOB_COLUMNS};
 use crate::ledger::{DirectQueue, Ledger, LedgerError, Refusal};
 
@@ -235,4 +240,117 @@ pub(super) fn created_event(new: &NewJob, actor: &Actor) -> NewEvent {
         deadline_ms: micros(new.deadline) / 1000,
         replay_policy: new.replay_policy.as_str().to_owned(),
     })
+}
+
+/// The batched form, for group commit ([`super::group`]).
+impl Ledger {
+    pub(super) async fn create_many(
+        &self,
+        tx: &mut AnyConnection,
+        ops: &[CreateOp],
+        events_out: &mut Vec<EventRow>,
+    ) -> Result<Vec<Option<Job>>, LedgerError> {
+        let input_refs: Vec<String> = ops
+            .iter()
+            .map(|op| format!("ledger:job_inputs/{}", op.job_id))
+            .collect();
+        let query = bind_rows!(
+            |sql| sqlx::query(sql),
+            self.sql.create_each,
+            ops.iter().zip(&input_refs),
+            |(op, input_ref)| [
+                op.job_id.as_str(),
+                op.new.tenant.as_str(),
+                op.new.idempotency_key.as_str(),
+                op.new.request_digest.as_str(),
+                input_ref.as_str(),
+                op.new.contract_version.as_str(),
+                micros(op.new.deadline),
+                i64::from(op.new.max_attempts),
+                op.new.replay_policy.as_str(),
+                op.new.drill_run.as_deref(),
+                super::create::first_unreserved(op.direct),
+            ]
+        );
+        let index: HashMap<&str, usize> = ops
+            .iter()
+            .enumerate()
+            .map(|(i, op)| (op.job_id.as_str(), i))
+            .collect();
+        let mut created: Vec<(usize, Reserved)> = Vec::with_capacity(ops.len());
+        let mut jobs: HashMap<usize, Job> = HashMap::with_capacity(ops.len());
+        for row in query.fetch_all(&mut *tx).await? {
+            let WrittenJob { job, reserved } = WrittenJob::from_row(&row)?;
+            if let Some(&i) = index.get(job.job_id.as_str()) {
+                created.push((i, reserved));
+                jobs.insert(i, job);
+            }
+        }
+        let mut out: Vec<Option<Job>> = ops.iter().map(|_| None).collect();
+        if created.is_empty() {
+            return Ok(out);
+        }
+        let query = bind_rows!(
+            |sql| sqlx::query(sql),
+            self.sql.insert_inputs,
+            &created,
+            |(i, _)| [
+                ops[*i].job_id.as_str(),
+                ops[*i].new.input.to_string(),
+                ops[*i].new.model.to_string(),
+            ]
+        );
+        query.execute(&mut *tx).await?;
+        // Jobs sent at once (a queue in this database) and jobs the dispatcher will send.
+        let (sent, queued): (Vec<_>, Vec<_>) = created.iter().partition(|(i, _)| ops[*i].direct);
+        if !queued.is_empty() {
+            let tenants: Vec<&str> = queued
+                .iter()
+                .map(|(i, _)| ops[*i].new.tenant.as_str())
+                .collect();
+            let tags = super::outbox::fair_tags(&self.sql, tx, &tenants).await?;
+            let query = bind_rows!(
+                |sql| sqlx::query(sql),
+                self.sql.insert_first_sends,
+                queued.iter().zip(&tags),
+                |((i, r), tag)| [
+                    ops[*i].job_id.as_str(),
+                    r.at,
+                    r.at,
+                    ops[*i].new.tenant.as_str(),
+                    *tag
+                ]
+            );
+            query.execute(&mut *tx).await?;
+        }
+        let mut message_ids: HashMap<usize, String> = HashMap::new();
+        if let (Some(queue), false) = (self.direct.as_deref(), sent.is_empty()) {
+            let sends: Vec<NewSend<'_>> = sent
+                .iter()
+                .map(|(i, r)| NewSend {
+                    job_id: ops[*i].job_id.as_str(),
+                    tenant: &ops[*i].new.tenant,
+                    at: r.at,
+                })
+                .collect();
+            let ids = send_new_in(&self.sql, tx, queue, &sends).await?;
+            message_ids.extend(sent.iter().map(|(i, _)| *i).zip(ids));
+        }
+        let events: Vec<(usize, Reserved, Vec<NewEvent>)> = created
+            .iter()
+            .map(|&(i, r)| {
+                let op = &ops[i];
+                let mut events = vec![super::create::created_event(&op.new, &op.actor)];
+                if let (Some(queue), Some(id)) = (self.direct.as_deref(), message_ids.get(&i)) {
+                    events.push(super::outbox::sent_event(queue, id));
+                }
+                (i, r, events)
+            })
+            .collect();
+        events_out.extend(event_rows(&place(ops, &events, |op| op.job_id.as_str())));
+        for (i, job) in jobs {
+            out[i] = Some(job);
+        }
+        Ok(out)
+    }
 }

@@ -18,7 +18,7 @@ struct DecideRow {
 reserves!(DecideRow);
 
 /// Most characters a decision's evidence holds: the console's form says so too.
-pub const EVIDENCE_MAX: usize = 500;
+pub const EVIDENCE_MAX: usize = fenceline_app::action::EVIDENCE_MAX;
 
 impl Ledger {
     /// Records a decision over an `unknown` job, naming the epoch the decider saw. Audited in
@@ -162,14 +162,14 @@ impl Ledger {
                         decision: decision.as_str().to_owned(),
                         seen_epoch,
                         reason: short_reason,
-                        evidence,
+                        evidence: Some(evidence),
                         ..Default::default()
                     }),
                 NewEvent::new(EventKind::StateChanged, actor)
                     .epoch(new_epoch)
                     .detail(detail::StateChanged {
                         to: to.as_str().to_owned(),
-                        result_ref,
+                        result_ref: Some(result_ref),
                         ..Default::default()
                     }),
             ])

@@ -15,30 +15,27 @@
 //! refused write never fails its neighbours, and nothing about refusals lives here. A batch
 //! that fails as a whole (a lost connection, a deadlock between two batches) answers every
 //! caller the same way, and each retries alone.
+//!
+//! Only the batching lives here: each transition's batched form (`claim_many`, `accept_many`,
+//! `create_many`; the embedded queue's `receive_many` and `delete_many`) sits beside its single
+//! form in that transition's file, on what [`super::batch`] gives them all.
 
-use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sqlx::any::AnyRow;
 use sqlx::pool::PoolConnection;
-use sqlx::{Any, AnyConnection, Row};
+use sqlx::Any;
 use tokio::sync::{mpsc, oneshot, Mutex};
 
-use super::accept::{accept_events, AcceptOp, ACCEPT_EVENTS};
+use super::accept::AcceptOp;
+use super::batch::{only_free, place, BatchFailed};
 use super::claim::{ClaimDone, ClaimOp};
 use super::create::CreateOp;
-use super::outbox::{send_new_in, NewSend};
-use super::{
-    body_digest, event_rows, insert_event_rows, micros, new_result_ref, EventRow, Placed, Reserved,
-};
-use crate::job::detail;
-use crate::job::{Actor, JobId, JobState};
-use crate::ledger::model::{Accepted, AttemptStarted, Claimed, Job, NewEvent, Owner};
+use super::{event_rows, insert_event_rows, EventRow, Reserved};
+use crate::ledger::model::{Accepted, Job, NewEvent};
 use crate::ledger::queue_store::{DeleteOp, ReceiveOp};
-use crate::ledger::read::job_from_row;
 use crate::ledger::{Backend, Ledger, LedgerError, TakenMessage};
 
 /// Most writes one transaction takes. SQLite's one writer commits one transaction at a time,
@@ -63,36 +60,12 @@ fn lost_answer() -> sqlx::Error {
     ))
 }
 
-/// Most job rows one locking statement takes.
-const LOCK_CHUNK: usize = 400;
-
 type Waiting<Op, Out> = (Op, oneshot::Sender<Answer<Out>>);
 
 /// A write's answer: it went through (`Some`), or it goes alone (`None`); an error when the
 /// batch's commit got no answer and what it did could not be learned: the write may or may
 /// not have happened, and trying it again could do it twice.
 type Answer<Out> = Result<Option<Out>, LedgerError>;
-
-/// Why a batch did not go through as a whole.
-#[derive(Debug)]
-pub(crate) enum BatchFailed {
-    /// Nothing of it was written: each write goes alone.
-    RolledBack(LedgerError),
-    /// Its commit got no answer, and whether it landed could not be learned.
-    Unknown(LedgerError),
-}
-
-impl From<LedgerError> for BatchFailed {
-    fn from(error: LedgerError) -> Self {
-        BatchFailed::RolledBack(error)
-    }
-}
-
-impl From<sqlx::Error> for BatchFailed {
-    fn from(error: sqlx::Error) -> Self {
-        BatchFailed::RolledBack(error.into())
-    }
-}
 
 /// Most turns a runner lets other tasks take after answering a commit's callers.
 const SETTLE_TURNS: usize = 64;
@@ -419,50 +392,6 @@ impl Kept {
     }
 }
 
-/// A job a batched write created or claimed, as the write left it, with the place of its
-/// events.
-struct WrittenJob {
-    job: Job,
-    reserved: Reserved,
-}
-
-impl WrittenJob {
-    fn from_row(row: &AnyRow) -> Result<WrittenJob, LedgerError> {
-        let job = job_from_row(row)?;
-        let reserved = Reserved {
-            seq: row.try_get("seq")?,
-            at: row.try_get("at")?,
-            epoch: job.owner_epoch,
-            deadline_at: job.deadline_at,
-        };
-        Ok(WrittenJob { job, reserved })
-    }
-}
-
-/// A job a batched claim took, with its stored input and model (JSON text).
-struct ClaimedRow {
-    written: WrittenJob,
-    input: Option<(String, String)>,
-}
-
-impl ClaimedRow {
-    fn from_row(row: &AnyRow) -> Result<ClaimedRow, LedgerError> {
-        let input: Option<String> = row.try_get("input")?;
-        let model: Option<String> = row.try_get("model")?;
-        Ok(ClaimedRow {
-            written: WrittenJob::from_row(row)?,
-            input: input.zip(model),
-        })
-    }
-}
-
-#[derive(sqlx::FromRow)]
-struct ReservedRow {
-    job_id: String,
-    #[sqlx(flatten)]
-    reserved: Reserved,
-}
-
 impl Ledger {
     /// The lanes, started on first use (on the runtime of that first caller).
     fn groups(&self) -> Option<&Groups> {
@@ -751,7 +680,13 @@ impl Ledger {
             answer(1, done.collect());
         }
         let received = self.receive_many(&mut tx, &receives).await?;
-        answer(5, received);
+        answer(
+            5,
+            received
+                .into_iter()
+                .map(|r| Some(Done::Receive(r)))
+                .collect(),
+        );
         insert_event_rows(&self.sql, &mut tx, &events_out).await?;
         sqlx::query(
             "INSERT INTO commit_marks (runner, batch, at) VALUES ($1, $2, $3) \
@@ -795,493 +730,11 @@ impl Ledger {
             }
         }
     }
-
-    /// Receives of several callers: one take per queue, visibility and dead-letter queue for
-    /// all of them, the messages handed out oldest first, each caller getting at most as many
-    /// as it asked for, under its own handles.
-    async fn receive_many(
-        &self,
-        tx: &mut AnyConnection,
-        ops: &[ReceiveOp],
-    ) -> Result<Vec<Option<Done>>, LedgerError> {
-        let mut out: Vec<Vec<TakenMessage>> = ops.iter().map(|_| Vec::new()).collect();
-        // Receives of one queue, visibility and dead-letter queue take together.
-        type Same<'a> = (&'a str, Duration, Option<(&'a str, i64)>);
-        let mut groups: HashMap<Same<'_>, Vec<usize>> = HashMap::new();
-        for (i, op) in ops.iter().enumerate() {
-            let dlq = op.dead_letter.as_ref().map(|(q, n)| (q.as_str(), *n));
-            groups
-                .entry((op.queue.as_str(), op.visibility, dlq))
-                .or_default()
-                .push(i);
-        }
-        for ((queue, visibility, dead_letter), members) in groups {
-            // Every member's handles in one list; `owner[k]` says whose the k-th is.
-            let mut handles = Vec::new();
-            let mut owner = Vec::new();
-            for &i in &members {
-                for (k, handle) in ops[i].handles.iter().enumerate() {
-                    handles.push(handle.clone());
-                    owner.push((i, k));
-                }
-            }
-            let taken = self
-                .queue_receive_in(tx, queue, &handles, visibility, dead_letter)
-                .await?;
-            for mut message in taken {
-                let Some(&(i, k)) = owner.get(message.handle) else {
-                    continue;
-                };
-                message.handle = k;
-                out[i].push(message);
-            }
-        }
-        Ok(out
-            .into_iter()
-            .map(|taken| Some(Done::Receive(taken)))
-            .collect())
-    }
-
-    /// Locks the rows of `job_ids` in job-id order, skipping those another transaction
-    /// holds, and gives back the ids it locked (PostgreSQL; `None` on SQLite, whose single
-    /// writer holds every row).
-    async fn lock_free_jobs<'a>(
-        &self,
-        tx: &mut AnyConnection,
-        job_ids: impl IntoIterator<Item = &'a str>,
-    ) -> Result<Option<HashSet<String>>, LedgerError> {
-        if self.backend != Backend::Postgres {
-            return Ok(None);
-        }
-        let mut ids: Vec<&str> = job_ids.into_iter().collect();
-        ids.sort_unstable();
-        ids.dedup();
-        let mut free = HashSet::with_capacity(ids.len());
-        for chunk in ids.chunks(LOCK_CHUNK) {
-            let sql = self.sql.lock_free_jobs.sql();
-            let query = sqlx::query_scalar::<_, String>(sql);
-            let query = bind_keys!(query, self.sql.lock_free_jobs, chunk.iter().copied());
-            free.extend(query.fetch_all(&mut *tx).await?);
-        }
-        Ok(Some(free))
-    }
-
-    async fn claim_many(
-        &self,
-        tx: &mut AnyConnection,
-        ops: &[ClaimOp],
-        events_out: &mut Vec<EventRow>,
-    ) -> Result<Vec<Option<ClaimDone>>, LedgerError> {
-        // Every worker's claims in one statement, each with its worker and lease; the
-        // provider is each attempt's own. Only the message's own tenant's job is claimed here
-        // (the rows are locked already). A job received twice (two copies of its message) is
-        // claimed by its first delivery's statement, its second's coming after it, in order.
-        let mut rows: Vec<(usize, ClaimedRow)> = Vec::with_capacity(ops.len());
-        for members in distinct_rounds(ops, |op| op.job_id.as_str()) {
-            let query = bind_rows!(
-                |sql| sqlx::query(sql),
-                self.sql.claim_each,
-                &members,
-                |&i| [
-                    ops[i].job_id.as_str(),
-                    ops[i].tenant.as_str(),
-                    ops[i].worker_id.as_str(),
-                    micros(ops[i].lease),
-                ]
-            );
-            let index: HashMap<&str, usize> = members
-                .iter()
-                .map(|&i| (ops[i].job_id.as_str(), i))
-                .collect();
-            for row in query.fetch_all(&mut *tx).await? {
-                let row = ClaimedRow::from_row(&row)?;
-                if let Some(&i) = index.get(row.written.job.job_id.as_str()) {
-                    rows.push((i, row));
-                }
-            }
-        }
-        let mut done: Vec<Option<ClaimDone>> = ops.iter().map(|_| None).collect();
-        if rows.is_empty() {
-            return Ok(done);
-        }
-        let claims: Vec<(usize, Reserved, ClaimDone)> = rows
-            .into_iter()
-            .map(|(i, row)| {
-                let ClaimedRow {
-                    written: WrittenJob { job, reserved: r },
-                    input,
-                } = row;
-                let claimed = Claimed {
-                    owner: Owner::new(
-                        JobId::from_stored(job.job_id.clone()),
-                        r.epoch,
-                        &ops[i].worker_id,
-                    ),
-                    epoch: r.epoch,
-                    owner_until: job.owner_until.unwrap_or(r.deadline_at),
-                    deadline_at: r.deadline_at,
-                    at: r.at,
-                    attempt_count: job.attempt_count - 1,
-                    budget_used: job.budget_used - 1,
-                    max_attempts: job.max_attempts,
-                };
-                let attempt = AttemptStarted {
-                    attempt_no: job.attempt_count,
-                    epoch: r.epoch,
-                };
-                let done = ClaimDone {
-                    job,
-                    claimed,
-                    attempt,
-                    input,
-                };
-                (i, r, done)
-            })
-            .collect();
-        let query = bind_rows!(
-            |sql| sqlx::query(sql),
-            self.sql.insert_attempts,
-            &claims,
-            |(i, _, d)| [
-                ops[*i].job_id.as_str(),
-                d.attempt.attempt_no,
-                d.attempt.epoch,
-                ops[*i].worker_id.as_str(),
-                ops[*i].provider.as_str(),
-                d.attempt.client_request_id(&ops[*i].job_id),
-                d.claimed.at,
-            ]
-        );
-        query.execute(&mut *tx).await?;
-        let events: Vec<(usize, Reserved, Vec<NewEvent>)> = claims
-            .iter()
-            .map(|(i, r, d)| {
-                let op = &ops[*i];
-                let actor = Actor::Worker(op.worker_id.clone());
-                let started = Some((&d.attempt, op.provider.as_str()));
-                // The state the delivery found: only these two can be claimed.
-                let found = if d.claimed.epoch == 1 {
-                    JobState::Ready
-                } else {
-                    JobState::RetryAuthorized
-                };
-                let received = op.received.clone().detail(detail::DeliveryReceived {
-                    state: found.as_str().to_owned(),
-                });
-                let events =
-                    super::claim::claim_events(Some(&received), &d.claimed, &actor, started);
-                (*i, *r, events)
-            })
-            .collect();
-        events_out.extend(event_rows(&place(ops, &events, |op| &op.job_id)));
-        for (i, _, d) in claims {
-            done[i] = Some(d);
-        }
-        Ok(done)
-    }
-
-    async fn accept_many(
-        &self,
-        tx: &mut AnyConnection,
-        ops: &[AcceptOp],
-        events_out: &mut Vec<EventRow>,
-    ) -> Result<AcceptedMany, LedgerError> {
-        let refs: Vec<String> = ops.iter().map(|_| new_result_ref()).collect();
-        // The attempt finished, the result accepted, and the delivery's delete if it goes too.
-        let places = |op: &AcceptOp| (ACCEPT_EVENTS + usize::from(op.delete.is_some())) as i64;
-        // Accepts of one job (one owner's twice, or two owners') go in rounds, the second after
-        // the first: in one statement both rows would match the same job row, and which one
-        // the update took could not be told from what it returned. In a later round only a
-        // row that still matches the job (the current epoch's, not yet terminal) goes through.
-        let mut accepted: Vec<(usize, Reserved)> = Vec::with_capacity(ops.len());
-        for members in distinct_rounds(ops, |op| op.owner.job_id()) {
-            let query = bind_rows!(
-                |sql| sqlx::query_as::<_, ReservedRow>(sql),
-                self.sql.accept_each,
-                &members,
-                |&i| [
-                    ops[i].owner.job_id(),
-                    ops[i].owner.epoch,
-                    refs[i].as_str(),
-                    ops[i].attempt_no,
-                    places(&ops[i]),
-                ]
-            );
-            let index: HashMap<(&str, i64), usize> = members
-                .iter()
-                .map(|&i| ((ops[i].owner.job_id(), ops[i].owner.epoch), i))
-                .collect();
-            for row in query.fetch_all(&mut *tx).await? {
-                if let Some(&i) = index.get(&(row.job_id.as_str(), row.reserved.epoch)) {
-                    let mut reserved = row.reserved;
-                    reserved.seq -= places(&ops[i]);
-                    accepted.push((i, reserved));
-                }
-            }
-        }
-        if accepted.is_empty() {
-            return Ok((ops.iter().map(|_| None).collect(), Vec::new()));
-        }
-        let query = bind_rows!(
-            |sql| sqlx::query(sql),
-            self.sql.insert_results,
-            &accepted,
-            |(i, r)| [
-                refs[*i].as_str(),
-                ops[*i].owner.job_id(),
-                ops[*i].attempt_no,
-                ops[*i].owner.epoch,
-                "accepted",
-                ops[*i].body.as_str(),
-                body_digest(&ops[*i].body),
-                r.at,
-            ]
-        );
-        query.execute(&mut *tx).await?;
-        let query = bind_rows!(
-            |sql| sqlx::query(sql),
-            self.sql.attempts_succeeded,
-            &accepted,
-            |(i, r)| [
-                ops[*i].owner.job_id(),
-                ops[*i].attempt_no,
-                ops[*i].owner.epoch,
-                r.at,
-                refs[*i].as_str(),
-            ]
-        );
-        query.execute(&mut *tx).await?;
-        let events: Vec<(usize, Reserved, Vec<NewEvent>)> = accepted
-            .iter()
-            .map(|&(i, r)| {
-                let op = &ops[i];
-                let events = accept_events(&op.owner.actor(), op.attempt_no, &refs[i]);
-                (i, r, events.to_vec())
-            })
-            .collect();
-        events_out.extend(event_rows(&place(ops, &events, |op| op.owner.job_id())));
-        let mut out: Vec<Option<Accepted>> = ops.iter().map(|_| None).collect();
-        let mut refs: Vec<Option<String>> = refs.into_iter().map(Some).collect();
-        let mut deleting = Vec::new();
-        for (i, reserved) in accepted {
-            out[i] = refs[i].take().map(|result_ref| Accepted { result_ref });
-            if ops[i].delete.is_some() {
-                deleting.push((
-                    i,
-                    Reserved {
-                        seq: reserved.seq + ACCEPT_EVENTS as i64,
-                        ..reserved
-                    },
-                ));
-            }
-        }
-        Ok((out, deleting))
-    }
-
-    async fn create_many(
-        &self,
-        tx: &mut AnyConnection,
-        ops: &[CreateOp],
-        events_out: &mut Vec<EventRow>,
-    ) -> Result<Vec<Option<Job>>, LedgerError> {
-        let input_refs: Vec<String> = ops
-            .iter()
-            .map(|op| format!("ledger:job_inputs/{}", op.job_id))
-            .collect();
-        let query = bind_rows!(
-            |sql| sqlx::query(sql),
-            self.sql.create_each,
-            ops.iter().zip(&input_refs),
-            |(op, input_ref)| [
-                op.job_id.as_str(),
-                op.new.tenant.as_str(),
-                op.new.idempotency_key.as_str(),
-                op.new.request_digest.as_str(),
-                input_ref.as_str(),
-                op.new.contract_version.as_str(),
-                micros(op.new.deadline),
-                i64::from(op.new.max_attempts),
-                op.new.replay_policy.as_str(),
-                op.new.drill_run.as_deref(),
-                super::create::first_unreserved(op.direct),
-            ]
-        );
-        let index: HashMap<&str, usize> = ops
-            .iter()
-            .enumerate()
-            .map(|(i, op)| (op.job_id.as_str(), i))
-            .collect();
-        let mut created: Vec<(usize, Reserved)> = Vec::with_capacity(ops.len());
-        let mut jobs: HashMap<usize, Job> = HashMap::with_capacity(ops.len());
-        for row in query.fetch_all(&mut *tx).await? {
-            let WrittenJob { job, reserved } = WrittenJob::from_row(&row)?;
-            if let Some(&i) = index.get(job.job_id.as_str()) {
-                created.push((i, reserved));
-                jobs.insert(i, job);
-            }
-        }
-        let mut out: Vec<Option<Job>> = ops.iter().map(|_| None).collect();
-        if created.is_empty() {
-            return Ok(out);
-        }
-        let query = bind_rows!(
-            |sql| sqlx::query(sql),
-            self.sql.insert_inputs,
-            &created,
-            |(i, _)| [
-                ops[*i].job_id.as_str(),
-                ops[*i].new.input.to_string(),
-                ops[*i].new.model.to_string(),
-            ]
-        );
-        query.execute(&mut *tx).await?;
-        // Jobs sent at once (a queue in this database) and jobs the dispatcher will send.
-        let (sent, queued): (Vec<_>, Vec<_>) = created.iter().partition(|(i, _)| ops[*i].direct);
-        if !queued.is_empty() {
-            let tenants: Vec<&str> = queued
-                .iter()
-                .map(|(i, _)| ops[*i].new.tenant.as_str())
-                .collect();
-            let tags = super::outbox::fair_tags(&self.sql, tx, &tenants).await?;
-            let query = bind_rows!(
-                |sql| sqlx::query(sql),
-                self.sql.insert_first_sends,
-                queued.iter().zip(&tags),
-                |((i, r), tag)| [
-                    ops[*i].job_id.as_str(),
-                    r.at,
-                    r.at,
-                    ops[*i].new.tenant.as_str(),
-                    *tag
-                ]
-            );
-            query.execute(&mut *tx).await?;
-        }
-        let mut message_ids: HashMap<usize, String> = HashMap::new();
-        if let (Some(queue), false) = (self.direct.as_deref(), sent.is_empty()) {
-            let sends: Vec<NewSend<'_>> = sent
-                .iter()
-                .map(|(i, r)| NewSend {
-                    job_id: ops[*i].job_id.as_str(),
-                    tenant: &ops[*i].new.tenant,
-                    at: r.at,
-                })
-                .collect();
-            let ids = send_new_in(&self.sql, tx, queue, &sends).await?;
-            message_ids.extend(sent.iter().map(|(i, _)| *i).zip(ids));
-        }
-        let events: Vec<(usize, Reserved, Vec<NewEvent>)> = created
-            .iter()
-            .map(|&(i, r)| {
-                let op = &ops[i];
-                let mut events = vec![super::create::created_event(&op.new, &op.actor)];
-                if let (Some(queue), Some(id)) = (self.direct.as_deref(), message_ids.get(&i)) {
-                    events.push(super::outbox::sent_event(queue, id));
-                }
-                (i, r, events)
-            })
-            .collect();
-        events_out.extend(event_rows(&place(ops, &events, |op| op.job_id.as_str())));
-        for (i, job) in jobs {
-            out[i] = Some(job);
-        }
-        Ok(out)
-    }
-
-    async fn delete_many(
-        &self,
-        tx: &mut AnyConnection,
-        ops: &[DeleteOp],
-    ) -> Result<Vec<Option<bool>>, LedgerError> {
-        let query = bind_rows!(
-            |sql| sqlx::query_as::<_, (i64, String, String)>(sql),
-            self.sql.queue_delete_each,
-            ops,
-            |(queue, id, hash)| [*id, hash.as_str(), queue.as_str()]
-        );
-        let gone: HashSet<(i64, String, String)> =
-            query.fetch_all(&mut *tx).await?.into_iter().collect();
-        Ok(ops
-            .iter()
-            .map(|(queue, id, hash)| Some(gone.contains(&(*id, hash.clone(), queue.clone()))))
-            .collect())
-    }
-}
-
-/// What a batch of accepts did: each one's accepted result, and the accepted ones that delete
-/// their delivery, with the place on the timeline their delete's event takes.
-type AcceptedMany = (Vec<Option<Accepted>>, Vec<(usize, Reserved)>);
-
-/// The writes (and their answer slots) whose job rows this transaction locked.
-fn only_free<T>(
-    ops: Vec<T>,
-    slots: &mut Vec<usize>,
-    free: &HashSet<String>,
-    job_id: impl Fn(&T) -> &str,
-) -> (Vec<T>, Vec<usize>) {
-    ops.into_iter()
-        .zip(std::mem::take(slots))
-        .filter(|(op, _)| free.contains(job_id(op)))
-        .unzip()
-}
-
-/// The indexes of `ops` in rounds in which no job appears twice, each in the order given: the
-/// first write of every job in the first round, a job's second write in the second, and so on.
-/// Nearly always one round.
-fn distinct_rounds<'a, Op>(ops: &'a [Op], job_id: impl Fn(&'a Op) -> &'a str) -> Vec<Vec<usize>> {
-    let mut rounds: Vec<Vec<usize>> = Vec::new();
-    let mut seen: HashMap<&str, usize> = HashMap::with_capacity(ops.len());
-    for (i, op) in ops.iter().enumerate() {
-        let round = seen.entry(job_id(op)).or_insert(0);
-        if *round == rounds.len() {
-            rounds.push(Vec::new());
-        }
-        rounds[*round].push(i);
-        *round += 1;
-    }
-    rounds
-}
-
-/// The events of many jobs' writes at the places their statements reserved.
-fn place<'a, Op>(
-    ops: &'a [Op],
-    events: &'a [(usize, Reserved, Vec<NewEvent>)],
-    job_id: impl Fn(&'a Op) -> &'a str,
-) -> Vec<Placed<'a>> {
-    let mut placed = Vec::new();
-    for (i, r, list) in events {
-        let id = job_id(&ops[*i]);
-        for (k, event) in list.iter().enumerate() {
-            placed.push(Placed {
-                job_id: id,
-                seq: r.seq + k as i64,
-                at: r.at,
-                epoch: r.epoch,
-                deadline_at: r.deadline_at,
-                event,
-            });
-        }
-    }
-    placed
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A job's second write waits for a round after its first, a third for one after that;
-    /// every other write goes in the first round, each round in the order given.
-    #[test]
-    fn each_round_holds_a_job_once_in_the_order_given() {
-        let ops = ["a", "b", "a", "c", "a", "b"];
-        assert_eq!(
-            distinct_rounds(&ops, |op| op),
-            [vec![0, 1, 3], vec![2, 5], vec![4]]
-        );
-        let once = ["a", "b", "c"];
-        assert_eq!(distinct_rounds(&once, |op| op), [vec![0, 1, 2]]);
-        assert!(distinct_rounds(&[] as &[&str], |op| op).is_empty());
-    }
 
     /// Eight callers write twice each, the second write as soon as the first is answered, and
     /// one more caller's write arrives while the first commit runs. The callers' second writes

@@ -15,6 +15,7 @@ mod claim;
 mod create;
 mod decide;
 pub use decide::EVIDENCE_MAX;
+mod batch;
 mod expire;
 mod failure;
 mod group;

@@ -1,6 +1,7 @@
 //! Dead letters replayed or dropped from the console after their jobs are inspected.
 
 use super::*;
+use fenceline::job::detail;
 
 on_both_backends!(
     an_operator_replays_dead_letters_after_inspection_from_the_console,
@@ -144,9 +145,9 @@ async fn one_dead_letter_is_replayed_after_inspection_or_dropped_by_an_operator_
         .unwrap()
         .is_empty());
     let events = ledger.events(&job_id, 0, 100).await.unwrap();
-    assert!(events
-        .iter()
-        .any(|e| e.kind == "replayed" && e.detail["action"] == "dropped_by_operator"));
+    assert!(events.iter().any(|e| e
+        .detail_as::<detail::Replayed>()
+        .is_some_and(|d| d.action == "dropped_by_operator")));
     let audit = ledger
         .audit_entries(&fenceline::ledger::AuditFilter {
             action: Some("dlq_dropped".into()),

@@ -2,6 +2,7 @@
 //! swimlane.
 
 use super::*;
+use fenceline::job::detail;
 
 on_both_backends!(
     an_operator_authorizes_a_fenced_retry_and_the_earlier_attempt_cannot_commit,
@@ -208,7 +209,15 @@ async fn an_unknown_job_is_resolved_as_succeeded_with_evidence_or_as_failed(db: 
         .into_iter()
         .find(|e| e.kind.as_str() == "decision_recorded")
         .expect("decision_recorded");
-    assert_eq!(recorded.detail["evidence"], "chatcmpl-123");
+    assert_eq!(
+        recorded
+            .detail_as::<detail::DecisionRecorded>()
+            .unwrap()
+            .evidence
+            .flatten()
+            .as_deref(),
+        Some("chatcmpl-123")
+    );
     let audit = olga.page("/audit").await;
     assert!(
         audit.contains("Evidence: <code>chatcmpl-123</code>"),

@@ -2,6 +2,7 @@
 //! transaction.
 
 use super::*;
+use fenceline::job::detail;
 
 on_both_backends!(
     a_new_job_on_a_queue_in_the_ledger_is_sent_in_its_own_transaction,
@@ -57,9 +58,10 @@ async fn a_new_job_on_a_queue_in_the_ledger_is_sent_in_its_own_transaction(db: D
             ],
             "group commit {group_commit}"
         );
-        assert_eq!(events[1].detail["message_id"], got[0].message_id.as_str());
-        assert_eq!(events[1].detail["queue"], "embedded:jobs");
-        assert_eq!(events[1].detail["reason"], "created");
+        let sent = events[1].detail_as::<detail::Dispatched>().unwrap();
+        assert_eq!(sent.message_id, got[0].message_id.as_str());
+        assert_eq!(sent.queue, "embedded:jobs");
+        assert_eq!(sent.reason, "created");
         // The job's outbox row is sent; the drill's waits for its lane, and only there.
         assert_eq!(ledger.outbox_pending().await.unwrap(), 1);
         let lock = Duration::from_secs(30);

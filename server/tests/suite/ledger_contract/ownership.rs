@@ -2,6 +2,7 @@
 //! releases within the deadline.
 
 use super::*;
+use fenceline::job::detail;
 
 on_both_backends!(
     several_workers_claims_in_one_commit_each_take_their_own_worker_and_lease,
@@ -346,7 +347,13 @@ async fn an_owner_fenced_by_a_recovery_claim_can_neither_renew_nor_start_nor_acc
     );
     let events = ledger.events(&job_id, 0, 100).await.unwrap();
     let rejected = events.iter().find(|e| e.kind == "result_rejected").unwrap();
-    assert_eq!(rejected.detail["reason"], "stale_epoch");
+    assert_eq!(
+        rejected
+            .detail_as::<detail::ResultRejected>()
+            .unwrap()
+            .reason,
+        "stale_epoch"
+    );
     assert_eq!(
         rejected.epoch, a.epoch,
         "the event names the epoch the stale owner held"
