@@ -772,6 +772,91 @@ pub(crate) async fn assert_gap_free(ledger: &Ledger, job_id: &str) {
     );
 }
 
+/// A decision as an operator takes it on an `unknown` job's page.
+pub(crate) enum Decision<'a> {
+    /// Authorize a fenced retry.
+    Retry,
+    /// Resolve as failed.
+    Failed,
+    /// Resolve as succeeded, with the provider's reference and/or the result pasted (either
+    /// may be empty, as a form sent with an empty field is).
+    Succeeded { evidence: &'a str, result: &'a str },
+}
+
+/// The console's actions as an operator takes them: each reads the form token from the page
+/// the form is on and posts what that form posts, fenced by what the page showed.
+impl Browser {
+    /// Decides on `job_id` from its page, seen at `epoch`; returns the page it goes back to.
+    pub(crate) async fn decide(
+        &mut self,
+        job_id: &str,
+        epoch: i64,
+        decision: Decision<'_>,
+        reason: &str,
+    ) -> String {
+        let page = format!("/jobs/{job_id}");
+        let csrf = self.token(&page).await;
+        let epoch = epoch.to_string();
+        let mut form = vec![("csrf", csrf.as_str()), ("epoch", epoch.as_str())];
+        match decision {
+            Decision::Retry => form.push(("decision", "authorize_retry")),
+            Decision::Failed => form.push(("decision", "resolve_failed")),
+            Decision::Succeeded { evidence, result } => form.extend([
+                ("decision", "resolve_succeeded"),
+                ("evidence", evidence),
+                ("result", result),
+            ]),
+        }
+        form.push(("reason", reason));
+        let response = self.post(&format!("{page}/decisions"), &form).await;
+        assert_eq!(response.status(), 303);
+        assert_eq!(location(&response), page);
+        self.page(&page).await
+    }
+
+    /// Cancels `job_id` from its page, seen at `epoch` in `state`; returns the page it goes
+    /// back to.
+    pub(crate) async fn cancel(
+        &mut self,
+        job_id: &str,
+        epoch: i64,
+        state: &str,
+        reason: &str,
+    ) -> String {
+        let page = format!("/jobs/{job_id}");
+        let csrf = self.token(&page).await;
+        let epoch = epoch.to_string();
+        let form = [
+            ("csrf", csrf.as_str()),
+            ("epoch", epoch.as_str()),
+            ("state", state),
+            ("reason", reason),
+        ];
+        let response = self.post(&format!("{page}/cancel"), &form).await;
+        assert_eq!(response.status(), 303);
+        assert_eq!(location(&response), page);
+        self.page(&page).await
+    }
+
+    /// Replays the dead letter `message_id` from `/dlq`; returns the answer.
+    pub(crate) async fn replay_dead_letter(
+        &mut self,
+        message_id: &str,
+        reason: &str,
+    ) -> reqwest::Response {
+        let csrf = self.token("/dlq").await;
+        let form = [("csrf", csrf.as_str()), ("reason", reason)];
+        self.post(&format!("/dlq/{message_id}/replay"), &form).await
+    }
+
+    /// Replays every dead letter from `/dlq`; returns the answer.
+    pub(crate) async fn replay_dead_letters(&mut self, reason: &str) -> reqwest::Response {
+        let csrf = self.token("/dlq").await;
+        let form = [("csrf", csrf.as_str()), ("reason", reason)];
+        self.post("/dlq/replay", &form).await
+    }
+}
+
 pub(crate) fn token_in(page: &str) -> Option<String> {
     let at = page.find("name=\"csrf\" value=\"")? + "name=\"csrf\" value=\"".len();
     Some(page[at..].split('"').next()?.to_owned())

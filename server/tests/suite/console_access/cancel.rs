@@ -36,38 +36,23 @@ async fn a_running_job_is_cancelled_fenced_and_its_attempt_cannot_commit(db: Db)
         !html.contains("http-equiv=\"refresh\""),
         "the page holds still while the reason is typed"
     );
-    let csrf = token_in(&html).unwrap();
-    let epoch = claimed.epoch.to_string();
-    let cancel = |reason: &'static str, state: &'static str| {
-        vec![
-            ("csrf", csrf.clone()),
-            ("epoch", epoch.clone()),
-            ("state", state.to_owned()),
-            ("reason", reason.to_owned()),
-        ]
-    };
     // A page that showed the job in another state is stale: nothing changes.
-    let stale = cancel("wrong view", "ready");
-    let pairs: Vec<(&str, &str)> = stale.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    assert_eq!(
-        olga.post(&format!("{page}/cancel"), &pairs).await.status(),
-        303
-    );
-    assert!(olga
-        .page(&page)
-        .await
-        .contains("This job changed since you loaded it"));
+    let html = olga
+        .cancel(&job_id, claimed.epoch, "ready", "wrong view")
+        .await;
+    assert!(html.contains("This job changed since you loaded it"));
     assert_eq!(
         ledger.job(&job_id).await.unwrap().unwrap().state,
         JobState::Running
     );
-    let good = cancel("the customer withdrew the document", "running");
-    let pairs: Vec<(&str, &str)> = good.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    assert_eq!(
-        olga.post(&format!("{page}/cancel"), &pairs).await.status(),
-        303
-    );
-    let html = olga.page(&page).await;
+    let html = olga
+        .cancel(
+            &job_id,
+            claimed.epoch,
+            "running",
+            "the customer withdrew the document",
+        )
+        .await;
     assert!(html.contains("Job cancelled"), "{html}");
     assert!(!html.contains("?act=cancel"), "a terminal job offers none");
     // The cancel took the job at a new epoch: nobody owns it now, the operator had it last.

@@ -43,10 +43,7 @@ async fn an_operator_replays_dead_letters_after_inspection_from_the_console(db: 
         .await;
     assert_eq!(refused.status(), 403);
     let mut vera = signed_in(&app, "vera", Role::Viewer, None).await;
-    let csrf = vera.token("/dlq").await;
-    let refused = vera
-        .post("/dlq/replay", &[("csrf", &csrf), ("reason", "look")])
-        .await;
+    let refused = vera.replay_dead_letters("look").await;
     assert_eq!(refused.status(), 403);
 
     let mut olga = signed_in(&app, "olga", Role::Operator, None).await;
@@ -57,13 +54,9 @@ async fn an_operator_replays_dead_letters_after_inspection_from_the_console(db: 
     );
     assert!(page.contains("2 letters of 2 jobs or messages."), "{page}");
     assert!(page.contains("action=\"/dlq/replay\""));
-    let csrf = token_in(&page).unwrap();
     let outbox_before = ledger.outbox_pending().await.unwrap();
     let response = olga
-        .post(
-            "/dlq/replay",
-            &[("csrf", &csrf), ("reason", "the provider outage is over")],
-        )
+        .replay_dead_letters("the provider outage is over")
         .await;
     assert_eq!(location(&response), "/dlq");
     let page = olga.page("/dlq").await;
@@ -188,9 +181,7 @@ async fn one_dead_letter_is_replayed_after_inspection_or_dropped_by_an_operator_
             .unwrap()
     };
     let outbox_before = ledger.outbox_pending().await.unwrap();
-    let replay = format!("/dlq/{}/replay", letter_of(&uncertain));
-    olga.post(&replay, &[("csrf", &csrf), ("reason", "try")])
-        .await;
+    olga.replay_dead_letter(&letter_of(&uncertain), "try").await;
     assert!(olga.page("/dlq").await.contains("needs a decision first"));
     assert_eq!(
         ledger
@@ -201,8 +192,7 @@ async fn one_dead_letter_is_replayed_after_inspection_or_dropped_by_an_operator_
         2,
         "kept"
     );
-    let replay = format!("/dlq/{}/replay", letter_of(&job_id));
-    olga.post(&replay, &[("csrf", &csrf), ("reason", "outage over")])
+    olga.replay_dead_letter(&letter_of(&job_id), "outage over")
         .await;
     assert!(olga
         .page("/dlq")

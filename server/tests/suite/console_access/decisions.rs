@@ -2,6 +2,7 @@
 //! swimlane.
 
 use super::*;
+use crate::helpers::Decision;
 use fenceline::job::detail;
 
 on_both_backends!(
@@ -17,16 +18,14 @@ async fn an_operator_authorizes_a_fenced_retry_and_the_earlier_attempt_cannot_co
     let ledger = &app.ledger;
     let (job_id, first_epoch, epoch) = unknown_job(ledger, "acme", "retry").await;
     let mut olga = signed_in(&app, "olga", Role::Operator, None).await;
-    let page = decide(
-        &mut olga,
-        &job_id,
-        epoch,
-        &[
-            ("decision", "authorize_retry"),
-            ("reason", "provider shows no trace of the call"),
-        ],
-    )
-    .await;
+    let page = olga
+        .decide(
+            &job_id,
+            epoch,
+            Decision::Retry,
+            "provider shows no trace of the call",
+        )
+        .await;
     assert!(
         page.contains("Retry authorized"),
         "the flash says what happened"
@@ -139,24 +138,19 @@ async fn an_unknown_job_is_resolved_as_succeeded_with_evidence_or_as_failed(db: 
     let (gone, _, gone_epoch) = unknown_job(&app.ledger, "acme", "gone").await;
     let mut olga = signed_in(&app, "olga", Role::Operator, None).await;
     // Evidence is required to resolve as succeeded; a reason always.
-    let page = decide(
-        &mut olga,
-        &done,
-        epoch,
-        &[
-            ("decision", "resolve_succeeded"),
-            ("reason", "seen in the provider"),
-        ],
-    )
-    .await;
+    let page = olga
+        .decide(
+            &done,
+            epoch,
+            Decision::Succeeded {
+                evidence: "",
+                result: "",
+            },
+            "seen in the provider",
+        )
+        .await;
     assert!(page.contains("needs evidence"), "{page}");
-    let page = decide(
-        &mut olga,
-        &done,
-        epoch,
-        &[("decision", "resolve_failed"), ("reason", " ")],
-    )
-    .await;
+    let page = olga.decide(&done, epoch, Decision::Failed, " ").await;
     assert!(page.contains("Nothing was changed"), "{page}");
     assert_eq!(
         app.ledger.job(&done).await.unwrap().unwrap().state,
@@ -164,35 +158,34 @@ async fn an_unknown_job_is_resolved_as_succeeded_with_evidence_or_as_failed(db: 
     );
     // Evidence is bounded on the server as on the form: 500 characters.
     let long = "r".repeat(5_000);
-    let page = decide(
-        &mut olga,
-        &done,
-        epoch,
-        &[
-            ("decision", "resolve_succeeded"),
-            ("evidence", &long),
-            ("reason", "seen in the provider"),
-        ],
-    )
-    .await;
+    let page = olga
+        .decide(
+            &done,
+            epoch,
+            Decision::Succeeded {
+                evidence: &long,
+                result: "",
+            },
+            "seen in the provider",
+        )
+        .await;
     assert!(page.contains("at most 500 characters"), "{page}");
     assert!(page.contains("Nothing was changed"), "{page}");
     assert_eq!(
         app.ledger.job(&done).await.unwrap().unwrap().state,
         JobState::Unknown
     );
-    let page = decide(
-        &mut olga,
-        &done,
-        epoch,
-        &[
-            ("decision", "resolve_succeeded"),
-            ("evidence", "chatcmpl-123"),
-            ("result", "{\"summary\":\"from the provider's log\"}"),
-            ("reason", "the provider's log has the answer"),
-        ],
-    )
-    .await;
+    let page = olga
+        .decide(
+            &done,
+            epoch,
+            Decision::Succeeded {
+                evidence: "chatcmpl-123",
+                result: "{\"summary\":\"from the provider's log\"}",
+            },
+            "the provider's log has the answer",
+        )
+        .await;
     assert!(page.contains("Decision recorded"), "{page}");
     // The evidence shows wherever the decision does: the job's decisions, its timeline, the
     // audit log and both exports.
@@ -261,14 +254,11 @@ async fn an_unknown_job_is_resolved_as_succeeded_with_evidence_or_as_failed(db: 
         404
     );
 
-    decide(
-        &mut olga,
+    olga.decide(
         &gone,
         gone_epoch,
-        &[
-            ("decision", "resolve_failed"),
-            ("reason", "the customer withdrew it"),
-        ],
+        Decision::Failed,
+        "the customer withdrew it",
     )
     .await;
     assert_eq!(
@@ -276,13 +266,9 @@ async fn an_unknown_job_is_resolved_as_succeeded_with_evidence_or_as_failed(db: 
         JobState::FailedTerminal
     );
     // A stale page changes nothing.
-    let page = decide(
-        &mut olga,
-        &gone,
-        gone_epoch,
-        &[("decision", "authorize_retry"), ("reason", "again")],
-    )
-    .await;
+    let page = olga
+        .decide(&gone, gone_epoch, Decision::Retry, "again")
+        .await;
     assert!(
         page.contains("This job changed since you loaded it"),
         "{page}"

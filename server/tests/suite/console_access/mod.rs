@@ -66,23 +66,6 @@ async fn unknown_job(ledger: &Ledger, tenant: &str, key: &str) -> (String, i64, 
     (job_id, a.epoch, recovered.epoch)
 }
 
-async fn decide(
-    browser: &mut Browser,
-    job_id: &str,
-    epoch: i64,
-    fields: &[(&str, &str)],
-) -> String {
-    let page = format!("/jobs/{job_id}");
-    let csrf = browser.token(&page).await;
-    let epoch = epoch.to_string();
-    let mut form = vec![("csrf", csrf.as_str()), ("epoch", epoch.as_str())];
-    form.extend_from_slice(fields);
-    let response = browser.post(&format!("{page}/decisions"), &form).await;
-    assert_eq!(response.status(), 303);
-    assert_eq!(location(&response), page);
-    browser.page(&page).await
-}
-
 /// The values of the pick boxes on a page of the jobs list, in order.
 fn pick_values(page: &str) -> Vec<String> {
     page.split("<input")
