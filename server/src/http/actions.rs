@@ -292,17 +292,8 @@ pub(super) async fn replay_dead_letters(
              operator without a tenant limit",
         );
     }
-    let reason = match Reason::parse(&form.reason) {
-        Ok(reason) => reason,
-        Err(no) => {
-            flash(
-                &session,
-                false,
-                format!("A replay needs {no}. Nothing was changed."),
-            )
-            .await;
-            return Redirect::to("/dlq").into_response();
-        }
+    let Some(reason) = reason_or_say(&session, &form.reason, "A replay").await else {
+        return Redirect::to("/dlq").into_response();
     };
     let reason = reason.as_str();
     let actor = Actor::Operator(operator.name.clone());
@@ -462,6 +453,22 @@ fn field_of(pairs: &[(String, String)], name: &str) -> String {
 /// Whether the job exists and is one of this operator's tenants'.
 async fn covers(state: &AppState, operator: &Operator, job_id: &str) -> bool {
     matches!(state.ledger.job(job_id).await, Ok(Some(job)) if operator.covers(&job.tenant))
+}
+
+/// The operator's reason, or `None` once the page is told that `action` needs one.
+async fn reason_or_say(session: &Session, text: &str, action: &str) -> Option<Reason> {
+    match Reason::parse(text) {
+        Ok(reason) => Some(reason),
+        Err(no) => {
+            flash(
+                session,
+                false,
+                format!("{action} needs {no}. Nothing was changed."),
+            )
+            .await;
+            None
+        }
+    }
 }
 
 /// Why a bulk action must change nothing (no job picked, more than [`BULK_MAX`], no reason
@@ -827,17 +834,8 @@ async fn one_letter(
             "SQS dead letters are dropped with `fenceline dlq-replay` or the SQS console",
         );
     };
-    let reason = match Reason::parse(&form.reason) {
-        Ok(reason) => reason,
-        Err(no) => {
-            flash(
-                &session,
-                false,
-                format!("Dropping a letter needs {no}. Nothing was changed."),
-            )
-            .await;
-            return back;
-        }
+    let Some(reason) = reason_or_say(&session, &form.reason, "Dropping a letter").await else {
+        return back;
     };
     let reason = reason.as_str();
     let Ok(body) = state.ledger.dead_letter_body(&dlq, &message_id).await else {
