@@ -838,6 +838,64 @@ impl Browser {
         self.page(&page).await
     }
 
+    /// Decides the jobs picked on `/unknown` (`ID:EPOCH`, as their rows showed them): a
+    /// fenced retry or failed, the two decisions the list offers.
+    pub(crate) async fn decide_picked(
+        &mut self,
+        picks: &[String],
+        decision: Decision<'_>,
+        reason: &str,
+    ) -> reqwest::Response {
+        let decision = match decision {
+            Decision::Retry => "authorize_retry",
+            Decision::Failed => "resolve_failed",
+            Decision::Succeeded { .. } => panic!("the list offers no resolving as succeeded"),
+        };
+        let csrf = self.token("/unknown").await;
+        let mut form = vec![
+            ("csrf", csrf.as_str()),
+            ("decision", decision),
+            ("reason", reason),
+        ];
+        form.extend(picks.iter().map(|p| ("job", p.as_str())));
+        self.post("/unknown/decisions", &form).await
+    }
+
+    /// Cancels the jobs picked on the jobs list at `list` (`ID:EPOCH:STATE[:EVENTS]`).
+    pub(crate) async fn cancel_picked(
+        &mut self,
+        list: &str,
+        picks: &[String],
+        reason: &str,
+    ) -> reqwest::Response {
+        self.act_on_picked("/jobs/cancel", list, picks, reason)
+            .await
+    }
+
+    /// Runs the jobs picked on the jobs list at `list` again; the same call twice sends the
+    /// same form twice.
+    pub(crate) async fn rerun_picked(
+        &mut self,
+        list: &str,
+        picks: &[String],
+        reason: &str,
+    ) -> reqwest::Response {
+        self.act_on_picked("/jobs/rerun", list, picks, reason).await
+    }
+
+    async fn act_on_picked(
+        &mut self,
+        action: &str,
+        list: &str,
+        picks: &[String],
+        reason: &str,
+    ) -> reqwest::Response {
+        let csrf = self.token(list).await;
+        let mut form = vec![("csrf", csrf.as_str()), ("reason", reason), ("back", list)];
+        form.extend(picks.iter().map(|p| ("job", p.as_str())));
+        self.post(action, &form).await
+    }
+
     /// Replays the dead letter `message_id` from `/dlq`; returns the answer.
     pub(crate) async fn replay_dead_letter(
         &mut self,

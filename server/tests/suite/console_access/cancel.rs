@@ -158,7 +158,6 @@ async fn a_bulk_cancel_from_the_jobs_list_fences_each_job_on_its_own(db: Db) {
     assert!(page.contains("action=\"/jobs/cancel\""));
     let all = olga.page(&format!("{list}&select=all")).await;
     assert_eq!(all.matches("name=\"job\" checked").count(), 3);
-    let csrf = token_in(&page).unwrap();
     // Someone else cancels the second job before olga submits.
     ledger
         .cancel(
@@ -171,15 +170,9 @@ async fn a_bulk_cancel_from_the_jobs_list_fences_each_job_on_its_own(db: Db) {
         .await
         .unwrap();
     let picks: Vec<String> = running.iter().map(|id| format!("{id}:1:running")).collect();
-    let mut form = vec![
-        ("csrf", csrf.as_str()),
-        ("reason", "submitted by mistake"),
-        ("back", list),
-    ];
-    for p in &picks {
-        form.push(("job", p.as_str()));
-    }
-    let response = olga.post("/jobs/cancel", &form).await;
+    let response = olga
+        .cancel_picked(list, &picks, "submitted by mistake")
+        .await;
     assert_eq!(
         location(&response),
         list,

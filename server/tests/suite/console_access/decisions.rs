@@ -336,7 +336,6 @@ async fn a_bulk_decision_fences_each_job_on_its_own(db: Db) {
     assert!(!page.contains("checked"), "nothing is picked unless asked");
     let all = olga.page("/unknown?select=all").await;
     assert_eq!(all.matches("checked").count(), 3);
-    let csrf = token_in(&page).unwrap();
     // Someone else decides the second job before olga submits.
     ledger
         .decide(
@@ -351,15 +350,9 @@ async fn a_bulk_decision_fences_each_job_on_its_own(db: Db) {
         .await
         .unwrap();
     let picks: Vec<String> = jobs.iter().map(|(id, _, e)| format!("{id}:{e}")).collect();
-    let mut form = vec![
-        ("csrf", csrf.as_str()),
-        ("decision", "authorize_retry"),
-        ("reason", "provider outage over"),
-    ];
-    for p in &picks {
-        form.push(("job", p.as_str()));
-    }
-    let response = olga.post("/unknown/decisions", &form).await;
+    let response = olga
+        .decide_picked(&picks, Decision::Retry, "provider outage over")
+        .await;
     assert_eq!(location(&response), "/unknown");
     let page = olga.page("/unknown").await;
     assert!(

@@ -157,16 +157,9 @@ async fn finished_jobs_run_again_in_bulk_from_the_jobs_list_once_for_each_view(d
         succeeded.contains("Run picked jobs again") && !succeeded.contains("Cancel picked jobs"),
         "only the action that suits the jobs shown"
     );
-    let csrf = token_in(&page).unwrap();
-    let mut form = vec![
-        ("csrf", csrf.as_str()),
-        ("reason", "the provider outage is over"),
-        ("back", list),
-    ];
-    for p in &picks {
-        form.push(("job", p.as_str()));
-    }
-    let response = olga.post("/jobs/rerun", &form).await;
+    let response = olga
+        .rerun_picked(list, &picks, "the provider outage is over")
+        .await;
     assert_eq!(location(&response), list, "back to the same list");
     let page = olga.page(list).await;
     assert!(
@@ -202,7 +195,8 @@ async fn finished_jobs_run_again_in_bulk_from_the_jobs_list_once_for_each_view(d
     assert_eq!(audit.len(), 2, "one audit entry a job run again");
 
     // The same form again (a double click, a resent request): nothing new.
-    olga.post("/jobs/rerun", &form).await;
+    olga.rerun_picked(list, &picks, "the provider outage is over")
+        .await;
     assert!(olga.page(list).await.contains(
         "No job was run again; 2 had already been run again from the page you sent this from, \
          and nothing new was made for them; 1 could not run again"
