@@ -17,11 +17,12 @@ pub(super) async fn run(
         "failed" => DecisionKind::ResolveFailed,
         _ => DecisionKind::ResolveSucceeded,
     };
-    let result = match &args.result_file {
-        Some(path) => {
+    // The result file goes with resolving as succeeded only; another decision never reads it.
+    let result = match (&args.result_file, kind) {
+        (Some(path), DecisionKind::ResolveSucceeded) => {
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
         }
-        None => String::new(),
+        _ => String::new(),
     };
     let evidence = args.evidence.as_deref().unwrap_or_default();
     let decision = Decision::by_operator(kind, evidence, &result).map_err(|_| {

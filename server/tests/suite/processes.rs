@@ -1169,9 +1169,15 @@ async fn on_call_decides_cancels_and_runs_again_from_a_terminal_fenced_and_audit
     let viewer = run(decide("vera", unknown.epoch)).await;
     assert!(!viewer.status.success());
     assert!(String::from_utf8_lossy(&viewer.stderr).contains("only operators and admins"));
-    let stale = run(decide("olga", unknown.epoch - 1)).await;
+    // A result file goes with resolving as succeeded only: a retry never reads one.
+    let mut stale_retry = decide("olga", unknown.epoch - 1);
+    stale_retry.extend(["--result-file".into(), "/nonexistent/result.json".into()]);
+    let stale = run(stale_retry).await;
     assert!(!stale.status.success());
-    assert!(String::from_utf8_lossy(&stale.stderr).contains("nothing changed"));
+    assert!(
+        String::from_utf8_lossy(&stale.stderr).contains("nothing changed"),
+        "{stale:?}"
+    );
     assert_eq!(
         ledger.job(&job_id).await.unwrap().unwrap().state,
         JobState::Unknown
