@@ -343,10 +343,7 @@ fn after_the_attempt(a: &Attempt, key: &[Event], start: i64) -> Option<String> {
             match lost.call.as_deref() {
                 Some("stopped") => Some(format!(
                     "its call ran {} and was stopped by {} at +{} ({reason}, #{})",
-                    human_duration(
-                        i64::try_from(lost.call_ran_ms.unwrap_or(0)).unwrap_or(i64::MAX / 1_000)
-                            * 1_000
-                    ),
+                    human_duration(lost.call_ran_ms.unwrap_or(0) * 1_000),
                     e.actor,
                     human_duration(e.at - start),
                     e.seq

@@ -57,7 +57,7 @@ macro_rules! details {
             /// or a detail that is not an object of the kind's fields.
             pub fn read(kind: EventKind, stored: &Value) -> Option<Detail> {
                 match kind {
-                    $(EventKind::$kind => serde_json::from_value(stored.clone()).ok().map(Detail::$kind),)+
+                    $(EventKind::$kind => $kind::deserialize(stored).ok().map(Detail::$kind),)+
                     _ => None,
                 }
             }
@@ -82,7 +82,7 @@ pub fn stored(detail: &Detail) -> Value {
 /// `stored` read as the detail of `D`'s kind, when `kind` is that kind.
 pub fn read_as<D: KindDetail>(kind: EventKind, stored: &Value) -> Option<D> {
     (kind == D::KIND)
-        .then(|| serde_json::from_value(stored.clone()).ok())
+        .then(|| D::deserialize(stored).ok())
         .flatten()
 }
 
@@ -182,7 +182,7 @@ details! {
         #[serde(skip_serializing_if = "Option::is_none")]
         call: Option<String>,
         #[serde(skip_serializing_if = "Option::is_none")]
-        call_ran_ms: Option<u64>,
+        call_ran_ms: Option<i64>,
     }
     /// A result was accepted (`unfenced` when a drill forced it past the fence).
     ResultAccepted {

@@ -322,15 +322,11 @@ pub enum DecisionKind {
 impl std::str::FromStr for DecisionKind {
     type Err = String;
 
+    /// The serde names, the ones the API reads.
     fn from_str(text: &str) -> Result<DecisionKind, String> {
-        match text {
-            "authorize_retry" => Ok(DecisionKind::AuthorizeRetry),
-            "resolve_succeeded" => Ok(DecisionKind::ResolveSucceeded),
-            "resolve_failed" => Ok(DecisionKind::ResolveFailed),
-            _ => {
-                Err("a decision is resolve_succeeded, resolve_failed or authorize_retry".to_owned())
-            }
-        }
+        serde_json::from_value(Value::from(text)).map_err(|_| {
+            "a decision is resolve_succeeded, resolve_failed or authorize_retry".to_owned()
+        })
     }
 }
 

@@ -969,7 +969,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 let call = detail::LeaseLost {
                     reason: code.to_string(),
                     call: Some(if ran.is_some() { "stopped" } else { "not_sent" }.to_owned()),
-                    call_ran_ms: ran.map(|ran| u64::try_from(ran.as_millis()).unwrap_or(u64::MAX)),
+                    call_ran_ms: ran.map(|ran| i64::try_from(ran.as_millis()).unwrap_or(i64::MAX)),
                 };
                 let event = NewEvent::new(EventKind::LeaseLost, &self.actor())
                     .epoch(epoch)
