@@ -11,6 +11,12 @@
 #
 #   scripts/soak.sh [--jobs N] [--workers K] [--queue embedded|sqs] [--limit SECONDS]
 #                   [--rate FRACTION] [--latency-ms MS] [--in-flight CALLS] [--bin PATH]
+#                   [--provider stub|openai-responses]
+#
+# With --provider openai-responses the workers call OpenAI's Responses API in background mode,
+# served by `fenceline soak responses-server` (the stand-in written from the API reference) in a
+# process of its own, which loses 1 % of its answers and outlives the workers killed mid-call:
+# their attempts are adopted by the workers that receive the jobs next.
 #
 # Model calls last --latency-ms (2 s by default: longer than the compressed 2 s visibility
 # timeout, so every call renews its visibility and its lease, and those renewals meet faults).
@@ -18,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/services.sh
 
-jobs=2000 workers=3 in_flight=16 queue=embedded limit=900 rate=0.05 latency=2000 bin=""
+jobs=2000 workers=3 in_flight=16 queue=embedded limit=900 rate=0.05 latency=2000 bin="" provider=stub
 while [ $# -gt 0 ]; do
   case "$1" in
     --jobs) jobs=$2; shift 2 ;;
@@ -29,6 +35,7 @@ while [ $# -gt 0 ]; do
     --latency-ms) latency=$2; shift 2 ;;
     --in-flight) in_flight=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
+    --provider) provider=$2; shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -46,6 +53,19 @@ export DATABASE_URL="${PG_URL%/*}/soak"
 export FENCELINE_QUEUE=$queue FENCELINE_QUEUE_NAME="soak-$RANDOM" FENCELINE_TIMINGS=compressed
 export FENCELINE_STUB_LATENCY_MS=$latency FENCELINE_STUB_LOST_RATE=0.01 FENCELINE_STUB_RETRYABLE_RATE=0.02
 export FENCELINE_PROVIDER_RETRIEVAL=1 FENCELINE_REAPER_INTERVAL_MS=500 FENCELINE_LOG=warn
+case "$provider" in
+  stub) ;;
+  openai-responses)
+    stand_in_port=$(free_port)
+    "$bin" soak responses-server --bind "127.0.0.1:$stand_in_port" --latency-ms "$latency" \
+      --lose-rate 0.01 >>"$dir/stand-in.log" 2>&1 &
+    _fenceline_cleanups+=("kill $! 2>/dev/null || true")
+    export FENCELINE_PROVIDER=openai-responses FENCELINE_PROVIDER_URL="http://127.0.0.1:$stand_in_port/v1"
+    export FENCELINE_PROVIDER_MODEL=stand-in
+    wait_http "http://127.0.0.1:$stand_in_port/stand-in/stats" 50 "$dir/stand-in.log"
+    ;;
+  *) echo "unknown provider: $provider" >&2; exit 2 ;;
+esac
 if [ "$queue" = sqs ]; then
   start_moto
   "$bin" queue create "$FENCELINE_QUEUE_NAME" --max-receive-count 5 >/dev/null
@@ -54,7 +74,7 @@ fi
 token=$("$bin" token add soak 2>/dev/null)
 psql_q() { "$PG_BIN/psql" -qtA "$DATABASE_URL" -c "$1" 2>/dev/null; }
 
-echo "== soak: $jobs jobs, $workers worker processes, $queue queue, faults at $rate each, ${latency} ms calls, limit ${limit}s"
+echo "== soak: $jobs jobs, $workers worker processes, $queue queue, $provider model, faults at $rate each, ${latency} ms calls, limit ${limit}s"
 port=$(free_port)
 api="http://127.0.0.1:$port"
 serve_pid=""
@@ -157,7 +177,7 @@ done
 took=$(elapsed)
 stop_all
 echo "== faults and recoveries on the timelines"
-psql_q "SELECT kind || ': ' || count(*) FROM events e JOIN jobs j ON j.job_id = e.job_id WHERE j.tenant = 'soak' AND kind IN ('delete_failed', 'visibility_renewal_failed', 'lease_renewal_failed', 'lease_lost', 'duplicate_suppressed', 'delivery_deferred', 'recovery_claimed', 'result_rejected', 'decision_recorded', 'delivery_acked_terminal') GROUP BY kind ORDER BY kind" | sed 's/^/   /'
+psql_q "SELECT kind || ': ' || count(*) FROM events e JOIN jobs j ON j.job_id = e.job_id WHERE j.tenant = 'soak' AND kind IN ('delete_failed', 'visibility_renewal_failed', 'lease_renewal_failed', 'lease_lost', 'duplicate_suppressed', 'delivery_deferred', 'recovery_claimed', 'result_rejected', 'decision_recorded', 'delivery_acked_terminal', 'attempt_submitted', 'upstream_cancelled') GROUP BY kind ORDER BY kind" | sed 's/^/   /'
 echo "   group commits that got no answer: $(cat "$dir"/worker-*.log | grep -c 'group commit got no answer' || true) ($(cat "$dir"/worker-*.log | grep 'group commit got no answer' | grep -c 'landed=Some(true)' || true) had landed)"
 echo "   redeliveries: $(psql_q "SELECT count(*) FROM events e JOIN jobs j ON j.job_id = e.job_id WHERE j.tenant = 'soak' AND e.kind = 'delivery_received' AND e.receive_count > 1")"
 echo "== verdict after ${took}s ($jobs jobs, $workers workers, $queue queue)"

@@ -201,6 +201,8 @@ pub struct AttemptRow {
     pub worker: String,
     pub provider: String,
     pub provider_request_id: Option<String>,
+    /// The id the provider runs it under in the background.
+    pub submitted_id: Option<String>,
     pub started: String,
     pub finished: Option<String>,
     pub duration: Option<String>,

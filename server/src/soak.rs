@@ -50,6 +50,10 @@ pub struct Verdict {
     pub missing: u64,
     /// Jobs that reached the model more than once, by what preceded each later attempt.
     pub repeated_calls: BTreeMap<String, u64>,
+    /// Attempts in flight a new owner adopted by their provider id instead of running again.
+    pub adoptions: u64,
+    /// Jobs left `unknown`, by whether their last attempt's provider id had been kept.
+    pub unknown_by_window: BTreeMap<String, u64>,
 }
 
 impl Verdict {
@@ -139,6 +143,17 @@ impl Verdict {
         for (why, n) in &self.repeated_calls {
             out.push_str(&format!("  {n:>6}  {why}\n"));
         }
+        out.push_str(&format!(
+            "{:<58} {}\n",
+            "attempts adopted by a new owner (not run again)", self.adoptions
+        ));
+        out.push_str("unknown jobs, by where their attempt was lost:\n");
+        if self.unknown_by_window.is_empty() {
+            out.push_str("  none\n");
+        }
+        for (window, n) in &self.unknown_by_window {
+            out.push_str(&format!("  {n:>6}  {window}\n"));
+        }
         out.push_str("jobs per final state:\n");
         for (state, n) in &self.by_state {
             out.push_str(&format!("  {n:>6}  {state}\n"));
@@ -169,14 +184,18 @@ impl Verdict {
         let mut refused = 0;
         let mut why_again: Option<String> = None;
         let (mut stale, mut early, mut unexplained) = (false, false, false);
+        // Whether the latest attempt's provider id was kept.
+        let mut kept = false;
         for e in events {
             match e.kind {
+                EventKind::AttemptSubmitted => kept = true,
                 EventKind::ResultAccepted => {
                     accepted += 1;
                     stale |= e.epoch < highest_epoch;
                     terminal = true;
                 }
                 EventKind::AttemptStarted => {
+                    kept = false;
                     undecided.insert(e.epoch);
                     unexplained |= uncertain;
                     started += 1;
@@ -196,6 +215,14 @@ impl Verdict {
                     // The provider confirmed it never ran it: no part of the budget.
                     refused += i64::from(outcome == "throttled");
                     why_again = Some(format!("after an attempt that ended {outcome}"));
+                }
+                EventKind::RecoveryClaimed
+                    if e.detail_as::<detail::RecoveryClaimed>()
+                        .is_some_and(|r| r.adopted_attempt.is_some()) =>
+                {
+                    self.adoptions += 1;
+                    // The adopted attempt passes to the new epoch: its outcome is awaited there.
+                    undecided.insert(e.epoch);
                 }
                 EventKind::RecoveryClaimed | EventKind::LeaseLost => {
                     why_again = Some(format!("after {}", e.kind.as_str().replace('_', " ")));
@@ -253,6 +280,14 @@ impl Verdict {
         }
         if !job.state.is_terminal() && job.state != crate::job::JobState::Unknown {
             self.lost.push(id());
+        }
+        if job.state == crate::job::JobState::Unknown {
+            let window = if kept {
+                "after the provider's id was kept"
+            } else {
+                "before a provider id was kept (sent, no id read; or a provider that keeps none)"
+            };
+            *self.unknown_by_window.entry(window.to_owned()).or_default() += 1;
         }
     }
 }

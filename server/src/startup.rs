@@ -73,7 +73,10 @@ impl Application {
             drills: crate::console::DrillAccess {
                 environment: settings.environment,
                 sqs: queue.kind == QueueKind::Sqs,
-                provider: (settings.provider.kind == crate::settings::ProviderKind::Openai)
+                provider: settings
+                    .provider
+                    .kind
+                    .is_http()
                     .then(|| settings.provider.clone()),
             },
         };
@@ -114,7 +117,10 @@ impl Application {
                     })
                 })
             },
-            drill_provider: (settings.provider.kind == crate::settings::ProviderKind::Openai)
+            drill_provider: settings
+                .provider
+                .kind
+                .is_http()
                 .then(|| runtime::provider(&settings.provider).map_err(|e| e.to_string())),
         });
         Ok(Application {
@@ -285,6 +291,7 @@ pub mod runtime {
     use crate::metrics::Metrics;
     use crate::provider::limits::Limits;
     use crate::provider::openai::{ApiKey, OpenAiConfig, OpenAiProvider};
+    use crate::provider::responses::ResponsesProvider;
     use crate::provider::stub::StubProvider;
     use crate::provider::{AnyProvider, Provider};
     use crate::queue::embedded::EmbeddedQueue;
@@ -344,6 +351,19 @@ pub mod runtime {
                     default_model: settings.model.clone(),
                     timeout: settings.timeout,
                     retrieval: settings.retrieval,
+                })
+                .map_err(|e| RuntimeError::Provider(e.to_string()))?,
+            ),
+            ProviderKind::OpenaiResponses => AnyProvider::Responses(
+                ResponsesProvider::new(OpenAiConfig {
+                    base_url: settings.url.clone(),
+                    api_key: settings
+                        .api_key
+                        .as_ref()
+                        .map(|key| ApiKey::new(key.expose().to_owned())),
+                    default_model: settings.model.clone(),
+                    timeout: settings.timeout,
+                    retrieval: false,
                 })
                 .map_err(|e| RuntimeError::Provider(e.to_string()))?,
             ),

@@ -188,7 +188,8 @@ pub fn JobPage() -> impl IntoView {
                                         <td data-label="Epoch" class="num">{a.epoch}</td>
                                         <td data-label="Worker">{a.worker}</td>
                                         <td data-label="Provider">{a.provider}</td>
-                                        <td data-label="Request id" class="mono">{or_dash(a.provider_request_id)}</td>
+                                        <td data-label="Request id" class="mono">{or_dash(a.provider_request_id)}
+                                            {a.submitted_id.map(|id| view! { <br/><span class="muted" title="The id the provider runs this attempt under in the background: a new owner polls it instead of running the model again">"runs as "{id}</span> })}</td>
                                         <td data-label="Started">{a.started}</td>
                                         <td data-label="Took">{or_dash(a.duration)}</td>
                                         <td data-label="Outcome"><span class=format!("outcome outcome-{}", a.outcome)>{a.outcome.replace('_', " ")}</span>

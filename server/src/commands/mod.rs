@@ -51,6 +51,7 @@ pub(crate) async fn run(settings: &Settings, command: &Command) -> anyhow::Resul
         Command::Drill(DrillCommand::List) => drill::list(),
         Command::Drill(DrillCommand::Run(args)) => drill::run(settings, args).await,
         Command::Soak(SoakCommand::Check(args)) => soak::check(settings, args).await,
+        Command::Soak(SoakCommand::ResponsesServer(args)) => soak::responses_server(args).await,
     }
 }
 

@@ -1,7 +1,11 @@
-//! `fenceline soak check`: the invariants, checked over every job of the ledger.
+//! `fenceline soak check`: the invariants, checked over every job of the ledger; and `fenceline
+//! soak responses-server`: the stand-in for background responses the soak's workers call.
+
+use std::time::Duration;
 
 use fenceline::ledger::Ledger;
-use fenceline::settings::{Settings, SoakCheckArgs};
+use fenceline::provider::stand_in::{self, StandInConfig};
+use fenceline::settings::{ResponsesServerArgs, Settings, SoakCheckArgs};
 
 pub(super) async fn check(settings: &Settings, args: &SoakCheckArgs) -> anyhow::Result<()> {
     let ledger = Ledger::connect(&settings.ledger.url, &settings.ledger.options).await?;
@@ -15,5 +19,19 @@ pub(super) async fn check(settings: &Settings, args: &SoakCheckArgs) -> anyhow::
     if !verdict.holds() {
         std::process::exit(1);
     }
+    Ok(())
+}
+
+pub(super) async fn responses_server(args: &ResponsesServerArgs) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(args.bind).await?;
+    eprintln!(
+        "background responses stand-in on http://{}/v1",
+        listener.local_addr()?
+    );
+    let config = StandInConfig {
+        latency: Duration::from_millis(args.latency_ms),
+        lose_rate: args.lose_rate,
+    };
+    stand_in::serve(listener, config).await?;
     Ok(())
 }

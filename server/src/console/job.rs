@@ -172,6 +172,7 @@ impl LedgerConsole {
                     worker: a.worker_id.clone(),
                     provider: a.provider.clone(),
                     provider_request_id: a.provider_request_id.clone(),
+                    submitted_id: a.submitted_id.clone(),
                     started: self.at(a.started_at),
                     finished: a.finished_at.map(|t| self.at(t)),
                     duration: a.finished_at.map(|f| human_duration(f - a.started_at)),

@@ -18,12 +18,13 @@ pub(super) fn swimlane_of(
 ) -> fenceline_app::svg::Svg {
     let mut marks = Vec::new();
     let start = job.created_at;
-    // Lease windows: each owner epoch from its claim to the next ownership change.
+    // Lease windows: each owner epoch from its claim (or a worker's adoption of the attempt in
+    // flight) to the next ownership change.
     let owners: Vec<&Event> = key.iter().filter(|e| ends_ownership(e.kind)).collect();
     for (i, e) in owners
         .iter()
         .enumerate()
-        .filter(|(_, e)| e.kind == EventKind::Claimed)
+        .filter(|(_, e)| e.kind == EventKind::Claimed || adopted_by_worker(e))
     {
         let until = owners[i + 1..].first().map_or(end, |n| n.at);
         marks.push(Mark::Span {
@@ -187,6 +188,32 @@ pub(super) fn swimlane_of(
             EventKind::MovedToDlq => {
                 Some(point(5, "failed", '⇣', "moved to the dead-letter queue"))
             }
+            EventKind::AttemptSubmitted => e.detail_as::<detail::AttemptSubmitted>().map(|d| {
+                point(
+                    3,
+                    "submitted",
+                    '↗',
+                    &format!(
+                        "attempt {} submitted: {} runs it as {}",
+                        e.attempt_no.unwrap_or_default(),
+                        d.provider,
+                        d.provider_id
+                    ),
+                )
+            }),
+            EventKind::UpstreamCancelled => e.detail_as::<detail::UpstreamCancelled>().map(|d| {
+                point(
+                    3,
+                    "failed",
+                    '⊘',
+                    &format!(
+                        "{} cancelled at the provider ({}): {}",
+                        d.provider_id,
+                        d.why.replace('_', " "),
+                        d.answer
+                    ),
+                )
+            }),
             _ => None,
         };
         marks.extend(mark);
@@ -213,6 +240,14 @@ pub(super) fn swimlane_of(
         });
     }
     charts::swimlane(start, shown_from, shown_to, &marks)
+}
+
+/// A worker's recovery that adopted the attempt in flight: it owns the job from there.
+fn adopted_by_worker(e: &Event) -> bool {
+    e.kind == EventKind::RecoveryClaimed
+        && e.actor.starts_with("worker:")
+        && e.detail_as::<detail::RecoveryClaimed>()
+            .is_some_and(|d| d.adopted_attempt.is_some())
 }
 
 /// What ends an ownership period (a lease or a wait) on the lease / epoch lane.

@@ -249,6 +249,9 @@ pub struct AttemptView {
     pub worker_id: String,
     pub provider: String,
     pub provider_request_id: Option<String>,
+    /// The id the provider runs the attempt under in the background (a background response),
+    /// kept before any waiting: a later owner polls it instead of running the model again.
+    pub submitted_id: Option<String>,
     #[schema(format = DateTime)]
     pub started_at: String,
     #[schema(format = DateTime)]
@@ -268,6 +271,7 @@ impl AttemptView {
             worker_id: a.worker_id.clone(),
             provider: a.provider.clone(),
             provider_request_id: a.provider_request_id.clone(),
+            submitted_id: a.submitted_id.clone(),
             started_at: rfc3339_us(a.started_at),
             finished_at: a.finished_at.map(rfc3339_us),
             outcome: a.outcome,

@@ -168,6 +168,7 @@ pub(super) async fn json_export(
         "attempts": r.attempts.iter().map(|a| json!({
             "attempt_no": a.attempt_no, "epoch": a.epoch, "worker_id": a.worker_id,
             "provider": a.provider, "provider_request_id": a.provider_request_id,
+            "submitted_id": a.submitted_id,
             "started_at": rfc3339_us(a.started_at), "finished_at": a.finished_at.map(rfc3339_us),
             "outcome": a.outcome.as_str(), "error_code": a.error_code,
         })).collect::<Vec<_>>(),
@@ -261,14 +262,15 @@ pub(super) async fn markdown_export(
         recovery = code_or_dash(j.recovery_reason.as_deref()),
         policy = j.replay_policy.as_str(),
     );
-    md.push_str("## Attempts\n\n| # | epoch | worker | provider request | started | took | outcome |\n| ---: | ---: | --- | --- | --- | --- | --- |\n");
+    md.push_str("## Attempts\n\n| # | epoch | worker | provider request | provider id | started | took | outcome |\n| ---: | ---: | --- | --- | --- | --- | --- | --- |\n");
     for a in &r.attempts {
         md.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
             a.attempt_no,
             a.epoch,
             code(&a.worker_id),
             code_or_dash(a.provider_request_id.as_deref()),
+            code_or_dash(a.submitted_id.as_deref()),
             short_time(a.started_at),
             a.finished_at
                 .map_or("—".into(), |f| human_duration(f - a.started_at)),

@@ -139,6 +139,10 @@ details! {
         from_epoch: i64,
         reason: String,
         lost_attempts: i64,
+        /// The attempt in flight this recovery adopted (its provider id was kept): the job
+        /// stays `running` under the new epoch with that attempt.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        adopted_attempt: Option<i64>,
     }
     /// An attempt began with `provider`.
     AttemptStarted {
@@ -300,6 +304,19 @@ details! {
         max_attempts: i64,
         #[serde(skip_serializing_if = "Option::is_none")]
         limit: Option<String>,
+    }
+    /// The provider took the attempt to run in the background as `provider_id`.
+    AttemptSubmitted {
+        provider: String,
+        provider_id: String,
+    }
+    /// The attempt running in the background as `provider_id` was cancelled at the provider
+    /// (`why`: `fenced_out`, `cancelled`, `deadline`, `no_progress`); `answer` is what the
+    /// provider said (`cancelled`, or the error that kept it from cancelling).
+    UpstreamCancelled {
+        provider_id: String,
+        why: String,
+        answer: String,
     }
 }
 

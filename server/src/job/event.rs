@@ -60,6 +60,12 @@ event_kinds! {
     // The provider refused an attempt before running it: the job waits for the provider's
     // reset (`retry_authorized`), its attempt budget untouched.
     Throttled => "throttled",
+    // The provider took the attempt to run in the background and gave it an id, kept before
+    // any waiting: a later owner polls the same request by it instead of running it again.
+    AttemptSubmitted => "attempt_submitted",
+    // An attempt running in the background was cancelled at the provider (its owner was fenced
+    // out, the job was cancelled or its deadline passed, or the call was stopped).
+    UpstreamCancelled => "upstream_cancelled",
 }
 
 /// The text is not a known event kind.
@@ -142,10 +148,12 @@ mod tests {
     fn event_kind_names_are_the_stable_ones_from_the_domain() {
         let names: Vec<_> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
         // domain.md's 28, then Fenceline's own extensions (appended, never renamed).
-        assert_eq!(names.len(), 31);
+        assert_eq!(names.len(), 33);
         assert_eq!(names[28], "retrieval_unsupported");
         assert_eq!(names[29], "rerun");
         assert_eq!(names[30], "throttled");
+        assert_eq!(names[31], "attempt_submitted");
+        assert_eq!(names[32], "upstream_cancelled");
         for name in [
             "job_created",
             "duplicate_suppressed",

@@ -130,10 +130,10 @@ pub use drills::{DrillRunRow, OutboxSend};
 pub use error::{LedgerError, Refusal};
 pub use flow::{LimitReport, ProviderLimit, TenantFlow, TenantShare};
 pub use model::{
-    handle_hash, Accepted, Attempt, AttemptOutcome, AttemptStarted, Claimed, Created, Decision,
-    DecisionKind, DecisionRecord, DeliveryRef, Event, Failure, FailureOutcome, Job, JobFilter,
-    JobPage, NewEvent, NewJob, NoEvidence, Owner, Recovered, Renewal, ReplayPolicy, Throttle,
-    Throttled, OPERATOR_RESOLVED_FAILED,
+    handle_hash, Accepted, Adopted, Attempt, AttemptOutcome, AttemptStarted, Claimed, Created,
+    Decision, DecisionKind, DecisionRecord, DeliveryRef, Event, Failure, FailureOutcome, Job,
+    JobFilter, JobPage, NewEvent, NewJob, NoEvidence, Owner, Recovered, Renewal, ReplayPolicy,
+    Throttle, Throttled, OPERATOR_RESOLVED_FAILED,
 };
 pub use operators::{Credentials, FailureScope};
 pub use queue_store::{

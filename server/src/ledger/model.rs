@@ -280,6 +280,18 @@ pub struct Recovered {
     pub epoch: i64,
     /// Attempts that were pending and are now `lost` (their outcome is unknown).
     pub lost_attempts: i64,
+    /// The attempt in flight that stays pending, held for a worker to adopt: its provider id
+    /// was kept (the job stays `running`).
+    pub held_for_adoption: Option<i64>,
+}
+
+/// A worker's adoption of an attempt in flight: the job under its new epoch and lease, the
+/// attempt it keeps, and the provider id to poll it by.
+#[derive(Debug, Clone)]
+pub struct Adopted {
+    pub claimed: Claimed,
+    pub attempt: AttemptStarted,
+    pub provider_id: String,
 }
 
 /// A recorded decision over an `unknown` job.
@@ -444,6 +456,8 @@ pub struct Attempt {
     pub worker_id: String,
     pub provider: String,
     pub provider_request_id: Option<String>,
+    /// The id the provider runs the attempt under in the background, kept before waiting.
+    pub submitted_id: Option<String>,
     pub started_at: i64,
     pub finished_at: Option<i64>,
     #[sqlx(try_from = "String")]

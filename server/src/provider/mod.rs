@@ -9,6 +9,8 @@
 pub mod limits;
 pub mod openai;
 pub mod policy;
+pub mod responses;
+pub mod stand_in;
 pub mod stub;
 
 use std::future::Future;
@@ -138,6 +140,20 @@ pub enum Retrieval {
     Unsupported,
 }
 
+/// What sending a request to run in the background came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Submission {
+    /// The provider took it and named the id it can be polled by.
+    Accepted {
+        provider_id: String,
+        request_id: Option<String>,
+        limits: RateLimits,
+    },
+    /// No id came back: how the attempt ended. Uncertain here is the one window a retaining
+    /// provider leaves, between sending the request and reading its id.
+    Ended(ProviderOutcome),
+}
+
 /// Liveness of a call, for the progress rule: the provider ticks it whenever it sees progress
 /// (a streamed token, a poll that moved). A timer firing is not progress.
 #[derive(Debug, Clone)]
@@ -194,6 +210,48 @@ pub trait Provider: Send + Sync + 'static {
 
     /// Asks the provider what became of an earlier request.
     fn retrieve(&self, client_request_id: &str) -> impl Future<Output = Retrieval> + Send;
+
+    /// Whether the provider runs a request in the background under an id that any caller
+    /// can poll it by (background responses; batches): the worker then submits, keeps the id
+    /// on the attempt before waiting, and polls; a later owner adopts the attempt and polls
+    /// the same request instead of running the model again.
+    fn retains(&self) -> bool {
+        false
+    }
+
+    /// Sends `request` to run in the background ([`Provider::retains`]).
+    fn submit(
+        &self,
+        request: ProviderRequest,
+        progress: Progress,
+    ) -> impl Future<Output = Submission> + Send {
+        let _ = (request, progress);
+        std::future::ready(Submission::Ended(ProviderOutcome::Fatal {
+            code: "background_unsupported".into(),
+            request_id: None,
+        }))
+    }
+
+    /// Waits for the request running in the background as `provider_id` to end, polling it;
+    /// a poll that does not get through is asked again, never taken for the outcome.
+    fn poll(
+        &self,
+        provider_id: &str,
+        progress: Progress,
+    ) -> impl Future<Output = ProviderOutcome> + Send {
+        let _ = (provider_id, progress);
+        std::future::ready(ProviderOutcome::Uncertain {
+            code: "background_unsupported".into(),
+            request_id: None,
+        })
+    }
+
+    /// Cancels the request running in the background as `provider_id`: `Ok` once the
+    /// provider says it will not run on (cancelled, or already ended), else the error.
+    fn cancel(&self, provider_id: &str) -> impl Future<Output = Result<(), String>> + Send {
+        let _ = provider_id;
+        std::future::ready(Err("background_unsupported".to_owned()))
+    }
 }
 
 /// Either provider, chosen at start-up.
@@ -201,41 +259,53 @@ pub trait Provider: Send + Sync + 'static {
 pub enum AnyProvider {
     Stub(stub::StubProvider),
     OpenAi(openai::OpenAiProvider),
+    Responses(responses::ResponsesProvider),
+}
+
+macro_rules! each {
+    ($self:expr, $p:ident => $e:expr) => {
+        match $self {
+            AnyProvider::Stub($p) => $e,
+            AnyProvider::OpenAi($p) => $e,
+            AnyProvider::Responses($p) => $e,
+        }
+    };
 }
 
 impl Provider for AnyProvider {
     fn name(&self) -> &str {
-        match self {
-            AnyProvider::Stub(p) => p.name(),
-            AnyProvider::OpenAi(p) => p.name(),
-        }
+        each!(self, p => p.name())
     }
 
     fn default_model(&self) -> &str {
-        match self {
-            AnyProvider::Stub(p) => p.default_model(),
-            AnyProvider::OpenAi(p) => p.default_model(),
-        }
+        each!(self, p => p.default_model())
     }
 
     fn model_of(&self, request: &ProviderRequest) -> String {
-        match self {
-            AnyProvider::Stub(p) => p.model_of(request),
-            AnyProvider::OpenAi(p) => p.model_of(request),
-        }
+        each!(self, p => p.model_of(request))
     }
 
     async fn call(&self, request: ProviderRequest, progress: Progress) -> ProviderOutcome {
-        match self {
-            AnyProvider::Stub(p) => p.call(request, progress).await,
-            AnyProvider::OpenAi(p) => p.call(request, progress).await,
-        }
+        each!(self, p => p.call(request, progress).await)
     }
 
     async fn retrieve(&self, client_request_id: &str) -> Retrieval {
-        match self {
-            AnyProvider::Stub(p) => p.retrieve(client_request_id).await,
-            AnyProvider::OpenAi(p) => p.retrieve(client_request_id).await,
-        }
+        each!(self, p => p.retrieve(client_request_id).await)
+    }
+
+    fn retains(&self) -> bool {
+        each!(self, p => p.retains())
+    }
+
+    async fn submit(&self, request: ProviderRequest, progress: Progress) -> Submission {
+        each!(self, p => p.submit(request, progress).await)
+    }
+
+    async fn poll(&self, provider_id: &str, progress: Progress) -> ProviderOutcome {
+        each!(self, p => p.poll(provider_id, progress).await)
+    }
+
+    async fn cancel(&self, provider_id: &str) -> Result<(), String> {
+        each!(self, p => p.cancel(provider_id).await)
     }
 }

@@ -34,6 +34,11 @@ impl ApiKey {
     pub fn new(key: String) -> Self {
         ApiKey(key)
     }
+
+    /// The key itself, for the request header only.
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
 }
 
 impl fmt::Debug for ApiKey {

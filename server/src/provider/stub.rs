@@ -98,7 +98,7 @@ impl<V> Remembered<V> {
 
 /// Whether the request's draw for `salt` falls under `rate`; a rate of 0 never does, and is
 /// not drawn.
-fn drawn(id: &str, salt: &str, rate: f64) -> bool {
+pub(crate) fn drawn(id: &str, salt: &str, rate: f64) -> bool {
     rate > 0.0 && draw(id, salt) < rate
 }
 

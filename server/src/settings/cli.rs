@@ -186,6 +186,23 @@ pub enum SoakCommand {
     /// provider calls with what preceded them; jobs per final state. Exits 0 only when every
     /// invariant held.
     Check(SoakCheckArgs),
+    /// Serve the stand-in for OpenAI's background responses the soak's workers call (written
+    /// from the API reference; see `docs/providers.md`), in a process of its own so that
+    /// responses outlive the workers that created them.
+    ResponsesServer(ResponsesServerArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ResponsesServerArgs {
+    /// Where to listen.
+    #[arg(long, default_value = "127.0.0.1:8090")]
+    pub bind: SocketAddr,
+    /// How long each response runs before it completes.
+    #[arg(long, default_value_t = 2000)]
+    pub latency_ms: u64,
+    /// The fraction of create answers, and of polls, lost on the way back.
+    #[arg(long, default_value_t = 0.0)]
+    pub lose_rate: f64,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -304,8 +321,10 @@ pub struct RuntimeArgs {
     #[arg(long, env = "FENCELINE_MAX_RECEIVE_COUNT", default_value_t = 5)]
     pub max_receive_count: u32,
 
-    /// `stub` (a local model for trials and drills) or `openai` (any OpenAI-compatible
-    /// chat-completions endpoint; key from FENCELINE_PROVIDER_API_KEY or OPENAI_API_KEY).
+    /// `stub` (a local model for trials and drills), `openai` (any OpenAI-compatible
+    /// chat-completions endpoint) or `openai-responses` (OpenAI's Responses API in background
+    /// mode: the response id is kept before waiting, and a later owner adopts the attempt).
+    /// The key comes from FENCELINE_PROVIDER_API_KEY or OPENAI_API_KEY.
     #[arg(long, env = "FENCELINE_PROVIDER", value_enum, default_value_t = ProviderArg::Stub)]
     pub provider: ProviderArg,
     #[arg(
@@ -441,6 +460,14 @@ pub enum QueueArg {
 pub enum ProviderArg {
     Stub,
     Openai,
+    OpenaiResponses,
+}
+
+impl ProviderArg {
+    /// Whether the provider is a model behind an HTTP API (its URL, key and model apply).
+    pub fn is_http(self) -> bool {
+        self != ProviderArg::Stub
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]

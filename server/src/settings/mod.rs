@@ -15,8 +15,9 @@ use clap::{Args, FromArgMatches, Parser};
 
 pub use cli::{
     BenchCommand, Cli, Command, DecideArgs, DrillCommand, DrillModel, DrillRunArgs,
-    OperatorCommand, ProviderArg as ProviderKind, QueueArg as QueueKind, QueueCommand, RuntimeArgs,
-    ServeArgs, SoakCheckArgs, SoakCommand, SubmitArgs, TimingsArg, TokenCommand,
+    OperatorCommand, ProviderArg as ProviderKind, QueueArg as QueueKind, QueueCommand,
+    ResponsesServerArgs, RuntimeArgs, ServeArgs, SoakCheckArgs, SoakCommand, SubmitArgs,
+    TimingsArg, TokenCommand,
 };
 
 use crate::ledger::{Backend, LedgerOptions, SqliteSync};
@@ -310,7 +311,7 @@ impl Settings {
                 "--metrics-token must be at least 16 characters".into(),
             ));
         }
-        if self.provider.kind == ProviderKind::Openai && !self.provider.url.starts_with("http") {
+        if self.provider.kind.is_http() && !self.provider.url.starts_with("http") {
             return Err(SettingsError::Invalid(
                 "--provider-url must be an http:// or https:// URL".into(),
             ));

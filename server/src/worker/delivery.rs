@@ -21,7 +21,7 @@ use crate::ledger::{
 use crate::metrics::DeliveryOutcome;
 use crate::provider::limits::{Answer, Key};
 use crate::provider::{
-    Progress, Provider, ProviderOutcome, ProviderRequest, RateLimits, Retrieval,
+    Progress, Provider, ProviderOutcome, ProviderRequest, RateLimits, Retrieval, Submission,
 };
 use crate::queue::{DeletePlan, Deleted, Delivery, Queue, QueueError, MAX_VISIBILITY};
 
@@ -113,6 +113,9 @@ struct Started {
     attempt: AttemptStarted,
     /// The job's input and model, when the claim read them.
     input: Option<(Value, Value)>,
+    /// The provider id of an adopted attempt, running in the background: polled, not sent
+    /// again.
+    adopting: Option<String>,
 }
 
 /// What became of one delivery.
@@ -451,6 +454,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             asked,
             attempt,
             input,
+            adopting: None,
         };
         Some(self.run_attempt(&job, started, delivery, &dref).await)
     }
@@ -592,6 +596,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                         asked,
                         attempt,
                         input,
+                        adopting: None,
                     };
                     return self.run_attempt(&job, started, &delivery, &dref).await;
                 }
@@ -620,9 +625,21 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 self.work_blindly(job, delivery, dref).await
             }
             Refusal::LiveOwner { epoch } => {
+                // Recovery holds the job's attempt for a worker to adopt: this one does.
+                if job.owner_id.as_deref() == Some(Actor::System.to_string().as_str()) {
+                    if let Some(outcome) =
+                        self.adopt(job, delivery, dref, "held_for_adoption").await
+                    {
+                        return Some(outcome);
+                    }
+                }
                 self.suppress_duplicate(job, delivery, dref, epoch).await
             }
             Refusal::LeaseExpired => {
+                // An attempt in flight whose provider id was kept is adopted, not lost.
+                if let Some(outcome) = self.adopt(job, delivery, dref, "lease_expired").await {
+                    return Some(outcome);
+                }
                 // Recovery first: fence the old owner, then the state table decides.
                 match self
                     .ledger
@@ -708,6 +725,42 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         Some(outcome)
     }
 
+    /// Adopts the job's attempt in flight when its provider id was kept and this worker's
+    /// provider can poll it: the job stays `running` under a new epoch owned here, and the
+    /// same attempt is polled to its end. `None` when there was nothing to adopt.
+    async fn adopt(
+        &self,
+        job: &Job,
+        delivery: &Delivery,
+        dref: &DeliveryRef,
+        reason: &str,
+    ) -> Option<Outcome> {
+        if !self.provider.retains() {
+            return None;
+        }
+        let asked = std::time::Instant::now();
+        let adopted = Box::pin(self.ledger.adopt(
+            &job.job_id,
+            &self.config.worker_id,
+            self.config.timings.lease,
+            reason,
+        ))
+        .await;
+        let adopted = match adopted {
+            Ok(Some(adopted)) => adopted,
+            Ok(None) | Err(LedgerError::Refused { .. }) => return None,
+            Err(_) => return Some(Outcome::LedgerUnavailable),
+        };
+        let started = Started {
+            claimed: adopted.claimed,
+            asked,
+            attempt: adopted.attempt,
+            input: None,
+            adopting: Some(adopted.provider_id),
+        };
+        Some(Box::pin(self.run_attempt(job, started, delivery, dref)).await)
+    }
+
     async fn run_attempt(
         &self,
         job: &Job,
@@ -720,6 +773,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             asked,
             attempt,
             input,
+            adopting,
         } = started;
         // A drill's faults aimed at the job's first owner find it by this receipt.
         if let Some(faults) = &self.config.faults {
@@ -751,7 +805,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 job,
                 &claimed.owner,
                 (attempt, refused_before, deadline),
-                input,
+                (input, adopting),
                 delivery,
                 dref,
                 progress,
@@ -770,7 +824,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         job: &Job,
         owner: &Owner,
         (attempt, refused_before, deadline): (AttemptStarted, i64, std::time::Instant),
-        input: Option<(Value, Value)>,
+        (input, adopting): (Option<(Value, Value)>, Option<String>),
         delivery: &Delivery,
         dref: &DeliveryRef,
         progress: Progress,
@@ -801,9 +855,19 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         let key = Key::new(self.provider.name(), &self.provider.model_of(&request));
         // When the request went to the provider, so a call stopped early can say how long it ran.
         let sent = std::sync::OnceLock::<std::time::Instant>::new();
+        // The provider's id of the attempt running in the background, once it is kept.
+        let submitted = std::sync::OnceLock::<String>::new();
         // The call waits for the provider's limit (a named reset, room within the learned
         // concurrency, a token of its bucket) before it is sent, its lease renewed meanwhile.
         let call = async {
+            // An adopted attempt runs already: it is polled, never sent again, and never
+            // waits for the limit (a poll runs no model).
+            if let Some(provider_id) = &adopting {
+                let _ = submitted.set(provider_id.clone());
+                let _ = sent.set(std::time::Instant::now());
+                progress.tick();
+                return self.provider.poll(provider_id, progress).await;
+            }
             // Waiting for the provider is not a call that hangs: the progress rule counts from
             // the send. A job the limit holds back longer than a short while goes back to the
             // ledger unsent, to wait there (no lease held, no budget spent) for the limit's
@@ -834,6 +898,35 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             };
             progress.tick();
             let _ = sent.set(std::time::Instant::now());
+            if self.provider.retains() {
+                let provider_id = match self.provider.submit(request, progress.clone()).await {
+                    Submission::Accepted {
+                        provider_id,
+                        limits,
+                        ..
+                    } => {
+                        permit.answered(Answer::Admitted, &limits);
+                        provider_id
+                    }
+                    Submission::Ended(outcome) => {
+                        let (answer, limits) = match &outcome {
+                            ProviderOutcome::Throttled { limits, .. } => (Answer::Refused, *limits),
+                            _ => (Answer::Admitted, RateLimits::default()),
+                        };
+                        permit.answered(answer, &limits);
+                        return outcome;
+                    }
+                };
+                // Kept before any waiting: from here on the attempt is never uncertain.
+                if let Err(outcome) = self
+                    .keep_submitted(owner, attempt.attempt_no, &provider_id)
+                    .await
+                {
+                    return outcome;
+                }
+                let _ = submitted.set(provider_id.clone());
+                return self.provider.poll(&provider_id, progress).await;
+            }
             let outcome = self.provider.call(request, progress).await;
             let (answer, limits) = match &outcome {
                 ProviderOutcome::Throttled { limits, .. } => (Answer::Refused, *limits),
@@ -876,12 +969,118 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         Box::pin(self.finish(
             job,
             owner,
-            (&attempt, refused_before, &key),
+            (
+                &attempt,
+                refused_before,
+                &key,
+                submitted.get().map(String::as_str),
+            ),
             result,
             delivery,
             dref,
         ))
         .await
+    }
+
+    /// Keeps the provider's id of the attempt on its record, fenced, retrying a ledger that
+    /// does not answer. An id that cannot be kept is cancelled at the provider (no later owner
+    /// could find the response), and the attempt is uncertain: it was sent.
+    async fn keep_submitted(
+        &self,
+        owner: &Owner,
+        attempt_no: i64,
+        provider_id: &str,
+    ) -> Result<(), ProviderOutcome> {
+        for retry in 0..3u32 {
+            match Box::pin(self.ledger.record_submitted(
+                owner,
+                attempt_no,
+                self.provider.name(),
+                provider_id,
+            ))
+            .await
+            {
+                Ok(()) => return Ok(()),
+                Err(LedgerError::Refused { .. }) => break,
+                Err(_) => tokio::time::sleep(Duration::from_millis(200 << retry)).await,
+            }
+        }
+        self.cancel_upstream(
+            owner.job_id(),
+            owner.epoch,
+            attempt_no,
+            provider_id,
+            "id_not_kept",
+        )
+        .await;
+        Err(ProviderOutcome::Uncertain {
+            code: "id_not_kept".into(),
+            request_id: None,
+        })
+    }
+
+    /// Cancels the attempt running in the background at the provider, and says so on the
+    /// timeline (best effort: the ledger may be what failed).
+    async fn cancel_upstream(
+        &self,
+        job_id: &str,
+        epoch: i64,
+        attempt_no: i64,
+        provider_id: &str,
+        why: &str,
+    ) -> bool {
+        let answer =
+            match tokio::time::timeout(Duration::from_secs(10), self.provider.cancel(provider_id))
+                .await
+            {
+                Ok(Ok(())) => "cancelled".to_owned(),
+                Ok(Err(code)) => code,
+                Err(_) => "timeout".to_owned(),
+            };
+        let cancelled = answer == "cancelled";
+        let event = NewEvent::new(EventKind::UpstreamCancelled, &self.actor())
+            .epoch(epoch)
+            .attempt(attempt_no)
+            .detail(detail::UpstreamCancelled {
+                provider_id: provider_id.to_owned(),
+                why: why.to_owned(),
+                answer,
+            });
+        let bound = self.config.timings.lease.max(Duration::from_secs(5));
+        let _ = tokio::time::timeout(bound, self.event(job_id, event)).await;
+        cancelled
+    }
+
+    /// Cancels a call stopped by the progress rule at the provider, when it runs there under
+    /// an id: whether the provider says it runs no more.
+    async fn cancelled_upstream(
+        &self,
+        job_id: &str,
+        epoch: i64,
+        attempt_no: i64,
+        submitted: Option<&str>,
+    ) -> bool {
+        let Some(provider_id) = submitted else {
+            return false;
+        };
+        let why = StopReason::NoProgress.code();
+        self.cancel_upstream(job_id, epoch, attempt_no, provider_id, why)
+            .await
+    }
+
+    /// Whether an attempt running in the background should be cancelled now that its owner
+    /// lost the job: yes when the job moved on without it (cancelled, ended, handed to a
+    /// decision); no while it is still the job's attempt in flight, for whoever adopts it.
+    async fn orphaned(&self, job_id: &str, attempt_no: i64) -> Option<&'static str> {
+        let job = self.ledger.job(job_id).await.ok()??;
+        if job.state == JobState::Running && job.pending_attempt == Some(attempt_no) {
+            return None;
+        }
+        Some(if job.error_code.as_deref() == Some("cancelled") {
+            "cancelled"
+        } else {
+            "fenced_out"
+        })
     }
 
     /// Records what the call came to, and deletes the message once the outcome is durable. A
@@ -890,7 +1089,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         &self,
         job: &Job,
         owner: &Owner,
-        (attempt, refused_before, key): (&AttemptStarted, i64, &Key),
+        (attempt, refused_before, key, submitted): (&AttemptStarted, i64, &Key, Option<&str>),
         result: Result<ProviderOutcome, (StopReason, Option<Duration>)>,
         delivery: &Delivery,
         dref: &DeliveryRef,
@@ -961,6 +1160,15 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                     .await
             }
             Err((StopReason::LeaseLost(code), ran)) => {
+                // A response running in the background that the job no longer waits for is
+                // cancelled; one that is still the job's attempt in flight is left to be
+                // adopted.
+                if let Some(provider_id) = submitted {
+                    if let Some(why) = self.orphaned(job_id, attempt.attempt_no).await {
+                        self.cancel_upstream(job_id, epoch, attempt.attempt_no, provider_id, why)
+                            .await;
+                    }
+                }
                 // The call is already cancelled (its future dropped). Stop new attempts and
                 // effects; never set visibility to zero while a stale owner could still
                 // commit. Recovery follows the state table. The record says what became of
@@ -986,11 +1194,40 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 Outcome::Stopped(format!("lease_lost:{code}"))
             }
             Err((StopReason::DeadlineReached, _)) => {
+                if let Some(provider_id) = submitted {
+                    self.cancel_upstream(
+                        job_id,
+                        epoch,
+                        attempt.attempt_no,
+                        provider_id,
+                        "deadline",
+                    )
+                    .await;
+                }
                 if let Ok(true) = self.ledger.expire_if_due(job_id, &self.actor()).await {
                     self.delete(job_id, delivery, dref, Some(epoch), "expired")
                         .await;
                 }
                 Outcome::Stopped("deadline_reached".into())
+            }
+            // A response running in the background outlives this process: left for a worker
+            // to adopt once the lease lapses.
+            Err((StopReason::Shutdown, _)) if submitted.is_some() => {
+                Outcome::Stopped(StopReason::Shutdown.code().into())
+            }
+            // A stopped call is cancelled at the provider: once it says so, the model runs no
+            // more and another attempt may follow.
+            Err((StopReason::NoProgress, _))
+                if self
+                    .cancelled_upstream(job_id, epoch, attempt.attempt_no, submitted)
+                    .await =>
+            {
+                let failure = Failure::Retryable {
+                    error_code: StopReason::NoProgress.code().to_owned(),
+                    backoff: self.config.timings.backoff(attempt.attempt_no),
+                };
+                self.record_failure(owner, attempt.attempt_no, &failure, delivery, dref)
+                    .await
             }
             Err((reason @ (StopReason::NoProgress | StopReason::Shutdown), _)) => {
                 match self

@@ -6,6 +6,7 @@
 //! `FENCELINE_TEST_SKIP_PG=1` says to skip it on purpose.
 
 mod api;
+mod background;
 mod benches;
 mod console_access;
 mod drills;

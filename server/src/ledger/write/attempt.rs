@@ -133,6 +133,47 @@ impl Ledger {
         Ok(attempt)
     }
 
+    /// Keeps the id the provider gave the owner's pending attempt `attempt_no` to run in the
+    /// background, durably and fenced, before any waiting for its answer
+    /// (`attempt_submitted`): from then on a later owner adopts the attempt and polls it by
+    /// this id instead of running the model again.
+    pub async fn record_submitted(
+        &self,
+        owner: &Owner,
+        attempt_no: i64,
+        provider: &str,
+        provider_id: &str,
+    ) -> Result<(), LedgerError> {
+        let job_id = owner.job_id();
+        let statement = sqlx::query_as::<_, Reserved>(&self.sql.record_submitted)
+            .bind(job_id)
+            .bind(owner.epoch)
+            .bind(attempt_no);
+        let intent = Intent::Finish {
+            epoch: owner.epoch,
+            attempt_no,
+        };
+        let mut fenced = self.guarded(job_id, statement, intent).await?;
+        sqlx::query(
+            "UPDATE attempts SET submitted_id = $3, submitted_at = $4 \
+             WHERE job_id = $1 AND attempt_no = $2 AND outcome = 'pending'",
+        )
+        .bind(job_id)
+        .bind(attempt_no)
+        .bind(provider_id)
+        .bind(fenced.row.at)
+        .execute(&mut *fenced.tx)
+        .await?;
+        let event = NewEvent::new(EventKind::AttemptSubmitted, &owner.actor())
+            .attempt(attempt_no)
+            .detail(detail::AttemptSubmitted {
+                provider: provider.to_owned(),
+                provider_id: provider_id.to_owned(),
+            });
+        fenced.commit(&[event]).await?;
+        Ok(())
+    }
+
     /// Keeps the provider's own request id on the owner's attempt, for retrieval and
     /// reconciliation.
     pub async fn set_provider_request_id(

@@ -1,12 +1,23 @@
-//! Taking a job away from its owner: the reaper's recovery of an expired lease, and an owner
-//! handing its job back. Either way the epoch advances (the old owner is fenced out), an
+//! Taking a job away from its owner: the reaper's recovery of an expired lease, a worker's
+//! adoption of an attempt in flight, and an owner handing its job back. Either way the epoch
+//! advances (the old owner is fenced out). An attempt in flight whose provider id was kept is
+//! adopted: the job stays `running` with that attempt, polled by its new owner. Any other
 //! attempt in flight becomes `lost` and the job `unknown`; with none it is `retry_authorized`.
 
-use super::{mark_pending_lost, reserves, Intent, Reserved};
+use std::time::Duration;
+
+use super::{mark_pending_lost, micros, reserves, Intent, Reserved};
 use crate::job::detail;
-use crate::job::{Actor, EventKind, JobState};
-use crate::ledger::model::{NewEvent, Owner, Recovered};
+use crate::job::{Actor, EventKind, JobId, JobState};
+use crate::ledger::model::{Adopted, AttemptStarted, Claimed, NewEvent, Owner, Recovered};
 use crate::ledger::{Ledger, LedgerError};
+
+/// How long recovery holds an attempt in flight for a worker to adopt before it recovers the
+/// job again (and sends it again): the time for the job's message to reach a worker.
+pub(crate) const ADOPTION_HOLD: Duration = Duration::from_secs(30);
+
+/// Who holds a job recovery keeps for adoption.
+const HELD_FOR_ADOPTION: &str = "system";
 
 #[derive(sqlx::FromRow)]
 struct HandOverRow {
@@ -15,13 +26,36 @@ struct HandOverRow {
     #[sqlx(flatten)]
     reserved: Reserved,
 }
-reserves!(HandOverRow);
+
+#[derive(sqlx::FromRow)]
+struct RecoveryRow {
+    #[sqlx(try_from = "String")]
+    state: JobState,
+    pending_attempt: Option<i64>,
+    #[sqlx(flatten)]
+    reserved: Reserved,
+}
+
+#[derive(sqlx::FromRow)]
+struct AdoptRow {
+    owner_until: i64,
+    attempt_count: i64,
+    budget_used: i64,
+    max_attempts: i64,
+    pending_attempt: i64,
+    #[sqlx(flatten)]
+    reserved: Reserved,
+}
+reserves!(HandOverRow, RecoveryRow, AdoptRow);
 
 impl Ledger {
     /// Takes recovery ownership of a `running` job whose lease expired (epoch + 1), fencing out
-    /// the old owner. An attempt in flight may have reached the provider: it becomes `lost`
-    /// and the job `unknown`. With no attempt in flight the job becomes `retry_authorized`,
-    /// re-dispatched through the outbox when `redispatch` (the caller holds no delivery).
+    /// the old owner. An attempt in flight whose provider id was kept is held for adoption:
+    /// the job stays `running` with it, held by the system for [`ADOPTION_HOLD`], and is sent
+    /// again when `redispatch`, for a worker to adopt. Any other attempt in flight may have
+    /// reached the provider: it becomes `lost` and the job `unknown`. With no attempt in flight
+    /// the job becomes `retry_authorized`, re-dispatched through the outbox when `redispatch`
+    /// (the caller holds no delivery).
     pub async fn recovery_claim(
         &self,
         job_id: &str,
@@ -29,16 +63,26 @@ impl Ledger {
         reason: &str,
         redispatch: bool,
     ) -> Result<Recovered, LedgerError> {
-        let statement = sqlx::query_as::<_, HandOverRow>(&self.sql.recovery_claim)
+        let statement = sqlx::query_as::<_, RecoveryRow>(&self.sql.recovery_claim)
             .bind(job_id)
-            .bind(actor.to_string())
-            .bind(reason);
+            .bind(HELD_FOR_ADOPTION)
+            .bind(reason)
+            .bind(micros(ADOPTION_HOLD));
         let mut fenced = self.guarded(job_id, statement, Intent::Recovery).await?;
         let (state, Reserved { epoch, at, .. }) = (fenced.row.state, fenced.row.reserved);
-        let lost = mark_pending_lost(&mut fenced.tx, job_id, at).await?;
-        if state == JobState::RetryAuthorized && redispatch {
-            super::outbox::insert_outbox(&self.sql, &mut fenced.tx, job_id, epoch, "recovered", at)
-                .await?;
+        let held = (state == JobState::Running)
+            .then_some(fenced.row.pending_attempt)
+            .flatten();
+        let lost = match held {
+            Some(attempt_no) => {
+                adopt_attempt(&mut fenced.tx, job_id, attempt_no, epoch, HELD_FOR_ADOPTION).await?;
+                0
+            }
+            None => mark_pending_lost(&mut fenced.tx, job_id, at).await?,
+        };
+        if state != JobState::Unknown && redispatch {
+            let why = if held.is_some() { "adopt" } else { "recovered" };
+            super::outbox::insert_outbox(&self.sql, &mut fenced.tx, job_id, epoch, why, at).await?;
         }
         fenced
             .commit(&[
@@ -46,14 +90,19 @@ impl Ledger {
                     from_epoch: epoch - 1,
                     reason: reason.to_owned(),
                     lost_attempts: lost,
+                    adopted_attempt: held,
                 }),
                 NewEvent::new(EventKind::StateChanged, actor).detail(detail::StateChanged {
                     to: state.as_str().to_owned(),
                     why: Some(
-                        if state == JobState::Unknown {
-                            "an attempt may have reached the provider"
-                        } else {
-                            "no attempt was in flight"
+                        match state {
+                            JobState::Unknown => {
+                                "an attempt may have reached the provider before its id was kept"
+                            }
+                            JobState::Running => {
+                                "the attempt in flight kept its provider id: held for a worker to adopt"
+                            }
+                            _ => "no attempt was in flight",
                         }
                         .to_owned(),
                     ),
@@ -65,7 +114,69 @@ impl Ledger {
             state,
             epoch,
             lost_attempts: lost,
+            held_for_adoption: held,
         })
+    }
+
+    /// A worker adopts the attempt in flight of a `running` job whose lease expired, or that
+    /// recovery holds for adoption, when the attempt's provider id was kept: a new epoch with
+    /// a lease of `lease` for `worker_id`, the same attempt (same number, no budget spent),
+    /// to poll by its provider id. `None` when the job has no such attempt (or is not in that
+    /// state): nothing was written.
+    pub async fn adopt(
+        &self,
+        job_id: &str,
+        worker_id: &str,
+        lease: Duration,
+        reason: &str,
+    ) -> Result<Option<Adopted>, LedgerError> {
+        let statement = sqlx::query_as::<_, AdoptRow>(&self.sql.adopt)
+            .bind(job_id)
+            .bind(worker_id)
+            .bind(micros(lease))
+            .bind(reason)
+            .bind(HELD_FOR_ADOPTION);
+        let Some(mut fenced) = self.try_guarded(job_id, statement).await? else {
+            return Ok(None);
+        };
+        let row = &fenced.row;
+        let (
+            attempt_no,
+            Reserved {
+                epoch,
+                at,
+                deadline_at,
+                ..
+            },
+        ) = (row.pending_attempt, row.reserved);
+        let provider_id =
+            adopt_attempt(&mut fenced.tx, job_id, attempt_no, epoch, worker_id).await?;
+        let claimed = Claimed {
+            owner: Owner::new(JobId::from_stored(job_id.to_owned()), epoch, worker_id),
+            epoch,
+            owner_until: row.owner_until,
+            at,
+            deadline_at,
+            attempt_count: row.attempt_count - 1,
+            budget_used: row.budget_used - 1,
+            max_attempts: row.max_attempts,
+        };
+        let actor = Actor::Worker(worker_id.to_owned());
+        fenced
+            .commit(&[NewEvent::new(EventKind::RecoveryClaimed, &actor)
+                .attempt(attempt_no)
+                .detail(detail::RecoveryClaimed {
+                    from_epoch: epoch - 1,
+                    reason: reason.to_owned(),
+                    lost_attempts: 0,
+                    adopted_attempt: Some(attempt_no),
+                })])
+            .await?;
+        Ok(Some(Adopted {
+            claimed,
+            attempt: AttemptStarted { attempt_no, epoch },
+            provider_id,
+        }))
     }
 
     /// The owner hands its job back while its lease is valid and before the deadline (epoch +
@@ -100,6 +211,33 @@ impl Ledger {
             state,
             epoch,
             lost_attempts: lost,
+            held_for_adoption: None,
         })
     }
+}
+
+/// The pending attempt `attempt_no` passes to the owner at `epoch` (`worker_id`): its answer
+/// is accepted under that epoch. Gives back the provider id it is polled by.
+async fn adopt_attempt(
+    conn: &mut sqlx::AnyConnection,
+    job_id: &str,
+    attempt_no: i64,
+    epoch: i64,
+    worker_id: &str,
+) -> Result<String, LedgerError> {
+    let id: Option<String> = sqlx::query_scalar(
+        "UPDATE attempts SET epoch = $3, worker_id = $4 \
+         WHERE job_id = $1 AND attempt_no = $2 AND outcome = 'pending' \
+         RETURNING submitted_id",
+    )
+    .bind(job_id)
+    .bind(attempt_no)
+    .bind(epoch)
+    .bind(worker_id)
+    .fetch_optional(&mut *conn)
+    .await?
+    .flatten();
+    id.ok_or_else(|| {
+        LedgerError::Corrupt(format!("adopted attempt {attempt_no} has no provider id"))
+    })
 }
