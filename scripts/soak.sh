@@ -61,7 +61,7 @@ case "$provider" in
       --lose-rate 0.01 >>"$dir/stand-in.log" 2>&1 &
     _fenceline_cleanups+=("kill $! 2>/dev/null || true")
     export FENCELINE_PROVIDER=openai-responses FENCELINE_PROVIDER_URL="http://127.0.0.1:$stand_in_port/v1"
-    export FENCELINE_PROVIDER_MODEL=stand-in
+    export FENCELINE_PROVIDER_MODEL=stand-in FENCELINE_PRICES="stand-in=0.15/0.60"
     wait_http "http://127.0.0.1:$stand_in_port/stand-in/stats" 50 "$dir/stand-in.log"
     ;;
   *) echo "unknown provider: $provider" >&2; exit 2 ;;
@@ -110,7 +110,8 @@ python3 - "$api" "$token" "$jobs" >"$dir/submit.log" 2>&1 <<'PY' &
 import json, sys, threading, time, urllib.request
 api, token, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 def submit(i):
-    body = json.dumps({"idempotency_key": f"soak-{i}", "input": {"document": f"report {i}"}}).encode()
+    body = json.dumps({"idempotency_key": f"soak-{i}", "input": {"document": f"report {i}"},
+                       "model": {"max_tokens": 256}}).encode()
     while True:
         try:
             req = urllib.request.Request(f"{api}/api/v1/jobs", data=body, method="POST",

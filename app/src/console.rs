@@ -104,6 +104,9 @@ pub struct Overview {
     pub oldest_ready: Option<Waiting>,
     /// Per tenant, what waits for its turn and what runs.
     pub tenants: Vec<TenantFlowRow>,
+    /// What the window's answers cost: "Answers in the last 24h cost $0.12 (1,203 answers);
+    /// $0.0004 of it on 3 answers not accepted." `None` for an operator limited to some tenants.
+    pub spend: Option<String>,
 }
 
 /// A job waiting for a worker, and for how long (`3m 5s`).
@@ -203,6 +206,10 @@ pub struct AttemptRow {
     pub provider_request_id: Option<String>,
     /// The id the provider runs it under in the background.
     pub submitted_id: Option<String>,
+    /// The tokens its answer reported, e.g. "120 in · 40 out (30 cached)".
+    pub tokens: Option<String>,
+    /// What they cost, e.g. "$0.00042"; "no price" for a model without one.
+    pub cost: Option<String>,
     pub started: String,
     pub finished: Option<String>,
     pub duration: Option<String>,
@@ -214,6 +221,17 @@ pub struct AttemptRow {
     pub after: Option<String>,
     /// The attempt's stretch of the swimlane, to zoom on it.
     pub zoom: Zoom,
+}
+
+/// A job's spend as operators read it: every figure a sentence part, "—" when nothing is known.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SpendView {
+    /// "1,240 tokens, $0.0012"
+    pub spent: String,
+    /// "$0.00042 on 1 answer not accepted", or `None` when there is none.
+    pub duplicate: Option<String>,
+    /// "at most $0.0031 on 1 attempt whose outcome is unknown", or `None` when there is none.
+    pub at_risk: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -255,6 +273,8 @@ pub struct JobDetail {
     pub terminal_at: Option<String>,
     pub event_count: i64,
     pub attempts: Vec<AttemptRow>,
+    /// What the job's attempts spent.
+    pub spend: SpendView,
     pub decisions: Vec<DecisionRow>,
     /// The swimlane chart of the whole job on one time axis.
     pub swimlane: crate::svg::Svg,

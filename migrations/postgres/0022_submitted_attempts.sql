@@ -3,3 +3,10 @@
 -- running the model again.
 ALTER TABLE attempts ADD COLUMN submitted_id TEXT;
 ALTER TABLE attempts ADD COLUMN submitted_at BIGINT;
+
+-- What the attempt cost, in nano-dollars (10⁻⁹ USD), from the usage its answer reported (kept
+-- in `usage`) at the price the settings named for its model then; null when either is unknown.
+ALTER TABLE attempts ADD COLUMN cost_nusd BIGINT;
+
+-- The overview sums what the answers of a window cost.
+CREATE INDEX attempts_costed_at ON attempts (finished_at) WHERE cost_nusd IS NOT NULL;

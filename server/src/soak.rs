@@ -28,7 +28,8 @@ use serde::Serialize;
 
 use crate::job::detail;
 use crate::job::EventKind;
-use crate::ledger::{Event, Job, JobFilter, Ledger, LedgerError};
+use crate::ledger::{Attempt, Event, Job, JobFilter, JobSpend, Ledger, LedgerError};
+use crate::provider::prices::{Prices, Usd};
 
 /// What the checker found.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -54,6 +55,19 @@ pub struct Verdict {
     pub adoptions: u64,
     /// Jobs left `unknown`, by whether their last attempt's provider id had been kept.
     pub unknown_by_window: BTreeMap<String, u64>,
+    /// Tokens every answer reported, and their known cost (nano-dollars).
+    pub tokens: u64,
+    pub spent: i64,
+    /// The known cost of answers that were not accepted, as the ledger reports it per job.
+    pub duplicate_spend: i64,
+    /// The same, summed again here over every attempt with a known cost whose result is not
+    /// its job's: must equal `duplicate_spend`.
+    pub duplicate_recount: i64,
+    /// The most the attempts of unknown outcome may have cost, and how many of them had no
+    /// bound (no price or no output limit).
+    pub at_risk: i64,
+    pub at_risk_attempts: u64,
+    pub at_risk_unbounded: u64,
 }
 
 impl Verdict {
@@ -67,6 +81,7 @@ impl Verdict {
             && self.timeline_gaps.is_empty()
             && self.lost.is_empty()
             && self.missing == 0
+            && self.duplicate_spend == self.duplicate_recount
             && self.jobs > 0
     }
 
@@ -154,6 +169,34 @@ impl Verdict {
         for (window, n) in &self.unknown_by_window {
             out.push_str(&format!("  {n:>6}  {window}\n"));
         }
+        out.push_str(&format!(
+            "{:<58} {} tokens, {}\n",
+            "spend (every answer that reported usage)",
+            self.tokens,
+            Usd(self.spent)
+        ));
+        out.push_str(&format!(
+            "{:<58} {} (recounted over attempts not accepted: {}{})\n",
+            "duplicate spend (answers not accepted)",
+            Usd(self.duplicate_spend),
+            Usd(self.duplicate_recount),
+            if self.duplicate_spend == self.duplicate_recount {
+                ", equal"
+            } else {
+                ", DIFFERENT"
+            }
+        ));
+        out.push_str(&format!(
+            "{:<58} at most {} on {} attempts of unknown outcome{}\n",
+            "at-risk spend",
+            Usd(self.at_risk),
+            self.at_risk_attempts,
+            if self.at_risk_unbounded > 0 {
+                format!(" ({} of them without a bound)", self.at_risk_unbounded)
+            } else {
+                String::new()
+            }
+        ));
         out.push_str("jobs per final state:\n");
         for (state, n) in &self.by_state {
             out.push_str(&format!("  {n:>6}  {state}\n"));
@@ -166,6 +209,22 @@ impl Verdict {
             "verdict: FAILED\n"
         });
         out
+    }
+
+    fn count_spend(&mut self, job: &Job, attempts: &[Attempt], spend: &JobSpend) {
+        self.tokens += spend.tokens;
+        self.spent += spend.spent;
+        self.duplicate_spend += spend.duplicate;
+        self.duplicate_recount += attempts
+            .iter()
+            .filter(|a| a.result_ref != job.result_ref)
+            .filter_map(|a| a.cost_nusd)
+            .sum::<i64>();
+        self.at_risk_attempts += spend.at_risk_attempts as u64;
+        match spend.at_risk {
+            Some(bound) => self.at_risk += bound,
+            None => self.at_risk_unbounded += spend.at_risk_attempts as u64,
+        }
     }
 
     fn judge(&mut self, job: &Job, events: &[Event]) {
@@ -298,6 +357,7 @@ pub async fn check(
     ledger: &Ledger,
     tenant: Option<&str>,
     expected: Option<u64>,
+    (prices, default_model): (&Prices, &str),
 ) -> Result<Verdict, LedgerError> {
     let mut verdict = Verdict {
         expected,
@@ -317,6 +377,11 @@ pub async fn check(
             let events = ledger.all_events(&job.job_id).await?;
             verdict.jobs += 1;
             verdict.judge(job, &events);
+            let attempts = ledger.attempts(&job.job_id).await?;
+            let spend = ledger
+                .job_spend(job, &attempts, prices, default_model)
+                .await?;
+            verdict.count_spend(job, &attempts, &spend);
         }
         match page.next {
             Some(next) => before = Some(next),

@@ -79,6 +79,8 @@ impl Application {
                     .is_http()
                     .then(|| settings.provider.clone()),
             },
+            prices: std::sync::Arc::new(settings.provider.prices.clone()),
+            default_model: settings.provider.default_model().to_owned(),
         };
         // A run whose process ended mid-run says so.
         match ledger
@@ -377,6 +379,7 @@ pub mod runtime {
         config.receivers = w.receivers;
         config.drain_timeout = w.drain_timeout;
         config.timings = w.timings.clone();
+        config.prices = std::sync::Arc::new(settings.provider.prices.clone());
         config
     }
 

@@ -104,6 +104,9 @@ pub fn JobPage() -> impl IntoView {
                             <dt>"Lease until"</dt><dd>{or_dash(d.lease)}</dd>
                             <dt>"Deadline"</dt><dd>{format!("{} ({})", d.deadline, d.deadline_left)}</dd>
                             <dt>"Attempts"</dt><dd>{d.attempts_used}</dd>
+                            <dt>"Spend"</dt><dd class="spend">{d.spend.spent.clone()}
+                                {d.spend.duplicate.clone().map(|dup| view! { <br/><span class="duplicate-spend">{format!("Duplicate spend: {dup}")}</span> })}
+                                {d.spend.at_risk.clone().map(|risk| view! { <br/><span class="at-risk">{format!("At risk: {risk}")}</span> })}</dd>
                             {d.waiting_for.map(|w| view! { <dt>"Waiting for"</dt><dd class="waiting-for">{w}</dd> })}
                             <dt>"Result"</dt><dd>{match d.result_ref {
                                 Some(r) => view! { <a href=format!("/jobs/{}/result", d.job_id) title="Opens the accepted result; the read is audited">{r}</a> }.into_any(),
@@ -161,7 +164,7 @@ pub fn JobPage() -> impl IntoView {
                         })}
                     </header>
                     {deciding.then(|| view! {
-                        <DecisionForms job_id=d.job_id.clone() epoch=d.epoch csrf=visitor.csrf.clone()/>
+                        <DecisionForms job_id=d.job_id.clone() epoch=d.epoch csrf=visitor.csrf.clone() at_risk=d.spend.at_risk.clone()/>
                     })}
                     <section aria-labelledby="swimlanes">
                         <h2 id="swimlanes">"Timeline"</h2>
@@ -178,7 +181,7 @@ pub fn JobPage() -> impl IntoView {
                             <thead><tr>
                                 <th scope="col">"#"</th><th scope="col">"Epoch"</th><th scope="col">"Worker"</th>
                                 <th scope="col">"Provider"</th><th scope="col">"Request id"</th><th scope="col">"Started"</th>
-                                <th scope="col">"Took"</th><th scope="col">"Outcome"</th><th scope="col">"Error"</th>
+                                <th scope="col">"Took"</th><th scope="col">"Tokens"</th><th scope="col">"Cost"</th><th scope="col">"Outcome"</th><th scope="col">"Error"</th>
                                 <th scope="col">"Timeline"</th>
                             </tr></thead>
                             <tbody>
@@ -192,6 +195,8 @@ pub fn JobPage() -> impl IntoView {
                                             {a.submitted_id.map(|id| view! { <br/><span class="muted" title="The id the provider runs this attempt under in the background: a new owner polls it instead of running the model again">"runs as "{id}</span> })}</td>
                                         <td data-label="Started">{a.started}</td>
                                         <td data-label="Took">{or_dash(a.duration)}</td>
+                                        <td data-label="Tokens" class="num">{or_dash(a.tokens)}</td>
+                                        <td data-label="Cost" class="num">{or_dash(a.cost)}</td>
                                         <td data-label="Outcome"><span class=format!("outcome outcome-{}", a.outcome)>{a.outcome.replace('_', " ")}</span>
                                             {a.accepted.then_some(" (accepted)")}
                                             {a.after.map(|after| view! { <br/><span class="muted attempt-after">{after}</span> })}</td>
@@ -321,7 +326,12 @@ fn EventTable(job_id: String, timeline: Timeline) -> impl IntoView {
 
 /// The three decisions an `unknown` job can get, each a plain form naming the epoch shown.
 #[component]
-fn DecisionForms(job_id: String, epoch: i64, csrf: String) -> impl IntoView {
+fn DecisionForms(
+    job_id: String,
+    epoch: i64,
+    csrf: String,
+    at_risk: Option<String>,
+) -> impl IntoView {
     let action = format!("/jobs/{job_id}/decisions");
     let hidden = move |decision: &'static str| {
         view! {
@@ -341,6 +351,7 @@ fn DecisionForms(job_id: String, epoch: i64, csrf: String) -> impl IntoView {
                 <form method="post" action=action.clone() class="stack">
                     <h3>"Authorize a fenced retry"</h3>
                     <p class="muted">"Moves the job to a new epoch, so an earlier attempt still running can never commit, and sends it back to the queue. The attempt budget and the deadline stay as they are."</p>
+                    {at_risk.map(|risk| view! { <p class="at-risk">{format!("A retry calls the model again. What the lost attempt may already have cost: {risk}.")}</p> })}
                     {hidden.clone()("authorize_retry")}
                     <label>"Reason"<textarea name="reason" required=true maxlength=REASON_MAXLENGTH rows="2"></textarea></label>
                     <button type="submit">"Authorize retry"</button>

@@ -162,6 +162,7 @@ pub fn OverviewPage() -> impl IntoView {
                                         }
                                     }).collect_view()}
                                 </nav>
+                                {o.spend.map(|line| view! { <p class="spend-line">{line}</p> })}
                                 {o.charts.is_empty().then(|| view! {
                                     <p class="notice">"The activity charts count every tenant's jobs, so they are shown only to operators without a tenant limit."</p>
                                 })}

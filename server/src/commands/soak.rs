@@ -9,7 +9,10 @@ use fenceline::settings::{ResponsesServerArgs, Settings, SoakCheckArgs};
 
 pub(super) async fn check(settings: &Settings, args: &SoakCheckArgs) -> anyhow::Result<()> {
     let ledger = Ledger::connect(&settings.ledger.url, &settings.ledger.options).await?;
-    let verdict = fenceline::soak::check(&ledger, args.tenant.as_deref(), args.expect).await?;
+    let provider = &settings.provider;
+    let pricing = (&provider.prices, provider.default_model());
+    let verdict =
+        fenceline::soak::check(&ledger, args.tenant.as_deref(), args.expect, pricing).await?;
     ledger.close().await;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&verdict)?);

@@ -2,14 +2,16 @@
 //! folded, paged runs.
 
 use fenceline_app::console::{
-    AttemptRow, DecisionRow, JobDetail, Timeline, TimelineQuery, TimelineRow,
+    AttemptRow, DecisionRow, JobDetail, SpendView, Timeline, TimelineQuery, TimelineRow,
 };
 
 use crate::job::detail;
 use crate::job::{EventKind, JobId, JobState};
 use crate::ledger::{
-    Attempt, AttemptOutcome, Event, Job, LedgerError, Run, RunKind, RENEWAL_KINDS, TRANSPORT_KINDS,
+    Attempt, AttemptOutcome, Event, Job, JobSpend, LedgerError, Run, RunKind, RENEWAL_KINDS,
+    TRANSPORT_KINDS,
 };
+use crate::provider::prices::Usd;
 
 use super::format::{event_row, left};
 use super::swimlane::swimlane_of;
@@ -62,6 +64,87 @@ fn waiting_for(
         at(retry_at),
         super::format::left(now, retry_at)
     ))
+}
+
+/// Tokens with thousands separated: 12,345.
+fn count(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// An attempt's tokens and cost as its row shows them.
+fn attempt_spend(a: &Attempt) -> (Option<String>, Option<String>) {
+    let Some(spend) = a.spend() else {
+        return (None, None);
+    };
+    let u = spend.usage;
+    let mut tokens = format!("{} in · {} out", count(u.input), count(u.output));
+    if u.cached > 0 {
+        tokens.push_str(&format!(" ({} cached)", count(u.cached)));
+    }
+    if u.reasoning > 0 {
+        tokens.push_str(&format!(" ({} reasoning)", count(u.reasoning)));
+    }
+    let cost = match spend.cost {
+        Some(nusd) => Usd(nusd).to_string(),
+        None => format!("no price for {}", spend.model),
+    };
+    (Some(tokens), Some(cost))
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
+/// The job's spend in sentence parts.
+fn spend_view(s: &JobSpend) -> SpendView {
+    let spent = if s.tokens == 0 {
+        "no usage reported".to_owned()
+    } else if s.unpriced > 0 {
+        format!(
+            "{} tokens, {} ({} without a price)",
+            count(s.tokens),
+            Usd(s.spent),
+            plural(s.unpriced, "attempt", "attempts")
+        )
+    } else {
+        format!("{} tokens, {}", count(s.tokens), Usd(s.spent))
+    };
+    SpendView {
+        spent,
+        duplicate: (s.duplicate_attempts > 0).then(|| {
+            format!(
+                "{} on {} not accepted",
+                Usd(s.duplicate),
+                plural(s.duplicate_attempts, "answer", "answers")
+            )
+        }),
+        at_risk: (s.at_risk_attempts > 0).then(|| {
+            let whose = plural(
+                s.at_risk_attempts,
+                "attempt whose outcome is unknown",
+                "attempts whose outcome is unknown",
+            );
+            match s.at_risk {
+                Some(bound) => format!("at most {} on {whose}", Usd(bound)),
+                None => format!(
+                    "unbounded on {whose} (no price for the model, or no max_tokens in its \
+                     parameters)"
+                ),
+            }
+        }),
+    }
 }
 
 impl LedgerConsole {
@@ -133,6 +216,15 @@ impl LedgerConsole {
         );
         let (key, buckets) = (key?, buckets?);
         let svg = swimlane_of(&job, &attempts, &key, &buckets, (from, to), end, width);
+        let spend = self
+            .ledger
+            .job_spend(
+                &job,
+                &attempts,
+                &self.queue.prices,
+                &self.queue.default_model,
+            )
+            .await?;
         let drill = job.drill_run.clone();
         Ok(Some(JobDetail {
             job_id: job.job_id.clone(),
@@ -173,6 +265,8 @@ impl LedgerConsole {
                     provider: a.provider.clone(),
                     provider_request_id: a.provider_request_id.clone(),
                     submitted_id: a.submitted_id.clone(),
+                    tokens: attempt_spend(a).0,
+                    cost: attempt_spend(a).1,
                     started: self.at(a.started_at),
                     finished: a.finished_at.map(|t| self.at(t)),
                     duration: a.finished_at.map(|f| human_duration(f - a.started_at)),
@@ -191,6 +285,7 @@ impl LedgerConsole {
                     },
                 })
                 .collect(),
+            spend: spend_view(&spend),
             decisions: decisions
                 .iter()
                 .map(|d| DecisionRow {

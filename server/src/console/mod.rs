@@ -40,7 +40,8 @@ const PAGE_RUNS: u32 = 200;
 /// Jobs per list page.
 const PAGE_JOBS: u32 = 50;
 
-/// Where the console finds dead letters.
+/// What the console knows of this deployment: where it finds dead letters, where drills may
+/// run, and what the model's tokens cost.
 #[derive(Debug, Clone)]
 pub struct QueueInfo {
     /// As shown to operators, e.g. `embedded:jobs`.
@@ -49,6 +50,10 @@ pub struct QueueInfo {
     pub embedded_dead_letters: Option<String>,
     /// Whether drills may start here (never in production), and on which queues.
     pub drills: DrillAccess,
+    /// The price table, for what an attempt whose usage is unknown may have cost.
+    pub prices: std::sync::Arc<crate::provider::prices::Prices>,
+    /// The model a job goes to when its parameters name none.
+    pub default_model: String,
 }
 
 /// Where drills can run from this deployment.
@@ -77,6 +82,11 @@ impl Default for QueueInfo {
             description: "embedded:jobs".into(),
             embedded_dead_letters: Some("jobs-dlq".into()),
             drills: DrillAccess::default(),
+            prices: std::sync::Arc::new(
+                crate::provider::prices::Prices::parse(&[crate::provider::prices::STUB_PRICE])
+                    .expect("the stub's price reads"),
+            ),
+            default_model: "stub".into(),
         }
     }
 }

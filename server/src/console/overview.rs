@@ -6,11 +6,37 @@ use fenceline_app::console::{
 
 use super::{charts, plot};
 use crate::job::{EventKind, JobState};
-use crate::ledger::{Drills, LedgerError, FINISHED, REDELIVERED};
+use crate::ledger::{Drills, LedgerError, WindowSpend, FINISHED, REDELIVERED};
+use crate::provider::prices::Usd;
 use crate::worker::presence::{listed_since, quiet_since};
 
 use super::format::ago;
 use super::LedgerConsole;
+
+/// What a window's answers cost, in a sentence.
+fn spend_line(window: Window, s: &WindowSpend) -> String {
+    let mut line = format!(
+        "Answers in the last {} cost {} ({} {}, drills left out)",
+        window.as_str(),
+        Usd(s.spent),
+        s.answers,
+        if s.answers == 1 { "answer" } else { "answers" }
+    );
+    if s.duplicate_answers > 0 {
+        line.push_str(&format!(
+            "; {} of it on {} {} not accepted (duplicate spend)",
+            Usd(s.duplicate),
+            s.duplicate_answers,
+            if s.duplicate_answers == 1 {
+                "answer"
+            } else {
+                "answers"
+            }
+        ));
+    }
+    line.push('.');
+    line
+}
 
 impl LedgerConsole {
     /// What the retention policy keeps, from the latest recorded run (a run is recorded by
@@ -198,6 +224,16 @@ impl LedgerConsole {
             workers: self.worker_presence(now).await?,
             oldest_ready: self.oldest_ready().await?,
             tenants: self.tenant_flow().await?,
+            spend: match self.tenants {
+                Some(_) => None,
+                None => Some(spend_line(
+                    window,
+                    &self
+                        .ledger
+                        .spend_since(now - window.seconds() * 1_000_000)
+                        .await?,
+                )),
+            },
         })
     }
 

@@ -170,12 +170,18 @@ impl Rig {
         // Three workers: the two paused-worker scenarios each freeze the worker that claims
         // their job, and every other scenario needs a worker that receives meanwhile.
         let workers = ["a", "b", "c"].map(|w| format!("drill-{short}-{w}"));
+        // The drill's stub model has its price, so a drill's jobs show what they cost.
+        let prices = std::sync::Arc::new(
+            crate::provider::prices::Prices::parse(&[crate::provider::prices::STUB_PRICE])
+                .expect("the stub's price reads"),
+        );
         for id in &workers {
             let mut config = WorkerConfig::new(id.clone());
             config.timings = timings.clone();
             config.max_in_flight = 32;
             config.drain_timeout = Duration::from_millis(200);
             config.faults = Some(faults.clone());
+            config.prices = prices.clone();
             let worker = Worker::new(ledger.clone(), queue.clone(), provider.clone(), config);
             let stop = shutdown.clone();
             tasks.spawn(async move { worker.run(stop).await });

@@ -240,6 +240,20 @@ impl JobView {
     }
 }
 
+/// The tokens one attempt's answer reported.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(as = Usage)]
+pub struct UsageView {
+    /// The model the attempt's request named (its price's key).
+    pub model: String,
+    /// Input (prompt) tokens, cached ones included.
+    pub input_tokens: u64,
+    /// Output (completion) tokens, reasoning ones included.
+    pub output_tokens: u64,
+    pub cached_tokens: u64,
+    pub reasoning_tokens: u64,
+}
+
 /// One provider attempt.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[schema(as = Attempt)]
@@ -252,6 +266,11 @@ pub struct AttemptView {
     /// The id the provider runs the attempt under in the background (a background response),
     /// kept before any waiting: a later owner polls it instead of running the model again.
     pub submitted_id: Option<String>,
+    /// The tokens the attempt's answer reported, when it did.
+    pub usage: Option<UsageView>,
+    /// What those tokens cost at the price the deployment named for the model then, in
+    /// nano-dollars (10⁻⁹ USD); absent without usage or a price.
+    pub cost_nanousd: Option<i64>,
     #[schema(format = DateTime)]
     pub started_at: String,
     #[schema(format = DateTime)]
@@ -272,6 +291,14 @@ impl AttemptView {
             provider: a.provider.clone(),
             provider_request_id: a.provider_request_id.clone(),
             submitted_id: a.submitted_id.clone(),
+            usage: a.spend().map(|s| UsageView {
+                model: s.model,
+                input_tokens: s.usage.input,
+                output_tokens: s.usage.output,
+                cached_tokens: s.usage.cached,
+                reasoning_tokens: s.usage.reasoning,
+            }),
+            cost_nanousd: a.cost_nusd,
             started_at: rfc3339_us(a.started_at),
             finished_at: a.finished_at.map(rfc3339_us),
             outcome: a.outcome,

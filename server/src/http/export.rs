@@ -14,8 +14,11 @@ use serde_json::{json, Value};
 use super::gate::SignedIn;
 use super::{ApiError, AppState};
 use crate::job::JobId;
-use crate::ledger::{detail_text, Attempt, DecisionRecord, Event, Job, Ledger, LedgerError};
+use crate::ledger::{
+    detail_text, Attempt, DecisionRecord, Event, Job, JobSpend, Ledger, LedgerError,
+};
 use crate::operators::Operator;
+use crate::provider::prices::Usd;
 use crate::time::{human_duration, rfc3339_us, short_time};
 
 /// Events read from the ledger at a time while an export is sent.
@@ -25,6 +28,7 @@ const PAGE: u32 = 500;
 struct Record {
     job: Job,
     attempts: Vec<Attempt>,
+    spend: JobSpend,
     decisions: Vec<DecisionRecord>,
     exported_at: i64,
 }
@@ -49,8 +53,15 @@ pub(super) async fn covered_job(
 /// The job's record, if the signed-in operator's tenants include it.
 async fn record(state: &AppState, operator: &Operator, raw: &str) -> Result<Record, ApiError> {
     let job = covered_job(state, operator, raw).await?;
+    let attempts = state.ledger.attempts(&job.job_id).await?;
+    let q = &state.queue;
+    let spend = state
+        .ledger
+        .job_spend(&job, &attempts, &q.prices, &q.default_model)
+        .await?;
     Ok(Record {
-        attempts: state.ledger.attempts(&job.job_id).await?,
+        attempts,
+        spend,
         decisions: state.ledger.decisions(&job.job_id).await?,
         exported_at: state.ledger.now_us().await?,
         job,
@@ -165,10 +176,19 @@ pub(super) async fn json_export(
             "replay_policy": j.replay_policy.as_str(), "recovery_reason": j.recovery_reason,
             "created_at": rfc3339_us(j.created_at), "terminal_at": j.terminal_at.map(rfc3339_us),
         },
+        "spend": {
+            "tokens": r.spend.tokens, "spent_nanousd": r.spend.spent,
+            "duplicate_nanousd": r.spend.duplicate, "duplicate_attempts": r.spend.duplicate_attempts,
+            "at_risk_nanousd": r.spend.at_risk, "at_risk_attempts": r.spend.at_risk_attempts,
+        },
         "attempts": r.attempts.iter().map(|a| json!({
             "attempt_no": a.attempt_no, "epoch": a.epoch, "worker_id": a.worker_id,
             "provider": a.provider, "provider_request_id": a.provider_request_id,
             "submitted_id": a.submitted_id,
+            "usage": a.spend().map(|s| json!({"model": s.model, "input_tokens": s.usage.input,
+                "output_tokens": s.usage.output, "cached_tokens": s.usage.cached,
+                "reasoning_tokens": s.usage.reasoning})),
+            "cost_nanousd": a.cost_nusd,
             "started_at": rfc3339_us(a.started_at), "finished_at": a.finished_at.map(rfc3339_us),
             "outcome": a.outcome.as_str(), "error_code": a.error_code,
         })).collect::<Vec<_>>(),
@@ -241,7 +261,7 @@ pub(super) async fn markdown_export(
          | | |\n| --- | --- |\n| state | **{state}** |\n| tenant | {tenant} |\n| idempotency key | {key} |\n\
          | owner epoch | {epoch} |\n| attempts | {used} of {max}{refused} |\n| deadline | {deadline} |\n\
          | created | {created} |\n| terminal | {terminal} |\n| result | {result} |\n| last error | {error} |\n\
-         | recovery reason | {recovery} |\n| replay policy | {policy} |\n\n",
+         | recovery reason | {recovery} |\n| replay policy | {policy} |\n| spend | {spend} |\n\n",
         id = j.job_id,
         at = short_time(r.exported_at),
         state = j.state,
@@ -260,12 +280,13 @@ pub(super) async fn markdown_export(
         result = code_or_dash(j.result_ref.as_deref()),
         error = code_or_dash(j.error_code.as_deref()),
         recovery = code_or_dash(j.recovery_reason.as_deref()),
+        spend = spend_line(&r.spend),
         policy = j.replay_policy.as_str(),
     );
-    md.push_str("## Attempts\n\n| # | epoch | worker | provider request | provider id | started | took | outcome |\n| ---: | ---: | --- | --- | --- | --- | --- | --- |\n");
+    md.push_str("## Attempts\n\n| # | epoch | worker | provider request | provider id | started | took | tokens (in/out) | cost | outcome |\n| ---: | ---: | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for a in &r.attempts {
         md.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             a.attempt_no,
             a.epoch,
             code(&a.worker_id),
@@ -274,6 +295,11 @@ pub(super) async fn markdown_export(
             short_time(a.started_at),
             a.finished_at
                 .map_or("—".into(), |f| human_duration(f - a.started_at)),
+            a.spend().map_or("—".into(), |s| format!(
+                "{}/{}",
+                s.usage.input, s.usage.output
+            )),
+            a.cost_nusd.map_or("—".into(), |c| Usd(c).to_string()),
             a.outcome.as_str()
         ));
     }
@@ -436,4 +462,30 @@ pub(super) async fn result_view(
         shown,
     )
         .into_response())
+}
+
+/// A job's spend in one line: what it spent, on answers not accepted, and at risk.
+fn spend_line(s: &JobSpend) -> String {
+    let mut line = format!("{} tokens, {}", s.tokens, Usd(s.spent));
+    if s.duplicate_attempts > 0 {
+        line.push_str(&format!(
+            "; duplicate {} ({} answers not accepted)",
+            Usd(s.duplicate),
+            s.duplicate_attempts
+        ));
+    }
+    if s.at_risk_attempts > 0 {
+        match s.at_risk {
+            Some(bound) => line.push_str(&format!(
+                "; at risk at most {} ({} attempts of unknown outcome)",
+                Usd(bound),
+                s.at_risk_attempts
+            )),
+            None => line.push_str(&format!(
+                "; at risk unbounded ({} attempts of unknown outcome)",
+                s.at_risk_attempts
+            )),
+        }
+    }
+    line
 }

@@ -10,7 +10,7 @@ use utoipa::{Modify, OpenApi};
 use super::contract::{
     ActionOutcome, AttemptView, BatchItem, BatchResponse, CancelRequest, CreateJobRequest,
     CreateJobsRequest, DecisionKind, DecisionRequest, Delivery, ErrorBody, ErrorDetail, EventPage,
-    EventView, JobPage, JobResult, JobView, Links, ModelParameters, RerunRequest,
+    EventView, JobPage, JobResult, JobView, Links, ModelParameters, RerunRequest, UsageView,
 };
 use super::{api, api_actions};
 use crate::job::{EventKind, JobState};
@@ -45,6 +45,7 @@ use crate::ledger::{AttemptOutcome, ReplayPolicy};
         ModelParameters,
         JobView,
         AttemptView,
+        UsageView,
         EventView,
         Delivery,
         JobPage,

@@ -111,6 +111,7 @@ mod reference;
 mod retention;
 mod rollup;
 mod scans;
+mod spend;
 mod statements;
 mod summary;
 mod tokens;
@@ -130,10 +131,10 @@ pub use drills::{DrillRunRow, OutboxSend};
 pub use error::{LedgerError, Refusal};
 pub use flow::{LimitReport, ProviderLimit, TenantFlow, TenantShare};
 pub use model::{
-    handle_hash, Accepted, Adopted, Attempt, AttemptOutcome, AttemptStarted, Claimed, Created,
-    Decision, DecisionKind, DecisionRecord, DeliveryRef, Event, Failure, FailureOutcome, Job,
-    JobFilter, JobPage, NewEvent, NewJob, NoEvidence, Owner, Recovered, Renewal, ReplayPolicy,
-    Throttle, Throttled, OPERATOR_RESOLVED_FAILED,
+    handle_hash, Accepted, Adopted, Answered, Attempt, AttemptOutcome, AttemptStarted, Claimed,
+    Created, Decision, DecisionKind, DecisionRecord, DeliveryRef, Event, Failure, FailureOutcome,
+    Job, JobFilter, JobPage, NewEvent, NewJob, NoEvidence, Owner, Recovered, Renewal, ReplayPolicy,
+    Spend, Throttle, Throttled, OPERATOR_RESOLVED_FAILED,
 };
 pub use operators::{Credentials, FailureScope};
 pub use queue_store::{
@@ -142,6 +143,7 @@ pub use queue_store::{
 pub use read::list_jobs_statement;
 pub use retention::{Pruned, RetentionRun};
 pub use rollup::{activity_statements, Activity, FINISHED, HOUR, REDELIVERED};
+pub use spend::{call_bound, JobSpend, WindowSpend};
 pub use summary::RunSummary;
 pub use tokens::{valid_tenant, ActsAs, TokenInfo};
 pub use transport::{DeadLetterMove, RejectedMessage};

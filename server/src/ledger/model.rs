@@ -2,12 +2,13 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::job::detail::{Detail, KindDetail};
 use crate::job::{Actor, EventKind, JobId, JobState};
+use crate::provider::prices::Usage;
 
 /// Whether an `unknown` job may be retried without an operator.
 #[derive(
@@ -226,6 +227,59 @@ pub struct Renewal {
     /// The database clock when the renewal was written (0 when refused): `expiry - at` is
     /// the lease granted, which a worker counts on its own monotonic clock.
     pub at: i64,
+}
+
+/// What an attempt spent: the tokens its answer reported, on which model, and what they cost
+/// at that model's price then (`None` without a price).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Spend {
+    pub model: String,
+    #[serde(flatten)]
+    pub usage: Usage,
+    /// Nano-dollars (10⁻⁹ USD).
+    #[serde(skip)]
+    pub cost: Option<i64>,
+}
+
+impl Spend {
+    /// As kept on the attempt: its `usage` column (JSON) and its `cost_nusd`.
+    pub(crate) fn stored(spend: Option<&Spend>) -> (Option<String>, Option<i64>) {
+        match spend {
+            Some(s) => (
+                Some(serde_json::to_string(s).expect("a spend serialises")),
+                s.cost,
+            ),
+            None => (None, None),
+        }
+    }
+}
+
+/// An owner's answer for its attempt, with what the attempt spent when the provider said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answered {
+    pub body: String,
+    pub spend: Option<Spend>,
+}
+
+impl From<&str> for Answered {
+    fn from(body: &str) -> Answered {
+        Answered {
+            body: body.to_owned(),
+            spend: None,
+        }
+    }
+}
+
+impl From<&String> for Answered {
+    fn from(body: &String) -> Answered {
+        Answered::from(body.as_str())
+    }
+}
+
+impl From<String> for Answered {
+    fn from(body: String) -> Answered {
+        Answered { body, spend: None }
+    }
 }
 
 /// A result that became the job's one accepted result.
@@ -458,12 +512,24 @@ pub struct Attempt {
     pub provider_request_id: Option<String>,
     /// The id the provider runs the attempt under in the background, kept before waiting.
     pub submitted_id: Option<String>,
+    /// What its answer said it used, as stored (see [`Attempt::spend`]).
+    pub usage: Option<String>,
+    pub cost_nusd: Option<i64>,
     pub started_at: i64,
     pub finished_at: Option<i64>,
     #[sqlx(try_from = "String")]
     pub outcome: AttemptOutcome,
     pub error_code: Option<String>,
     pub result_ref: Option<String>,
+}
+
+impl Attempt {
+    /// What the attempt spent, when its answer said.
+    pub fn spend(&self) -> Option<Spend> {
+        let mut spend: Spend = serde_json::from_str(self.usage.as_deref()?).ok()?;
+        spend.cost = self.cost_nusd;
+        Some(spend)
+    }
 }
 
 /// Which queue delivery an event is about. Never the receipt handle itself.

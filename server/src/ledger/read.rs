@@ -105,7 +105,7 @@ impl Ledger {
     pub async fn attempts(&self, job_id: &str) -> Result<Vec<Attempt>, LedgerError> {
         let rows = sqlx::query(
             "SELECT job_id, attempt_no, epoch, worker_id, provider, provider_request_id, \
-             submitted_id, started_at, finished_at, outcome, error_code, result_ref \
+             submitted_id, usage, cost_nusd, started_at, finished_at, outcome, error_code, result_ref \
              FROM attempts WHERE job_id = $1 ORDER BY attempt_no",
         )
         .bind(job_id)

@@ -9,6 +9,7 @@
 pub mod limits;
 pub mod openai;
 pub mod policy;
+pub mod prices;
 pub mod responses;
 pub mod stand_in;
 pub mod stub;
@@ -40,6 +41,8 @@ pub enum ProviderOutcome {
         request_id: Option<String>,
         /// What the answer said of the provider's limits.
         limits: RateLimits,
+        /// The tokens the answer says it used, when it says.
+        usage: Option<prices::Usage>,
     },
     /// The provider confirms it did not run the request and asks to be called later (a rate
     /// limit, an overload, a connection refused before sending): no budget is spent.

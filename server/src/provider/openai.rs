@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::prices::Usage;
 use super::{Progress, Provider, ProviderOutcome, ProviderRequest, RateLimits, Retrieval, Window};
 
 /// An API key: never printed.
@@ -234,6 +235,7 @@ impl Provider for OpenAiProvider {
                         answer,
                         request_id,
                         limits,
+                        usage: Usage::read(&body["usage"]),
                     },
                     None => ProviderOutcome::Uncertain {
                         code: "unreadable_response".into(),

@@ -17,6 +17,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::openai::{classify_status, rate_limits, OpenAiConfig, StatusClass};
+use super::prices::Usage;
 use super::{
     Progress, Provider, ProviderOutcome, ProviderRequest, RateLimits, Retrieval, Submission,
 };
@@ -55,10 +56,7 @@ impl ResponsesProvider {
     }
 
     fn body(&self, request: &ProviderRequest) -> Value {
-        let mut body = match &request.model {
-            Value::Object(params) => Value::Object(params.clone()),
-            _ => json!({}),
-        };
+        let mut body = responses_params(&request.model);
         if body.get("model").is_none() {
             body["model"] = json!(self.config.default_model);
         }
@@ -74,6 +72,40 @@ impl ResponsesProvider {
         body["metadata"] = json!({ "fenceline_request": request.client_request_id });
         body
     }
+}
+
+/// A job's model parameters (written as for chat completions) as the Responses API names
+/// them: `max_tokens`/`max_completion_tokens` → `max_output_tokens`, `reasoning_effort` →
+/// `reasoning.effort`, `response_format` → `text.format`. What it does not offer (`stop`,
+/// `seed`, penalties; `n` and `stream`, which a job fixes at 1 and false) is left out.
+fn responses_params(params: &Value) -> Value {
+    let mut body = json!({});
+    let Value::Object(params) = params else {
+        return body;
+    };
+    for (key, value) in params {
+        match key.as_str() {
+            "model" | "temperature" | "top_p" | "metadata" => body[key] = value.clone(),
+            "max_tokens" | "max_completion_tokens" | "max_output_tokens" => {
+                body["max_output_tokens"] = value.clone()
+            }
+            "reasoning_effort" => body["reasoning"] = json!({ "effort": value }),
+            "response_format" => {
+                // `{type: json_schema, json_schema: {name, schema, strict}}` is
+                // `{type: json_schema, name, schema, strict}` here.
+                let mut format = value.clone();
+                if let Some(Value::Object(inner)) = value.get("json_schema") {
+                    format = json!({ "type": "json_schema" });
+                    for (k, v) in inner {
+                        format[k] = v.clone();
+                    }
+                }
+                body["text"] = json!({ "format": format });
+            }
+            _ => {}
+        }
+    }
+    body
 }
 
 /// The text of a completed response, kept as the job's answer with the response's id, model
@@ -128,6 +160,7 @@ fn ended(response: &Value, request_id: Option<String>) -> Option<ProviderOutcome
                 answer,
                 request_id,
                 limits: RateLimits::default(),
+                usage: Usage::read(&response["usage"]),
             },
             None => ProviderOutcome::Uncertain {
                 code: "unreadable_response".into(),
@@ -332,6 +365,25 @@ impl Provider for ResponsesProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chat_parameters_are_named_as_the_responses_api_names_them() {
+        let params = json!({"model": "gpt-4.1", "temperature": 0.2, "max_tokens": 300,
+            "reasoning_effort": "low", "seed": 7, "stop": ["END"], "n": 1, "stream": false,
+            "response_format": {"type": "json_schema",
+                "json_schema": {"name": "r", "schema": {"type": "object"}, "strict": true}}});
+        assert_eq!(
+            responses_params(&params),
+            json!({"model": "gpt-4.1", "temperature": 0.2, "max_output_tokens": 300,
+                "reasoning": {"effort": "low"},
+                "text": {"format": {"type": "json_schema", "name": "r",
+                    "schema": {"type": "object"}, "strict": true}}})
+        );
+        assert_eq!(
+            responses_params(&json!({"response_format": {"type": "json_object"}})),
+            json!({"text": {"format": {"type": "json_object"}}})
+        );
+    }
 
     #[test]
     fn a_response_reads_as_its_status_says() {

@@ -341,6 +341,11 @@ pub struct RuntimeArgs {
     /// Store completions with Fenceline's request id so uncertain attempts can be retrieved.
     #[arg(long, env = "FENCELINE_PROVIDER_RETRIEVAL", value_parser = BoolishValueParser::new())]
     pub provider_retrieval: bool,
+    /// A model's price, to cost each attempt by the tokens its answer reports:
+    /// `MODEL=INPUT/OUTPUT[/CACHED]`, US dollars per million tokens (repeat the flag;
+    /// comma-separated in the environment). A model without a price shows tokens only.
+    #[arg(long = "price", env = "FENCELINE_PRICES", value_delimiter = ',')]
+    pub prices: Vec<String>,
     /// Stub model: latency of each call.
     #[arg(long, env = "FENCELINE_STUB_LATENCY_MS", default_value_t = 500)]
     pub stub_latency_ms: u64,

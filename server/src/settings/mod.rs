@@ -22,6 +22,7 @@ pub use cli::{
 
 use crate::ledger::{Backend, LedgerOptions, SqliteSync};
 use crate::provider::policy::ModelPolicy;
+use crate::provider::prices::{Prices, STUB_PRICE};
 use crate::provider::stub::StubConfig;
 use crate::worker::Timings;
 
@@ -103,6 +104,19 @@ pub struct ProviderSettings {
     /// `FENCELINE_PROVIDER_API_KEY`, else `OPENAI_API_KEY`.
     pub api_key: Option<Secret>,
     pub stub: StubConfig,
+    /// What each model's tokens cost (`--price`); the stub model has a price of its own
+    /// ([`STUB_PRICE`]) unless one is named.
+    pub prices: Prices,
+}
+
+impl ProviderSettings {
+    /// The model a job goes to when its parameters name none.
+    pub fn default_model(&self) -> &str {
+        match self.kind {
+            ProviderKind::Stub => "stub",
+            _ => &self.model,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -235,6 +249,7 @@ impl Settings {
                     .ok()
                     .filter(|k| !k.trim().is_empty())
                     .map(Secret::new),
+                prices: prices_of(&runtime.prices)?,
                 stub: StubConfig {
                     latency: Duration::from_millis(runtime.stub_latency_ms),
                     retryable_rate: runtime.stub_retryable_rate,
@@ -464,6 +479,13 @@ fn default_worker_id() -> String {
     format!("{host}-{}", std::process::id())
 }
 
+/// The price table from `--price` entries, with the stub model's own price unless named.
+fn prices_of(entries: &[String]) -> Result<Prices, SettingsError> {
+    let mut all = vec![STUB_PRICE.to_owned()];
+    all.extend(entries.iter().cloned());
+    Prices::parse(&all).map_err(|e| SettingsError::Invalid(e.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -501,6 +523,33 @@ mod tests {
         for bind in ["127.0.0.1:8080", "[::1]:8080"] {
             serve(&["--bind", bind]).unwrap();
         }
+    }
+
+    #[test]
+    fn prices_are_read_per_model_and_a_wrong_one_stops_the_start() {
+        let worker = |args: &[&str]| {
+            let mut argv = vec!["fenceline", "--database-url", "sqlite://p.sqlite", "worker"];
+            argv.extend_from_slice(args);
+            Cli::try_parse_from(argv)
+                .map_err(|e| e.to_string())
+                .and_then(|cli| Settings::from_cli(&cli).map_err(|e| e.to_string()))
+        };
+        let usage = crate::provider::prices::Usage {
+            input: 1_000_000,
+            output: 0,
+            ..Default::default()
+        };
+        let priced = worker(&["--price", "gpt-4o-mini=0.15/0.60/0.075"]).unwrap();
+        assert_eq!(
+            priced.provider.prices.cost("gpt-4o-mini", &usage),
+            Some(150_000_000)
+        );
+        assert!(
+            priced.provider.prices.cost("stub", &usage).is_some(),
+            "the stub keeps its price"
+        );
+        let refused = worker(&["--price", "gpt-4o-mini=cheap"]).unwrap_err();
+        assert!(refused.contains("MODEL=INPUT/OUTPUT"), "{refused}");
     }
 
     #[test]

@@ -15,8 +15,8 @@ use crate::job::detail;
 use crate::job::message::{self, BadMessage, JobMessage};
 use crate::job::{Actor, EventKind, JobState};
 use crate::ledger::{
-    AcceptDelete, AttemptStarted, DeliveryRef, Failure, Job, LedgerError, NewEvent, Owner, Refusal,
-    RejectedMessage, ReplayPolicy, Throttle,
+    AcceptDelete, Answered, AttemptStarted, DeliveryRef, Failure, Job, LedgerError, NewEvent,
+    Owner, Refusal, RejectedMessage, ReplayPolicy, Spend, Throttle,
 };
 use crate::metrics::DeliveryOutcome;
 use crate::provider::limits::{Answer, Key};
@@ -1120,8 +1120,18 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 self.record_throttle(owner, attempt.attempt_no, &throttle, delivery, dref)
                     .await
             }
-            Ok(ProviderOutcome::Succeeded { answer, .. }) => {
-                self.commit(owner, attempt.attempt_no, &answer, delivery, dref)
+            Ok(ProviderOutcome::Succeeded { answer, usage, .. }) => {
+                // What the answer said it used, priced by the model the request named.
+                let spend = usage.map(|usage| Spend {
+                    cost: self.config.prices.cost(&key.model, &usage),
+                    model: key.model.clone(),
+                    usage,
+                });
+                let answer = Answered {
+                    body: answer,
+                    spend,
+                };
+                self.commit(owner, attempt.attempt_no, answer, delivery, dref)
                     .await
             }
             Ok(ProviderOutcome::Retryable { code, .. }) => {
@@ -1153,7 +1163,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 .await;
                 if let Ok(Retrieval::Found(answer)) = retrieved {
                     return self
-                        .commit(owner, attempt.attempt_no, &answer, delivery, dref)
+                        .commit(owner, attempt.attempt_no, answer.into(), delivery, dref)
                         .await;
                 }
                 self.release(job, owner, &format!("provider_{code}"), delivery, dref)
@@ -1245,7 +1255,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         &self,
         owner: &Owner,
         attempt_no: i64,
-        answer: &str,
+        answer: Answered,
         delivery: &Delivery,
         dref: &DeliveryRef,
     ) -> Outcome {
@@ -1287,12 +1297,12 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             let accepted = match &with_outcome {
                 Some(delete) => {
                     self.ledger
-                        .accept_result_deleting(owner, attempt_no, answer, delete.clone())
+                        .accept_result_deleting(owner, attempt_no, answer.clone(), delete.clone())
                         .await
                 }
                 None => self
                     .ledger
-                    .accept_result(owner, attempt_no, answer)
+                    .accept_result(owner, attempt_no, answer.clone())
                     .await
                     .map(|accepted| (accepted, None)),
             };

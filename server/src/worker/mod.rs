@@ -125,6 +125,8 @@ pub struct WorkerConfig {
     pub metrics: crate::metrics::Metrics,
     /// A drill's per-job faults; `None` everywhere but a drill's own workers.
     pub faults: Option<crate::faults::Faults>,
+    /// What each model's tokens cost, to price each attempt's usage.
+    pub prices: std::sync::Arc<crate::provider::prices::Prices>,
 }
 
 /// Receive requests a worker keeps open while the queue has a backlog, unless told otherwise.
@@ -140,6 +142,7 @@ impl WorkerConfig {
             drain_timeout: Duration::from_secs(30),
             metrics: crate::metrics::Metrics::default(),
             faults: None,
+            prices: Default::default(),
         }
     }
 }

@@ -20,4 +20,5 @@ mod providers;
 mod queue_contract;
 mod secrets;
 mod soak;
+mod spend;
 mod worker;

@@ -45,7 +45,7 @@ async fn a_clean_job(ledger: &Ledger, key: &str) -> String {
 async fn the_checker_finds_each_planted_violation_on_its_job(db: Db) {
     let (ledger, test_db) = fresh_ledger(db).await;
     let clean = a_clean_job(&ledger, "clean").await;
-    let verdict = fenceline::soak::check(&ledger, Some("soak"), Some(1))
+    let verdict = fenceline::soak::check(&ledger, Some("soak"), Some(1), (&stub_prices(), "stub"))
         .await
         .unwrap();
     assert!(verdict.holds(), "{}", verdict.render());
@@ -134,7 +134,7 @@ async fn the_checker_finds_each_planted_violation_on_its_job(db: Db) {
         .await
         .unwrap();
 
-    let verdict = fenceline::soak::check(&ledger, Some("soak"), Some(9))
+    let verdict = fenceline::soak::check(&ledger, Some("soak"), Some(9), (&stub_prices(), "stub"))
         .await
         .unwrap();
     let text = verdict.render();
@@ -177,7 +177,7 @@ async fn the_checker_finds_each_planted_violation_on_its_job(db: Db) {
         "{text}"
     );
     // Nothing checked is not a pass.
-    let empty = fenceline::soak::check(&ledger, Some("nobody"), None)
+    let empty = fenceline::soak::check(&ledger, Some("nobody"), None, (&stub_prices(), "stub"))
         .await
         .unwrap();
     assert!(!empty.holds());
@@ -242,7 +242,7 @@ async fn the_checker_judges_a_delete_by_the_epoch_it_was_made_under(db: Db) {
         .unwrap();
     plant(&ledger, &stale, deleted(a.epoch, "a")).await;
 
-    let verdict = fenceline::soak::check(&ledger, Some("soak"), Some(3))
+    let verdict = fenceline::soak::check(&ledger, Some("soak"), Some(3), (&stub_prices(), "stub"))
         .await
         .unwrap();
     let text = verdict.render();
@@ -259,3 +259,7 @@ async fn the_checker_judges_a_delete_by_the_epoch_it_was_made_under(db: Db) {
 
 on_both_backends!(the_checker_finds_each_planted_violation_on_its_job);
 on_both_backends!(the_checker_judges_a_delete_by_the_epoch_it_was_made_under);
+
+fn stub_prices() -> fenceline::provider::prices::Prices {
+    fenceline::provider::prices::Prices::parse(&[fenceline::provider::prices::STUB_PRICE]).unwrap()
+}

@@ -842,6 +842,7 @@ impl fenceline::provider::Provider for Scripted {
             answer: format!("{{\"attempt\": {}}}", request.attempt_no),
             request_id: None,
             limits: Default::default(),
+            usage: None,
         }
     }
 

@@ -11,7 +11,7 @@ use super::{
 };
 use crate::job::detail;
 use crate::job::{Actor, EventKind};
-use crate::ledger::model::{Accepted, NewEvent, Owner};
+use crate::ledger::model::{Accepted, Answered, NewEvent, Owner, Spend};
 use crate::ledger::{Ledger, LedgerError, LedgerMessage, Refusal};
 
 /// An owner's result for its pending attempt.
@@ -19,8 +19,10 @@ pub(crate) struct AcceptOp {
     pub(crate) owner: Owner,
     pub(crate) attempt_no: i64,
     pub(crate) body: String,
+    /// What the attempt spent, as kept: its usage (JSON) and cost.
+    pub(crate) spent: (Option<String>, Option<i64>),
     /// The delivery to delete once the result is accepted, in the same transaction.
-    pub(crate) delete: Option<AcceptDelete>,
+    pub(crate) delete: Option<Box<AcceptDelete>>,
 }
 
 /// The delete that goes with an accepted result: the message of one of the ledger's own
@@ -42,18 +44,20 @@ impl Ledger {
         &self,
         owner: &Owner,
         attempt_no: i64,
-        body: &str,
+        answer: impl Into<Answered>,
     ) -> Result<Accepted, LedgerError> {
+        let answer = answer.into();
         let op = AcceptOp {
             owner: owner.clone(),
             attempt_no,
-            body: body.to_owned(),
+            body: answer.body.clone(),
+            spent: Spend::stored(answer.spend.as_ref()),
             delete: None,
         };
         if let Some((accepted, _)) = self.grouped_accept(op).await? {
             return Ok(accepted);
         }
-        self.accept_alone(owner, attempt_no, body).await
+        self.accept_alone(owner, attempt_no, &answer).await
     }
 
     /// [`Ledger::accept_result`] in a transaction of its own.
@@ -61,8 +65,10 @@ impl Ledger {
         &self,
         owner: &Owner,
         attempt_no: i64,
-        body: &str,
+        answer: &Answered,
     ) -> Result<Accepted, LedgerError> {
+        let body = answer.body.as_str();
+        let (usage, cost) = Spend::stored(answer.spend.as_ref());
         let job_id = owner.job_id();
         let result_ref = new_result_ref();
         let statement = sqlx::query_as::<_, Reserved>(&self.sql.accept)
@@ -72,7 +78,7 @@ impl Ledger {
             .bind(attempt_no);
         let Some(mut fenced) = self.try_guarded(job_id, statement).await? else {
             return Err(self
-                .reject_result(owner, attempt_no, &result_ref, body)
+                .reject_result(owner, attempt_no, &result_ref, answer)
                 .await?);
         };
         let now = fenced.row.at;
@@ -87,7 +93,8 @@ impl Ledger {
         };
         insert_result(&mut fenced.tx, &result).await?;
         sqlx::query(
-            "UPDATE attempts SET outcome = 'succeeded', finished_at = $4, result_ref = $5 \
+            "UPDATE attempts SET outcome = 'succeeded', finished_at = $4, result_ref = $5, \
+             usage = $6, cost_nusd = $7 \
              WHERE job_id = $1 AND attempt_no = $2 AND epoch = $3",
         )
         .bind(job_id)
@@ -95,6 +102,8 @@ impl Ledger {
         .bind(owner.epoch)
         .bind(now)
         .bind(&result_ref)
+        .bind(usage)
+        .bind(cost)
         .execute(&mut *fenced.tx)
         .await?;
         fenced
@@ -113,19 +122,21 @@ impl Ledger {
         &self,
         owner: &Owner,
         attempt_no: i64,
-        body: &str,
+        answer: impl Into<Answered>,
         delete: AcceptDelete,
     ) -> Result<(Accepted, Option<bool>), LedgerError> {
+        let answer = answer.into();
         let op = AcceptOp {
             owner: owner.clone(),
             attempt_no,
-            body: body.to_owned(),
-            delete: Some(delete),
+            body: answer.body.clone(),
+            spent: Spend::stored(answer.spend.as_ref()),
+            delete: Some(Box::new(delete)),
         };
         if let Some(done) = self.grouped_accept(op).await? {
             return Ok(done);
         }
-        Ok((self.accept_alone(owner, attempt_no, body).await?, None))
+        Ok((self.accept_alone(owner, attempt_no, &answer).await?, None))
     }
 
     async fn reject_result(
@@ -133,8 +144,10 @@ impl Ledger {
         owner: &Owner,
         attempt_no: i64,
         result_ref: &str,
-        body: &str,
+        answer: &Answered,
     ) -> Result<LedgerError, LedgerError> {
+        let body = answer.body.as_str();
+        let (usage, cost) = Spend::stored(answer.spend.as_ref());
         let job_id = owner.job_id();
         let (epoch, actor) = (owner.epoch, owner.actor());
         let refusal = self
@@ -152,7 +165,8 @@ impl Ledger {
         let now = fenced.row.at;
         // Only an attempt of the caller's own epoch can carry its answer as evidence.
         let marked = sqlx::query(
-            "UPDATE attempts SET outcome = 'stale_discarded', finished_at = $4, result_ref = $5 \
+            "UPDATE attempts SET outcome = 'stale_discarded', finished_at = $4, result_ref = $5, \
+             usage = $6, cost_nusd = $7 \
              WHERE job_id = $1 AND attempt_no = $2 AND epoch = $3 \
              AND outcome IN ('pending', 'lost')",
         )
@@ -161,6 +175,8 @@ impl Ledger {
         .bind(epoch)
         .bind(now)
         .bind(result_ref)
+        .bind(usage)
+        .bind(cost)
         .execute(&mut *fenced.tx)
         .await?
         .rows_affected();
@@ -288,6 +304,8 @@ impl Ledger {
                 ops[*i].owner.epoch,
                 r.at,
                 refs[*i].as_str(),
+                ops[*i].spent.0.as_deref(),
+                ops[*i].spent.1,
             ]
         );
         query.execute(&mut *tx).await?;

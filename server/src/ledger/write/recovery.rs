@@ -97,7 +97,7 @@ impl Ledger {
                     why: Some(
                         match state {
                             JobState::Unknown => {
-                                "an attempt may have reached the provider before its id was kept"
+                                "an attempt may have reached the provider, with no provider id kept to adopt it"
                             }
                             JobState::Running => {
                                 "the attempt in flight kept its provider id: held for a worker to adopt"
