@@ -291,6 +291,7 @@ pub mod runtime {
     use super::Supervisor;
     use crate::ledger::{Ledger, LedgerError};
     use crate::metrics::Metrics;
+    use crate::provider::anthropic::AnthropicProvider;
     use crate::provider::limits::Limits;
     use crate::provider::openai::{ApiKey, OpenAiConfig, OpenAiProvider};
     use crate::provider::responses::ResponsesProvider;
@@ -353,6 +354,19 @@ pub mod runtime {
                     default_model: settings.model.clone(),
                     timeout: settings.timeout,
                     retrieval: settings.retrieval,
+                })
+                .map_err(|e| RuntimeError::Provider(e.to_string()))?,
+            ),
+            ProviderKind::Anthropic => AnyProvider::Anthropic(
+                AnthropicProvider::new(OpenAiConfig {
+                    base_url: settings.url.clone(),
+                    api_key: settings
+                        .api_key
+                        .as_ref()
+                        .map(|key| ApiKey::new(key.expose().to_owned())),
+                    default_model: settings.model.clone(),
+                    timeout: settings.timeout,
+                    retrieval: false,
                 })
                 .map_err(|e| RuntimeError::Provider(e.to_string()))?,
             ),

@@ -6,6 +6,7 @@
 //! provider said of its rate limits ([`RateLimits`]), which [`limits`] learns from. Must not
 //! touch the ledger or the queue, and must never log prompts, answers or credentials.
 
+pub mod anthropic;
 pub mod limits;
 pub mod openai;
 pub mod policy;
@@ -263,6 +264,7 @@ pub enum AnyProvider {
     Stub(stub::StubProvider),
     OpenAi(openai::OpenAiProvider),
     Responses(responses::ResponsesProvider),
+    Anthropic(anthropic::AnthropicProvider),
 }
 
 macro_rules! each {
@@ -271,6 +273,7 @@ macro_rules! each {
             AnyProvider::Stub($p) => $e,
             AnyProvider::OpenAi($p) => $e,
             AnyProvider::Responses($p) => $e,
+            AnyProvider::Anthropic($p) => $e,
         }
     };
 }

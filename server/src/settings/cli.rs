@@ -323,8 +323,10 @@ pub struct RuntimeArgs {
 
     /// `stub` (a local model for trials and drills), `openai` (any OpenAI-compatible
     /// chat-completions endpoint) or `openai-responses` (OpenAI's Responses API in background
-    /// mode: the response id is kept before waiting, and a later owner adopts the attempt).
-    /// The key comes from FENCELINE_PROVIDER_API_KEY or OPENAI_API_KEY.
+    /// mode: the response id is kept before waiting, and a later owner adopts the attempt)
+    /// or `anthropic` (Anthropic's Messages API; --provider-url https://api.anthropic.com/v1).
+    /// The key comes from FENCELINE_PROVIDER_API_KEY, else OPENAI_API_KEY (ANTHROPIC_API_KEY
+    /// for `anthropic`).
     #[arg(long, env = "FENCELINE_PROVIDER", value_enum, default_value_t = ProviderArg::Stub)]
     pub provider: ProviderArg,
     #[arg(
@@ -466,6 +468,7 @@ pub enum ProviderArg {
     Stub,
     Openai,
     OpenaiResponses,
+    Anthropic,
 }
 
 impl ProviderArg {

@@ -101,7 +101,7 @@ pub struct ProviderSettings {
     pub model: String,
     pub timeout: Duration,
     pub retrieval: bool,
-    /// `FENCELINE_PROVIDER_API_KEY`, else `OPENAI_API_KEY`.
+    /// `FENCELINE_PROVIDER_API_KEY`, else `OPENAI_API_KEY` (`ANTHROPIC_API_KEY` for Anthropic).
     pub api_key: Option<Secret>,
     pub stub: StubConfig,
     /// What each model's tokens cost (`--price`); the stub model has a price of its own
@@ -245,7 +245,12 @@ impl Settings {
                 timeout: Duration::from_secs(runtime.provider_timeout_secs),
                 retrieval: runtime.provider_retrieval,
                 api_key: std::env::var("FENCELINE_PROVIDER_API_KEY")
-                    .or_else(|_| std::env::var("OPENAI_API_KEY"))
+                    .or_else(|_| {
+                        std::env::var(match runtime.provider {
+                            ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
+                            _ => "OPENAI_API_KEY",
+                        })
+                    })
                     .ok()
                     .filter(|k| !k.trim().is_empty())
                     .map(Secret::new),
