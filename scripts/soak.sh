@@ -11,7 +11,7 @@
 #
 #   scripts/soak.sh [--jobs N] [--workers K] [--queue embedded|sqs] [--limit SECONDS]
 #                   [--rate FRACTION] [--latency-ms MS] [--in-flight CALLS] [--bin PATH]
-#                   [--provider stub|openai-responses]
+#                   [--provider stub|openai-responses] [--max-unknown FRACTION]
 #
 # With --provider openai-responses the workers call OpenAI's Responses API in background mode,
 # served by `fenceline soak responses-server` (the stand-in written from the API reference) in a
@@ -25,6 +25,7 @@ cd "$(dirname "$0")/.."
 source scripts/lib/services.sh
 
 jobs=2000 workers=3 in_flight=16 queue=embedded limit=900 rate=0.05 latency=2000 bin="" provider=stub
+max_unknown=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --jobs) jobs=$2; shift 2 ;;
@@ -36,6 +37,7 @@ while [ $# -gt 0 ]; do
     --in-flight) in_flight=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
     --provider) provider=$2; shift 2 ;;
+    --max-unknown) max_unknown=(--max-unknown "$2"); shift 2 ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -183,7 +185,7 @@ echo "   group commits that got no answer: $(cat "$dir"/worker-*.log | grep -c '
 echo "   redeliveries: $(psql_q "SELECT count(*) FROM events e JOIN jobs j ON j.job_id = e.job_id WHERE j.tenant = 'soak' AND e.kind = 'delivery_received' AND e.receive_count > 1")"
 echo "== verdict after ${took}s ($jobs jobs, $workers workers, $queue queue)"
 status=0
-"$bin" soak check --tenant soak --expect "$jobs" | tee "$dir/verdict.txt" || status=$?
+"$bin" soak check --tenant soak --expect "$jobs" "${max_unknown[@]}" | tee "$dir/verdict.txt" || status=$?
 if [ "$status" != 0 ]; then
   # The timelines of the jobs the checker named (the first five), for whoever reads the log.
   for job in $(grep -oE 'job_[0-9a-f-]{36}' "$dir/verdict.txt" | sort -u | head -5); do

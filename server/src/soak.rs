@@ -68,6 +68,9 @@ pub struct Verdict {
     pub at_risk: i64,
     pub at_risk_attempts: u64,
     pub at_risk_unbounded: u64,
+    /// The largest share of jobs that may end `unknown`, each before its provider id was
+    /// kept, when the run asks for one.
+    pub max_unknown: Option<f64>,
 }
 
 impl Verdict {
@@ -82,7 +85,23 @@ impl Verdict {
             && self.lost.is_empty()
             && self.missing == 0
             && self.duplicate_spend == self.duplicate_recount
+            && self.unknown_within_bound()
             && self.jobs > 0
+    }
+
+    /// Jobs that ended `unknown`.
+    fn unknown(&self) -> u64 {
+        self.by_state.get("unknown").copied().unwrap_or(0)
+    }
+
+    /// Whether the `unknown` jobs stay within the bound the run asked for, each lost before
+    /// its provider id was kept.
+    fn unknown_within_bound(&self) -> bool {
+        let Some(max) = self.max_unknown else {
+            return true;
+        };
+        let after_kept = self.unknown_by_window.get(AFTER_KEPT).copied().unwrap_or(0);
+        after_kept == 0 && self.unknown() as f64 <= max * self.jobs as f64
     }
 
     /// The verdict as people read it.
@@ -197,6 +216,21 @@ impl Verdict {
                 String::new()
             }
         ));
+        if let Some(max) = self.max_unknown {
+            out.push_str(&format!(
+                "{:<58} {} of {} ({:.2} %; at most {:.2} %, each before its id was kept){}\n",
+                "unknown jobs within the bound",
+                self.unknown(),
+                self.jobs,
+                100.0 * self.unknown() as f64 / self.jobs.max(1) as f64,
+                100.0 * max,
+                if self.unknown_within_bound() {
+                    ""
+                } else {
+                    " — EXCEEDED"
+                }
+            ));
+        }
         out.push_str("jobs per final state:\n");
         for (state, n) in &self.by_state {
             out.push_str(&format!("  {n:>6}  {state}\n"));
@@ -342,7 +376,7 @@ impl Verdict {
         }
         if job.state == crate::job::JobState::Unknown {
             let window = if kept {
-                "after the provider's id was kept"
+                AFTER_KEPT
             } else {
                 "before a provider id was kept (sent, no id read; or a provider that keeps none)"
             };
@@ -351,6 +385,10 @@ impl Verdict {
     }
 }
 
+/// How an `unknown` job whose attempt's provider id was kept is counted: adoption should have
+/// settled it.
+const AFTER_KEPT: &str = "after the provider's id was kept";
+
 /// Checks every job of `tenant` (every tenant when `None`); `expected` is how many the run
 /// submitted.
 pub async fn check(
@@ -358,9 +396,11 @@ pub async fn check(
     tenant: Option<&str>,
     expected: Option<u64>,
     (prices, default_model): (&Prices, &str),
+    max_unknown: Option<f64>,
 ) -> Result<Verdict, LedgerError> {
     let mut verdict = Verdict {
         expected,
+        max_unknown,
         ..Verdict::default()
     };
     let mut before = None;

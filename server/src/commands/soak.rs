@@ -11,8 +11,14 @@ pub(super) async fn check(settings: &Settings, args: &SoakCheckArgs) -> anyhow::
     let ledger = Ledger::connect(&settings.ledger.url, &settings.ledger.options).await?;
     let provider = &settings.provider;
     let pricing = (&provider.prices, provider.default_model());
-    let verdict =
-        fenceline::soak::check(&ledger, args.tenant.as_deref(), args.expect, pricing).await?;
+    let verdict = fenceline::soak::check(
+        &ledger,
+        args.tenant.as_deref(),
+        args.expect,
+        pricing,
+        args.max_unknown,
+    )
+    .await?;
     ledger.close().await;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&verdict)?);

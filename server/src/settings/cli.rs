@@ -213,6 +213,10 @@ pub struct SoakCheckArgs {
     /// How many jobs the run submitted: fewer in the ledger are reported missing.
     #[arg(long)]
     pub expect: Option<u64>,
+    /// The largest share of jobs that may end `unknown` (e.g. 0.01), each of them only in the
+    /// window before its provider id was kept: more, or one after, fails the verdict.
+    #[arg(long)]
+    pub max_unknown: Option<f64>,
     /// Print the verdict as JSON on stdout.
     #[arg(long)]
     pub json: bool,

@@ -45,9 +45,15 @@ async fn a_clean_job(ledger: &Ledger, key: &str) -> String {
 async fn the_checker_finds_each_planted_violation_on_its_job(db: Db) {
     let (ledger, test_db) = fresh_ledger(db).await;
     let clean = a_clean_job(&ledger, "clean").await;
-    let verdict = fenceline::soak::check(&ledger, Some("soak"), Some(1), (&stub_prices(), "stub"))
-        .await
-        .unwrap();
+    let verdict = fenceline::soak::check(
+        &ledger,
+        Some("soak"),
+        Some(1),
+        (&stub_prices(), "stub"),
+        None,
+    )
+    .await
+    .unwrap();
     assert!(verdict.holds(), "{}", verdict.render());
     assert_eq!(verdict.by_state.get("succeeded"), Some(&1));
 
@@ -134,9 +140,15 @@ async fn the_checker_finds_each_planted_violation_on_its_job(db: Db) {
         .await
         .unwrap();
 
-    let verdict = fenceline::soak::check(&ledger, Some("soak"), Some(9), (&stub_prices(), "stub"))
-        .await
-        .unwrap();
+    let verdict = fenceline::soak::check(
+        &ledger,
+        Some("soak"),
+        Some(9),
+        (&stub_prices(), "stub"),
+        None,
+    )
+    .await
+    .unwrap();
     let text = verdict.render();
     assert!(!verdict.holds(), "{text}");
     assert!(text.contains("verdict: FAILED"), "{text}");
@@ -177,9 +189,15 @@ async fn the_checker_finds_each_planted_violation_on_its_job(db: Db) {
         "{text}"
     );
     // Nothing checked is not a pass.
-    let empty = fenceline::soak::check(&ledger, Some("nobody"), None, (&stub_prices(), "stub"))
-        .await
-        .unwrap();
+    let empty = fenceline::soak::check(
+        &ledger,
+        Some("nobody"),
+        None,
+        (&stub_prices(), "stub"),
+        None,
+    )
+    .await
+    .unwrap();
     assert!(!empty.holds());
 }
 
@@ -242,9 +260,15 @@ async fn the_checker_judges_a_delete_by_the_epoch_it_was_made_under(db: Db) {
         .unwrap();
     plant(&ledger, &stale, deleted(a.epoch, "a")).await;
 
-    let verdict = fenceline::soak::check(&ledger, Some("soak"), Some(3), (&stub_prices(), "stub"))
-        .await
-        .unwrap();
+    let verdict = fenceline::soak::check(
+        &ledger,
+        Some("soak"),
+        Some(3),
+        (&stub_prices(), "stub"),
+        None,
+    )
+    .await
+    .unwrap();
     let text = verdict.render();
     let mut expected = vec![early, stale];
     expected.sort();
@@ -257,8 +281,54 @@ async fn the_checker_judges_a_delete_by_the_epoch_it_was_made_under(db: Db) {
     assert_eq!(verdict.by_state.get("unknown"), Some(&1), "{text}");
 }
 
+/// A bound on `unknown` jobs fails the verdict when more end there, or when one ended there
+/// after its provider id was kept (adoption should have settled it).
+async fn the_checker_holds_unknown_jobs_to_the_bound_it_is_given(db: Db) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let prices = stub_prices();
+    a_clean_job(&ledger, "clean").await;
+    let lost = create(&ledger, new_job("soak", "lost", json!(1))).await;
+    ledger
+        .claim_and_start(&lost, "w", Duration::from_millis(1), None, "stub")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    ledger
+        .recovery_claim(&lost, &Actor::System, "lease_expired", false)
+        .await
+        .unwrap();
+    let check =
+        |max| fenceline::soak::check(&ledger, Some("soak"), Some(2), (&prices, "stub"), max);
+    // One of two, before any id was kept.
+    assert!(check(Some(0.5)).await.unwrap().holds());
+    let over = check(Some(0.25)).await.unwrap();
+    assert!(!over.holds(), "{}", over.render());
+    assert!(over.render().contains("EXCEEDED"));
+
+    // Kept its id, then still ended unknown: fails whatever the share.
+    let kept = create(&ledger, new_job("soak", "kept", json!(1))).await;
+    let (claimed, attempt) = ledger
+        .claim_and_start(&kept, "w", LONG, None, "stub")
+        .await
+        .unwrap();
+    ledger
+        .record_submitted(&claimed.owner, attempt.attempt_no, "stub", "resp_1")
+        .await
+        .unwrap();
+    ledger.release(&claimed.owner, "shutdown").await.unwrap();
+    let check =
+        |max| fenceline::soak::check(&ledger, Some("soak"), Some(3), (&prices, "stub"), max);
+    let verdict = check(Some(1.0)).await.unwrap();
+    assert!(!verdict.holds(), "{}", verdict.render());
+    assert!(
+        check(None).await.unwrap().holds(),
+        "without a bound, unknown is no violation"
+    );
+}
+
 on_both_backends!(the_checker_finds_each_planted_violation_on_its_job);
 on_both_backends!(the_checker_judges_a_delete_by_the_epoch_it_was_made_under);
+on_both_backends!(the_checker_holds_unknown_jobs_to_the_bound_it_is_given);
 
 fn stub_prices() -> fenceline::provider::prices::Prices {
     fenceline::provider::prices::Prices::parse(&[fenceline::provider::prices::STUB_PRICE]).unwrap()
