@@ -161,6 +161,18 @@ impl LedgerConsole {
                 ],
             ),
         ];
+        let (spent, duplicate) = self.ledger.spend_buckets(start, width, buckets).await?;
+        charts.push(chart(
+            "Model spend, in millionths of a dollar (µ$)",
+            vec![
+                plot::Series::new("spend", "c-created", spent),
+                plot::Series::new(
+                    "duplicate spend (answers not accepted)",
+                    "c-rejected",
+                    duplicate,
+                ),
+            ],
+        ));
         // The ledger's time-to-terminal bins (see `ledger::rollup`).
         let labels = ["< 1s", "< 10s", "< 1m", "< 10m", "< 1h", "≥ 1h"];
         let (took, tries) = (activity.took.clone(), activity.tries.clone());

@@ -47,6 +47,41 @@ impl Ledger {
         })
     }
 
+    /// What the answers recorded in each of `n` buckets of `width` µs from `start` cost, in
+    /// micro-dollars (rounded down): all of it, and the part on answers that are not their
+    /// job's accepted result. Drill jobs are left out.
+    pub async fn spend_buckets(
+        &self,
+        start: i64,
+        width: i64,
+        n: usize,
+    ) -> Result<(Vec<i64>, Vec<i64>), LedgerError> {
+        let rows: Vec<(i64, Option<i64>, Option<i64>)> = sqlx::query_as(
+            "SELECT CAST((a.finished_at - $1) / $2 AS BIGINT) AS b, \
+             CAST(SUM(a.cost_nusd) AS BIGINT), \
+             CAST(SUM(CASE WHEN j.result_ref IS NULL OR a.result_ref <> j.result_ref \
+                 THEN a.cost_nusd ELSE 0 END) AS BIGINT) \
+             FROM attempts a JOIN jobs j ON j.job_id = a.job_id \
+             WHERE a.cost_nusd IS NOT NULL AND a.finished_at >= $1 \
+             AND a.outcome IN ('succeeded', 'stale_discarded') AND j.drill_run IS NULL \
+             GROUP BY b",
+        )
+        .bind(start)
+        .bind(width.max(1))
+        .fetch_all(&self.reader)
+        .await?;
+        let (mut spent, mut duplicate) = (vec![0; n], vec![0; n]);
+        for (b, all, dup) in rows {
+            if let Ok(b) = usize::try_from(b) {
+                if b < n {
+                    spent[b] += all.unwrap_or(0) / 1_000;
+                    duplicate[b] += dup.unwrap_or(0) / 1_000;
+                }
+            }
+        }
+        Ok((spent, duplicate))
+    }
+
     /// What `job`'s `attempts` spent, with the most its attempts of unknown outcome may have
     /// cost at `prices` (its model: the one its parameters name, else `default_model`).
     pub async fn job_spend(

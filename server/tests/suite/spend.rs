@@ -145,6 +145,10 @@ async fn spend_is_kept_shown_and_exported(db: Db) {
         ),
         "{overview}"
     );
+    assert!(
+        overview.contains("Model spend, in millionths of a dollar"),
+        "{overview}"
+    );
 
     let export: Value = browser
         .get(&format!("/jobs/{a}/export.json"))
