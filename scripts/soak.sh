@@ -15,8 +15,9 @@
 #
 # With --provider openai-responses the workers call OpenAI's Responses API in background mode,
 # served by `fenceline soak responses-server` (the stand-in written from the API reference) in a
-# process of its own, which loses 1 % of its answers and outlives the workers killed mid-call:
-# their attempts are adopted by the workers that receive the jobs next.
+# process of its own, which loses 1 % of its polls and 0.5 % of its create answers (after storing
+# the response) and outlives the workers killed mid-call: their attempts are adopted by the
+# workers that receive the jobs next.
 #
 # Model calls last --latency-ms (2 s by default: longer than the compressed 2 s visibility
 # timeout, so every call renews its visibility and its lease, and those renewals meet faults).
@@ -60,7 +61,7 @@ case "$provider" in
   openai-responses)
     stand_in_port=$(free_port)
     "$bin" soak responses-server --bind "127.0.0.1:$stand_in_port" --latency-ms "$latency" \
-      --lose-rate 0.01 >>"$dir/stand-in.log" 2>&1 &
+      --lose-rate 0.01 --lose-create-rate 0.005 >>"$dir/stand-in.log" 2>&1 &
     _fenceline_cleanups+=("kill $! 2>/dev/null || true")
     export FENCELINE_PROVIDER=openai-responses FENCELINE_PROVIDER_URL="http://127.0.0.1:$stand_in_port/v1"
     export FENCELINE_PROVIDER_MODEL=stand-in FENCELINE_PRICES="stand-in=0.15/0.60"

@@ -40,6 +40,7 @@ pub(super) async fn responses_server(args: &ResponsesServerArgs) -> anyhow::Resu
     let config = StandInConfig {
         latency: Duration::from_millis(args.latency_ms),
         lose_rate: args.lose_rate,
+        lose_create_rate: args.lose_create_rate.unwrap_or(args.lose_rate),
     };
     stand_in::serve(listener, config).await?;
     Ok(())

@@ -7,7 +7,7 @@
 //! created them.
 //!
 //! Faults: a fraction of create answers is lost after the response was stored (`502`, as a
-//! gateway that lost its upstream answers), and the same fraction of polls. A model named
+//! gateway that lost its upstream answers), and a fraction of polls. A model named
 //! `stand-in-failed` ends `failed`, `stand-in-incomplete` ends `incomplete`. `GET
 //! /stand-in/stats` counts what it was asked: creates per Fenceline request id, polls, cancels.
 
@@ -30,8 +30,11 @@ use super::stub::drawn;
 pub struct StandInConfig {
     /// How long a response runs before it completes.
     pub latency: Duration,
-    /// The fraction of create answers, and of polls, lost on the way back.
+    /// The fraction of polls lost on the way back.
     pub lose_rate: f64,
+    /// The fraction of create answers lost on the way back, after the response was stored:
+    /// the window in which an attempt runs with no id kept.
+    pub lose_create_rate: f64,
 }
 
 struct Stored {
@@ -142,7 +145,7 @@ async fn create(State(s): State<Arc<StandIn>>, body: Option<Json<Value>>) -> Res
         .entry(key.clone())
         .or_default() += 1;
     // Stored and running, and the answer naming its id lost on the way back.
-    if drawn(&key, "stand-in-create", s.config.lose_rate) {
+    if drawn(&key, "stand-in-create", s.config.lose_create_rate) {
         return lost();
     }
     Json(view).into_response()

@@ -200,9 +200,13 @@ pub struct ResponsesServerArgs {
     /// How long each response runs before it completes.
     #[arg(long, default_value_t = 2000)]
     pub latency_ms: u64,
-    /// The fraction of create answers, and of polls, lost on the way back.
+    /// The fraction of polls lost on the way back.
     #[arg(long, default_value_t = 0.0)]
     pub lose_rate: f64,
+    /// The fraction of create answers lost on the way back after the response was stored
+    /// (the attempt runs with no id kept); the same as --lose-rate unless given.
+    #[arg(long)]
+    pub lose_create_rate: Option<f64>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -85,6 +85,7 @@ async fn the_responses_adapter_reads_every_way_a_background_response_ends() {
     let base = stand_in(StandInConfig {
         latency: Duration::from_millis(300),
         lose_rate: 0.0,
+        lose_create_rate: 0.0,
     })
     .await;
     let provider = adapter(&base);
@@ -154,6 +155,7 @@ async fn polls_that_are_lost_are_asked_again_and_only_a_lost_create_is_uncertain
     let base = stand_in(StandInConfig {
         latency: Duration::from_millis(100),
         lose_rate: 1.0,
+        lose_create_rate: 1.0,
     })
     .await;
     let provider = adapter(&base);
@@ -168,6 +170,7 @@ async fn polls_that_are_lost_are_asked_again_and_only_a_lost_create_is_uncertain
     let base = stand_in(StandInConfig {
         latency: Duration::from_millis(300),
         lose_rate: 0.5,
+        lose_create_rate: 0.5,
     })
     .await;
     let provider = adapter(&base);
@@ -249,6 +252,7 @@ async fn adopted_by_a_receiver(db: Db) {
     let base = stand_in(StandInConfig {
         latency: Duration::from_secs(3),
         lose_rate: 0.0,
+        lose_create_rate: 0.0,
     })
     .await;
     let job_id = killed_after_submitting(&ledger, &queue, &base, "adopt-me").await;
@@ -310,6 +314,7 @@ async fn the_reaper_holds_an_attempt_with_an_id_for_adoption_and_a_worker_adopts
     let base = stand_in(StandInConfig {
         latency: Duration::from_secs(3),
         lose_rate: 0.0,
+        lose_create_rate: 0.0,
     })
     .await;
     let job_id = killed_after_submitting(&ledger, &queue, &base, "reaped").await;
@@ -354,6 +359,7 @@ async fn a_cancelled_job_cancels_its_response_at_the_provider() {
     let base = stand_in(StandInConfig {
         latency: Duration::from_secs(30),
         lose_rate: 0.0,
+        lose_create_rate: 0.0,
     })
     .await;
     let job_id = create(&ledger, new_job("acme", "cancel", json!("x"))).await;
@@ -398,6 +404,7 @@ async fn a_lost_create_is_the_one_window_that_leaves_a_job_unknown() {
     let base = stand_in(StandInConfig {
         latency: Duration::from_millis(200),
         lose_rate: 1.0,
+        lose_create_rate: 1.0,
     })
     .await;
     let job_id = create(&ledger, new_job("acme", "lost", json!("x"))).await;
