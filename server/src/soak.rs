@@ -313,7 +313,10 @@ impl Verdict {
                     if e.detail_as::<detail::RecoveryClaimed>()
                         .is_some_and(|r| r.adopted_attempt.is_some()) =>
                 {
-                    self.adoptions += 1;
+                    // A worker's adoption; the reaper's hold for one is not.
+                    if e.actor.starts_with("worker:") {
+                        self.adoptions += 1;
+                    }
                     // The adopted attempt passes to the new epoch: its outcome is awaited there.
                     undecided.insert(e.epoch);
                 }

@@ -151,6 +151,7 @@ pub use unknown::{UnknownForRetrieval, UnknownJob};
 pub use workers::{Reported, WorkerReport, WorkerSeen};
 pub use write::{
     AcceptDelete, GroupStats, OutboxItem, RenewBoth, RenewedWithVisibility, EVIDENCE_MAX,
+    HELD_FOR_ADOPTION,
 };
 
 use std::sync::Arc;

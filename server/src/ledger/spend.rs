@@ -139,9 +139,9 @@ impl JobSpend {
         for a in attempts {
             match a.spend() {
                 Some(spend) => {
-                    out.tokens += spend.usage.total();
+                    out.tokens = out.tokens.saturating_add(spend.usage.total());
                     match spend.cost {
-                        Some(cost) => out.spent += cost,
+                        Some(cost) => out.spent = out.spent.saturating_add(cost),
                         None => out.unpriced += 1,
                     }
                     let answered = matches!(
@@ -149,13 +149,13 @@ impl JobSpend {
                         AttemptOutcome::Succeeded | AttemptOutcome::StaleDiscarded
                     );
                     if answered && a.result_ref != job.result_ref {
-                        out.duplicate += spend.cost.unwrap_or(0);
+                        out.duplicate = out.duplicate.saturating_add(spend.cost.unwrap_or(0));
                         out.duplicate_attempts += 1;
                     }
                 }
                 None if a.outcome == AttemptOutcome::Lost => {
                     out.at_risk_attempts += 1;
-                    out.at_risk = out.at_risk.zip(bound).map(|(sum, b)| sum + b);
+                    out.at_risk = out.at_risk.zip(bound).map(|(sum, b)| sum.saturating_add(b));
                 }
                 None => {}
             }

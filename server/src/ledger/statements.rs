@@ -575,13 +575,15 @@ catalogue! {
         /// Recovery ownership of a `running` job whose lease expired. An attempt in flight
         /// whose provider id was kept is *held for adoption*: the job stays `running` under the
         /// new epoch with the same pending attempt, held by `$2` until `$4` µs from now (never
-        /// past the deadline) for a worker to adopt it ([`adopt`](Statements::adopt)).
+        /// past the deadline) for a worker to adopt it ([`adopt`](Statements::adopt)). A hold
+        /// that lapsed with no worker adopting is not held again: the job goes `unknown`.
         recovery_claim: concat!("UPDATE jobs SET owner_epoch = owner_epoch + 1, owner_id = $2, \
              state = CASE WHEN pending_attempt IS NULL THEN 'retry_authorized' \
-                 WHEN ", adoptable!(), " THEN 'running' ELSE 'unknown' END, \
-             owner_until = CASE WHEN ", adoptable!(), " \
+                 WHEN owner_id <> $2 AND ", adoptable!(), " THEN 'running' ELSE 'unknown' END, \
+             owner_until = CASE WHEN owner_id <> $2 AND ", adoptable!(), " \
                  THEN {least}({now} + $4, deadline_at) ELSE owner_until END, \
-             pending_attempt = CASE WHEN ", adoptable!(), " THEN pending_attempt ELSE NULL END, \
+             pending_attempt = CASE WHEN owner_id <> $2 AND ", adoptable!(), " \
+                 THEN pending_attempt ELSE NULL END, \
              recovery_reason = $3, updated_at = {now}, \
              next_event_seq = next_event_seq + 2 \
              WHERE job_id = $1 AND (state = 'running') IS TRUE AND owner_until <= {now} \
@@ -590,13 +592,16 @@ catalogue! {
         /// A worker adopts the attempt in flight of a `running` job whose lease expired, or
         /// which recovery holds for adoption (`owner_id = $5`), when its provider id was kept:
         /// a new epoch, owned by `$2` with a lease of `$3` µs (never past the deadline), the
-        /// same pending attempt; `$4` the reason.
+        /// same pending attempt; `$4` the reason. Only a worker calling the provider that ran
+        /// the attempt (`$6`) can poll it.
         adopt: concat!("UPDATE jobs SET owner_epoch = owner_epoch + 1, owner_id = $2, \
              owner_until = {least}({now} + $3, deadline_at), recovery_reason = $4, \
              updated_at = {now}, next_event_seq = next_event_seq + 1 \
              WHERE job_id = $1 AND (state = 'running') IS TRUE \
              AND (owner_until <= {now} OR owner_id = $5) AND deadline_at > {now} \
-             AND ", adoptable!(), " \
+             AND ", adoptable!(), " AND EXISTS (SELECT 1 FROM attempts \
+                 WHERE attempts.job_id = jobs.job_id AND attempts.attempt_no = jobs.pending_attempt \
+                 AND attempts.provider = $6) \
              RETURNING owner_until, attempt_count, budget_used, max_attempts, pending_attempt, ",
              reserved!(1)),
         /// The owner keeps the provider's id of its pending attempt `$3`, before any waiting.

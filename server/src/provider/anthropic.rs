@@ -18,6 +18,8 @@ use super::openai::{classify_status, rate_limits, OpenAiConfig, StatusClass};
 use super::prices::Usage;
 use super::{Progress, Provider, ProviderOutcome, ProviderRequest, RateLimits, Retrieval};
 
+/// Anthropic's API, up to its version segment.
+pub const ANTHROPIC_URL: &str = "https://api.anthropic.com/v1";
 /// The API version every request names.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// The output limit when a job's parameters name none (the API requires one).
@@ -141,7 +143,10 @@ impl Provider for AnthropicProvider {
             .header("anthropic-version", ANTHROPIC_VERSION)
             .json(&self.body(&request));
         if let Some(key) = &self.config.api_key {
-            sent = sent.header("x-api-key", key.expose());
+            if let Ok(mut value) = reqwest::header::HeaderValue::from_str(key.expose()) {
+                value.set_sensitive(true);
+                sent = sent.header("x-api-key", value);
+            }
         }
         let response = match sent.send().await {
             Ok(response) => response,

@@ -44,15 +44,17 @@ impl Usage {
         let cache_read = n(&usage["cache_read_input_tokens"]).unwrap_or(0);
         let cache_write = n(&usage["cache_creation_input_tokens"]).unwrap_or(0);
         Some(Usage {
-            input: input + cache_read + cache_write,
+            input: input.saturating_add(cache_read).saturating_add(cache_write),
             output,
-            cached: n(&usage["input_tokens_details"]["cached_tokens"]).unwrap_or(0) + cache_read,
+            cached: n(&usage["input_tokens_details"]["cached_tokens"])
+                .unwrap_or(0)
+                .saturating_add(cache_read),
             reasoning: n(&usage["output_tokens_details"]["reasoning_tokens"]).unwrap_or(0),
         })
     }
 
     pub fn total(&self) -> u64 {
-        self.input + self.output
+        self.input.saturating_add(self.output)
     }
 }
 
@@ -79,8 +81,8 @@ impl Price {
     pub fn cost(&self, usage: &Usage) -> i64 {
         let cached = usage.cached.min(usage.input);
         nano(usage.input - cached, self.input)
-            + nano(cached, self.cached.unwrap_or(self.input))
-            + nano(usage.output, self.output)
+            .saturating_add(nano(cached, self.cached.unwrap_or(self.input)))
+            .saturating_add(nano(usage.output, self.output))
     }
 }
 
@@ -139,7 +141,7 @@ impl Prices {
     /// `model` (no cache discount): `None` without a price, or without a bound on the output.
     pub fn bound(&self, model: &str, input_tokens: u64, max_output: Option<u64>) -> Option<i64> {
         let price = self.get(model)?;
-        Some(nano(input_tokens, price.input) + nano(max_output?, price.output))
+        Some(nano(input_tokens, price.input).saturating_add(nano(max_output?, price.output)))
     }
 
     pub fn is_empty(&self) -> bool {

@@ -304,9 +304,9 @@ impl Provider for ResponsesProvider {
                             request_id,
                         }
                     }
-                    401 | 403 => {
-                        // The key lost its access while the response ran: its fate cannot
-                        // be read.
+                    // The key lost its access while the response ran, or the poll itself is
+                    // refused: its fate cannot be read.
+                    400..=499 if status != 408 && status != 429 => {
                         return ProviderOutcome::Uncertain {
                             code: format!("poll_http_{status}"),
                             request_id,

@@ -11,6 +11,8 @@ use super::Environment;
 /// The embedded default: a SQLite file in the working directory, created when missing.
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://fenceline.sqlite?mode=rwc";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// OpenAI's API, the provider URL unless one is named.
+pub const OPENAI_URL: &str = "https://api.openai.com/v1";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -337,11 +339,8 @@ pub struct RuntimeArgs {
     /// for `anthropic`).
     #[arg(long, env = "FENCELINE_PROVIDER", value_enum, default_value_t = ProviderArg::Stub)]
     pub provider: ProviderArg,
-    #[arg(
-        long,
-        env = "FENCELINE_PROVIDER_URL",
-        default_value = "https://api.openai.com/v1"
-    )]
+    /// The provider's API, up to its version segment (`anthropic`: Anthropic's by default).
+    #[arg(long, env = "FENCELINE_PROVIDER_URL", default_value = OPENAI_URL)]
     pub provider_url: String,
     /// The model when a job's parameters name none.
     #[arg(long, env = "FENCELINE_PROVIDER_MODEL", default_value = "gpt-4o-mini")]

@@ -240,7 +240,14 @@ impl Settings {
             },
             provider: ProviderSettings {
                 kind: runtime.provider,
-                url: runtime.provider_url.clone(),
+                // Anthropic's own address unless one is named: OpenAI's default would take its
+                // key.
+                url: match runtime.provider {
+                    ProviderKind::Anthropic if runtime.provider_url == cli::OPENAI_URL => {
+                        crate::provider::anthropic::ANTHROPIC_URL.to_owned()
+                    }
+                    _ => runtime.provider_url.clone(),
+                },
                 model: runtime.provider_model.clone(),
                 timeout: Duration::from_secs(runtime.provider_timeout_secs),
                 retrieval: runtime.provider_retrieval,
@@ -330,6 +337,12 @@ impl Settings {
             return Err(SettingsError::Invalid(
                 "--metrics-token must be at least 16 characters".into(),
             ));
+        }
+        if self.worker.id == crate::ledger::HELD_FOR_ADOPTION {
+            return Err(SettingsError::Invalid(format!(
+                "--worker-id {:?} is reserved: recovery holds jobs for adoption under that name",
+                crate::ledger::HELD_FOR_ADOPTION
+            )));
         }
         if self.provider.kind.is_http() && !self.provider.url.starts_with("http") {
             return Err(SettingsError::Invalid(
@@ -555,6 +568,10 @@ mod tests {
         );
         let refused = worker(&["--price", "gpt-4o-mini=cheap"]).unwrap_err();
         assert!(refused.contains("MODEL=INPUT/OUTPUT"), "{refused}");
+        let reserved = worker(&["--worker-id", "system"]).unwrap_err();
+        assert!(reserved.contains("reserved"), "{reserved}");
+        let anthropic = worker(&["--provider", "anthropic"]).unwrap();
+        assert_eq!(anthropic.provider.url, "https://api.anthropic.com/v1");
     }
 
     #[test]

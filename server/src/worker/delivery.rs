@@ -626,7 +626,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             }
             Refusal::LiveOwner { epoch } => {
                 // Recovery holds the job's attempt for a worker to adopt: this one does.
-                if job.owner_id.as_deref() == Some(Actor::System.to_string().as_str()) {
+                if job.owner_id.as_deref() == Some(crate::ledger::HELD_FOR_ADOPTION) {
                     if let Some(outcome) =
                         self.adopt(job, delivery, dref, "held_for_adoption").await
                     {
@@ -742,7 +742,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         let adopted = Box::pin(self.ledger.adopt(
             &job.job_id,
             &self.config.worker_id,
-            self.config.timings.lease,
+            (self.config.timings.lease, self.provider.name()),
             reason,
         ))
         .await;
@@ -991,7 +991,11 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         attempt_no: i64,
         provider_id: &str,
     ) -> Result<(), ProviderOutcome> {
-        for retry in 0..3u32 {
+        // A ledger that does not answer is asked again for as long as a lease lasts: the
+        // heartbeat keeps the lease meanwhile, or stops this call when it cannot.
+        let until = std::time::Instant::now() + self.config.timings.lease;
+        let mut wait = Duration::from_millis(200);
+        loop {
             match Box::pin(self.ledger.record_submitted(
                 owner,
                 attempt_no,
@@ -1002,7 +1006,11 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             {
                 Ok(()) => return Ok(()),
                 Err(LedgerError::Refused { .. }) => break,
-                Err(_) => tokio::time::sleep(Duration::from_millis(200 << retry)).await,
+                Err(_) if std::time::Instant::now() + wait < until => {
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(5));
+                }
+                Err(_) => break,
             }
         }
         self.cancel_upstream(
@@ -1063,6 +1071,14 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         let Some(provider_id) = submitted else {
             return false;
         };
+        // Only the attempt this owner still holds: never one a new owner polls.
+        let mine = matches!(
+            self.ledger.job(job_id).await,
+            Ok(Some(job)) if job.owner_epoch == epoch && job.pending_attempt == Some(attempt_no)
+        );
+        if !mine {
+            return false;
+        }
         let why = StopReason::NoProgress.code();
         self.cancel_upstream(job_id, epoch, attempt_no, provider_id, why)
             .await

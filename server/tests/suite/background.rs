@@ -330,6 +330,20 @@ async fn the_reaper_holds_an_attempt_with_an_id_for_adoption_and_a_worker_adopts
     );
     assert_eq!(held.pending_attempt, Some(1));
     assert_eq!(held.owner_id.as_deref(), Some("system"));
+    // A worker calling another provider cannot poll the response: it does not adopt it.
+    let other = ledger
+        .adopt(
+            &job_id,
+            "C",
+            (Duration::from_secs(2), "openai"),
+            "held_for_adoption",
+        )
+        .await
+        .unwrap();
+    assert!(
+        other.is_none(),
+        "only the provider that ran it can be polled for it"
+    );
 
     let b = worker(&ledger, &queue, &base, "B");
     let stop = CancellationToken::new();

@@ -30,6 +30,7 @@ pub use attempt::{RenewBoth, RenewedWithVisibility};
 pub use group::GroupStats;
 pub(crate) use group::{Groups, LostCommits};
 pub use outbox::OutboxItem;
+pub use recovery::HELD_FOR_ADOPTION;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -16,8 +16,8 @@ use crate::ledger::{Ledger, LedgerError};
 /// job again (and sends it again): the time for the job's message to reach a worker.
 pub(crate) const ADOPTION_HOLD: Duration = Duration::from_secs(30);
 
-/// Who holds a job recovery keeps for adoption.
-const HELD_FOR_ADOPTION: &str = "system";
+/// Who holds a job recovery keeps for adoption (a name no worker may take).
+pub const HELD_FOR_ADOPTION: &str = "system";
 
 #[derive(sqlx::FromRow)]
 struct HandOverRow {
@@ -52,7 +52,7 @@ impl Ledger {
     /// Takes recovery ownership of a `running` job whose lease expired (epoch + 1), fencing out
     /// the old owner. An attempt in flight whose provider id was kept is held for adoption:
     /// the job stays `running` with it, held by the system for [`ADOPTION_HOLD`], and is sent
-    /// again when `redispatch`, for a worker to adopt. Any other attempt in flight may have
+    /// again when `redispatch`, for a worker to adopt; a hold that lapses goes `unknown`. Any other attempt in flight may have
     /// reached the provider: it becomes `lost` and the job `unknown`. With no attempt in flight
     /// the job becomes `retry_authorized`, re-dispatched through the outbox when `redispatch`
     /// (the caller holds no delivery).
@@ -119,15 +119,15 @@ impl Ledger {
     }
 
     /// A worker adopts the attempt in flight of a `running` job whose lease expired, or that
-    /// recovery holds for adoption, when the attempt's provider id was kept: a new epoch with
-    /// a lease of `lease` for `worker_id`, the same attempt (same number, no budget spent),
-    /// to poll by its provider id. `None` when the job has no such attempt (or is not in that
+    /// recovery holds for adoption, when the attempt's provider id was kept and `provider`
+    /// ran it: a new epoch with a lease of `lease` for `worker_id`, the same attempt (same
+    /// number, no budget spent), to poll by its provider id. `None` when the job has no such attempt (or is not in that
     /// state): nothing was written.
     pub async fn adopt(
         &self,
         job_id: &str,
         worker_id: &str,
-        lease: Duration,
+        (lease, provider): (Duration, &str),
         reason: &str,
     ) -> Result<Option<Adopted>, LedgerError> {
         let statement = sqlx::query_as::<_, AdoptRow>(&self.sql.adopt)
@@ -135,7 +135,8 @@ impl Ledger {
             .bind(worker_id)
             .bind(micros(lease))
             .bind(reason)
-            .bind(HELD_FOR_ADOPTION);
+            .bind(HELD_FOR_ADOPTION)
+            .bind(provider);
         let Some(mut fenced) = self.try_guarded(job_id, statement).await? else {
             return Ok(None);
         };
