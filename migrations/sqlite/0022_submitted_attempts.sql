@@ -7,6 +7,9 @@ ALTER TABLE attempts ADD COLUMN submitted_at BIGINT;
 -- What the attempt cost, in nano-dollars (10⁻⁹ USD), from the usage its answer reported (kept
 -- in `usage`) at the price the settings named for its model then; null when either is unknown.
 ALTER TABLE attempts ADD COLUMN cost_nusd BIGINT;
+-- The model it was priced for and its tokens (input and output), for sums by model.
+ALTER TABLE attempts ADD COLUMN usage_model TEXT;
+ALTER TABLE attempts ADD COLUMN tokens BIGINT;
 
--- The overview sums what the answers of a window cost.
-CREATE INDEX attempts_costed_at ON attempts (finished_at) WHERE cost_nusd IS NOT NULL;
+-- The overview and /metrics sum what the answers of a window used and cost.
+CREATE INDEX attempts_spent_at ON attempts (finished_at) WHERE tokens IS NOT NULL;

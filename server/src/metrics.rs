@@ -131,6 +131,16 @@ struct Inner {
     provider_limited: Family<LimitLabels, Gauge>,
     provider_limited_seconds: Family<LimitLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     provider_concurrency: Family<LimitLabels, Gauge>,
+    model_tokens: Family<SpendLabels, Gauge>,
+    model_spend: Family<SpendLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+}
+
+/// A model's answers, accepted or not (models are bounded by the model policy).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct SpendLabels {
+    model: String,
+    /// `accepted`, or `duplicate`: an answer that is not its job's accepted result.
+    fate: &'static str,
 }
 
 /// One provider limit: a provider and a model (models are bounded by the model policy).
@@ -154,6 +164,9 @@ pub struct LedgerGauges {
     pub workers: Option<(i64, i64, i64)>,
     /// What the fleet learned of each provider limit.
     pub provider_limits: Vec<crate::ledger::ProviderLimit>,
+    /// What the last hour's answers used and cost, by model and by whether they were
+    /// accepted.
+    pub spend_last_hour: Vec<crate::ledger::ModelSpend>,
 }
 
 /// This process's metrics. Cheap to clone: clones count into the same series.
@@ -184,6 +197,8 @@ impl Default for Metrics {
             provider_limited: Family::default(),
             provider_limited_seconds: Family::default(),
             provider_concurrency: Family::default(),
+            model_tokens: Family::default(),
+            model_spend: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -255,6 +270,19 @@ impl Default for Metrics {
             "Time the fleet's workers held calls to a provider for its limit, summed",
             prometheus_client::registry::Unit::Seconds,
             inner.provider_limited_seconds.clone(),
+        );
+        registry.register(
+            "fenceline_model_tokens_last_hour",
+            "Tokens the last hour's answers reported (input and output), by model and fate \
+             (accepted, or duplicate: an answer that is not its job's accepted result), from \
+             the ledger, so every worker process counts",
+            inner.model_tokens.clone(),
+        );
+        registry.register(
+            "fenceline_model_spend_last_hour_usd",
+            "What the last hour's answers cost in US dollars at the configured prices, by \
+             model and fate (accepted, or duplicate)",
+            inner.model_spend.clone(),
         );
         registry.register(
             "fenceline_provider_concurrency",
@@ -338,6 +366,21 @@ impl Metrics {
                     inner.workers.get_or_create(&StatusLabels { status }).set(n);
                 }
             }
+            for spend in &gauges.spend_last_hour {
+                let labels = SpendLabels {
+                    model: spend.model.clone(),
+                    fate: if spend.duplicate {
+                        "duplicate"
+                    } else {
+                        "accepted"
+                    },
+                };
+                inner.model_tokens.get_or_create(&labels).set(spend.tokens);
+                inner
+                    .model_spend
+                    .get_or_create(&labels)
+                    .set(spend.cost as f64 / 1e9);
+            }
             for limit in &gauges.provider_limits {
                 let labels = LimitLabels {
                     provider: limit.provider.clone(),
@@ -416,6 +459,12 @@ mod tests {
                 updated_at: 1,
                 updated_by: "w1".into(),
             }],
+            spend_last_hour: vec![crate::ledger::ModelSpend {
+                model: "gpt-4o-mini".into(),
+                duplicate: true,
+                tokens: 1200,
+                cost: 450_000,
+            }],
         };
         let text = metrics.render(Some(&gauges));
         let limit = "{provider=\"openai\",model=\"gpt-4o-mini\"}";
@@ -424,6 +473,10 @@ mod tests {
             format!("fenceline_provider_limited{limit} 1"),
             format!("fenceline_provider_limited_seconds{limit} 1.5"),
             format!("fenceline_provider_concurrency{limit} 6"),
+            "fenceline_model_tokens_last_hour{model=\"gpt-4o-mini\",fate=\"duplicate\"} 1200"
+                .to_owned(),
+            "fenceline_model_spend_last_hour_usd{model=\"gpt-4o-mini\",fate=\"duplicate\"} 0.00045"
+                .to_owned(),
         ] {
             assert!(text.contains(&line), "{line} in {text}");
         }

@@ -90,6 +90,13 @@ pub(super) async fn metrics(
             rejected_by_reason: ledger.rejected_message_counts().await.unwrap_or_default(),
             workers: workers_by_status(ledger).await,
             provider_limits: ledger.provider_limits().await.unwrap_or_default(),
+            spend_last_hour: match ledger.now_us().await {
+                Ok(now) => ledger
+                    .spend_by_model_since(now - crate::ledger::HOUR)
+                    .await
+                    .unwrap_or_default(),
+                Err(_) => Vec::new(),
+            },
         }),
         _ => None,
     };

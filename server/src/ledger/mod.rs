@@ -143,7 +143,7 @@ pub use queue_store::{
 pub use read::list_jobs_statement;
 pub use retention::{Pruned, RetentionRun};
 pub use rollup::{activity_statements, Activity, FINISHED, HOUR, REDELIVERED};
-pub use spend::{call_bound, JobSpend, WindowSpend};
+pub use spend::{call_bound, JobSpend, ModelSpend, WindowSpend};
 pub use summary::RunSummary;
 pub use tokens::{valid_tenant, ActsAs, TokenInfo};
 pub use transport::{DeadLetterMove, RejectedMessage};

@@ -241,15 +241,25 @@ pub struct Spend {
     pub cost: Option<i64>,
 }
 
+/// A spend as kept on its attempt: `usage` (JSON), `usage_model`, `tokens`, `cost_nusd`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StoredSpend {
+    pub(crate) usage: Option<String>,
+    pub(crate) model: Option<String>,
+    pub(crate) tokens: Option<i64>,
+    pub(crate) cost: Option<i64>,
+}
+
 impl Spend {
-    /// As kept on the attempt: its `usage` column (JSON) and its `cost_nusd`.
-    pub(crate) fn stored(spend: Option<&Spend>) -> (Option<String>, Option<i64>) {
+    pub(crate) fn stored(spend: Option<&Spend>) -> StoredSpend {
         match spend {
-            Some(s) => (
-                Some(serde_json::to_string(s).expect("a spend serialises")),
-                s.cost,
-            ),
-            None => (None, None),
+            Some(s) => StoredSpend {
+                usage: Some(serde_json::to_string(s).expect("a spend serialises")),
+                model: Some(s.model.clone()),
+                tokens: Some(i64::try_from(s.usage.total()).unwrap_or(i64::MAX)),
+                cost: s.cost,
+            },
+            None => StoredSpend::default(),
         }
     }
 }

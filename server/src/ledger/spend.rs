@@ -17,7 +17,52 @@ pub struct WindowSpend {
     pub duplicate: i64,
 }
 
+/// What one model's answers of a window used and cost, accepted or not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelSpend {
+    pub model: String,
+    /// Whether the answers are not their jobs' accepted results.
+    pub duplicate: bool,
+    pub tokens: i64,
+    /// Nano-dollars; answers without a price count nothing.
+    pub cost: i64,
+}
+
 impl Ledger {
+    /// What the answers recorded since `since` (µs) used and cost, by model and by whether
+    /// they were accepted (drill jobs left out).
+    pub async fn spend_by_model_since(&self, since: i64) -> Result<Vec<ModelSpend>, LedgerError> {
+        #[derive(sqlx::FromRow)]
+        struct Row {
+            model: Option<String>,
+            dup: i64,
+            tokens: Option<i64>,
+            cost: Option<i64>,
+        }
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT a.usage_model AS model, \
+             CASE WHEN j.result_ref IS NULL OR a.result_ref <> j.result_ref THEN 1 ELSE 0 END \
+                 AS dup, \
+             CAST(SUM(a.tokens) AS BIGINT) AS tokens, CAST(SUM(a.cost_nusd) AS BIGINT) AS cost \
+             FROM attempts a JOIN jobs j ON j.job_id = a.job_id \
+             WHERE a.tokens IS NOT NULL AND a.finished_at >= $1 \
+             AND a.outcome IN ('succeeded', 'stale_discarded') AND j.drill_run IS NULL \
+             GROUP BY a.usage_model, dup",
+        )
+        .bind(since)
+        .fetch_all(&self.reader)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|r| ModelSpend {
+                model: r.model.unwrap_or_default(),
+                duplicate: r.dup == 1,
+                tokens: r.tokens.unwrap_or(0),
+                cost: r.cost.unwrap_or(0),
+            })
+            .collect())
+    }
+
     /// What the answers recorded since `since` (µs) cost, and the part of it on answers that
     /// are not their job's accepted result.
     pub async fn spend_since(&self, since: i64) -> Result<WindowSpend, LedgerError> {
@@ -33,7 +78,7 @@ impl Ledger {
                  CAST(SUM(CASE WHEN j.result_ref IS NULL OR a.result_ref <> j.result_ref \
                      THEN a.cost_nusd ELSE 0 END) AS BIGINT) \
                  FROM attempts a JOIN jobs j ON j.job_id = a.job_id \
-                 WHERE a.cost_nusd IS NOT NULL AND a.finished_at >= $1 \
+                 WHERE a.tokens IS NOT NULL AND a.finished_at >= $1 \
                  AND a.outcome IN ('succeeded', 'stale_discarded') AND j.drill_run IS NULL",
         )
         .bind(since)
@@ -62,7 +107,7 @@ impl Ledger {
              CAST(SUM(CASE WHEN j.result_ref IS NULL OR a.result_ref <> j.result_ref \
                  THEN a.cost_nusd ELSE 0 END) AS BIGINT) \
              FROM attempts a JOIN jobs j ON j.job_id = a.job_id \
-             WHERE a.cost_nusd IS NOT NULL AND a.finished_at >= $1 \
+             WHERE a.tokens IS NOT NULL AND a.finished_at >= $1 \
              AND a.outcome IN ('succeeded', 'stale_discarded') AND j.drill_run IS NULL \
              GROUP BY b",
         )

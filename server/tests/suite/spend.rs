@@ -11,7 +11,7 @@ use fenceline::operators::Role;
 use fenceline::provider::prices::{Prices, Usage, STUB_PRICE};
 use serde_json::{json, Value};
 
-use crate::helpers::{as_owner, create, new_job, spawn_app, Db};
+use crate::helpers::{as_owner, create, new_job, Db};
 
 fn answered(body: &str, input: u64, output: u64) -> Answered {
     let usage = Usage {
@@ -31,7 +31,10 @@ fn answered(body: &str, input: u64, output: u64) -> Answered {
 }
 
 async fn spend_is_kept_shown_and_exported(db: Db) {
-    let app = spawn_app(db).await;
+    let app = crate::helpers::spawn_app_configured(db, |s| {
+        s.http.metrics_token = Some(fenceline::settings::Secret::new("metrics-token"));
+    })
+    .await;
     let ledger = &app.ledger;
     let system = Actor::System;
 
@@ -171,6 +174,21 @@ async fn spend_is_kept_shown_and_exported(db: Db) {
         markdown.contains("duplicate $0.00090 (1 answers not accepted)"),
         "{markdown}"
     );
+
+    // The last hour by model and fate, for alerts.
+    let metrics = app
+        .get(Some("metrics-token"), "/metrics")
+        .await
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "fenceline_model_tokens_last_hour{model=\"stub\",fate=\"accepted\"} 1500",
+        "fenceline_model_tokens_last_hour{model=\"stub\",fate=\"duplicate\"} 3000",
+        "fenceline_model_spend_last_hour_usd{model=\"stub\",fate=\"duplicate\"} 0.0009",
+    ] {
+        assert!(metrics.contains(line), "{line} in {metrics}");
+    }
 
     let token = app.token("acme").await;
     let view: Value = app

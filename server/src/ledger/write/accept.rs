@@ -11,7 +11,7 @@ use super::{
 };
 use crate::job::detail;
 use crate::job::{Actor, EventKind};
-use crate::ledger::model::{Accepted, Answered, NewEvent, Owner, Spend};
+use crate::ledger::model::{Accepted, Answered, NewEvent, Owner, Spend, StoredSpend};
 use crate::ledger::{Ledger, LedgerError, LedgerMessage, Refusal};
 
 /// An owner's result for its pending attempt.
@@ -19,8 +19,8 @@ pub(crate) struct AcceptOp {
     pub(crate) owner: Owner,
     pub(crate) attempt_no: i64,
     pub(crate) body: String,
-    /// What the attempt spent, as kept: its usage (JSON) and cost.
-    pub(crate) spent: (Option<String>, Option<i64>),
+    /// What the attempt spent, as kept.
+    pub(crate) spent: StoredSpend,
     /// The delivery to delete once the result is accepted, in the same transaction.
     pub(crate) delete: Option<Box<AcceptDelete>>,
 }
@@ -68,7 +68,7 @@ impl Ledger {
         answer: &Answered,
     ) -> Result<Accepted, LedgerError> {
         let body = answer.body.as_str();
-        let (usage, cost) = Spend::stored(answer.spend.as_ref());
+        let spent = Spend::stored(answer.spend.as_ref());
         let job_id = owner.job_id();
         let result_ref = new_result_ref();
         let statement = sqlx::query_as::<_, Reserved>(&self.sql.accept)
@@ -94,7 +94,7 @@ impl Ledger {
         insert_result(&mut fenced.tx, &result).await?;
         sqlx::query(
             "UPDATE attempts SET outcome = 'succeeded', finished_at = $4, result_ref = $5, \
-             usage = $6, cost_nusd = $7 \
+             usage = $6, usage_model = $7, tokens = $8, cost_nusd = $9 \
              WHERE job_id = $1 AND attempt_no = $2 AND epoch = $3",
         )
         .bind(job_id)
@@ -102,8 +102,10 @@ impl Ledger {
         .bind(owner.epoch)
         .bind(now)
         .bind(&result_ref)
-        .bind(usage)
-        .bind(cost)
+        .bind(spent.usage)
+        .bind(spent.model)
+        .bind(spent.tokens)
+        .bind(spent.cost)
         .execute(&mut *fenced.tx)
         .await?;
         fenced
@@ -147,7 +149,7 @@ impl Ledger {
         answer: &Answered,
     ) -> Result<LedgerError, LedgerError> {
         let body = answer.body.as_str();
-        let (usage, cost) = Spend::stored(answer.spend.as_ref());
+        let spent = Spend::stored(answer.spend.as_ref());
         let job_id = owner.job_id();
         let (epoch, actor) = (owner.epoch, owner.actor());
         let refusal = self
@@ -166,7 +168,7 @@ impl Ledger {
         // Only an attempt of the caller's own epoch can carry its answer as evidence.
         let marked = sqlx::query(
             "UPDATE attempts SET outcome = 'stale_discarded', finished_at = $4, result_ref = $5, \
-             usage = $6, cost_nusd = $7 \
+             usage = $6, usage_model = $7, tokens = $8, cost_nusd = $9 \
              WHERE job_id = $1 AND attempt_no = $2 AND epoch = $3 \
              AND outcome IN ('pending', 'lost')",
         )
@@ -175,8 +177,10 @@ impl Ledger {
         .bind(epoch)
         .bind(now)
         .bind(result_ref)
-        .bind(usage)
-        .bind(cost)
+        .bind(spent.usage)
+        .bind(spent.model)
+        .bind(spent.tokens)
+        .bind(spent.cost)
         .execute(&mut *fenced.tx)
         .await?
         .rows_affected();
@@ -304,8 +308,10 @@ impl Ledger {
                 ops[*i].owner.epoch,
                 r.at,
                 refs[*i].as_str(),
-                ops[*i].spent.0.as_deref(),
-                ops[*i].spent.1,
+                ops[*i].spent.usage.as_deref(),
+                ops[*i].spent.model.as_deref(),
+                ops[*i].spent.tokens,
+                ops[*i].spent.cost,
             ]
         );
         query.execute(&mut *tx).await?;
