@@ -159,7 +159,9 @@ test('the overview shows jobs by state and charts with their numbers', async ({ 
   // The server's own worker reports: the line under the tiles says so and leads to /workers.
   await expect(page.locator('.workers-line')).toContainText('Workers: 1 alive');
   await expect(page.locator('.workers-line').getByRole('link', { name: 'Workers' })).toHaveAttribute('href', '/workers');
-  await expect(page.locator('figure.chart')).toHaveCount(7);
+  await expect(page.locator('figure.chart')).toHaveCount(8);
+  await expect(page.locator('figure.chart figcaption', { hasText: 'Model spend' })).toHaveCount(1);
+  await expect(page.locator('.spend-line')).toContainText('Answers in the last hour cost');
   await expect(page.locator('figure.chart svg').first()).toBeVisible();
   await expect(page.locator('.figures').first()).toContainText('accepted');
   // Each total's key is a stretch of its series' line: the dashed accepted line, dashed.
