@@ -343,6 +343,9 @@ pub struct UnknownPage {
     pub next: Option<String>,
     /// Whether this is the first page.
     pub first: bool,
+    /// What the lost attempts of the jobs on this page may have cost, summed: "at most $0.0031
+    /// on 12 attempts (2 without a bound)". `None` when none of them has a lost attempt.
+    pub at_risk: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -358,6 +361,8 @@ pub struct UnknownRow {
     pub replay_policy: String,
     /// What provider retrieval can still do for it.
     pub retrieval: String,
+    /// The most its lost attempts may have cost: "≤ $0.00031", "unbounded", or `None`.
+    pub at_risk: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

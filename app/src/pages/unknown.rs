@@ -40,6 +40,9 @@ pub fn UnknownPage() -> impl IntoView {
                                 "the jobs marked “not possible” can only be settled by a decision."
                             </p>
                         })}
+                        {page.at_risk.clone().map(|risk| view! {
+                            <p class="at-risk">{format!("What the lost attempts on this page may already have cost: {risk}. Authorizing their retries may spend as much again.")}</p>
+                        })}
                         <form method="post" action="/unknown/decisions" id="bulk">
                         {acting.then(|| view! {
                             <input type="hidden" name="csrf" value=csrf.clone()/>
@@ -58,6 +61,7 @@ pub fn UnknownPage() -> impl IntoView {
                                 <th scope="col">"Last attempt"</th>
                                 <th scope="col">"Provider reference"</th>
                                 <th scope="col">"Retrieval"</th>
+                                <th scope="col" title="The most its lost attempts may have cost: what a retry may spend again">"At risk"</th>
                                 <th scope="col">"Deadline left"</th>
                                 <th scope="col">"Why"</th>
                                 <th scope="col">"Replay policy"</th>
@@ -77,6 +81,7 @@ pub fn UnknownPage() -> impl IntoView {
                                         <td data-label="Last attempt">{or_dash(r.last_attempt)}</td>
                                         <td data-label="Provider ref" class="mono">{or_dash(r.provider_request_id)}</td>
                                         <td data-label="Retrieval">{r.retrieval}</td>
+                                        <td data-label="At risk" class="num">{or_dash(r.at_risk)}</td>
                                         <td data-label="Deadline left">{r.deadline_left}</td>
                                         <td data-label="Why">{or_dash(r.recovery_reason)}</td>
                                         <td data-label="Replay policy">{r.replay_policy}</td>

@@ -7,6 +7,7 @@ use crate::ledger::{Drills, LedgerError};
 
 use super::format::{ago, left};
 use super::LedgerConsole;
+use crate::provider::prices::Usd;
 
 impl LedgerConsole {
     pub(super) async fn build_unknown(
@@ -27,12 +28,37 @@ impl LedgerConsole {
             .then(|| &page[PAGE as usize - 1])
             .map(|u| format!("{}.{}", u.job.updated_at, u.job.job_id));
         let mut rows = Vec::with_capacity(page.len());
+        // The page's lost attempts: what they may have cost, and how many had no bound.
+        let (mut risk_sum, mut risk_attempts, mut unbounded) = (0_i64, 0_usize, 0_usize);
         for unknown in page.into_iter().take(PAGE as usize) {
             let job = &unknown.job;
             if !self.covers(&job.tenant) {
                 continue;
             }
-            let last = self.ledger.attempts(&job.job_id).await?.into_iter().last();
+            let attempts = self.ledger.attempts(&job.job_id).await?;
+            let spend = self
+                .ledger
+                .job_spend(
+                    job,
+                    &attempts,
+                    &self.queue.prices,
+                    &self.queue.default_model,
+                )
+                .await?;
+            let at_risk = (spend.at_risk_attempts > 0).then(|| {
+                risk_attempts += spend.at_risk_attempts;
+                match spend.at_risk {
+                    Some(bound) => {
+                        risk_sum = risk_sum.saturating_add(bound);
+                        format!("≤\u{a0}{}", Usd(bound))
+                    }
+                    None => {
+                        unbounded += spend.at_risk_attempts;
+                        "unbounded".to_owned()
+                    }
+                }
+            });
+            let last = attempts.into_iter().last();
             let retrieval = if unknown.retrieval_unsupported {
                 "not possible: needs a decision"
             } else if unknown.last_request.is_some() {
@@ -59,6 +85,7 @@ impl LedgerConsole {
                 recovery_reason: job.recovery_reason.clone(),
                 replay_policy: job.replay_policy.as_str().replace('_', " "),
                 retrieval: retrieval.into(),
+                at_risk,
             });
         }
         let total = self
@@ -78,6 +105,24 @@ impl LedgerConsole {
             total,
             next,
             first,
+            at_risk: (risk_attempts > 0).then(|| {
+                let mut line = format!(
+                    "at most {} on {} {}",
+                    Usd(risk_sum),
+                    risk_attempts,
+                    if risk_attempts == 1 {
+                        "attempt"
+                    } else {
+                        "attempts"
+                    }
+                );
+                if unbounded > 0 {
+                    line.push_str(&format!(
+                        " ({unbounded} without a bound: no price for the model, or no max_tokens)"
+                    ));
+                }
+                line
+            }),
         })
     }
 }

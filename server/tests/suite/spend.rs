@@ -153,6 +153,19 @@ async fn spend_is_kept_shown_and_exported(db: Db) {
         "{overview}"
     );
 
+    let unknown = browser.page("/unknown").await;
+    assert!(
+        unknown.contains("≤\u{a0}$0.000061"),
+        "each job says what it may have cost: {unknown}"
+    );
+    assert!(
+        unknown.contains(
+            "What the lost attempts on this page may already have cost: at most $0.000061 on 1 \
+             attempt."
+        ),
+        "{unknown}"
+    );
+
     let export: Value = browser
         .get(&format!("/jobs/{a}/export.json"))
         .await
