@@ -342,48 +342,28 @@ pub mod runtime {
     }
 
     pub fn provider(settings: &ProviderSettings) -> Result<AnyProvider, RuntimeError> {
-        Ok(match settings.kind {
-            ProviderKind::Stub => AnyProvider::Stub(StubProvider::new(settings.stub.clone())),
-            ProviderKind::Openai => AnyProvider::OpenAi(
-                OpenAiProvider::new(OpenAiConfig {
-                    base_url: settings.url.clone(),
-                    api_key: settings
-                        .api_key
-                        .as_ref()
-                        .map(|key| ApiKey::new(key.expose().to_owned())),
-                    default_model: settings.model.clone(),
-                    timeout: settings.timeout,
-                    retrieval: settings.retrieval,
-                })
-                .map_err(|e| RuntimeError::Provider(e.to_string()))?,
-            ),
-            ProviderKind::Anthropic => AnyProvider::Anthropic(
-                AnthropicProvider::new(OpenAiConfig {
-                    base_url: settings.url.clone(),
-                    api_key: settings
-                        .api_key
-                        .as_ref()
-                        .map(|key| ApiKey::new(key.expose().to_owned())),
-                    default_model: settings.model.clone(),
-                    timeout: settings.timeout,
-                    retrieval: false,
-                })
-                .map_err(|e| RuntimeError::Provider(e.to_string()))?,
-            ),
-            ProviderKind::OpenaiResponses => AnyProvider::Responses(
-                ResponsesProvider::new(OpenAiConfig {
-                    base_url: settings.url.clone(),
-                    api_key: settings
-                        .api_key
-                        .as_ref()
-                        .map(|key| ApiKey::new(key.expose().to_owned())),
-                    default_model: settings.model.clone(),
-                    timeout: settings.timeout,
-                    retrieval: false,
-                })
-                .map_err(|e| RuntimeError::Provider(e.to_string()))?,
-            ),
-        })
+        // The HTTP adapters share one configuration; only chat completions retrieve.
+        let config = OpenAiConfig {
+            base_url: settings.url.clone(),
+            api_key: settings
+                .api_key
+                .as_ref()
+                .map(|key| ApiKey::new(key.expose().to_owned())),
+            default_model: settings.model.clone(),
+            timeout: settings.timeout,
+            retrieval: settings.retrieval && settings.kind == ProviderKind::Openai,
+        };
+        let built = match settings.kind {
+            ProviderKind::Stub => {
+                return Ok(AnyProvider::Stub(StubProvider::new(settings.stub.clone())))
+            }
+            ProviderKind::Openai => OpenAiProvider::new(config).map(AnyProvider::OpenAi),
+            ProviderKind::Anthropic => AnthropicProvider::new(config).map(AnyProvider::Anthropic),
+            ProviderKind::OpenaiResponses => {
+                ResponsesProvider::new(config).map(AnyProvider::Responses)
+            }
+        };
+        built.map_err(|e| RuntimeError::Provider(e.to_string()))
     }
 
     pub fn worker_config(settings: &Settings) -> WorkerConfig {

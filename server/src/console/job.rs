@@ -258,15 +258,16 @@ impl LedgerConsole {
             event_count,
             attempts: attempts
                 .iter()
-                .map(|a| AttemptRow {
+                .map(|a| (a, attempt_spend(a)))
+                .map(|(a, (tokens, cost))| AttemptRow {
                     attempt_no: a.attempt_no,
                     epoch: a.epoch,
                     worker: a.worker_id.clone(),
                     provider: a.provider.clone(),
                     provider_request_id: a.provider_request_id.clone(),
                     submitted_id: a.submitted_id.clone(),
-                    tokens: attempt_spend(a).0,
-                    cost: attempt_spend(a).1,
+                    tokens,
+                    cost,
                     started: self.at(a.started_at),
                     finished: a.finished_at.map(|t| self.at(t)),
                     duration: a.finished_at.map(|f| human_duration(f - a.started_at)),

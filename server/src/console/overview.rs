@@ -161,18 +161,27 @@ impl LedgerConsole {
                 ],
             ),
         ];
-        let (spent, duplicate) = self.ledger.spend_buckets(start, width, buckets).await?;
+        let spend = self.ledger.spend_buckets(start, width, buckets).await?;
+        let micro = |of: fn(&WindowSpend) -> i64| spend.iter().map(|b| of(b) / 1_000).collect();
         charts.push(chart(
             "Model spend, in millionths of a dollar (µ$)",
             vec![
-                plot::Series::new("spend", "c-created", spent),
+                plot::Series::new("spend", "c-created", micro(|b| b.spent)),
                 plot::Series::new(
                     "duplicate spend (answers not accepted)",
                     "c-rejected",
-                    duplicate,
+                    micro(|b| b.duplicate),
                 ),
             ],
         ));
+        let window_spend = spend
+            .iter()
+            .fold(WindowSpend::default(), |sum, b| WindowSpend {
+                answers: sum.answers + b.answers,
+                spent: sum.spent.saturating_add(b.spent),
+                duplicate_answers: sum.duplicate_answers + b.duplicate_answers,
+                duplicate: sum.duplicate.saturating_add(b.duplicate),
+            });
         // The ledger's time-to-terminal bins (see `ledger::rollup`).
         let labels = ["< 1s", "< 10s", "< 1m", "< 10m", "< 1h", "≥ 1h"];
         let (took, tries) = (activity.took.clone(), activity.tries.clone());
@@ -236,16 +245,10 @@ impl LedgerConsole {
             workers: self.worker_presence(now).await?,
             oldest_ready: self.oldest_ready().await?,
             tenants: self.tenant_flow().await?,
-            spend: match self.tenants {
-                Some(_) => None,
-                None => Some(spend_line(
-                    window,
-                    &self
-                        .ledger
-                        .spend_since(now - window.seconds() * 1_000_000)
-                        .await?,
-                )),
-            },
+            spend: self
+                .tenants
+                .is_none()
+                .then(|| spend_line(window, &window_spend)),
         })
     }
 

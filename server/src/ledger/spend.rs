@@ -8,6 +8,14 @@ use super::model::{Attempt, AttemptOutcome, Job};
 use super::{Ledger, LedgerError};
 use crate::provider::prices::Prices;
 
+/// An answer that is not its job's accepted result (the SQL condition, over `attempts a` and
+/// `jobs j`).
+macro_rules! not_accepted {
+    () => {
+        "(j.result_ref IS NULL OR a.result_ref <> j.result_ref)"
+    };
+}
+
 /// What the answers recorded in a window cost (drill jobs left out), in nano-dollars.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WindowSpend {
@@ -39,16 +47,16 @@ impl Ledger {
             tokens: Option<i64>,
             cost: Option<i64>,
         }
-        let rows: Vec<Row> = sqlx::query_as(
-            "SELECT a.usage_model AS model, \
-             CASE WHEN j.result_ref IS NULL OR a.result_ref <> j.result_ref THEN 1 ELSE 0 END \
-                 AS dup, \
+        let rows: Vec<Row> = sqlx::query_as(concat!(
+            "SELECT a.usage_model AS model, CASE WHEN ",
+            not_accepted!(),
+            " THEN 1 ELSE 0 END AS dup, \
              CAST(SUM(a.tokens) AS BIGINT) AS tokens, CAST(SUM(a.cost_nusd) AS BIGINT) AS cost \
              FROM attempts a JOIN jobs j ON j.job_id = a.job_id \
              WHERE a.tokens IS NOT NULL AND a.finished_at >= $1 \
              AND a.outcome IN ('succeeded', 'stale_discarded') AND j.drill_run IS NULL \
-             GROUP BY a.usage_model, dup",
-        )
+             GROUP BY a.usage_model, dup"
+        ))
         .bind(since)
         .fetch_all(&self.reader)
         .await?;
@@ -63,68 +71,53 @@ impl Ledger {
             .collect())
     }
 
-    /// What the answers recorded since `since` (µs) cost, and the part of it on answers that
-    /// are not their job's accepted result.
-    pub async fn spend_since(&self, since: i64) -> Result<WindowSpend, LedgerError> {
-        let (answers, spent, duplicate_answers, duplicate): (
-            i64,
-            Option<i64>,
-            Option<i64>,
-            Option<i64>,
-        ) = sqlx::query_as(
-            "SELECT COUNT(*), CAST(SUM(a.cost_nusd) AS BIGINT), \
-                 CAST(SUM(CASE WHEN j.result_ref IS NULL OR a.result_ref <> j.result_ref \
-                     THEN 1 ELSE 0 END) AS BIGINT), \
-                 CAST(SUM(CASE WHEN j.result_ref IS NULL OR a.result_ref <> j.result_ref \
-                     THEN a.cost_nusd ELSE 0 END) AS BIGINT) \
-                 FROM attempts a JOIN jobs j ON j.job_id = a.job_id \
-                 WHERE a.tokens IS NOT NULL AND a.finished_at >= $1 \
-                 AND a.outcome IN ('succeeded', 'stale_discarded') AND j.drill_run IS NULL",
-        )
-        .bind(since)
-        .fetch_one(&self.reader)
-        .await?;
-        Ok(WindowSpend {
-            answers,
-            spent: spent.unwrap_or(0),
-            duplicate_answers: duplicate_answers.unwrap_or(0),
-            duplicate: duplicate.unwrap_or(0),
-        })
-    }
-
-    /// What the answers recorded in each of `n` buckets of `width` µs from `start` cost, in
-    /// micro-dollars (rounded down): all of it, and the part on answers that are not their
-    /// job's accepted result. Drill jobs are left out.
+    /// What the answers recorded in each of `n` buckets of `width` µs from `start` cost (drill
+    /// jobs left out): all of it, and the part on answers that are not their job's accepted
+    /// result.
     pub async fn spend_buckets(
         &self,
         start: i64,
         width: i64,
         n: usize,
-    ) -> Result<(Vec<i64>, Vec<i64>), LedgerError> {
-        let rows: Vec<(i64, Option<i64>, Option<i64>)> = sqlx::query_as(
-            "SELECT CAST((a.finished_at - $1) / $2 AS BIGINT) AS b, \
-             CAST(SUM(a.cost_nusd) AS BIGINT), \
-             CAST(SUM(CASE WHEN j.result_ref IS NULL OR a.result_ref <> j.result_ref \
-                 THEN a.cost_nusd ELSE 0 END) AS BIGINT) \
+    ) -> Result<Vec<WindowSpend>, LedgerError> {
+        #[derive(sqlx::FromRow)]
+        struct Row {
+            b: i64,
+            answers: i64,
+            spent: Option<i64>,
+            duplicate_answers: Option<i64>,
+            duplicate: Option<i64>,
+        }
+        let rows: Vec<Row> = sqlx::query_as(concat!(
+            "SELECT CAST((a.finished_at - $1) / $2 AS BIGINT) AS b, COUNT(*) AS answers, \
+             CAST(SUM(a.cost_nusd) AS BIGINT) AS spent, \
+             CAST(SUM(CASE WHEN ",
+            not_accepted!(),
+            " THEN 1 ELSE 0 END) AS BIGINT) AS duplicate_answers, \
+             CAST(SUM(CASE WHEN ",
+            not_accepted!(),
+            " THEN a.cost_nusd ELSE 0 END) AS BIGINT) AS duplicate \
              FROM attempts a JOIN jobs j ON j.job_id = a.job_id \
              WHERE a.tokens IS NOT NULL AND a.finished_at >= $1 \
              AND a.outcome IN ('succeeded', 'stale_discarded') AND j.drill_run IS NULL \
-             GROUP BY b",
-        )
+             GROUP BY b"
+        ))
         .bind(start)
         .bind(width.max(1))
         .fetch_all(&self.reader)
         .await?;
-        let (mut spent, mut duplicate) = (vec![0; n], vec![0; n]);
-        for (b, all, dup) in rows {
-            if let Ok(b) = usize::try_from(b) {
-                if b < n {
-                    spent[b] += all.unwrap_or(0) / 1_000;
-                    duplicate[b] += dup.unwrap_or(0) / 1_000;
-                }
+        let mut buckets = vec![WindowSpend::default(); n];
+        for row in rows {
+            if let Some(bucket) = usize::try_from(row.b).ok().and_then(|b| buckets.get_mut(b)) {
+                *bucket = WindowSpend {
+                    answers: row.answers,
+                    spent: row.spent.unwrap_or(0),
+                    duplicate_answers: row.duplicate_answers.unwrap_or(0),
+                    duplicate: row.duplicate.unwrap_or(0),
+                };
             }
         }
-        Ok((spent, duplicate))
+        Ok(buckets)
     }
 
     /// What `job`'s `attempts` spent, with the most its attempts of unknown outcome may have

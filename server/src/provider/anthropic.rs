@@ -10,13 +10,13 @@
 //! timeout or a connection lost after sending is uncertain. Anthropic offers no retrieval of a
 //! message: an uncertain attempt waits in `unknown` for a decision, and its timeline says why.
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 
-use super::openai::{classify_status, rate_limits, OpenAiConfig, StatusClass};
+use super::openai::{
+    classify_status, header, http_client, rate_limits, unanswered, OpenAiConfig, StatusClass,
+};
 use super::prices::Usage;
-use super::{Progress, Provider, ProviderOutcome, ProviderRequest, RateLimits, Retrieval};
+use super::{Progress, Provider, ProviderOutcome, ProviderRequest, Retrieval};
 
 /// Anthropic's API, up to its version segment.
 pub const ANTHROPIC_URL: &str = "https://api.anthropic.com/v1";
@@ -33,11 +33,7 @@ pub struct AnthropicProvider {
 
 impl AnthropicProvider {
     pub fn new(config: OpenAiConfig) -> Result<Self, reqwest::Error> {
-        // One send per attempt: reqwest retries nothing by itself.
-        let http = reqwest::Client::builder()
-            .timeout(config.timeout)
-            .connect_timeout(Duration::from_secs(10))
-            .build()?;
+        let http = http_client(config.timeout)?;
         Ok(AnthropicProvider { config, http })
     }
 
@@ -150,32 +146,11 @@ impl Provider for AnthropicProvider {
         }
         let response = match sent.send().await {
             Ok(response) => response,
-            Err(e) if e.is_connect() => {
-                return ProviderOutcome::Throttled {
-                    code: "connect_failed".into(),
-                    request_id: None,
-                    limits: RateLimits::default(),
-                }
-            }
-            Err(e) => {
-                let code = if e.is_timeout() {
-                    "timeout"
-                } else {
-                    "response_lost"
-                };
-                return ProviderOutcome::Uncertain {
-                    code: code.into(),
-                    request_id: None,
-                };
-            }
+            Err(e) => return unanswered(&e, ("timeout", "response_lost")),
         };
         progress.tick();
         let status = response.status().as_u16();
-        let request_id = response
-            .headers()
-            .get("request-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let request_id = header(&response, "request-id");
         let limits = rate_limits(response.headers(), chrono::Utc::now());
         let body = response.json::<Value>().await;
         if (200..300).contains(&status) {
@@ -197,16 +172,7 @@ impl Provider for AnthropicProvider {
             .ok()
             .and_then(|b| b["error"]["type"].as_str().map(str::to_owned));
         let (class, code) = classify(status, error_type.as_deref());
-        match class {
-            StatusClass::Throttled => ProviderOutcome::Throttled {
-                code,
-                request_id,
-                limits,
-            },
-            StatusClass::Retryable => ProviderOutcome::Retryable { code, request_id },
-            StatusClass::Fatal => ProviderOutcome::Fatal { code, request_id },
-            StatusClass::Uncertain => ProviderOutcome::Uncertain { code, request_id },
-        }
+        class.outcome(code, request_id, limits)
     }
 
     /// Anthropic keeps no message a caller can look up: asking cannot help.

@@ -84,6 +84,62 @@ pub enum StatusClass {
     Uncertain,
 }
 
+impl StatusClass {
+    /// The outcome of an answer of this class, with its code.
+    pub fn outcome(
+        self,
+        code: String,
+        request_id: Option<String>,
+        limits: RateLimits,
+    ) -> ProviderOutcome {
+        match self {
+            StatusClass::Throttled => ProviderOutcome::Throttled {
+                code,
+                request_id,
+                limits,
+            },
+            StatusClass::Retryable => ProviderOutcome::Retryable { code, request_id },
+            StatusClass::Fatal => ProviderOutcome::Fatal { code, request_id },
+            StatusClass::Uncertain => ProviderOutcome::Uncertain { code, request_id },
+        }
+    }
+}
+
+/// The HTTP client of a provider adapter: `timeout` for each request, ten seconds to
+/// connect, and no retry of its own (reqwest re-sends nothing): one send per attempt.
+pub(crate) fn http_client(timeout: Duration) -> Result<reqwest::Client, reqwest::Error> {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(Duration::from_secs(10))
+        .build()
+}
+
+/// What a request that got no answer came to: refused before anything was sent (the model
+/// cannot have run) is throttled; a timeout or a connection lost after sending is uncertain,
+/// as `timeout` or `lost`.
+pub(crate) fn unanswered(e: &reqwest::Error, (timeout, lost): (&str, &str)) -> ProviderOutcome {
+    if e.is_connect() {
+        return ProviderOutcome::Throttled {
+            code: "connect_failed".into(),
+            request_id: None,
+            limits: RateLimits::default(),
+        };
+    }
+    ProviderOutcome::Uncertain {
+        code: if e.is_timeout() { timeout } else { lost }.into(),
+        request_id: None,
+    }
+}
+
+/// A response header as text.
+pub(crate) fn header(response: &reqwest::Response, name: &str) -> Option<String> {
+    response
+        .headers()
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
 /// The classification table (`docs/providers.md` gives the reason for each row).
 pub fn classify_status(status: u16) -> StatusClass {
     match status {
@@ -105,10 +161,7 @@ pub fn classify_status(status: u16) -> StatusClass {
 
 impl OpenAiProvider {
     pub fn new(config: OpenAiConfig) -> Result<Self, reqwest::Error> {
-        let http = reqwest::Client::builder()
-            .timeout(config.timeout)
-            .connect_timeout(Duration::from_secs(10))
-            .build()?;
+        let http = http_client(config.timeout)?;
         Ok(OpenAiProvider {
             config,
             http,
@@ -185,33 +238,11 @@ impl Provider for OpenAiProvider {
             .await;
         let response = match sent {
             Ok(response) => response,
-            // Refused before anything was sent: the model cannot have run.
-            Err(e) if e.is_connect() => {
-                return ProviderOutcome::Throttled {
-                    code: "connect_failed".into(),
-                    request_id: None,
-                    limits: RateLimits::default(),
-                }
-            }
-            Err(e) => {
-                let code = if e.is_timeout() {
-                    "timeout"
-                } else {
-                    "response_lost"
-                };
-                return ProviderOutcome::Uncertain {
-                    code: code.into(),
-                    request_id: None,
-                };
-            }
+            Err(e) => return unanswered(&e, ("timeout", "response_lost")),
         };
         progress.tick();
         let status = response.status().as_u16();
-        let request_id = response
-            .headers()
-            .get("x-request-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let request_id = header(&response, "x-request-id");
         let limits = rate_limits(response.headers(), chrono::Utc::now());
         match status {
             200..=299 => {
@@ -249,16 +280,7 @@ impl Provider for OpenAiProvider {
                     429 => "rate_limited".to_owned(),
                     _ => format!("http_{status}"),
                 };
-                match classify_status(status) {
-                    StatusClass::Throttled => ProviderOutcome::Throttled {
-                        code,
-                        request_id,
-                        limits,
-                    },
-                    StatusClass::Retryable => ProviderOutcome::Retryable { code, request_id },
-                    StatusClass::Fatal => ProviderOutcome::Fatal { code, request_id },
-                    StatusClass::Uncertain => ProviderOutcome::Uncertain { code, request_id },
-                }
+                classify_status(status).outcome(code, request_id, limits)
             }
         }
     }

@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::openai::{classify_status, rate_limits, OpenAiConfig, StatusClass};
+use super::openai::{
+    classify_status, header, http_client, rate_limits, unanswered, OpenAiConfig, StatusClass,
+};
 use super::prices::Usage;
 use super::{
     Progress, Provider, ProviderOutcome, ProviderRequest, RateLimits, Retrieval, Submission,
@@ -36,11 +38,7 @@ pub struct ResponsesProvider {
 
 impl ResponsesProvider {
     pub fn new(config: OpenAiConfig) -> Result<Self, reqwest::Error> {
-        // One send per request: reqwest retries nothing by itself.
-        let http = reqwest::Client::builder()
-            .timeout(config.timeout.min(REQUEST_TIMEOUT))
-            .connect_timeout(Duration::from_secs(10))
-            .build()?;
+        let http = http_client(config.timeout.min(REQUEST_TIMEOUT))?;
         Ok(ResponsesProvider { config, http })
     }
 
@@ -139,14 +137,6 @@ fn answer_of(response: &Value) -> Option<String> {
     )
 }
 
-fn request_id_of(response: &reqwest::Response) -> Option<String> {
-    response
-        .headers()
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-}
-
 /// What a response's `status` says of the attempt: `None` while it still runs.
 fn ended(response: &Value, request_id: Option<String>) -> Option<ProviderOutcome> {
     let code = |prefix: &str, detail: &Value| match detail.as_str() {
@@ -222,48 +212,27 @@ impl Provider for ResponsesProvider {
             .await;
         let response = match sent {
             Ok(response) => response,
-            Err(e) if e.is_connect() => {
-                return Submission::Ended(ProviderOutcome::Throttled {
-                    code: "connect_failed".into(),
-                    request_id: None,
-                    limits: RateLimits::default(),
-                })
-            }
             // Sent, and no id read: the one window in which the model may run unrecorded.
             Err(e) => {
-                let code = if e.is_timeout() {
-                    "submit_timeout"
-                } else {
-                    "submit_response_lost"
-                };
-                return Submission::Ended(ProviderOutcome::Uncertain {
-                    code: code.into(),
-                    request_id: None,
-                });
+                let window = ("submit_timeout", "submit_response_lost");
+                return Submission::Ended(unanswered(&e, window));
             }
         };
         progress.tick();
         let status = response.status().as_u16();
-        let request_id = request_id_of(&response);
+        let request_id = header(&response, "x-request-id");
         let limits = rate_limits(response.headers(), chrono::Utc::now());
         if !(200..300).contains(&status) {
             let code = match status {
                 429 => "rate_limited".to_owned(),
                 _ => format!("http_{status}"),
             };
-            return Submission::Ended(match classify_status(status) {
-                StatusClass::Throttled => ProviderOutcome::Throttled {
-                    code,
-                    request_id,
-                    limits,
-                },
-                StatusClass::Retryable => ProviderOutcome::Retryable { code, request_id },
-                StatusClass::Fatal => ProviderOutcome::Fatal { code, request_id },
-                StatusClass::Uncertain => ProviderOutcome::Uncertain {
-                    code: format!("submit_{code}"),
-                    request_id,
-                },
-            });
+            let class = classify_status(status);
+            let code = match class {
+                StatusClass::Uncertain => format!("submit_{code}"),
+                _ => code,
+            };
+            return Submission::Ended(class.outcome(code, request_id, limits));
         }
         let body = response.json::<Value>().await.ok();
         match body.as_ref().and_then(|b| b["id"].as_str()) {
@@ -286,7 +255,7 @@ impl Provider for ResponsesProvider {
             let asked = self.authorized(self.http.get(&url)).send().await;
             if let Ok(response) = asked {
                 let status = response.status().as_u16();
-                let request_id = request_id_of(&response);
+                let request_id = header(&response, "x-request-id");
                 match status {
                     200..=299 => {
                         if let Ok(body) = response.json::<Value>().await {

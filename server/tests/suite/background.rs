@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use fenceline::job::detail;
-use fenceline::job::message::JobMessage;
 use fenceline::job::{Actor, JobState};
 use fenceline::ledger::Ledger;
 use fenceline::provider::openai::OpenAiConfig;
@@ -14,12 +13,11 @@ use fenceline::provider::responses::ResponsesProvider;
 use fenceline::provider::stand_in::{self, StandInConfig};
 use fenceline::provider::{Progress, Provider, ProviderOutcome, ProviderRequest, Submission};
 use fenceline::queue::embedded::EmbeddedQueue;
-use fenceline::queue::Queue;
 use fenceline::worker::{reaper, Outcome, Timings, Worker, WorkerConfig};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::helpers::{create, fresh_ledger, new_job, skip_postgres, wait_for_event, Db};
+use crate::helpers::{create, deliver, fresh_ledger, new_job, skip_postgres, wait_for_event, Db};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -204,19 +202,6 @@ fn worker(
     let mut config = WorkerConfig::new(id);
     config.timings = Timings::compressed();
     Worker::new(ledger.clone(), queue.clone(), adapter(base), config)
-}
-
-async fn deliver(queue: &EmbeddedQueue, job_id: &str) -> fenceline::queue::Delivery {
-    queue
-        .send(&JobMessage::body(job_id, "acme"), Duration::ZERO)
-        .await
-        .unwrap();
-    let mut got = queue
-        .receive(1, Duration::from_secs(60), Duration::from_secs(2))
-        .await
-        .unwrap();
-    assert_eq!(got.len(), 1, "the message is delivered");
-    got.remove(0)
 }
 
 /// Worker A keeps the response's id, then dies (its task and heartbeat gone, nothing more

@@ -971,3 +971,25 @@ pub(crate) async fn viewer_at(database_url: &str, base: &str) -> Browser {
     assert_eq!(location(&response), "/", "signed in");
     browser
 }
+
+/// Sends `job_id`'s message (tenant `acme`) on the embedded queue and receives it: the
+/// delivery a worker would get.
+pub(crate) async fn deliver(
+    queue: &fenceline::queue::embedded::EmbeddedQueue,
+    job_id: &str,
+) -> fenceline::queue::Delivery {
+    use fenceline::queue::Queue;
+    queue
+        .send(
+            &fenceline::job::message::JobMessage::body(job_id, "acme"),
+            Duration::ZERO,
+        )
+        .await
+        .unwrap();
+    let mut got = queue
+        .receive(1, Duration::from_secs(60), Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1, "the message is delivered");
+    got.remove(0)
+}

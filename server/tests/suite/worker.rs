@@ -853,7 +853,7 @@ impl fenceline::provider::Provider for Scripted {
 
 mod hardening {
     use super::*;
-    use crate::helpers::{create, fresh_ledger, skip_postgres, Db};
+    use crate::helpers::{create, deliver, fresh_ledger, skip_postgres, Db};
     use fenceline::job::Actor;
     use fenceline::ledger::Decision;
     use fenceline::queue::embedded::EmbeddedQueue;
@@ -870,19 +870,6 @@ mod hardening {
         let mut config = WorkerConfig::new(id);
         config.timings = Timings::compressed();
         Worker::new(ledger.clone(), queue.clone(), provider.clone(), config)
-    }
-
-    async fn deliver(queue: &EmbeddedQueue, job_id: &str) -> fenceline::queue::Delivery {
-        queue
-            .send(&JobMessage::body(job_id, "acme"), Duration::ZERO)
-            .await
-            .unwrap();
-        let mut got = queue
-            .receive(1, Duration::from_secs(60), Duration::from_secs(2))
-            .await
-            .unwrap();
-        assert_eq!(got.len(), 1, "the message is delivered");
-        got.remove(0)
     }
 
     /// A renewal that hangs on a locked row must not let the model call run on unfenced:
