@@ -8,8 +8,8 @@
 //!   compare-and-set that appends its events in the same transaction; retention.
 //! - [`queue`]: the `Queue` trait with Amazon SQS and the embedded queue (SQS semantics, in the
 //!   ledger database), and the fault-injection wrapper.
-//! - [`provider`]: model providers (stub, OpenAI-compatible), failure classification, and the
-//!   model policy jobs are checked against.
+//! - [`provider`]: model providers (stub, OpenAI-compatible, Responses, Anthropic, Bedrock),
+//!   failure classification, prices, and the model policy jobs are checked against.
 //! - [`worker`]: the delivery step, heartbeat, outbox dispatcher, reaper, retention task and
 //!   inspected dead-letter replay.
 //! - [`http`]: the REST API v1 (bearer tokens) with its typed contract (`http::contract`, from
@@ -26,8 +26,10 @@
 //! - [`time`]: instants and durations as text for people and programs, and operators' input
 //!   read back (on `chrono`).
 //! - [`startup`]: building the application and running it, stopping in order.
+//! - [`aws`]: the AWS configuration the SQS and Bedrock clients share.
 //! - [`bench`]: the benchmarks behind `fenceline bench …`, each beside its reference.
 
+pub mod aws;
 pub mod bench;
 pub mod console;
 pub mod deployment;

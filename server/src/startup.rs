@@ -292,6 +292,7 @@ pub mod runtime {
     use crate::ledger::{Ledger, LedgerError};
     use crate::metrics::Metrics;
     use crate::provider::anthropic::AnthropicProvider;
+    use crate::provider::bedrock::{BedrockConfig, BedrockProvider};
     use crate::provider::limits::Limits;
     use crate::provider::openai::{ApiKey, OpenAiConfig, OpenAiProvider};
     use crate::provider::responses::ResponsesProvider;
@@ -361,6 +362,13 @@ pub mod runtime {
             ProviderKind::Anthropic => AnthropicProvider::new(config).map(AnyProvider::Anthropic),
             ProviderKind::OpenaiResponses => {
                 ResponsesProvider::new(config).map(AnyProvider::Responses)
+            }
+            ProviderKind::Bedrock => {
+                Ok(AnyProvider::Bedrock(BedrockProvider::new(BedrockConfig {
+                    endpoint: Some(config.base_url).filter(|url| !url.is_empty()),
+                    default_model: config.default_model,
+                    timeout: config.timeout,
+                })))
             }
         };
         built.map_err(|e| RuntimeError::Provider(e.to_string()))

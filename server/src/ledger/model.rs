@@ -241,42 +241,47 @@ pub struct Spend {
     pub cost: Option<i64>,
 }
 
-/// A spend as kept on its attempt: `usage` (JSON), `usage_model`, `tokens`, `cost_nusd`.
+/// What is kept on an attempt with its answer: the spend (`usage` as JSON, `usage_model`,
+/// `tokens`, `cost_nusd`) and the provider's own request id, when the answer named one.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct StoredSpend {
     pub(crate) usage: Option<String>,
     pub(crate) model: Option<String>,
     pub(crate) tokens: Option<i64>,
     pub(crate) cost: Option<i64>,
+    pub(crate) request_id: Option<String>,
 }
 
-impl Spend {
-    pub(crate) fn stored(spend: Option<&Spend>) -> StoredSpend {
-        match spend {
+/// An owner's answer for its attempt, with what the attempt spent when the provider said, and
+/// the provider's own id for the request that answered (its evidence upstream).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answered {
+    pub body: String,
+    pub spend: Option<Spend>,
+    pub request_id: Option<String>,
+}
+
+impl Answered {
+    /// What goes on the attempt with the answer.
+    pub(crate) fn kept(&self) -> StoredSpend {
+        let mut kept = match &self.spend {
             Some(s) => StoredSpend {
                 usage: Some(serde_json::to_string(s).expect("a spend serialises")),
                 model: Some(s.model.clone()),
                 tokens: Some(i64::try_from(s.usage.total()).unwrap_or(i64::MAX)),
                 cost: s.cost,
+                request_id: None,
             },
             None => StoredSpend::default(),
-        }
+        };
+        kept.request_id = self.request_id.clone();
+        kept
     }
-}
-
-/// An owner's answer for its attempt, with what the attempt spent when the provider said.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answered {
-    pub body: String,
-    pub spend: Option<Spend>,
 }
 
 impl From<&str> for Answered {
     fn from(body: &str) -> Answered {
-        Answered {
-            body: body.to_owned(),
-            spend: None,
-        }
+        Answered::from(body.to_owned())
     }
 }
 
@@ -288,7 +293,11 @@ impl From<&String> for Answered {
 
 impl From<String> for Answered {
     fn from(body: String) -> Answered {
-        Answered { body, spend: None }
+        Answered {
+            body,
+            spend: None,
+            request_id: None,
+        }
     }
 }
 

@@ -871,13 +871,15 @@ catalogue! {
         ),
         /// Attempts that produced their job's accepted result, each
         /// `(job_id, attempt_no, epoch, finished_at, result_ref, usage, usage_model, tokens,
-        /// cost_nusd)`.
+        /// cost_nusd, provider_request_id)` (the provider's id, when its answer named one).
         attempts_succeeded: (
             "UPDATE attempts SET outcome = 'succeeded', finished_at = v.column4, \
              result_ref = v.column5, usage = v.column6, usage_model = v.column7, \
-             tokens = v.column8, cost_nusd = v.column9 FROM (VALUES ",
+             tokens = v.column8, cost_nusd = v.column9, \
+             provider_request_id = COALESCE(v.column10, attempts.provider_request_id) \
+             FROM (VALUES ",
             "(?, CAST(? AS BIGINT), CAST(? AS BIGINT), CAST(? AS BIGINT), ?, ?, ?, \
-             CAST(? AS BIGINT), CAST(? AS BIGINT))",
+             CAST(? AS BIGINT), CAST(? AS BIGINT), ?)",
             ") AS v WHERE attempts.job_id = v.column1 AND attempts.attempt_no = v.column2 \
              AND attempts.epoch = v.column3",
             1

@@ -7,6 +7,7 @@
 //! touch the ledger or the queue, and must never log prompts, answers or credentials.
 
 pub mod anthropic;
+pub mod bedrock;
 pub mod limits;
 pub mod openai;
 pub mod policy;
@@ -67,6 +68,19 @@ pub enum ProviderOutcome {
         code: String,
         request_id: Option<String>,
     },
+}
+
+impl ProviderOutcome {
+    /// The provider's own id for the request, when its answer named one.
+    pub fn request_id(&self) -> Option<&str> {
+        match self {
+            ProviderOutcome::Succeeded { request_id, .. }
+            | ProviderOutcome::Throttled { request_id, .. }
+            | ProviderOutcome::Retryable { request_id, .. }
+            | ProviderOutcome::Fatal { request_id, .. }
+            | ProviderOutcome::Uncertain { request_id, .. } => request_id.as_deref(),
+        }
+    }
 }
 
 /// One rate-limit window as a provider states it (`x-ratelimit-limit-requests`,
@@ -265,6 +279,7 @@ pub enum AnyProvider {
     OpenAi(openai::OpenAiProvider),
     Responses(responses::ResponsesProvider),
     Anthropic(anthropic::AnthropicProvider),
+    Bedrock(bedrock::BedrockProvider),
 }
 
 macro_rules! each {
@@ -274,6 +289,7 @@ macro_rules! each {
             AnyProvider::OpenAi($p) => $e,
             AnyProvider::Responses($p) => $e,
             AnyProvider::Anthropic($p) => $e,
+            AnyProvider::Bedrock($p) => $e,
         }
     };
 }

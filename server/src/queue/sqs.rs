@@ -109,17 +109,9 @@ fn batch_error_code(code: &str) -> QueueError {
 }
 
 impl SqsQueue {
-    /// A client from the standard AWS configuration chain, on one rustls (ring) TLS stack.
+    /// A client from the standard AWS configuration chain ([`crate::aws::sdk_config`]).
     pub async fn client_from_env() -> Client {
-        use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
-        let http = aws_smithy_http_client::Builder::new()
-            .tls_provider(Provider::Rustls(CryptoMode::Ring))
-            .build_https();
-        let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .http_client(http)
-            .load()
-            .await;
-        Client::new(&config)
+        Client::new(&crate::aws::sdk_config().await)
     }
 
     async fn bounded<T, F: std::future::Future<Output = Result<T, QueueError>>>(

@@ -334,12 +334,14 @@ pub struct RuntimeArgs {
     /// `stub` (a local model for trials and drills), `openai` (any OpenAI-compatible
     /// chat-completions endpoint) or `openai-responses` (OpenAI's Responses API in background
     /// mode: the response id is kept before waiting, and a later owner adopts the attempt)
-    /// or `anthropic` (Anthropic's Messages API; --provider-url https://api.anthropic.com/v1).
-    /// The key comes from FENCELINE_PROVIDER_API_KEY, else OPENAI_API_KEY (ANTHROPIC_API_KEY
-    /// for `anthropic`).
+    /// or `anthropic` (Anthropic's Messages API; --provider-url https://api.anthropic.com/v1)
+    /// or `bedrock` (Amazon Bedrock's Converse, with the AWS credential chain and region; an
+    /// endpoint only when --provider-url is named). The key comes from
+    /// FENCELINE_PROVIDER_API_KEY, else OPENAI_API_KEY (ANTHROPIC_API_KEY for `anthropic`).
     #[arg(long, env = "FENCELINE_PROVIDER", value_enum, default_value_t = ProviderArg::Stub)]
     pub provider: ProviderArg,
-    /// The provider's API, up to its version segment (`anthropic`: Anthropic's by default).
+    /// The provider's API, up to its version segment (`anthropic`: Anthropic's by default;
+    /// `bedrock`: the region's endpoint by default).
     #[arg(long, env = "FENCELINE_PROVIDER_URL", default_value = OPENAI_URL)]
     pub provider_url: String,
     /// The model when a job's parameters name none.
@@ -476,6 +478,7 @@ pub enum ProviderArg {
     Openai,
     OpenaiResponses,
     Anthropic,
+    Bedrock,
 }
 
 impl ProviderArg {

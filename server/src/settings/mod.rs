@@ -246,6 +246,10 @@ impl Settings {
                     ProviderKind::Anthropic if runtime.provider_url == cli::OPENAI_URL => {
                         crate::provider::anthropic::ANTHROPIC_URL.to_owned()
                     }
+                    // The AWS chain's endpoint (the region's, or `AWS_ENDPOINT_URL_…`).
+                    ProviderKind::Bedrock if runtime.provider_url == cli::OPENAI_URL => {
+                        String::new()
+                    }
                     _ => runtime.provider_url.clone(),
                 },
                 model: runtime.provider_model.clone(),

@@ -1112,6 +1112,22 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
     ) -> Outcome {
         let job_id = job.job_id.as_str();
         let epoch = owner.epoch;
+        // The provider's own id for a request that did not answer is kept on the attempt
+        // before its outcome (an answer carries its id into the accept).
+        if let Ok(outcome) = &result {
+            if let (Some(id), false) = (
+                outcome.request_id(),
+                matches!(outcome, ProviderOutcome::Succeeded { .. }),
+            ) {
+                if let Err(e) = self
+                    .ledger
+                    .set_provider_request_id(owner, attempt.attempt_no, id)
+                    .await
+                {
+                    tracing::warn!(job_id, error = %e, "could not keep the provider's request id");
+                }
+            }
+        }
         match result {
             Ok(ProviderOutcome::Throttled { code, .. })
                 if self.sabotaged(Safeguard::RefusalsSpendNoBudget) =>
@@ -1136,7 +1152,12 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 self.record_throttle(owner, attempt.attempt_no, &throttle, delivery, dref)
                     .await
             }
-            Ok(ProviderOutcome::Succeeded { answer, usage, .. }) => {
+            Ok(ProviderOutcome::Succeeded {
+                answer,
+                usage,
+                request_id,
+                ..
+            }) => {
                 // What the answer said it used, priced by the model the request named.
                 let spend = usage.map(|usage| Spend {
                     cost: self.config.prices.cost(&key.model, &usage),
@@ -1146,6 +1167,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 let answer = Answered {
                     body: answer,
                     spend,
+                    request_id,
                 };
                 self.commit(owner, attempt.attempt_no, answer, delivery, dref)
                     .await

@@ -8,6 +8,7 @@
 mod anthropic;
 mod api;
 mod background;
+mod bedrock;
 mod benches;
 mod console_access;
 mod drills;

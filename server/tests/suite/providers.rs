@@ -203,11 +203,15 @@ async fn an_uncertain_call_is_retrieved_by_fenceline_request_id() {
 }
 
 /// Runs one job whose model parameters are `model` through a worker (embedded queue, SQLite)
-/// on `provider`, and returns the finished job with its result body.
-async fn run_one_job(
-    provider: OpenAiProvider,
+/// on `provider`, and returns the finished job with its result body and its attempts.
+pub(crate) async fn run_one_job<P: Provider + Clone>(
+    provider: P,
     model: Value,
-) -> (fenceline::ledger::Job, Option<String>) {
+) -> (
+    fenceline::ledger::Job,
+    Option<String>,
+    Vec<fenceline::ledger::Attempt>,
+) {
     use fenceline::queue::embedded::EmbeddedQueue;
     use fenceline::worker::{dispatcher, Timings, Worker, WorkerConfig};
 
@@ -215,6 +219,7 @@ async fn run_one_job(
     let queue = EmbeddedQueue::new(ledger.clone(), "jobs", 5);
     let mut config = WorkerConfig::new("w");
     config.timings = Timings::compressed();
+    let name = provider.name().to_owned();
     let worker = Worker::new(ledger.clone(), queue.clone(), provider, config);
     let stop = tokio_util::sync::CancellationToken::new();
     let running = tokio::spawn({
@@ -244,20 +249,18 @@ async fn run_one_job(
         Some(r) => ledger.result_body(r).await.unwrap(),
         None => None,
     };
-    assert_eq!(
-        ledger.attempts(&job_id).await.unwrap()[0].provider,
-        "openai"
-    );
+    let attempts = ledger.attempts(&job_id).await.unwrap();
+    assert_eq!(attempts[0].provider, name);
     stop.cancel();
     let _ = tokio::join!(running, dispatching);
-    (job, body)
+    (job, body, attempts)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_runs_a_job_on_an_openai_compatible_server() {
     use fenceline::job::JobState;
     let (url, _fake) = fake_server().await;
-    let (job, body) = run_one_job(provider(&url), json!({ "temperature": 0 })).await;
+    let (job, body, _) = run_one_job(provider(&url), json!({ "temperature": 0 })).await;
     assert_eq!(job.state, JobState::Succeeded);
     assert!(body.unwrap().contains("echo: summarise this"));
 }
@@ -312,7 +315,7 @@ async fn litellms_proxy_answers_jobs_and_a_slow_call_is_uncertain_with_no_retrie
         ProviderOutcome::Fatal { .. }
     ));
 
-    let (job, body) = run_one_job(
+    let (job, body, _) = run_one_job(
         litellm_provider(&url, &key, Duration::from_secs(20)),
         json!({ "model": "fast", "temperature": 0 }),
     )

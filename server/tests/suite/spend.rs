@@ -27,6 +27,7 @@ fn answered(body: &str, input: u64, output: u64) -> Answered {
             cost: prices.cost("stub", &usage),
             usage,
         }),
+        request_id: Some(format!("req-{}", body.len() + input as usize)),
     }
 }
 
@@ -91,6 +92,14 @@ async fn spend_is_kept_shown_and_exported(db: Db) {
         "the stale answer's cost is kept"
     );
     assert_eq!(attempts[0].spend().unwrap().usage.input, 2_000);
+    // The provider's own request ids, kept with each answer, accepted or stale.
+    assert_eq!(
+        (
+            attempts[0].provider_request_id.as_deref(),
+            attempts[1].provider_request_id.as_deref()
+        ),
+        (Some("req-2007"), Some("req-1007"))
+    );
     let spend = JobSpend::of(&job, &attempts, None);
     assert_eq!(
         (

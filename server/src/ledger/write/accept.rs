@@ -11,7 +11,7 @@ use super::{
 };
 use crate::job::detail;
 use crate::job::{Actor, EventKind};
-use crate::ledger::model::{Accepted, Answered, NewEvent, Owner, Spend, StoredSpend};
+use crate::ledger::model::{Accepted, Answered, NewEvent, Owner, StoredSpend};
 use crate::ledger::{Ledger, LedgerError, LedgerMessage, Refusal};
 
 /// An owner's result for its pending attempt.
@@ -51,7 +51,7 @@ impl Ledger {
             owner: owner.clone(),
             attempt_no,
             body: answer.body.clone(),
-            spent: Spend::stored(answer.spend.as_ref()),
+            spent: answer.kept(),
             delete: None,
         };
         if let Some((accepted, _)) = self.grouped_accept(op).await? {
@@ -68,7 +68,7 @@ impl Ledger {
         answer: &Answered,
     ) -> Result<Accepted, LedgerError> {
         let body = answer.body.as_str();
-        let spent = Spend::stored(answer.spend.as_ref());
+        let spent = answer.kept();
         let job_id = owner.job_id();
         let result_ref = new_result_ref();
         let statement = sqlx::query_as::<_, Reserved>(&self.sql.accept)
@@ -94,7 +94,8 @@ impl Ledger {
         insert_result(&mut fenced.tx, &result).await?;
         sqlx::query(
             "UPDATE attempts SET outcome = 'succeeded', finished_at = $4, result_ref = $5, \
-             usage = $6, usage_model = $7, tokens = $8, cost_nusd = $9 \
+             usage = $6, usage_model = $7, tokens = $8, cost_nusd = $9, \
+             provider_request_id = COALESCE($10, provider_request_id) \
              WHERE job_id = $1 AND attempt_no = $2 AND epoch = $3",
         )
         .bind(job_id)
@@ -106,6 +107,7 @@ impl Ledger {
         .bind(spent.model)
         .bind(spent.tokens)
         .bind(spent.cost)
+        .bind(spent.request_id)
         .execute(&mut *fenced.tx)
         .await?;
         fenced
@@ -132,7 +134,7 @@ impl Ledger {
             owner: owner.clone(),
             attempt_no,
             body: answer.body.clone(),
-            spent: Spend::stored(answer.spend.as_ref()),
+            spent: answer.kept(),
             delete: Some(Box::new(delete)),
         };
         if let Some(done) = self.grouped_accept(op).await? {
@@ -149,7 +151,7 @@ impl Ledger {
         answer: &Answered,
     ) -> Result<LedgerError, LedgerError> {
         let body = answer.body.as_str();
-        let spent = Spend::stored(answer.spend.as_ref());
+        let spent = answer.kept();
         let job_id = owner.job_id();
         let (epoch, actor) = (owner.epoch, owner.actor());
         let refusal = self
@@ -168,7 +170,8 @@ impl Ledger {
         // Only an attempt of the caller's own epoch can carry its answer as evidence.
         let marked = sqlx::query(
             "UPDATE attempts SET outcome = 'stale_discarded', finished_at = $4, result_ref = $5, \
-             usage = $6, usage_model = $7, tokens = $8, cost_nusd = $9 \
+             usage = $6, usage_model = $7, tokens = $8, cost_nusd = $9, \
+             provider_request_id = COALESCE($10, provider_request_id) \
              WHERE job_id = $1 AND attempt_no = $2 AND epoch = $3 \
              AND outcome IN ('pending', 'lost')",
         )
@@ -181,6 +184,7 @@ impl Ledger {
         .bind(spent.model)
         .bind(spent.tokens)
         .bind(spent.cost)
+        .bind(spent.request_id)
         .execute(&mut *fenced.tx)
         .await?
         .rows_affected();
@@ -312,6 +316,7 @@ impl Ledger {
                 ops[*i].spent.model.as_deref(),
                 ops[*i].spent.tokens,
                 ops[*i].spent.cost,
+                ops[*i].spent.request_id.as_deref(),
             ]
         );
         query.execute(&mut *tx).await?;
