@@ -232,6 +232,9 @@ pub struct SpendView {
     pub duplicate: Option<String>,
     /// "at most $0.0031 on 1 attempt whose outcome is unknown", or `None` when there is none.
     pub at_risk: Option<String>,
+    /// "anthropic: none · bedrock: 38 tokens, $0.00001", when attempts went to more than one
+    /// provider.
+    pub by_provider: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -265,6 +268,9 @@ pub struct JobDetail {
     /// While the job waits for a provider that refused it: "the provider's rate limit until
     /// 12:04:31".
     pub waiting_for: Option<String>,
+    /// Where the job stands on its fallback route, once it has moved on: "bedrock ·
+    /// amazon.nova-lite-v1:0 (moved on once)".
+    pub route: Option<String>,
     pub result_ref: Option<String>,
     pub error_code: Option<String>,
     pub recovery_reason: Option<String>,

@@ -382,6 +382,7 @@ pub mod runtime {
         config.drain_timeout = w.drain_timeout;
         config.timings = w.timings.clone();
         config.prices = std::sync::Arc::new(settings.provider.prices.clone());
+        config.routes = std::sync::Arc::new(settings.provider.routes.clone());
         config
     }
 
@@ -398,13 +399,26 @@ pub mod runtime {
         }
         let queue = queue(ledger, settings).await?;
         let provider = provider(&settings.provider)?;
+        let fallbacks = settings
+            .provider
+            .fallbacks
+            .iter()
+            .map(self::provider)
+            .collect::<Result<Vec<_>, _>>()?;
         // The tenants' shares this process was given become the deployment's.
         if !settings.worker.tenant_shares.is_empty() {
             ledger
                 .set_tenant_shares(&settings.worker.tenant_shares)
                 .await?;
         }
-        spawn(supervisor, ledger, queue, provider, settings, metrics);
+        spawn(
+            supervisor,
+            ledger,
+            queue,
+            (provider, fallbacks),
+            settings,
+            metrics,
+        );
         Ok(())
     }
 
@@ -414,13 +428,14 @@ pub mod runtime {
         supervisor: &mut Supervisor,
         ledger: &Ledger,
         queue: AnyQueue,
-        provider: AnyProvider,
+        (provider, fallbacks): (AnyProvider, Vec<AnyProvider>),
         settings: &Settings,
         metrics: &Metrics,
     ) {
         let mut config = worker_config(settings);
         config.metrics = metrics.clone();
-        tracing::info!(worker = %config.worker_id, queue = %queue.describe(), provider = ?settings.provider.kind, "starting the worker, dispatcher and reaper");
+        let fallback_names: Vec<&str> = fallbacks.iter().map(|p| p.name()).collect();
+        tracing::info!(worker = %config.worker_id, queue = %queue.describe(), provider = ?settings.provider.kind, fallbacks = ?fallback_names, "starting the worker, dispatcher and reaper");
         if !settings.provider.retrieval {
             tracing::info!(
                 "provider retrieval is off: an uncertain model call leaves its job `unknown` \
@@ -478,16 +493,12 @@ pub mod runtime {
                 visibility_timeout: rate,
                 duplicate: rate,
             });
-            let worker = Worker::sharing(ledger.clone(), faulty, provider.clone(), config, limits);
+            let providers = (provider.clone(), fallbacks);
+            let worker = Worker::routed(ledger.clone(), faulty, providers, config, limits);
             supervisor.spawn("worker", true, async move { worker.run(stop).await });
         } else {
-            let worker = Worker::sharing(
-                ledger.clone(),
-                queue.clone(),
-                provider.clone(),
-                config,
-                limits,
-            );
+            let providers = (provider.clone(), fallbacks);
+            let worker = Worker::routed(ledger.clone(), queue.clone(), providers, config, limits);
             supervisor.spawn("worker", true, async move { worker.run(stop).await });
         }
         supervisor.spawn(

@@ -106,7 +106,9 @@ pub fn JobPage() -> impl IntoView {
                             <dt>"Attempts"</dt><dd>{d.attempts_used}</dd>
                             <dt>"Spend"</dt><dd class="spend">{d.spend.spent.clone()}
                                 {d.spend.duplicate.clone().map(|dup| view! { <br/><span class="duplicate-spend">{format!("Duplicate spend: {dup}")}</span> })}
-                                {d.spend.at_risk.clone().map(|risk| view! { <br/><span class="at-risk">{format!("At risk: {risk}")}</span> })}</dd>
+                                {d.spend.at_risk.clone().map(|risk| view! { <br/><span class="at-risk">{format!("At risk: {risk}")}</span> })}
+                                {d.spend.by_provider.clone().map(|each| view! { <br/><span class="by-provider">{format!("By provider: {each}")}</span> })}</dd>
+                            {d.route.clone().map(|r| view! { <dt>"Provider now"</dt><dd class="route">{r}</dd> })}
                             {d.waiting_for.map(|w| view! { <dt>"Waiting for"</dt><dd class="waiting-for">{w}</dd> })}
                             <dt>"Result"</dt><dd>{match d.result_ref {
                                 Some(r) => view! { <a href=format!("/jobs/{}/result", d.job_id) title="Opens the accepted result; the read is audited">{r}</a> }.into_any(),

@@ -107,8 +107,45 @@ fn plural(n: usize, one: &str, many: &str) -> String {
     }
 }
 
+/// What each provider's attempts spent, when more than one provider was called: in the
+/// order the attempts first went to each.
+fn by_provider(attempts: &[Attempt]) -> Option<String> {
+    let mut each: Vec<(&str, u64, i64, bool)> = Vec::new();
+    for a in attempts {
+        let at = match each.iter().position(|(p, ..)| *p == a.provider) {
+            Some(at) => at,
+            None => {
+                each.push((&a.provider, 0, 0, false));
+                each.len() - 1
+            }
+        };
+        if let Some(spend) = a.spend() {
+            let row = &mut each[at];
+            row.1 += spend.usage.total();
+            row.2 += spend.cost.unwrap_or(0);
+            row.3 |= spend.cost.is_none();
+        }
+    }
+    (each.len() > 1).then(|| {
+        each.iter()
+            .map(
+                |(provider, tokens, nusd, unpriced)| match (tokens, unpriced) {
+                    (0, _) => format!("{provider}: no usage"),
+                    (_, true) => format!(
+                        "{provider}: {} tokens, {} priced",
+                        count(*tokens),
+                        Usd(*nusd)
+                    ),
+                    _ => format!("{provider}: {} tokens, {}", count(*tokens), Usd(*nusd)),
+                },
+            )
+            .collect::<Vec<_>>()
+            .join(" · ")
+    })
+}
+
 /// The job's spend in sentence parts.
-fn spend_view(s: &JobSpend) -> SpendView {
+fn spend_view(s: &JobSpend, attempts: &[Attempt]) -> SpendView {
     let spent = if s.tokens == 0 {
         "no usage reported".to_owned()
     } else if s.unpriced > 0 {
@@ -144,6 +181,7 @@ fn spend_view(s: &JobSpend) -> SpendView {
                 ),
             }
         }),
+        by_provider: by_provider(attempts),
     }
 }
 
@@ -249,6 +287,17 @@ impl LedgerConsole {
             },
             attempts_used: attempts_used(&job),
             waiting_for: waiting_for(&job, attempts.last(), now, |t| self.at(t)),
+            route: (job.route.step > 0).then(|| {
+                format!(
+                    "{} · {} (moved on {} along its fallback route)",
+                    job.route.provider.as_deref().unwrap_or("—"),
+                    job.route.model.as_deref().unwrap_or("—"),
+                    match job.route.step {
+                        1 => "once".to_owned(),
+                        n => format!("{n} times"),
+                    }
+                )
+            }),
             result_ref: job.result_ref.clone(),
             error_code: job.error_code.clone(),
             recovery_reason: job.recovery_reason.clone(),
@@ -286,7 +335,7 @@ impl LedgerConsole {
                     },
                 })
                 .collect(),
-            spend: spend_view(&spend),
+            spend: spend_view(&spend, &attempts),
             decisions: decisions
                 .iter()
                 .map(|d| DecisionRow {

@@ -201,6 +201,25 @@ pub(super) fn swimlane_of(
                     ),
                 )
             }),
+            EventKind::ProviderFallback => e.detail_as::<detail::ProviderFallback>().map(|d| {
+                point(
+                    3,
+                    "fallback",
+                    '⤳',
+                    &format!(
+                        "moved on from {} · {} to {} · {}: {} ({} s refused, {} s more asked, \
+                         {} s allowed)",
+                        d.from_provider,
+                        d.from_model,
+                        d.to_provider,
+                        d.to_model,
+                        d.error_code,
+                        d.refused_for_ms / 1000,
+                        d.retry_in_ms / 1000,
+                        d.after_ms / 1000
+                    ),
+                )
+            }),
             EventKind::UpstreamCancelled => e.detail_as::<detail::UpstreamCancelled>().map(|d| {
                 point(
                     3,

@@ -125,6 +125,13 @@ pub struct ModelParameters {
     n: Option<u8>,
     /// A cut-off stream would make every attempt uncertain: only false.
     stream: Option<bool>,
+    /// The job's own fallback route, replacing its tenant's: up to four `provider:model`
+    /// pairs (`"bedrock:amazon.nova-lite-v1:0"`, or `{"provider": …, "model": …}`) its
+    /// attempts move on to when the pair before refuses it for too long. Each model is held
+    /// to the model policy; the provider is one of `stub`, `openai`, `openai-responses`,
+    /// `anthropic`, `bedrock`.
+    #[schema(value_type = Option<Vec<String>>, max_items = 4)]
+    fallback: Option<Value>,
 }
 
 #[derive(Debug, ToSchema)]

@@ -318,6 +318,22 @@ details! {
         why: String,
         answer: String,
     }
+    /// The job moved on from `from_provider`/`from_model` to the route's step `step`,
+    /// `to_provider`/`to_model`: `reason` is the refusal's code and what made it a move
+    /// (`waited_past`: refused for `refused_for_ms` with `retry_in_ms` still to wait, past the
+    /// configured `after_ms`; `not_ready`: the model was not ready to serve).
+    ProviderFallback {
+        from_provider: String,
+        from_model: String,
+        to_provider: String,
+        to_model: String,
+        step: i64,
+        reason: String,
+        error_code: String,
+        refused_for_ms: i64,
+        retry_in_ms: i64,
+        after_ms: i64,
+    }
 }
 
 #[cfg(test)]

@@ -66,6 +66,9 @@ event_kinds! {
     // An attempt running in the background was cancelled at the provider (its owner was fenced
     // out, the job was cancelled or its deadline passed, or the call was stopped).
     UpstreamCancelled => "upstream_cancelled",
+    // A refusal that proved the model did not run moved the job on to the next provider/model
+    // pair of its route: its next attempt goes there, within the same deadline and budget.
+    ProviderFallback => "provider_fallback",
 }
 
 /// The text is not a known event kind.
@@ -148,12 +151,13 @@ mod tests {
     fn event_kind_names_are_the_stable_ones_from_the_domain() {
         let names: Vec<_> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
         // domain.md's 28, then Fenceline's own extensions (appended, never renamed).
-        assert_eq!(names.len(), 33);
+        assert_eq!(names.len(), 34);
         assert_eq!(names[28], "retrieval_unsupported");
         assert_eq!(names[29], "rerun");
         assert_eq!(names[30], "throttled");
         assert_eq!(names[31], "attempt_submitted");
         assert_eq!(names[32], "upstream_cancelled");
+        assert_eq!(names[33], "provider_fallback");
         for name in [
             "job_created",
             "duplicate_suppressed",

@@ -112,7 +112,8 @@ pub(super) fn kind_list(kinds: &[EventKind]) -> String {
 /// refused — the claim, the attempt, its refusal, the delete, the send again and the next
 /// receive — counts as one kind (`throttled`), so that a run of refusal cycles folds into one
 /// row; successful lease and visibility renewals, which alternate while a call runs, count as
-/// one kind (`renewed`). Failed renewals never join. The refused epochs are found through
+/// one kind (`renewed`). Failed renewals never join, nor does a move along the fallback route
+/// (`provider_fallback`), which stays in view. The refused epochs are found through
 /// `attempts_throttled`, one probe an event.
 fn folded_kind(alias: &str) -> String {
     let (kind, epoch, job) = if alias.is_empty() {
@@ -125,7 +126,8 @@ fn folded_kind(alias: &str) -> String {
         )
     };
     format!(
-        "CASE WHEN EXISTS (SELECT 1 FROM attempts t WHERE t.job_id = {job} \
+        "CASE WHEN {kind} = 'provider_fallback' THEN {kind} \
+         WHEN EXISTS (SELECT 1 FROM attempts t WHERE t.job_id = {job} \
          AND t.epoch = {epoch} AND t.outcome = 'throttled') THEN 'throttled' \
          WHEN {kind} IN ('lease_renewed', 'visibility_renewed') \
          THEN 'renewed' ELSE {kind} END"

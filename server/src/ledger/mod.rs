@@ -134,7 +134,7 @@ pub use model::{
     handle_hash, Accepted, Adopted, Answered, Attempt, AttemptOutcome, AttemptStarted, Claimed,
     Created, Decision, DecisionKind, DecisionRecord, DeliveryRef, Event, Failure, FailureOutcome,
     Job, JobFilter, JobPage, NewEvent, NewJob, NoEvidence, Owner, Recovered, Renewal, ReplayPolicy,
-    Spend, Throttle, Throttled, OPERATOR_RESOLVED_FAILED,
+    Route, Spend, Throttle, Throttled, OPERATOR_RESOLVED_FAILED,
 };
 pub use operators::{Credentials, FailureScope};
 pub use queue_store::{

@@ -146,6 +146,26 @@ pub struct Job {
     #[sqlx(default)]
     #[serde(skip)]
     pub next_event_seq: i64,
+    /// Where the job stands on its provider route ([`Route`]).
+    #[sqlx(flatten)]
+    pub route: Route,
+}
+
+/// Where a job stands on its ordered list of provider/model pairs (fallback): step 0 is the
+/// worker's own provider and the job's model; a later step names the pair its attempts go to
+/// now, moved on to by a refusal that proved the model did not run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, sqlx::FromRow)]
+pub struct Route {
+    #[sqlx(default, rename = "route_step")]
+    pub step: i64,
+    /// The pair of a step past the first: `(provider, model)`.
+    #[sqlx(default, rename = "route_provider")]
+    pub provider: Option<String>,
+    #[sqlx(default, rename = "route_model")]
+    pub model: Option<String>,
+    /// When the current pair first refused the job (µs, database clock).
+    #[sqlx(default, rename = "route_since")]
+    pub since: Option<i64>,
 }
 
 fn serialize_state<S: serde::Serializer>(state: &JobState, s: S) -> Result<S::Ok, S::Error> {
@@ -196,6 +216,8 @@ pub struct Claimed {
     /// Of the budget, what attempts before this claim's spent.
     pub budget_used: i64,
     pub max_attempts: i64,
+    /// Where the job stands on its provider route: the new attempt goes to its pair.
+    pub route: Route,
 }
 
 /// A durable attempt record, written before the provider is called.
@@ -332,6 +354,9 @@ pub struct Throttle {
     /// The provider and model whose limit refused it.
     pub provider: String,
     pub model: String,
+    /// The next pair of the job's route it moves on to instead of waiting, when the refusal
+    /// proved the model did not run and waiting would take too long.
+    pub fallback: Option<crate::job::detail::ProviderFallback>,
 }
 
 /// Where a refusal left the job: `retry_authorized` until `retry_at`.

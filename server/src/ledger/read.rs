@@ -12,7 +12,8 @@ use crate::job::JobState;
 pub(crate) const JOB_COLUMNS: &str = "job_id, tenant, idempotency_key, request_digest, input_ref, \
     contract_version, state, owner_epoch, owner_id, owner_until, deadline_at, attempt_count, \
     max_attempts, budget_used, retry_at, result_ref, error_code, replay_policy, recovery_reason, \
-    created_at, updated_at, terminal_at, pending_attempt, drill_run, next_event_seq";
+    created_at, updated_at, terminal_at, pending_attempt, drill_run, next_event_seq, route_step, \
+    route_provider, route_model, route_since";
 
 pub(crate) fn job_from_row(row: &AnyRow) -> Result<Job, LedgerError> {
     Ok(Job::from_row(row)?)

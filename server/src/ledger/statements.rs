@@ -517,7 +517,8 @@ catalogue! {
              WHERE job_id = $1 AND (state IN ('ready', 'retry_authorized')) IS TRUE \
              AND deadline_at > {now} AND budget_used < max_attempts \
              AND (retry_at IS NULL OR retry_at <= {now}) \
-             RETURNING owner_until, attempt_count, budget_used, max_attempts, \
+             RETURNING owner_until, attempt_count, budget_used, max_attempts, route_step, \
+             route_provider, route_model, route_since, \
              next_event_seq - $4 AS seq, updated_at AS at, owner_epoch AS epoch, deadline_at",
 
         // attempt
@@ -562,13 +563,20 @@ catalogue! {
         /// A refusal the provider confirmed it never ran: `running` → `retry_authorized` until
         /// `$5` µs from now (never past the deadline), the attempt's share of the budget given
         /// back; `$4` the error code.
-        record_throttle: concat!("UPDATE jobs SET state = 'retry_authorized', \
+        /// With `$6` = 1 the job moves on to its route's next pair (`$7`, `$8`) instead, and
+        /// a third event is reserved for it; else the pair's first refusal is marked.
+        record_throttle: "UPDATE jobs SET state = 'retry_authorized', \
              retry_at = {least}({now} + $5, deadline_at), error_code = $4, \
              budget_used = budget_used - 1, pending_attempt = NULL, updated_at = {now}, \
-             next_event_seq = next_event_seq + 2 \
+             route_step = route_step + $6, \
+             route_provider = CASE WHEN $6 = 1 THEN $7 ELSE route_provider END, \
+             route_model = CASE WHEN $6 = 1 THEN $8 ELSE route_model END, \
+             route_since = CASE WHEN $6 = 1 THEN NULL ELSE COALESCE(route_since, {now}) END, \
+             next_event_seq = next_event_seq + 2 + $6 \
              WHERE job_id = $1 AND owner_epoch = $2 AND (state = 'running') IS TRUE \
              AND owner_until > {now} AND deadline_at > {now} AND pending_attempt = $3 \
-             RETURNING retry_at, budget_used, max_attempts, ", reserved!(2)),
+             RETURNING retry_at, budget_used, max_attempts, next_event_seq - 2 - $6 AS seq, \
+             updated_at AS at, owner_epoch AS epoch, deadline_at",
 
         // recovery
 

@@ -22,8 +22,11 @@ pub struct UnknownForRetrieval {
     pub job_id: String,
     pub epoch: i64,
     pub updated_at: i64,
-    /// Fenceline's request id of the last attempt, when it had one.
+    /// Fenceline's request id of the last attempt (`job_id:attempt_no`), when it had one:
+    /// what retrieval asks by (the attempt may keep the provider's own id apart).
     pub last_request: Option<String>,
+    /// The provider the last attempt went to: only that provider is asked about it.
+    pub last_provider: Option<String>,
 }
 
 impl Ledger {
@@ -41,7 +44,7 @@ impl Ledger {
     }
 
     /// A page of `unknown` jobs for provider retrieval, after `cursor` (by last change, then
-    /// id), each with its epoch and its last attempt's provider request id. Jobs already
+    /// id), each with its epoch and its last attempt's request id and provider. Jobs already
     /// marked `retrieval_unsupported` at their current epoch are skipped: asking again
     /// cannot help them. So are drill jobs: their drill decides them, and the deployment's
     /// provider never heard of them.
@@ -51,8 +54,10 @@ impl Ledger {
         limit: u32,
     ) -> Result<Vec<UnknownForRetrieval>, LedgerError> {
         let sql = "SELECT j.job_id, j.owner_epoch AS epoch, j.updated_at, \
-             (SELECT a.provider_request_id FROM attempts a WHERE a.job_id = j.job_id \
-              ORDER BY a.attempt_no DESC LIMIT 1) AS last_request \
+             (SELECT a.job_id || ':' || CAST(a.attempt_no AS TEXT) FROM attempts a \
+              WHERE a.job_id = j.job_id ORDER BY a.attempt_no DESC LIMIT 1) AS last_request, \
+             (SELECT a.provider FROM attempts a WHERE a.job_id = j.job_id \
+              ORDER BY a.attempt_no DESC LIMIT 1) AS last_provider \
              FROM jobs j WHERE j.state = 'unknown' AND j.drill_run IS NULL \
              AND (j.updated_at > $1 OR (j.updated_at = $1 AND j.job_id > $2)) \
              AND NOT EXISTS (SELECT 1 FROM events e WHERE e.job_id = j.job_id \

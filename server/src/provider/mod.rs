@@ -13,6 +13,7 @@ pub mod openai;
 pub mod policy;
 pub mod prices;
 pub mod responses;
+pub mod route;
 pub mod stand_in;
 pub mod stub;
 

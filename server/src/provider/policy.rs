@@ -24,6 +24,7 @@ pub const ALLOWED_PARAMETERS: &[&str] = &[
     "reasoning_effort",
     "n",
     "stream",
+    "fallback",
 ];
 
 /// What a deployment allows.
@@ -109,6 +110,16 @@ impl ModelPolicy {
                         allowed.join(", ")
                     ))
                 }
+            }
+            // The job's own route: each pair's model is held to the same list.
+            "fallback" => {
+                let mut object = Map::new();
+                object.insert(key.to_owned(), value.clone());
+                let pairs = super::route::of_params(&Value::Object(object))?.unwrap_or_default();
+                for pair in pairs {
+                    self.check_one(tenant, "model", &Value::String(pair.model))?;
+                }
+                Ok(())
             }
             "temperature" => number_in(0.0, 2.0),
             "top_p" => number_in(0.0, 1.0),
@@ -203,6 +214,12 @@ mod tests {
             (json!({"stop": ["a", "b", "c", "d", "e"]}), "stop"),
             (json!({"logprobs": true}), "not allowed"),
             (json!({"model": 7}), "string"),
+            (
+                json!({"fallback": ["anthropic:large"]}),
+                "model `large` is not allowed",
+            ),
+            (json!({"fallback": ["nowhere:small"]}), "provider `nowhere`"),
+            (json!({"fallback": "bedrock:small"}), "list"),
         ] {
             let refused = check("acme", params.clone()).unwrap_err();
             assert!(refused.contains(says), "{params}: {refused}");
@@ -210,7 +227,8 @@ mod tests {
         assert!(check(
             "acme",
             json!({"temperature": 0.2, "max_tokens": 1000, "n": 1, "stream": false, "seed": 7,
-                   "stop": ["\n"], "response_format": {"type": "json_object"}})
+                   "stop": ["\n"], "response_format": {"type": "json_object"},
+                   "fallback": ["bedrock:small", {"provider": "anthropic", "model": "small"}]})
         )
         .is_ok());
     }

@@ -357,6 +357,27 @@ pub struct RuntimeArgs {
     /// comma-separated in the environment). A model without a price shows tokens only.
     #[arg(long = "price", env = "FENCELINE_PRICES", value_delimiter = ',')]
     pub prices: Vec<String>,
+    /// A tenant's fallback route, `tenant=provider:model,provider:model` (`*` for every
+    /// tenant without its own): the pairs after the first (this worker's provider with the
+    /// job's model) a job moves on to when its pair refuses it for longer than
+    /// --fallback-after. A job's own `fallback` parameter replaces its tenant's. Repeat the
+    /// flag; in the environment separate entries with `;`.
+    #[arg(long = "fallback", env = "FENCELINE_FALLBACK", value_delimiter = ';')]
+    pub fallback: Vec<String>,
+    /// How long a pair may refuse a job (the wait it still asks for counted) before the job
+    /// moves on along its route.
+    #[arg(long, env = "FENCELINE_FALLBACK_AFTER_SECS", default_value_t = 30)]
+    pub fallback_after_secs: u64,
+    /// A provider jobs may fall back to, `KIND` or `KIND=URL` (each with its kind's default
+    /// address and key variable: ANTHROPIC_API_KEY for `anthropic`, OPENAI_API_KEY for the
+    /// OpenAI kinds, the AWS chain for `bedrock`). Those --fallback names are added by
+    /// themselves. Repeat the flag; comma-separated in the environment.
+    #[arg(
+        long = "fallback-provider",
+        env = "FENCELINE_FALLBACK_PROVIDERS",
+        value_delimiter = ','
+    )]
+    pub fallback_providers: Vec<String>,
     /// Stub model: latency of each call.
     #[arg(long, env = "FENCELINE_STUB_LATENCY_MS", default_value_t = 500)]
     pub stub_latency_ms: u64,

@@ -107,6 +107,11 @@ pub struct ProviderSettings {
     /// What each model's tokens cost (`--price`); the stub model has a price of its own
     /// ([`STUB_PRICE`]) unless one is named.
     pub prices: Prices,
+    /// The providers jobs may fall back to (`--fallback-provider`, and those `--fallback`
+    /// names), each with its kind's defaults; none of the primary's kind.
+    pub fallbacks: Vec<ProviderSettings>,
+    /// The routes jobs move on along (`--fallback`, `--fallback-after`).
+    pub routes: crate::provider::route::Routes,
 }
 
 impl ProviderSettings {
@@ -238,43 +243,7 @@ impl Settings {
                 name: runtime.queue_name.clone(),
                 max_receive_count: runtime.max_receive_count,
             },
-            provider: ProviderSettings {
-                kind: runtime.provider,
-                // Anthropic's own address unless one is named: OpenAI's default would take its
-                // key.
-                url: match runtime.provider {
-                    ProviderKind::Anthropic if runtime.provider_url == cli::OPENAI_URL => {
-                        crate::provider::anthropic::ANTHROPIC_URL.to_owned()
-                    }
-                    // The AWS chain's endpoint (the region's, or `AWS_ENDPOINT_URL_…`).
-                    ProviderKind::Bedrock if runtime.provider_url == cli::OPENAI_URL => {
-                        String::new()
-                    }
-                    _ => runtime.provider_url.clone(),
-                },
-                model: runtime.provider_model.clone(),
-                timeout: Duration::from_secs(runtime.provider_timeout_secs),
-                retrieval: runtime.provider_retrieval,
-                api_key: std::env::var("FENCELINE_PROVIDER_API_KEY")
-                    .or_else(|_| {
-                        std::env::var(match runtime.provider {
-                            ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
-                            _ => "OPENAI_API_KEY",
-                        })
-                    })
-                    .ok()
-                    .filter(|k| !k.trim().is_empty())
-                    .map(Secret::new),
-                prices: prices_of(&runtime.prices)?,
-                stub: StubConfig {
-                    latency: Duration::from_millis(runtime.stub_latency_ms),
-                    retryable_rate: runtime.stub_retryable_rate,
-                    fatal_rate: runtime.stub_fatal_rate,
-                    lost_response_rate: runtime.stub_lost_rate,
-                    retrieval: runtime.provider_retrieval,
-                    rate_limit: runtime.stub_rate_limit.filter(|r| *r > 0.0),
-                },
-            },
+            provider: provider_settings(runtime)?,
             worker: WorkerSettings {
                 id: runtime.worker_id.clone().unwrap_or_else(default_worker_id),
                 max_in_flight: runtime.max_in_flight.max(1),
@@ -502,6 +471,104 @@ fn default_worker_id() -> String {
 }
 
 /// The price table from `--price` entries, with the stub model's own price unless named.
+/// The model provider and the providers jobs may fall back to.
+fn provider_settings(runtime: &RuntimeArgs) -> Result<ProviderSettings, SettingsError> {
+    let invalid = |flag: &str, e: String| SettingsError::Invalid(format!("{flag}: {e}"));
+    let routes = crate::provider::route::Routes::parse(
+        &runtime.fallback,
+        Duration::from_secs(runtime.fallback_after_secs),
+    )
+    .map_err(|e| invalid("--fallback", e))?;
+    // Each kind named once, never the primary's: `KIND[=URL]`, then the routes' own.
+    let mut named: Vec<(ProviderKind, Option<String>)> = Vec::new();
+    let listed = runtime.fallback_providers.iter().map(|entry| {
+        let (kind, url) = match entry.trim().split_once('=') {
+            Some((kind, url)) => (kind.trim(), Some(url.trim().to_owned())),
+            None => (entry.trim(), None),
+        };
+        (kind.to_owned(), url)
+    });
+    let routed = routes
+        .by_tenant
+        .values()
+        .flatten()
+        .map(|pair| (pair.provider.clone(), None));
+    for (kind, url) in listed.chain(routed).filter(|(k, _)| !k.is_empty()) {
+        let kind = <ProviderKind as clap::ValueEnum>::from_str(&kind, true)
+            .map_err(|e| invalid("--fallback-provider", e))?;
+        if kind != runtime.provider && !named.iter().any(|(k, _)| *k == kind) {
+            named.push((kind, url));
+        }
+    }
+    let mut fallbacks = Vec::with_capacity(named.len());
+    for (kind, url) in named {
+        let mut fallback = provider_of(runtime, kind, url, false)?;
+        fallback.routes = routes.clone();
+        fallbacks.push(fallback);
+    }
+    let mut primary = provider_of(runtime, runtime.provider, None, true)?;
+    primary.fallbacks = fallbacks;
+    primary.routes = routes;
+    Ok(primary)
+}
+
+/// One provider of `kind`: the primary (`--provider` and its flags), or one jobs fall back
+/// to, at `url` or its kind's own address, with its kind's key variable.
+fn provider_of(
+    runtime: &RuntimeArgs,
+    kind: ProviderKind,
+    url: Option<String>,
+    primary: bool,
+) -> Result<ProviderSettings, SettingsError> {
+    let named = match url {
+        Some(url) => url,
+        None if primary => runtime.provider_url.clone(),
+        None => cli::OPENAI_URL.to_owned(),
+    };
+    let kind_key = match kind {
+        ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
+        _ => "OPENAI_API_KEY",
+    };
+    let key = |var: &str| {
+        std::env::var(var)
+            .ok()
+            .filter(|k| !k.trim().is_empty())
+            .map(Secret::new)
+    };
+    Ok(ProviderSettings {
+        kind,
+        url: match kind {
+            // Anthropic's own address unless one is named: OpenAI's default would take its
+            // key.
+            ProviderKind::Anthropic if named == cli::OPENAI_URL => {
+                crate::provider::anthropic::ANTHROPIC_URL.to_owned()
+            }
+            // The AWS chain's endpoint (the region's, or `AWS_ENDPOINT_URL_…`).
+            ProviderKind::Bedrock if named == cli::OPENAI_URL => String::new(),
+            _ => named,
+        },
+        model: runtime.provider_model.clone(),
+        timeout: Duration::from_secs(runtime.provider_timeout_secs),
+        retrieval: primary && runtime.provider_retrieval,
+        api_key: if primary {
+            key("FENCELINE_PROVIDER_API_KEY").or_else(|| key(kind_key))
+        } else {
+            key(kind_key)
+        },
+        prices: prices_of(&runtime.prices)?,
+        stub: StubConfig {
+            latency: Duration::from_millis(runtime.stub_latency_ms),
+            retryable_rate: runtime.stub_retryable_rate,
+            fatal_rate: runtime.stub_fatal_rate,
+            lost_response_rate: runtime.stub_lost_rate,
+            retrieval: primary && runtime.provider_retrieval,
+            rate_limit: runtime.stub_rate_limit.filter(|r| *r > 0.0),
+        },
+        fallbacks: Vec::new(),
+        routes: Default::default(),
+    })
+}
+
 fn prices_of(entries: &[String]) -> Result<Prices, SettingsError> {
     let mut all = vec![STUB_PRICE.to_owned()];
     all.extend(entries.iter().cloned());

@@ -16,10 +16,11 @@ use crate::job::message::{self, BadMessage, JobMessage};
 use crate::job::{Actor, EventKind, JobState};
 use crate::ledger::{
     AcceptDelete, Answered, AttemptStarted, DeliveryRef, Failure, Job, LedgerError, NewEvent,
-    Owner, Refusal, RejectedMessage, ReplayPolicy, Spend, Throttle,
+    Owner, Refusal, RejectedMessage, ReplayPolicy, Route, Spend, Throttle,
 };
 use crate::metrics::DeliveryOutcome;
 use crate::provider::limits::{Answer, Key};
+use crate::provider::route::{self, Pair};
 use crate::provider::{
     Progress, Provider, ProviderOutcome, ProviderRequest, RateLimits, Retrieval, Submission,
 };
@@ -117,6 +118,25 @@ struct Started {
     /// again.
     adopting: Option<String>,
 }
+
+/// Where an attempt goes on its job's route: the provider it calls, and what a refusal
+/// there may move the job on to.
+struct Routing<'a, P> {
+    /// The provider the attempt calls: the worker's own, or the route's pair's.
+    provider: Option<&'a P>,
+    /// Whether that is the worker's own provider (only its attempts run in the background,
+    /// to be adopted by a worker calling the same provider).
+    own: bool,
+    route: &'a Route,
+    /// The job's pairs after its first.
+    pairs: Vec<Pair>,
+    /// The database clock at the claim.
+    claimed_at: i64,
+}
+
+/// The code of an attempt whose route names a provider this worker cannot call: it is held,
+/// unsent, like a refusal, until the route moves on or a worker that can call it takes it.
+pub const PROVIDER_NOT_HERE: &str = "provider_not_configured";
 
 /// What became of one delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -449,6 +469,8 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             .await
             .ok()??
         };
+        // Boxed: a delivery holds its job for as long as its call runs.
+        let job = Box::new(job);
         let started = Started {
             claimed,
             asked,
@@ -551,6 +573,8 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         dref: DeliveryRef,
         mut received: Option<NewEvent>,
     ) -> Outcome {
+        // Boxed: a delivery holds its job for as long as its call runs.
+        let job = Box::new(job);
         let job_id = job.job_id.clone();
         let worker = self.config.worker_id.clone();
         let t = &self.config.timings;
@@ -806,6 +830,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 &claimed.owner,
                 (attempt, refused_before, deadline),
                 (input, adopting),
+                &claimed,
                 delivery,
                 dref,
                 progress,
@@ -825,6 +850,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         owner: &Owner,
         (attempt, refused_before, deadline): (AttemptStarted, i64, std::time::Instant),
         (input, adopting): (Option<(Value, Value)>, Option<String>),
+        claimed: &crate::ledger::Claimed,
         delivery: &Delivery,
         dref: &DeliveryRef,
         progress: Progress,
@@ -835,9 +861,19 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             Some(input) => Some(input),
             None => Box::pin(self.ledger.job_input(job_id)).await.ok().flatten(),
         };
-        let Some((input, model)) = input else {
+        let Some((input, mut model)) = input else {
             return Outcome::LedgerUnavailable;
         };
+        // The job's route: the pairs it may move on to, read before its parameters go to the
+        // provider without them, and the pair its attempts go to now.
+        let route = &claimed.route;
+        let routing = self.routing(&job.tenant, route, claimed.at, &model);
+        if let Some(params) = model.as_object_mut() {
+            params.remove("fallback");
+            if let Some(routed) = &route.model {
+                params.insert("model".into(), Value::String(routed.clone()));
+            }
+        }
         let request = ProviderRequest {
             job_id: job_id.to_owned(),
             attempt_no: attempt.attempt_no,
@@ -852,7 +888,13 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 None => std::future::pending().await,
             }
         };
-        let key = Key::new(self.provider.name(), &self.provider.model_of(&request));
+        let key = match routing.provider {
+            Some(provider) => Key::new(provider.name(), &provider.model_of(&request)),
+            None => Key::new(
+                route.provider.as_deref().unwrap_or_default(),
+                route.model.as_deref().unwrap_or_default(),
+            ),
+        };
         // When the request went to the provider, so a call stopped early can say how long it ran.
         let sent = std::sync::OnceLock::<std::time::Instant>::new();
         // The provider's id of the attempt running in the background, once it is kept.
@@ -860,13 +902,21 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         // The call waits for the provider's limit (a named reset, room within the learned
         // concurrency, a token of its bucket) before it is sent, its lease renewed meanwhile.
         let call = async {
+            let Some(provider) = routing.provider else {
+                // The route names a provider this worker cannot call: held, never sent.
+                return ProviderOutcome::Throttled {
+                    code: PROVIDER_NOT_HERE.into(),
+                    request_id: None,
+                    limits: RateLimits::default(),
+                };
+            };
             // An adopted attempt runs already: it is polled, never sent again, and never
             // waits for the limit (a poll runs no model).
             if let Some(provider_id) = &adopting {
                 let _ = submitted.set(provider_id.clone());
                 let _ = sent.set(std::time::Instant::now());
                 progress.tick();
-                return self.provider.poll(provider_id, progress).await;
+                return provider.poll(provider_id, progress).await;
             }
             // Waiting for the provider is not a call that hangs: the progress rule counts from
             // the send. A job the limit holds back longer than a short while goes back to the
@@ -898,8 +948,8 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             };
             progress.tick();
             let _ = sent.set(std::time::Instant::now());
-            if self.provider.retains() {
-                let provider_id = match self.provider.submit(request, progress.clone()).await {
+            if routing.own && provider.retains() {
+                let provider_id = match provider.submit(request, progress.clone()).await {
                     Submission::Accepted {
                         provider_id,
                         limits,
@@ -925,9 +975,9 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                     return outcome;
                 }
                 let _ = submitted.set(provider_id.clone());
-                return self.provider.poll(&provider_id, progress).await;
+                return provider.poll(&provider_id, progress).await;
             }
-            let outcome = self.provider.call(request, progress).await;
+            let outcome = provider.call(request, progress).await;
             let (answer, limits) = match &outcome {
                 ProviderOutcome::Throttled { limits, .. } => (Answer::Refused, *limits),
                 ProviderOutcome::Succeeded { limits, .. } => (Answer::Admitted, *limits),
@@ -976,10 +1026,67 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 submitted.get().map(String::as_str),
             ),
             result,
-            delivery,
-            dref,
+            (delivery, dref),
+            &routing,
         ))
         .await
+    }
+
+    /// The provider a job's attempt goes to and its route after it: the route's pair's
+    /// provider when the job moved on (`None` when this worker cannot call it), else the
+    /// worker's own.
+    fn routing<'a>(
+        &'a self,
+        tenant: &str,
+        route: &'a Route,
+        claimed_at: i64,
+        params: &Value,
+    ) -> Routing<'a, P> {
+        let (provider, own) = match route.provider.as_deref() {
+            None => (Some(&self.provider), true),
+            Some(name) if name == self.provider.name() => (Some(&self.provider), true),
+            Some(name) => (self.fallbacks.iter().find(|p| p.name() == name), false),
+        };
+        Routing {
+            provider,
+            own,
+            route,
+            pairs: self.config.routes.of(tenant, params),
+            claimed_at,
+        }
+    }
+
+    /// The next pair of the job's route when this refusal moves it on: the pair has refused
+    /// it for longer than the routes allow (the wait still asked counted), or its model is
+    /// not ready. `None` while it waits for the same pair, or at the route's end.
+    fn fallback(
+        &self,
+        routing: &Routing<'_, P>,
+        key: &Key,
+        error_code: &str,
+        wait: Duration,
+    ) -> Option<detail::ProviderFallback> {
+        let step = routing.route.step;
+        let next = routing.pairs.get(usize::try_from(step).ok()?)?;
+        let refused_for = routing
+            .route
+            .since
+            .map_or(Duration::ZERO, |since| db_span(since, routing.claimed_at));
+        let after = self.config.routes.after;
+        let reason = route::moves_on(error_code, refused_for, wait, after)?;
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        Some(detail::ProviderFallback {
+            from_provider: key.provider.clone(),
+            from_model: key.model.clone(),
+            to_provider: next.provider.clone(),
+            to_model: next.model.clone(),
+            step: step + 1,
+            reason: reason.to_owned(),
+            error_code: error_code.to_owned(),
+            refused_for_ms: ms(refused_for),
+            retry_in_ms: ms(wait),
+            after_ms: ms(after),
+        })
     }
 
     /// Keeps the provider's id of the attempt on its record, fenced, retrying a ledger that
@@ -1107,8 +1214,8 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         owner: &Owner,
         (attempt, refused_before, key, submitted): (&AttemptStarted, i64, &Key, Option<&str>),
         result: Result<ProviderOutcome, (StopReason, Option<Duration>)>,
-        delivery: &Delivery,
-        dref: &DeliveryRef,
+        (delivery, dref): (&Delivery, &DeliveryRef),
+        routing: &Routing<'_, P>,
     ) -> Outcome {
         let job_id = job.job_id.as_str();
         let epoch = owner.epoch;
@@ -1142,12 +1249,21 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             }
             Ok(ProviderOutcome::Throttled { code, limits, .. }) => {
                 let refusals = u32::try_from(refused_before + 1).unwrap_or(u32::MAX);
+                let wait = throttle_wait(limits.wait(), refusals, &self.config.timings);
+                // Refused for too long: the next pair of the job's route takes its next
+                // attempt at once, within the same deadline and budget.
+                let fallback = self.fallback(routing, key, &code, wait);
                 let throttle = Throttle {
                     error_code: code,
-                    wait: throttle_wait(limits.wait(), refusals, &self.config.timings),
+                    wait: if fallback.is_some() {
+                        Duration::ZERO
+                    } else {
+                        wait
+                    },
                     limit: limits.spent().map(str::to_owned),
                     provider: key.provider.clone(),
                     model: key.model.clone(),
+                    fallback,
                 };
                 self.record_throttle(owner, attempt.attempt_no, &throttle, delivery, dref)
                     .await
@@ -1194,11 +1310,16 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 // Ask the provider first; only a retrieved answer settles it.
                 // Bounded: a slow lookup must not keep this delivery's task alive; the reaper
                 // asks again later.
-                let retrieved = tokio::time::timeout(
-                    Duration::from_secs(10),
-                    self.provider.retrieve(&attempt.client_request_id(job_id)),
-                )
-                .await;
+                let retrieved = match routing.provider {
+                    Some(provider) => {
+                        tokio::time::timeout(
+                            Duration::from_secs(10),
+                            provider.retrieve(&attempt.client_request_id(job_id)),
+                        )
+                        .await
+                    }
+                    None => Ok(Retrieval::Unsupported),
+                };
                 if let Ok(Retrieval::Found(answer)) = retrieved {
                     return self
                         .commit(owner, attempt.attempt_no, answer.into(), delivery, dref)

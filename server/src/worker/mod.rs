@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-pub use delivery::{Outcome, HELD_BY_LIMIT};
+pub use delivery::{Outcome, HELD_BY_LIMIT, PROVIDER_NOT_HERE};
 pub use heartbeat::{RenewalStats, StopReason};
 
 use crate::ledger::Ledger;
@@ -127,6 +127,8 @@ pub struct WorkerConfig {
     pub faults: Option<crate::faults::Faults>,
     /// What each model's tokens cost, to price each attempt's usage.
     pub prices: std::sync::Arc<crate::provider::prices::Prices>,
+    /// The routes jobs may move on along when their provider refuses them for too long.
+    pub routes: std::sync::Arc<crate::provider::route::Routes>,
 }
 
 /// Receive requests a worker keeps open while the queue has a backlog, unless told otherwise.
@@ -143,6 +145,7 @@ impl WorkerConfig {
             metrics: crate::metrics::Metrics::default(),
             faults: None,
             prices: Default::default(),
+            routes: Default::default(),
         }
     }
 }
@@ -152,6 +155,8 @@ pub(crate) struct Shared<Q, P> {
     pub(crate) ledger: Ledger,
     pub(crate) queue: Q,
     pub(crate) provider: P,
+    /// The other providers a job's route may move it on to, by name.
+    pub(crate) fallbacks: Vec<P>,
     pub(crate) config: WorkerConfig,
     pub(crate) registry: heartbeat::Registry,
     pub(crate) stats: RenewalStats,
@@ -188,11 +193,24 @@ impl<Q: Queue, P: Provider> Worker<Q, P> {
         config: WorkerConfig,
         limits: Limits,
     ) -> Self {
+        Self::routed(ledger, queue, (provider, Vec::new()), config, limits)
+    }
+
+    /// A worker with `fallbacks`, the other providers a job's route may move it on to
+    /// ([`WorkerConfig::routes`]): an attempt goes to the provider its job's route stands on.
+    pub fn routed(
+        ledger: Ledger,
+        queue: Q,
+        (provider, fallbacks): (P, Vec<P>),
+        config: WorkerConfig,
+        limits: Limits,
+    ) -> Self {
         Worker {
             shared: Arc::new(Shared {
                 ledger,
                 queue,
                 provider,
+                fallbacks,
                 config,
                 registry: heartbeat::Registry::default(),
                 stats: RenewalStats::default(),

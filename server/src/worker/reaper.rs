@@ -147,7 +147,11 @@ pub async fn reconcile_once<P: Provider + Clone>(
     let mut done = Reconciled::default();
     let mut pending = page
         .into_iter()
-        .filter(|job| job.last_request.is_some())
+        // Only the provider an attempt went to knows of it (a job moved on along its route
+        // may have run its last attempt elsewhere).
+        .filter(|job| {
+            job.last_request.is_some() && job.last_provider.as_deref() == Some(provider.name())
+        })
         .collect::<Vec<_>>()
         .into_iter();
     let mut asking = tokio::task::JoinSet::new();

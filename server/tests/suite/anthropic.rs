@@ -18,8 +18,8 @@ use serde_json::{json, Value};
 
 /// What the server saw: sends per scenario, and the headers of the last one.
 #[derive(Clone, Default)]
-struct Seen {
-    sends: Arc<Mutex<HashMap<String, u32>>>,
+pub(crate) struct Seen {
+    pub(crate) sends: Arc<Mutex<HashMap<String, u32>>>,
     headers: Arc<Mutex<Vec<(String, String)>>>,
     bodies: Arc<Mutex<Vec<Value>>>,
 }
@@ -108,7 +108,7 @@ async fn messages(
         .into_response()
 }
 
-async fn server() -> (String, Seen) {
+pub(crate) async fn server() -> (String, Seen) {
     let seen = Seen::default();
     let app = Router::new()
         .route("/v1/messages", post(messages))
@@ -119,7 +119,7 @@ async fn server() -> (String, Seen) {
     (base, seen)
 }
 
-fn adapter(base: &str, timeout: Duration) -> AnthropicProvider {
+pub(crate) fn adapter(base: &str, timeout: Duration) -> AnthropicProvider {
     AnthropicProvider::new(OpenAiConfig {
         base_url: base.to_owned(),
         api_key: Some(ApiKey::new("sk-ant-test".into())),

@@ -19,8 +19,8 @@ use serde_json::{json, Value};
 
 /// What the server saw: sends per scenario, and each request's model, signature and body.
 #[derive(Clone, Default)]
-struct Seen {
-    sends: Arc<Mutex<HashMap<String, u32>>>,
+pub(crate) struct Seen {
+    pub(crate) sends: Arc<Mutex<HashMap<String, u32>>>,
     requests: Arc<Mutex<Vec<(String, String, Value)>>>,
 }
 
@@ -94,7 +94,7 @@ async fn converse(
         .into_response()
 }
 
-async fn server() -> (String, Seen) {
+pub(crate) async fn server() -> (String, Seen) {
     let seen = Seen::default();
     let app = Router::new()
         .route("/model/{model}/converse", post(converse))
@@ -105,7 +105,7 @@ async fn server() -> (String, Seen) {
     (base, seen)
 }
 
-async fn adapter(endpoint: &str, timeout: Duration) -> BedrockProvider {
+pub(crate) async fn adapter(endpoint: &str, timeout: Duration) -> BedrockProvider {
     let sdk = fenceline::aws::loader()
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::new(

@@ -44,6 +44,7 @@ fn throttle(wait_ms: u64) -> Throttle {
         limit: Some("requests".into()),
         provider: "openai".into(),
         model: "gpt-4o-mini".into(),
+        fallback: None,
     }
 }
 

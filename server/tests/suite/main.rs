@@ -12,6 +12,7 @@ mod bedrock;
 mod benches;
 mod console_access;
 mod drills;
+mod fallback;
 mod flow_control;
 mod helpers;
 mod ledger_contract;

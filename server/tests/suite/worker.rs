@@ -504,7 +504,8 @@ mod reaper {
     use fenceline::worker::reaper::{reap_once, reconcile_once, RetrievalCursor};
 
     /// A job whose owner (worker `gone`, holding a lease of `lease`) called the model, which
-    /// answered, and vanished before committing: its request id is on the attempt.
+    /// answered, and vanished before committing. The attempt keeps the provider's own id for
+    /// the request; retrieval asks by Fenceline's.
     async fn called_and_vanished(
         ledger: &fenceline::ledger::Ledger,
         stub: &StubProvider,
@@ -521,7 +522,7 @@ mod reaper {
             .set_provider_request_id(
                 &as_owner(&job_id, claimed.epoch, "gone"),
                 attempt.attempt_no,
-                &client_id,
+                "req_named_by_the_provider",
             )
             .await
             .unwrap();
@@ -536,8 +537,9 @@ mod reaper {
         job_id
     }
 
-    /// The deployment's provider is never asked about a drill's jobs: their drill decides
-    /// them. A job of the deployment's own beside it is asked about and settled.
+    /// The deployment's provider is never asked about a drill's jobs (their drill decides
+    /// them) nor about an attempt another provider ran. A job of the deployment's own beside
+    /// them is asked about and settled.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn provider_retrieval_leaves_drill_jobs_to_their_drill() {
         let (ledger, _db) = crate::helpers::fresh_ledger(crate::helpers::Db::Sqlite).await;
@@ -551,13 +553,27 @@ mod reaper {
             new.drill_run = drill.map(str::to_owned);
             ids.push(called_and_vanished(&ledger, &stub, new, Duration::from_millis(50)).await);
         }
+        // A job whose last attempt went to another provider (its route moved it on): this
+        // provider never heard of it.
+        let elsewhere =
+            crate::helpers::create(&ledger, new_job("acme", "else", serde_json::json!(1))).await;
+        ledger
+            .claim_and_start(
+                &elsewhere,
+                "gone",
+                Duration::from_millis(50),
+                None,
+                "anthropic",
+            )
+            .await
+            .unwrap();
         tokio::time::sleep(Duration::from_millis(150)).await;
         assert_eq!(
             reap_once(&ledger, Duration::from_secs(600))
                 .await
                 .unwrap()
                 .recovered,
-            2
+            3
         );
         let reconciled = reconcile_once(
             &ledger,
@@ -576,6 +592,12 @@ mod reaper {
         assert_eq!(drill_job.state, JobState::Unknown, "left to its drill");
         let own = ledger.job(&ids[1]).await.unwrap().unwrap();
         assert_eq!(own.state, JobState::Succeeded);
+        let other = ledger.job(&elsewhere).await.unwrap().unwrap();
+        assert_eq!(
+            other.state,
+            JobState::Unknown,
+            "not asked of the wrong provider"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1285,13 +1307,14 @@ mod hardening {
         assert!(!second.contains(&ids[0]));
     }
 
-    /// A provider whose retrieval never answers.
+    /// A provider whose retrieval never answers (the provider `unknown_job`'s attempts went
+    /// to: only that one is asked).
     #[derive(Clone)]
     struct SlowRetrieval;
 
     impl fenceline::provider::Provider for SlowRetrieval {
         fn name(&self) -> &str {
-            "slow"
+            "stub"
         }
         fn default_model(&self) -> &str {
             "m"

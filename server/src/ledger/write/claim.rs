@@ -11,7 +11,7 @@ use super::batch::{distinct_rounds, place, ClaimedRow, WrittenJob};
 use super::{event_rows, micros, reserves, EventRow, Intent, Reserved};
 use crate::job::detail;
 use crate::job::{Actor, EventKind, JobId, JobState};
-use crate::ledger::model::{AttemptStarted, Claimed, Job, NewEvent, Owner};
+use crate::ledger::model::{AttemptStarted, Claimed, Job, NewEvent, Owner, Route};
 use crate::ledger::read::parse_json;
 use crate::ledger::{Ledger, LedgerError, Refusal};
 
@@ -41,6 +41,8 @@ struct ClaimRow {
     attempt_count: i64,
     budget_used: i64,
     max_attempts: i64,
+    #[sqlx(flatten)]
+    route: Route,
     #[sqlx(flatten)]
     reserved: Reserved,
 }
@@ -188,7 +190,10 @@ impl Ledger {
             attempt_count: row.attempt_count - i64::from(start.is_some()),
             budget_used: row.budget_used - i64::from(start.is_some()),
             max_attempts: row.max_attempts,
+            route: row.route.clone(),
         };
+        // A job moved on along its route has its attempt go to that step's provider.
+        let start = start.map(|provider| claimed.route.provider.as_deref().unwrap_or(provider));
         let attempt = match start {
             Some(provider) => {
                 let attempt = AttemptStarted {
@@ -313,6 +318,7 @@ impl Ledger {
                     attempt_count: job.attempt_count - 1,
                     budget_used: job.budget_used - 1,
                     max_attempts: job.max_attempts,
+                    route: job.route.clone(),
                 };
                 let attempt = AttemptStarted {
                     attempt_no: job.attempt_count,
@@ -336,7 +342,11 @@ impl Ledger {
                 d.attempt.attempt_no,
                 d.attempt.epoch,
                 ops[*i].worker_id.as_str(),
-                ops[*i].provider.as_str(),
+                d.claimed
+                    .route
+                    .provider
+                    .as_deref()
+                    .unwrap_or(&ops[*i].provider),
                 d.attempt.client_request_id(&ops[*i].job_id),
                 d.claimed.at,
             ]
@@ -347,7 +357,8 @@ impl Ledger {
             .map(|(i, r, d)| {
                 let op = &ops[*i];
                 let actor = Actor::Worker(op.worker_id.clone());
-                let started = Some((&d.attempt, op.provider.as_str()));
+                let provider = d.claimed.route.provider.as_deref().unwrap_or(&op.provider);
+                let started = Some((&d.attempt, provider));
                 // The state the delivery found: only these two can be claimed.
                 let found = if d.claimed.epoch == 1 {
                     JobState::Ready

@@ -276,10 +276,10 @@ pub(crate) enum Op {
 /// What a write that went through gives back.
 pub(crate) enum Done {
     Receive(Vec<TakenMessage>),
-    Claim(ClaimDone),
+    Claim(Box<ClaimDone>),
     /// With whether the delivery it carried was deleted.
     Accept(Accepted, Option<bool>),
-    Create(Job),
+    Create(Box<Job>),
     Event,
     Delete(bool),
 }
@@ -432,7 +432,7 @@ impl Ledger {
 
     pub(crate) async fn grouped_claim(&self, op: ClaimOp) -> Answer<ClaimDone> {
         Ok(match self.grouped(Op::Claim(op)).await? {
-            Some(Done::Claim(done)) => Some(done),
+            Some(Done::Claim(done)) => Some(*done),
             _ => None,
         })
     }
@@ -446,7 +446,7 @@ impl Ledger {
 
     pub(crate) async fn grouped_create(&self, op: CreateOp) -> Answer<Job> {
         Ok(match self.grouped(Op::Create(op)).await? {
-            Some(Done::Create(job)) => Some(job),
+            Some(Done::Create(job)) => Some(*job),
             _ => None,
         })
     }
@@ -615,7 +615,12 @@ impl Ledger {
         };
         if !claims.is_empty() {
             let done = self.claim_many(&mut tx, &claims, &mut events_out).await?;
-            answer(0, done.into_iter().map(|d| d.map(Done::Claim)).collect());
+            answer(
+                0,
+                done.into_iter()
+                    .map(|d| d.map(|d| Done::Claim(Box::new(d))))
+                    .collect(),
+            );
         }
         // Accepted results whose delivery goes in this transaction: the accept's index and
         // the place of its delete's event.
@@ -627,7 +632,12 @@ impl Ledger {
         }
         if !creates.is_empty() {
             let done = self.create_many(&mut tx, &creates, &mut events_out).await?;
-            answer(2, done.into_iter().map(|d| d.map(Done::Create)).collect());
+            answer(
+                2,
+                done.into_iter()
+                    .map(|d| d.map(|j| Done::Create(Box::new(j))))
+                    .collect(),
+            );
         }
         if !events.is_empty() {
             // Their rows were locked (or skipped) above.

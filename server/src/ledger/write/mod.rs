@@ -511,6 +511,7 @@ mod tests {
             pending_attempt: None,
             drill_run: None,
             next_event_seq: 1,
+            route: Default::default(),
         }
     }
 

@@ -161,6 +161,8 @@ impl Ledger {
             attempt_count: row.attempt_count - 1,
             budget_used: row.budget_used - 1,
             max_attempts: row.max_attempts,
+            // The adopted attempt is polled where it runs: at `provider`, whatever the step.
+            route: Default::default(),
         };
         let actor = Actor::Worker(worker_id.to_owned());
         fenced

@@ -1,7 +1,9 @@
 //! A refusal the provider confirmed: it did not run the attempt (a rate limit, an overload, a
 //! connection refused before sending). The attempt stays on record as evidence with the
 //! outcome `throttled`, but spends none of the budget: the job waits in `retry_authorized`
-//! until the provider's reset, and is sent again through the outbox then.
+//! until the provider's reset, and is sent again through the outbox then. A refusal that
+//! moves the job on to the next pair of its route ([`Throttle::fallback`]) records that move
+//! in the same transaction: the job's next attempt goes there.
 
 use super::{micros, reserves, Intent, Reserved};
 use crate::job::detail;
@@ -37,7 +39,10 @@ impl Ledger {
             .bind(epoch)
             .bind(attempt_no)
             .bind(throttle.error_code.as_str())
-            .bind(micros(throttle.wait));
+            .bind(micros(throttle.wait))
+            .bind(i64::from(throttle.fallback.is_some()))
+            .bind(throttle.fallback.as_ref().map(|f| f.to_provider.clone()))
+            .bind(throttle.fallback.as_ref().map(|f| f.to_model.clone()));
         let intent = Intent::Finish { epoch, attempt_no };
         let mut fenced = self.guarded(job_id, statement, intent).await?;
         let row = &fenced.row;
@@ -77,7 +82,7 @@ impl Ledger {
             max_attempts: row.max_attempts,
             limit: throttle.limit.clone(),
         };
-        let events = [
+        let mut events = vec![
             NewEvent::new(EventKind::AttemptFinished, &actor)
                 .attempt(attempt_no)
                 .detail(finished),
@@ -85,6 +90,13 @@ impl Ledger {
                 .attempt(attempt_no)
                 .detail(waits),
         ];
+        if let Some(fallback) = &throttle.fallback {
+            events.push(
+                NewEvent::new(EventKind::ProviderFallback, &actor)
+                    .attempt(attempt_no)
+                    .detail(fallback.clone()),
+            );
+        }
         fenced.commit(&events).await?;
         Ok(Throttled { retry_at })
     }
