@@ -235,7 +235,31 @@ impl Provider for ResponsesProvider {
             return Submission::Ended(class.outcome(code, request_id, limits));
         }
         let body = response.json::<Value>().await.ok();
-        match body.as_ref().and_then(|b| b["id"].as_str()) {
+        let Some(body) = body else {
+            return Submission::Ended(ProviderOutcome::Uncertain {
+                code: "submit_unreadable".into(),
+                request_id,
+            });
+        };
+        // A response that has ended already (a fast model, a gateway that runs nothing in the
+        // background) is its own outcome: nothing is left to poll.
+        if let Some(outcome) = ended(&body, request_id.clone()) {
+            return Submission::Ended(match outcome {
+                ProviderOutcome::Succeeded {
+                    answer,
+                    request_id,
+                    usage,
+                    ..
+                } => ProviderOutcome::Succeeded {
+                    answer,
+                    request_id,
+                    limits,
+                    usage,
+                },
+                other => other,
+            });
+        }
+        match body["id"].as_str() {
             Some(id) if !id.is_empty() => Submission::Accepted {
                 provider_id: id.to_owned(),
                 request_id,

@@ -961,6 +961,9 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                     Submission::Ended(outcome) => {
                         let (answer, limits) = match &outcome {
                             ProviderOutcome::Throttled { limits, .. } => (Answer::Refused, *limits),
+                            ProviderOutcome::Succeeded { limits, .. } => {
+                                (Answer::Admitted, *limits)
+                            }
                             _ => (Answer::Admitted, RateLimits::default()),
                         };
                         permit.answered(answer, &limits);

@@ -236,3 +236,43 @@ async fn the_anthropic_adapter_classifies_every_row_of_its_table_with_one_send_e
     // No retrieval: an uncertain attempt waits for a decision.
     assert_eq!(provider.retrieve("job_a:1").await, Retrieval::Unsupported);
 }
+
+/// LiteLLM's proxy serves Anthropic's Messages route with its mocked models: a real server
+/// for the adapter's request and answer, as it is for chat completions; a wrong key is fatal.
+/// (Its mocked delay does not apply on this route: the timeout row is held above.)
+#[tokio::test]
+async fn litellms_messages_route_answers_the_anthropic_adapter() {
+    let Some((url, key)) = crate::helpers::litellm() else {
+        return;
+    };
+    let adapter = |key: &str, timeout: Duration| {
+        AnthropicProvider::new(OpenAiConfig {
+            base_url: url.clone(),
+            api_key: Some(ApiKey::new(key.into())),
+            default_model: "fast".into(),
+            timeout,
+            retrieval: false,
+        })
+        .unwrap()
+    };
+    let mut ask = request("hello");
+    ask.model = json!({ "max_tokens": 50 });
+    match adapter(&key, Duration::from_secs(20))
+        .call(ask.clone(), Progress::default())
+        .await
+    {
+        ProviderOutcome::Succeeded { answer, usage, .. } => {
+            let answer: Value = serde_json::from_str(&answer).unwrap();
+            assert_eq!(answer["content"], "mocked answer");
+            assert_eq!(answer["stop_reason"], "end_turn");
+            assert!(usage.is_some_and(|u| u.output > 0), "the usage is read");
+        }
+        other => panic!("expected LiteLLM's answer, got {other:?}"),
+    }
+    assert!(matches!(
+        adapter("sk-wrong", Duration::from_secs(20))
+            .call(request("x"), Progress::default())
+            .await,
+        ProviderOutcome::Fatal { .. }
+    ));
+}

@@ -421,3 +421,40 @@ async fn a_lost_create_is_the_one_window_that_leaves_a_job_unknown() {
         Some("provider_submit_http_502")
     );
 }
+
+/// LiteLLM's proxy serves the Responses create route with its mocked models (it runs nothing
+/// in the background: the response comes back `completed`). The adapter's request is one a
+/// real server takes, and an answer that has ended already is the outcome, with nothing left
+/// to poll.
+#[tokio::test]
+async fn litellms_responses_route_takes_the_request_and_an_ended_response_needs_no_poll() {
+    let Some((url, key)) = crate::helpers::litellm() else {
+        return;
+    };
+    let provider = ResponsesProvider::new(OpenAiConfig {
+        base_url: url,
+        api_key: Some(fenceline::provider::openai::ApiKey::new(key)),
+        default_model: "fast".into(),
+        timeout: Duration::from_secs(20),
+        retrieval: false,
+    })
+    .unwrap();
+    let request = ProviderRequest {
+        job_id: "job_r".into(),
+        attempt_no: 1,
+        client_request_id: "job_r:1".into(),
+        input: json!("hello"),
+        model: json!({ "max_tokens": 64, "temperature": 0 }),
+    };
+    match provider.submit(request, Progress::default()).await {
+        Submission::Ended(ProviderOutcome::Succeeded { answer, usage, .. }) => {
+            let answer: Value = serde_json::from_str(&answer).unwrap();
+            assert_eq!(answer["content"], "mocked answer");
+            assert!(answer["response_id"]
+                .as_str()
+                .is_some_and(|id| id.starts_with("resp_")));
+            assert!(usage.is_some_and(|u| u.output > 0), "the usage is read");
+        }
+        other => panic!("expected LiteLLM's completed response, got {other:?}"),
+    }
+}
