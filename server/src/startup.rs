@@ -472,7 +472,10 @@ pub mod runtime {
                 ledger.clone(),
                 limits.clone(),
                 config.worker_id.clone(),
-                provider.name().to_owned(),
+                std::iter::once(&provider)
+                    .chain(&fallbacks)
+                    .map(|p| p.name().to_owned())
+                    .collect(),
                 stages.back.clone(),
             ),
         );

@@ -552,7 +552,7 @@ catalogue! {
                  THEN {now} + $6 ELSE NULL END, \
              terminal_at = CASE WHEN $5 = 0 AND budget_used < max_attempts \
                  THEN NULL ELSE {now} END, \
-             error_code = $4, pending_attempt = NULL, updated_at = {now}, \
+             error_code = $4, pending_attempt = NULL, updated_at = {now}, route_since = NULL, \
              next_event_seq = next_event_seq + 2 \
              WHERE job_id = $1 AND owner_epoch = $2 AND (state = 'running') IS TRUE \
              AND owner_until > {now} AND deadline_at > {now} AND pending_attempt = $3 \
@@ -622,7 +622,7 @@ catalogue! {
         release: concat!("UPDATE jobs SET owner_epoch = owner_epoch + 1, \
              state = CASE WHEN pending_attempt IS NULL THEN 'retry_authorized' ELSE 'unknown' END, \
              pending_attempt = NULL, recovery_reason = $3, updated_at = {now}, \
-             next_event_seq = next_event_seq + 1 \
+             route_since = NULL, next_event_seq = next_event_seq + 1 \
              WHERE job_id = $1 AND owner_epoch = $2 AND (state = 'running') IS TRUE \
              AND owner_until > {now} AND deadline_at > {now} \
              RETURNING state, ", reserved!(1)),

@@ -11,16 +11,22 @@
 //! `ModelNotReadyException` and `ServiceUnavailableException` are throttled (the model did not
 //! run: no budget spent); `ModelTimeoutException`, `InternalServerException` and
 //! `ModelErrorException` are uncertain (the reference does not say the model did not run);
-//! `ValidationException`, `AccessDeniedException` and `ResourceNotFoundException` are fatal.
+//! `ValidationException`, `AccessDeniedException` and `ResourceNotFoundException` are fatal. A
+//! call that failed before it was handed to the HTTP client (credentials, endpoint, signature)
+//! was never sent: throttled, `not_sent`.
 //! Converse keeps nothing a caller can look up: an uncertain attempt waits in `unknown` for a
 //! decision, and its timeline says why.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use aws_config::SdkConfig;
+use aws_sdk_bedrockruntime::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_bedrockruntime::config::retry::RetryConfig;
 use aws_sdk_bedrockruntime::config::timeout::TimeoutConfig;
+use aws_sdk_bedrockruntime::config::{ConfigBag, Intercept, RuntimeComponents};
+use aws_sdk_bedrockruntime::error::BoxError;
 use aws_sdk_bedrockruntime::error::SdkError;
 use aws_sdk_bedrockruntime::operation::converse::{ConverseError, ConverseOutput};
 use aws_sdk_bedrockruntime::types::{
@@ -91,6 +97,27 @@ fn client(config: &BedrockConfig, sdk: &SdkConfig) -> Client {
         builder = builder.endpoint_url(endpoint);
     }
     Client::from_conf(builder.build())
+}
+
+/// Marks a call handed to the HTTP client. A call that failed before it (the credentials, the
+/// endpoint, the signature) was never sent: the model cannot have run.
+#[derive(Debug, Clone, Default)]
+struct Transmitted(Arc<AtomicBool>);
+
+impl Intercept for Transmitted {
+    fn name(&self) -> &'static str {
+        "fenceline-transmitted"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _: &BeforeTransmitInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        self.0.store(true, Ordering::Relaxed);
+        Ok(())
+    }
 }
 
 /// A message's text: a string, or the text parts of a list of content parts.
@@ -288,6 +315,7 @@ impl BedrockProvider {
                 }
             }
         };
+        let transmitted = Transmitted::default();
         let sent = self
             .client()
             .await
@@ -296,6 +324,8 @@ impl BedrockProvider {
             .set_system((!system.is_empty()).then_some(system))
             .set_messages(Some(messages))
             .inference_config(inference(&request.model))
+            .customize()
+            .interceptor(transmitted.clone())
             .send()
             .await;
         progress.tick();
@@ -334,9 +364,12 @@ impl BedrockProvider {
                 };
                 class.outcome(code.to_owned(), request_id, limits)
             }
-            Err(SdkError::ConstructionFailure(_)) => ProviderOutcome::Fatal {
-                code: "invalid_request".into(),
+            // Never handed to the HTTP client: no credentials, no endpoint, no signature, a
+            // request that could not be built.
+            Err(_) if !transmitted.0.load(Ordering::Relaxed) => ProviderOutcome::Throttled {
+                code: "not_sent".into(),
                 request_id: None,
+                limits: RateLimits::default(),
             },
             Err(SdkError::TimeoutError(_)) => ProviderOutcome::Uncertain {
                 code: "timeout".into(),

@@ -470,7 +470,6 @@ fn default_worker_id() -> String {
     format!("{host}-{}", std::process::id())
 }
 
-/// The price table from `--price` entries, with the stub model's own price unless named.
 /// The model provider and the providers jobs may fall back to.
 fn provider_settings(runtime: &RuntimeArgs) -> Result<ProviderSettings, SettingsError> {
     let invalid = |flag: &str, e: String| SettingsError::Invalid(format!("{flag}: {e}"));
@@ -569,6 +568,7 @@ fn provider_of(
     })
 }
 
+/// The price table from `--price` entries, with the stub model's own price unless named.
 fn prices_of(entries: &[String]) -> Result<Prices, SettingsError> {
     let mut all = vec![STUB_PRICE.to_owned()];
     all.extend(entries.iter().cloned());

@@ -124,9 +124,6 @@ struct Started {
 struct Routing<'a, P> {
     /// The provider the attempt calls: the worker's own, or the route's pair's.
     provider: Option<&'a P>,
-    /// Whether that is the worker's own provider (only its attempts run in the background,
-    /// to be adopted by a worker calling the same provider).
-    own: bool,
     route: &'a Route,
     /// The job's pairs after its first.
     pairs: Vec<Pair>,
@@ -759,22 +756,32 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         dref: &DeliveryRef,
         reason: &str,
     ) -> Option<Outcome> {
-        if !self.provider.retains() {
-            return None;
-        }
         let asked = std::time::Instant::now();
-        let adopted = Box::pin(self.ledger.adopt(
-            &job.job_id,
-            &self.config.worker_id,
-            (self.config.timings.lease, self.provider.name()),
-            reason,
-        ))
-        .await;
-        let adopted = match adopted {
-            Ok(Some(adopted)) => adopted,
-            Ok(None) | Err(LedgerError::Refused { .. }) => return None,
-            Err(_) => return Some(Outcome::LedgerUnavailable),
-        };
+        // Any provider of this worker's that runs requests in the background may have run
+        // the attempt (its own, or one a route moved the job on to): the ledger adopts it only
+        // for the provider that did.
+        let mut adopted = None;
+        for provider in std::iter::once(&self.provider).chain(&self.fallbacks) {
+            if !provider.retains() {
+                continue;
+            }
+            match Box::pin(self.ledger.adopt(
+                &job.job_id,
+                &self.config.worker_id,
+                (self.config.timings.lease, provider.name()),
+                reason,
+            ))
+            .await
+            {
+                Ok(Some(found)) => {
+                    adopted = Some(found);
+                    break;
+                }
+                Ok(None) | Err(LedgerError::Refused { .. }) => {}
+                Err(_) => return Some(Outcome::LedgerUnavailable),
+            }
+        }
+        let adopted = adopted?;
         let started = Started {
             claimed: adopted.claimed,
             asked,
@@ -948,7 +955,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             };
             progress.tick();
             let _ = sent.set(std::time::Instant::now());
-            if routing.own && provider.retains() {
+            if provider.retains() {
                 let provider_id = match provider.submit(request, progress.clone()).await {
                     Submission::Accepted {
                         provider_id,
@@ -972,7 +979,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 };
                 // Kept before any waiting: from here on the attempt is never uncertain.
                 if let Err(outcome) = self
-                    .keep_submitted(owner, attempt.attempt_no, &provider_id)
+                    .keep_submitted(provider, owner, attempt.attempt_no, &provider_id)
                     .await
                 {
                     return outcome;
@@ -1045,14 +1052,13 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         claimed_at: i64,
         params: &Value,
     ) -> Routing<'a, P> {
-        let (provider, own) = match route.provider.as_deref() {
-            None => (Some(&self.provider), true),
-            Some(name) if name == self.provider.name() => (Some(&self.provider), true),
-            Some(name) => (self.fallbacks.iter().find(|p| p.name() == name), false),
+        let provider = match route.provider.as_deref() {
+            None => Some(&self.provider),
+            Some(name) if name == self.provider.name() => Some(&self.provider),
+            Some(name) => self.fallbacks.iter().find(|p| p.name() == name),
         };
         Routing {
             provider,
-            own,
             route,
             pairs: self.config.routes.of(tenant, params),
             claimed_at,
@@ -1097,6 +1103,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
     /// could find the response), and the attempt is uncertain: it was sent.
     async fn keep_submitted(
         &self,
+        provider: &P,
         owner: &Owner,
         attempt_no: i64,
         provider_id: &str,
@@ -1109,7 +1116,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             match Box::pin(self.ledger.record_submitted(
                 owner,
                 attempt_no,
-                self.provider.name(),
+                provider.name(),
                 provider_id,
             ))
             .await
@@ -1123,11 +1130,12 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 Err(_) => break,
             }
         }
+        let running = (provider, provider_id);
         self.cancel_upstream(
             owner.job_id(),
             owner.epoch,
             attempt_no,
-            provider_id,
+            running,
             "id_not_kept",
         )
         .await;
@@ -1144,12 +1152,11 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         job_id: &str,
         epoch: i64,
         attempt_no: i64,
-        provider_id: &str,
+        (provider, provider_id): (&P, &str),
         why: &str,
     ) -> bool {
         let answer =
-            match tokio::time::timeout(Duration::from_secs(10), self.provider.cancel(provider_id))
-                .await
+            match tokio::time::timeout(Duration::from_secs(10), provider.cancel(provider_id)).await
             {
                 Ok(Ok(())) => "cancelled".to_owned(),
                 Ok(Err(code)) => code,
@@ -1176,9 +1183,9 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         job_id: &str,
         epoch: i64,
         attempt_no: i64,
-        submitted: Option<&str>,
+        submitted: Option<(&P, &str)>,
     ) -> bool {
-        let Some(provider_id) = submitted else {
+        let Some(running) = submitted else {
             return false;
         };
         // Only the attempt this owner still holds: never one a new owner polls.
@@ -1190,7 +1197,7 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             return false;
         }
         let why = StopReason::NoProgress.code();
-        self.cancel_upstream(job_id, epoch, attempt_no, provider_id, why)
+        self.cancel_upstream(job_id, epoch, attempt_no, running, why)
             .await
     }
 
@@ -1222,6 +1229,8 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
     ) -> Outcome {
         let job_id = job.job_id.as_str();
         let epoch = owner.epoch;
+        // The attempt running in the background, and the provider it runs at.
+        let submitted = submitted.map(|id| (routing.provider.unwrap_or(&self.provider), id));
         // The provider's own id for a request that did not answer is kept on the attempt
         // before its outcome (an answer carries its id into the accept).
         if let Ok(outcome) = &result {
@@ -1335,9 +1344,9 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 // A response running in the background that the job no longer waits for is
                 // cancelled; one that is still the job's attempt in flight is left to be
                 // adopted.
-                if let Some(provider_id) = submitted {
+                if let Some(running) = submitted {
                     if let Some(why) = self.orphaned(job_id, attempt.attempt_no).await {
-                        self.cancel_upstream(job_id, epoch, attempt.attempt_no, provider_id, why)
+                        self.cancel_upstream(job_id, epoch, attempt.attempt_no, running, why)
                             .await;
                     }
                 }
@@ -1366,15 +1375,9 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 Outcome::Stopped(format!("lease_lost:{code}"))
             }
             Err((StopReason::DeadlineReached, _)) => {
-                if let Some(provider_id) = submitted {
-                    self.cancel_upstream(
-                        job_id,
-                        epoch,
-                        attempt.attempt_no,
-                        provider_id,
-                        "deadline",
-                    )
-                    .await;
+                if let Some(running) = submitted {
+                    self.cancel_upstream(job_id, epoch, attempt.attempt_no, running, "deadline")
+                        .await;
                 }
                 if let Ok(true) = self.ledger.expire_if_due(job_id, &self.actor()).await {
                     self.delete(job_id, delivery, dref, Some(epoch), "expired")

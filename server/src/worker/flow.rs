@@ -37,7 +37,7 @@ pub async fn exchange(
     ledger: &Ledger,
     limits: &Limits,
     worker_id: &str,
-    provider: &str,
+    providers: &[&str],
     everything: bool,
 ) -> Result<(), crate::ledger::LedgerError> {
     let fresh = limits.take_fresh();
@@ -59,9 +59,11 @@ pub async fn exchange(
         }
     }
     ledger.report_limits(worker_id, &reports).await?;
-    for (model, left_us, limit) in ledger.fleet_pauses(provider).await? {
-        let left = Duration::from_micros(u64::try_from(left_us).unwrap_or(0));
-        limits.pause_from_fleet(&Key::new(provider, &model), left, &limit);
+    for &provider in providers {
+        for (model, left_us, limit) in ledger.fleet_pauses(provider).await? {
+            let left = Duration::from_micros(u64::try_from(left_us).unwrap_or(0));
+            limits.pause_from_fleet(&Key::new(provider, &model), left, &limit);
+        }
     }
     Ok(())
 }
@@ -71,16 +73,17 @@ pub async fn run(
     ledger: Ledger,
     limits: Limits,
     worker_id: String,
-    provider: String,
+    providers: Vec<String>,
     stop: CancellationToken,
 ) {
+    let providers: Vec<&str> = providers.iter().map(String::as_str).collect();
     let mut last_full = tokio::time::Instant::now();
     loop {
         let everything = last_full.elapsed() >= REPORT_EVERY;
         if everything {
             last_full = tokio::time::Instant::now();
         }
-        if let Err(error) = exchange(&ledger, &limits, &worker_id, &provider, everything).await {
+        if let Err(error) = exchange(&ledger, &limits, &worker_id, &providers, everything).await {
             tracing::warn!(%error, "could not exchange provider limits with the fleet");
         }
         tokio::select! {

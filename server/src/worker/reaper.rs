@@ -145,15 +145,26 @@ pub async fn reconcile_once<P: Provider + Clone>(
         _ => *cursor = RetrievalCursor::default(),
     }
     let mut done = Reconciled::default();
-    let mut pending = page
+    // Only the provider an attempt went to knows of it: a job whose last attempt ran on
+    // another (its route moved it on) cannot be helped by asking this one.
+    let (mine, elsewhere): (Vec<_>, Vec<_>) = page
         .into_iter()
-        // Only the provider an attempt went to knows of it (a job moved on along its route
-        // may have run its last attempt elsewhere).
-        .filter(|job| {
-            job.last_request.is_some() && job.last_provider.as_deref() == Some(provider.name())
-        })
-        .collect::<Vec<_>>()
-        .into_iter();
+        .filter(|job| job.last_request.is_some())
+        .partition(|job| job.last_provider.as_deref() == Some(provider.name()));
+    for job in &elsewhere {
+        let ran_on = job.last_provider.as_deref().unwrap_or("another provider");
+        let event = NewEvent::new(EventKind::RetrievalUnsupported, &Actor::System)
+            .epoch(job.epoch)
+            .detail(detail::RetrievalUnsupported {
+                why: format!(
+                    "its last attempt went to {ran_on}, whose retrieval is not asked: this job \
+                     needs a decision"
+                ),
+            });
+        ledger.record_event(&job.job_id, &event).await?;
+        done.unsupported += 1;
+    }
+    let mut pending = mine.into_iter();
     let mut asking = tokio::task::JoinSet::new();
     loop {
         while asking.len() < RETRIEVALS_AT_ONCE {

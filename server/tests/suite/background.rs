@@ -22,14 +22,14 @@ use crate::helpers::{create, deliver, fresh_ledger, new_job, skip_postgres, wait
 const LIMIT: Duration = Duration::from_secs(20);
 
 /// A stand-in on a port of its own; its base URL.
-async fn stand_in(config: StandInConfig) -> String {
+pub(crate) async fn stand_in(config: StandInConfig) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}/v1", listener.local_addr().unwrap());
     tokio::spawn(stand_in::serve(listener, config));
     base
 }
 
-fn adapter(base: &str) -> ResponsesProvider {
+pub(crate) fn adapter(base: &str) -> ResponsesProvider {
     ResponsesProvider::new(OpenAiConfig {
         base_url: base.to_owned(),
         api_key: None,

@@ -218,6 +218,32 @@ async fn the_bedrock_adapter_classifies_every_row_of_its_table_with_one_send_eac
         nowhere.call(request("ok"), Progress::default()).await,
         ProviderOutcome::Throttled { code, .. } if code == "connect_failed"
     ));
+    // A call that failed before it was handed to the HTTP client (here no endpoint can be
+    // made for the region named) was never sent: refused, not uncertain.
+    let sdk = fenceline::aws::loader()
+        .region(Region::new("not a region!"))
+        .credentials_provider(Credentials::new(
+            "AKIDEXAMPLE",
+            "secret",
+            None,
+            None,
+            "test",
+        ))
+        .load()
+        .await;
+    let unsendable = BedrockProvider::with_sdk_config(
+        BedrockConfig {
+            endpoint: None,
+            default_model: "m".into(),
+            timeout: Duration::from_secs(2),
+        },
+        &sdk,
+    );
+    let outcome = unsendable.call(request("ok"), Progress::default()).await;
+    assert!(
+        matches!(&outcome, ProviderOutcome::Throttled { code, .. } if code == "not_sent"),
+        "{outcome:?}"
+    );
     // One send per attempt, whatever came back: the SDK re-sent nothing, not even on
     // throttling, a model not ready, a 500 or a timeout.
     let sends = seen.sends.lock().unwrap().clone();

@@ -25,6 +25,19 @@ async fn routed_worker(
     bedrock: &str,
     after: Duration,
 ) -> tokio_util::sync::CancellationToken {
+    let fallbacks = vec![AnyProvider::Bedrock(
+        crate::bedrock::adapter(bedrock, Duration::from_secs(5)).await,
+    )];
+    worker_with(ledger, anthropic, fallbacks, after).await
+}
+
+/// A worker calling Anthropic first, with `fallbacks` to move jobs on to.
+async fn worker_with(
+    ledger: &Ledger,
+    anthropic: &str,
+    fallbacks: Vec<AnyProvider>,
+    after: Duration,
+) -> tokio_util::sync::CancellationToken {
     let queue = EmbeddedQueue::new(ledger.clone(), "jobs", 5);
     let mut config = WorkerConfig::new("w");
     config.timings = Timings::compressed();
@@ -40,9 +53,7 @@ async fn routed_worker(
     });
     let providers = (
         AnyProvider::Anthropic(crate::anthropic::adapter(anthropic, Duration::from_secs(5))),
-        vec![AnyProvider::Bedrock(
-            crate::bedrock::adapter(bedrock, Duration::from_secs(5)).await,
-        )],
+        fallbacks,
     );
     let limits = Limits::new(config.max_in_flight);
     let worker = Worker::routed(ledger.clone(), queue.clone(), providers, config, limits);
@@ -198,4 +209,39 @@ async fn a_short_refusal_waits_for_the_same_pair_and_an_uncertain_attempt_never_
             0
         );
     }
+}
+
+/// A job's own `fallback` parameter replaces its tenant's route, and a pair that runs requests
+/// in the background keeps its id as the worker's own provider would: the job moves on to the
+/// Responses stand-in, whose response id is on the attempt before any waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_jobs_own_route_moves_it_on_to_a_provider_that_keeps_its_id() {
+    let (ledger, _db) = crate::helpers::fresh_ledger(crate::helpers::Db::Sqlite).await;
+    let (anthropic, _) = crate::anthropic::server().await;
+    let responses = crate::background::stand_in(fenceline::provider::stand_in::StandInConfig {
+        latency: Duration::from_millis(300),
+        lose_rate: 0.0,
+        lose_create_rate: 0.0,
+    })
+    .await;
+    let fallbacks = vec![AnyProvider::Responses(crate::background::adapter(
+        &responses,
+    ))];
+    let stop = worker_with(&ledger, &anthropic, fallbacks, Duration::from_secs(3)).await;
+    let mut new = crate::helpers::new_job("other", "own-route", json!("status-429"));
+    new.model = json!({ "max_tokens": 64, "fallback": ["openai-responses:stand-in"] });
+    let job_id = crate::helpers::create(&ledger, new).await;
+    let job = wait_for(&ledger, &job_id, &[JobState::Succeeded]).await;
+    stop.cancel();
+    assert_eq!(job.route.provider.as_deref(), Some("openai-responses"));
+    let attempts = ledger.attempts(&job_id).await.unwrap();
+    assert_eq!(attempts[1].provider, "openai-responses");
+    assert!(
+        attempts[1].submitted_id.is_some(),
+        "the response id was kept on the attempt"
+    );
+    assert_eq!(
+        crate::helpers::count_kind(&ledger, &job_id, "attempt_submitted").await,
+        1
+    );
 }

@@ -482,11 +482,11 @@ async fn the_fleet_shares_a_limits_pause_through_the_ledger(db: Db) {
         ..Default::default()
     };
     first.acquire(&key).await.answered(Answer::Refused, &named);
-    exchange(&ledger, &first, "w1", "openai", false)
+    exchange(&ledger, &first, "w1", &["openai"], false)
         .await
         .unwrap();
     assert_eq!(second.capacity(), 8, "nothing learned yet");
-    exchange(&ledger, &second, "w2", "openai", false)
+    exchange(&ledger, &second, "w2", &["openai"], false)
         .await
         .unwrap();
     assert_eq!(second.capacity(), 0, "paused by the fleet");
@@ -502,7 +502,7 @@ async fn the_fleet_shares_a_limits_pause_through_the_ledger(db: Db) {
     assert!(limits[0].limited_until.is_some());
     assert_eq!(limits[0].limit_name.as_deref(), Some("retry-after"));
     // The second process adds nothing of its own: the fleet's count stays.
-    exchange(&ledger, &second, "w2", "openai", true)
+    exchange(&ledger, &second, "w2", &["openai"], true)
         .await
         .unwrap();
     assert_eq!(ledger.provider_limits().await.unwrap()[0].refusals, 1);

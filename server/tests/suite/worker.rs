@@ -598,6 +598,14 @@ mod reaper {
             JobState::Unknown,
             "not asked of the wrong provider"
         );
+        assert_eq!(
+            reconciled.unsupported, 1,
+            "and marked as needing a decision"
+        );
+        assert_eq!(
+            crate::helpers::count_kind(&ledger, &elsewhere, "retrieval_unsupported").await,
+            1
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

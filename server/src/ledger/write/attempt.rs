@@ -174,8 +174,8 @@ impl Ledger {
         Ok(())
     }
 
-    /// Keeps the provider's own request id on the owner's attempt, for retrieval and
-    /// reconciliation.
+    /// Keeps the provider's own request id on the owner's attempt, as evidence: only while
+    /// the caller's epoch is the job's.
     pub async fn set_provider_request_id(
         &self,
         owner: &Owner,
@@ -184,7 +184,8 @@ impl Ledger {
     ) -> Result<(), LedgerError> {
         sqlx::query(
             "UPDATE attempts SET provider_request_id = $4 \
-             WHERE job_id = $1 AND attempt_no = $2 AND epoch = $3",
+             WHERE job_id = $1 AND attempt_no = $2 AND epoch = $3 \
+             AND EXISTS (SELECT 1 FROM jobs j WHERE j.job_id = $1 AND j.owner_epoch = $3)",
         )
         .bind(owner.job_id())
         .bind(attempt_no)

@@ -162,7 +162,10 @@ impl Ledger {
             budget_used: row.budget_used - 1,
             max_attempts: row.max_attempts,
             // The adopted attempt is polled where it runs: at `provider`, whatever the step.
-            route: Default::default(),
+            route: crate::ledger::Route {
+                provider: Some(provider.to_owned()),
+                ..Default::default()
+            },
         };
         let actor = Actor::Worker(worker_id.to_owned());
         fenced
