@@ -19,6 +19,7 @@
 //! - [`console`]: the console port over the ledger, one file per page, and its SVG charts.
 //! - [`operators`]: who may sign in, their roles and tenant scopes, password hashing.
 //! - [`metrics`]: the Prometheus counters and gauges (bounded labels only).
+//! - [`doctor`]: `fenceline doctor`, whether a deployment is wired right.
 //! - [`deployment`]: where this deployment runs (production refuses drills and faults).
 //! - [`faults`]: the named fault points drills arm on their own jobs, and the safeguards a test
 //!   may switch off.
@@ -33,6 +34,7 @@ pub mod aws;
 pub mod bench;
 pub mod console;
 pub mod deployment;
+pub mod doctor;
 pub mod drill;
 pub mod faults;
 pub mod http;

@@ -7,6 +7,7 @@ mod bench;
 mod cancel;
 mod decide;
 mod dlq;
+mod doctor;
 mod drill;
 mod migrate;
 mod operator;
@@ -29,6 +30,7 @@ pub(crate) async fn run(settings: &Settings, command: &Command) -> anyhow::Resul
         Command::Serve(_) => serve::run(settings).await,
         Command::Worker(_) => worker::run(settings).await,
         Command::Migrate => migrate::run(settings).await,
+        Command::Doctor(_) => doctor::run(settings).await,
         Command::Token(command) => token::run(settings, command).await,
         Command::Operator(command) => operator::run(settings, command).await,
         Command::Queue(command) => queue::run(command).await,

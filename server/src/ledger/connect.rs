@@ -139,6 +139,25 @@ impl Ledger {
         Ok(())
     }
 
+    /// The migrations of this backend not applied yet (`0023_provider_route`), oldest first.
+    pub async fn pending_migrations(&self) -> Result<Vec<String>, LedgerError> {
+        let migrator = match self.backend {
+            Backend::Postgres => &POSTGRES_MIGRATIONS,
+            Backend::Sqlite => &SQLITE_MIGRATIONS,
+        };
+        // No table yet: nothing was ever applied.
+        let applied: Vec<i64> =
+            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+                .fetch_all(&self.reader)
+                .await
+                .unwrap_or_default();
+        Ok(migrator
+            .iter()
+            .filter(|m| !m.migration_type.is_down_migration() && !applied.contains(&m.version))
+            .map(|m| format!("{:04}_{}", m.version, m.description.replace(' ', "_")))
+            .collect())
+    }
+
     /// Which database this is.
     pub fn backend(&self) -> Backend {
         self.backend

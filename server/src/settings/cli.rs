@@ -108,6 +108,12 @@ pub enum Command {
     /// Run a worker, the outbox dispatcher and the reaper without HTTP: scale out with many of
     /// these against PostgreSQL and SQS.
     Worker(RuntimeArgs),
+    /// Check this deployment's wiring, reading the settings as `serve` and `worker` do: the
+    /// database and its migrations, the clock, an operator, the timings, the queue and what
+    /// this identity may do on SQS (on a probe queue of its own), each provider, the public
+    /// URL. A line each; exits non-zero on any failure. Changes nothing in the ledger or the
+    /// jobs queue.
+    Doctor(ServeArgs),
     /// Manage SQS queues (development helper).
     #[command(subcommand)]
     Queue(QueueCommand),

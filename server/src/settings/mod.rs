@@ -188,11 +188,11 @@ impl Settings {
     /// Resolves parsed arguments: the running command's, defaults for the rest.
     pub fn from_cli(cli: &Cli) -> Result<Settings, SettingsError> {
         let serve = match &cli.command {
-            Some(Command::Serve(args)) => args.clone(),
+            Some(Command::Serve(args) | Command::Doctor(args)) => args.clone(),
             _ => defaults::<ServeArgs>()?,
         };
         let runtime = match &cli.command {
-            Some(Command::Serve(args)) => &args.runtime,
+            Some(Command::Serve(args) | Command::Doctor(args)) => &args.runtime,
             Some(Command::Worker(args)) | Some(Command::DlqReplay { runtime: args, .. }) => args,
             _ => &serve.runtime,
         };

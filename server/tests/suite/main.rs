@@ -11,6 +11,7 @@ mod background;
 mod bedrock;
 mod benches;
 mod console_access;
+mod doctor;
 mod drills;
 mod fallback;
 mod flow_control;
