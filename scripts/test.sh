@@ -2,11 +2,11 @@
 # Runs every test Fenceline has, on a fresh machine too:
 #   formatting, clippy (-D warnings), unit tests, the integration suite against SQLite, a
 #   throwaway PostgreSQL and an SQS peer that this script starts (and stops) itself, API fuzzing
-#   from the OpenAPI document, the browser tests, and a short chaos soak on each queue and on
-#   background responses.
+#   from the OpenAPI document, the deployment files (scripts/check-deploy.sh), the browser tests,
+#   and a short chaos soak on each queue and on background responses.
 # Needs: the Rust toolchain and python3. Installs PostgreSQL and Chromium from Debian's packages,
-# moto[server], litellm[proxy] and schemathesis from PyPI (in virtualenvs) and Playwright from npm
-# when the machine has none.
+# moto[server], litellm[proxy], schemathesis and kubernetes-validate from PyPI (in virtualenvs),
+# and Playwright and dockerfile-utils from npm, when the machine has none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib/services.sh
@@ -26,6 +26,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test (SQLite, PostgreSQL at $PG_URL, SQS at $MOTO_URL, LiteLLM at $FENCELINE_TEST_LITELLM_URL)"
 # A failed test ends its output with what it says went wrong, not with a backtrace.
 RUST_BACKTRACE=0 cargo test --workspace --locked 2>&1 | tee "$logs/cargo.log"
+
+echo "== deployment files: Kubernetes schemas, systemd units, the Containerfile (scripts/check-deploy.sh)"
+scripts/check-deploy.sh
 
 echo "== API fuzzing from the OpenAPI document (schemathesis): no 5xx"
 FENCELINE_BIN_BUILT=1 scripts/fuzz.sh

@@ -27,8 +27,26 @@ struct Readiness {
 
 /// Ready only while the ledger database answers, within two seconds.
 pub(super) async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
-    let database = state.ledger.backend().as_str();
-    match tokio::time::timeout(Duration::from_secs(2), state.ledger.ping()).await {
+    readiness(&state.ledger).await
+}
+
+/// `/healthz` and `/readyz` alone, for a process without the API (`fenceline worker
+/// --health-bind`): what a process manager or Kubernetes probes.
+pub fn probes(ledger: crate::ledger::Ledger) -> axum::Router {
+    axum::Router::new()
+        .route("/healthz", axum::routing::get(healthz))
+        .route(
+            "/readyz",
+            axum::routing::get(|State(ledger): State<crate::ledger::Ledger>| async move {
+                readiness(&ledger).await
+            }),
+        )
+        .with_state(ledger)
+}
+
+async fn readiness(ledger: &crate::ledger::Ledger) -> impl IntoResponse {
+    let database = ledger.backend().as_str();
+    match tokio::time::timeout(Duration::from_secs(2), ledger.ping()).await {
         Ok(Ok(())) => (
             StatusCode::OK,
             Json(Readiness {

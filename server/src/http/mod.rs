@@ -15,6 +15,7 @@ mod error;
 mod export;
 pub mod gate;
 mod health;
+pub use health::probes;
 pub mod openapi;
 mod refusals;
 pub mod sessions;

@@ -418,6 +418,10 @@ pub struct RuntimeArgs {
     )]
     pub tenant_max_in_flight: Vec<String>,
 
+    /// `fenceline worker` only: where to answer `/healthz` and `/readyz` (ready while the
+    /// ledger answers), for a process manager or Kubernetes' probes; unset, no listener.
+    #[arg(long, env = "FENCELINE_HEALTH_BIND")]
+    pub health_bind: Option<SocketAddr>,
     /// This worker's id on timelines (default: host and process id).
     #[arg(long, env = "FENCELINE_WORKER_ID")]
     pub worker_id: Option<String>,

@@ -127,6 +127,8 @@ impl ProviderSettings {
 #[derive(Debug, Clone)]
 pub struct WorkerSettings {
     pub id: String,
+    /// `fenceline worker`: where `/healthz` and `/readyz` answer, if anywhere.
+    pub health_bind: Option<SocketAddr>,
     pub max_in_flight: usize,
     pub receivers: usize,
     pub timings: Timings,
@@ -246,6 +248,7 @@ impl Settings {
             provider: provider_settings(runtime)?,
             worker: WorkerSettings {
                 id: runtime.worker_id.clone().unwrap_or_else(default_worker_id),
+                health_bind: runtime.health_bind,
                 max_in_flight: runtime.max_in_flight.max(1),
                 receivers: runtime.receivers.max(1),
                 timings: match runtime.timings {

@@ -1372,3 +1372,27 @@ async fn a_burst_of_wrong_passwords_checks_five_and_keeps_memory_bounded() {
     );
     drop(child);
 }
+
+/// `fenceline worker --health-bind` answers `/healthz` and `/readyz` for a process manager's or
+/// Kubernetes' probes, ready while its ledger answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_answers_its_probes_where_it_is_told() {
+    let test_db = crate::helpers::fresh_db(Db::Sqlite).await;
+    let bind = format!("127.0.0.1:{}", crate::helpers::free_port());
+    let mut worker = spawn_fenceline("worker", &test_db.url, "probed", &["--health-bind", &bind]);
+    let base = format!("http://{bind}");
+    crate::helpers::wait_ready(&base).await;
+    let health = reqwest::get(format!("{base}/healthz")).await.unwrap();
+    assert_eq!(health.status(), 200);
+    let ready: serde_json::Value = reqwest::get(format!("{base}/readyz"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ready["ready"], true);
+    assert_eq!(ready["database"], "sqlite");
+    assert!(terminate(&mut worker, Duration::from_secs(20))
+        .await
+        .success());
+}
