@@ -30,6 +30,36 @@ pub trait Console: Send + Sync + 'static {
     fn drills(&self) -> Pending<'_, DrillsPage>;
     /// One drill run's report, if it exists.
     fn drill_run(&self, run_id: String) -> Pending<'_, Option<DrillRun>>;
+    /// Who may sign in, and every API token (admins of every tenant only).
+    fn operators(&self) -> Pending<'_, OperatorsPage>;
+}
+
+/// `/operators`: who may sign in, and the API tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OperatorsPage {
+    pub operators: Vec<OperatorRow>,
+    pub tokens: Vec<TokenRow>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct OperatorRow {
+    pub name: String,
+    pub role: String,
+    /// "acme, globex", or `None` for every tenant.
+    pub tenants: Option<String>,
+    pub created: String,
+    pub disabled: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenRow {
+    /// The start of its hash: how the CLI and the audit name it.
+    pub id: String,
+    /// "tenant acme" or "operator ana".
+    pub acts_as: String,
+    pub name: String,
+    pub created: String,
+    pub revoked: Option<String>,
 }
 
 /// The console port as held in the Leptos context.
@@ -428,6 +458,13 @@ pub struct Visitor {
 }
 
 impl Visitor {
+    /// Whether the signed-in operator manages operators and tokens: an admin of every tenant.
+    pub fn manages_operators(&self) -> bool {
+        self.operator
+            .as_ref()
+            .is_some_and(|o| o.role == "admin" && o.tenants.is_none())
+    }
+
     /// Whether the signed-in operator may act on jobs (decide, retry, cancel, replay).
     pub fn can_act(&self) -> bool {
         self.operator.as_ref().is_some_and(|o| o.can_act)
@@ -481,6 +518,8 @@ pub struct AuditRow {
     pub evidence: Option<String>,
     /// The job the action made (running a finished job again).
     pub new_job_id: Option<String>,
+    /// What an admin's action on the deployment acted on (an operator, a token).
+    pub subject: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -51,6 +51,7 @@ pub fn App() -> impl IntoView {
     provide_meta_context();
     let visitor = pages::visitor();
     let signed_in = visitor.operator.clone();
+    let manages = visitor.manages_operators();
     let csrf = visitor.csrf.clone();
     let zone = visitor.zone.clone();
     let bad_zone = visitor.bad_zone.clone();
@@ -72,6 +73,7 @@ pub fn App() -> impl IntoView {
                         <A href="/drills">"Drills"</A>
                         <A href="/audit">"Audit"</A>
                         <A href="/api">"API"</A>
+                        {manages.then(|| view! { <A href="/operators">"Operators"</A> })}
                     </nav>
                     <components::ZonePicker zone=zone.clone() csrf=csrf.clone()/>
                     <form class="whoami" method="post" action="/logout">
@@ -116,6 +118,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/drills/:run_id") view=pages::drills::DrillRunPage ssr=SsrMode::Async/>
                     <Route path=path!("/login") view=pages::login::LoginPage ssr=SsrMode::Async/>
                     <Route path=path!("/api") view=pages::api::ApiPage ssr=SsrMode::Async/>
+                    <Route path=path!("/operators") view=pages::operators::OperatorsPage ssr=SsrMode::Async/>
                 </Routes>
                     }.into_any(),
                 }}

@@ -48,7 +48,7 @@ pub fn AuditPage() -> impl IntoView {
     view! {
         <Title text="Audit log · Fenceline"/>
         <h1>"Audit log"</h1>
-        <p class="lead">"Every decision and action on a job: who, when, at which epoch, and why."</p>
+        <p class="lead">"Every decision and action on a job, and every change of operators and tokens: who, when, at which epoch, and why."</p>
         <Suspense fallback=|| view! { <p>"Loading…"</p> }>
             {Suspend::new(async move {
                 let page = match console.audit(query.clone()).await {
@@ -112,7 +112,7 @@ pub fn AuditPage() -> impl IntoView {
                             <table class="audit stack-narrow">
                                 <thead><tr>
                                     <th scope="col">"At"</th><th scope="col">"By"</th><th scope="col">"Action"</th>
-                                    <th scope="col">"Job"</th><th scope="col">"Tenant"</th>
+                                    <th scope="col">"On"</th><th scope="col">"Tenant"</th>
                                     <th scope="col">"Saw epoch"</th><th scope="col">"New epoch"</th>
                                     <th scope="col">"Before"</th><th scope="col">"After"</th><th scope="col">"Reason"</th>
                                 </tr></thead>
@@ -122,9 +122,10 @@ pub fn AuditPage() -> impl IntoView {
                                             <td data-label="At">{r.at}</td>
                                             <td data-label="By">{r.actor}</td>
                                             <td data-label="Action">{r.action.replace('_', " ")}</td>
-                                            <td data-label="Job">{match r.job_id {
-                                                Some(id) => view! { <a class="mono" href=format!("/jobs/{id}")>{id.clone()}</a> }.into_any(),
-                                                None => view! { <span>"—"</span> }.into_any(),
+                                            <td data-label="On">{match (r.job_id, r.subject) {
+                                                (Some(id), _) => view! { <a class="mono" href=format!("/jobs/{id}")>{id.clone()}</a> }.into_any(),
+                                                (None, Some(subject)) => view! { <span class="subject">{subject}</span> }.into_any(),
+                                                (None, None) => view! { <span>"—"</span> }.into_any(),
                                             }}{r.new_job_id.map(|new| view! {
                                                 <br/><span class="made">"made "<a class="mono" href=format!("/jobs/{new}")>{new.clone()}</a></span>
                                             })}</td>

@@ -7,6 +7,7 @@ pub mod drills;
 pub mod job;
 pub mod jobs;
 pub mod login;
+pub mod operators;
 pub mod overview;
 pub mod unknown;
 pub mod workers;

@@ -9,7 +9,7 @@ use super::LedgerConsole;
 const PAGE: u32 = 100;
 
 /// The actions the audit log records, for the filter.
-const ACTIONS: [&str; 12] = [
+const ACTIONS: [&str; 18] = [
     "cancel",
     "dlq_dropped",
     "run_again",
@@ -22,6 +22,12 @@ const ACTIONS: [&str; 12] = [
     "authorize_retry",
     "replay_policy",
     "drill_started",
+    "operator_added",
+    "operator_role_changed",
+    "operator_disabled",
+    "operator_enabled",
+    "operator_password_reset",
+    "token_revoked",
 ];
 
 impl LedgerConsole {
@@ -67,6 +73,7 @@ impl LedgerConsole {
                     reason: e.reason,
                     evidence: e.evidence,
                     new_job_id: e.new_job_id,
+                    subject: e.subject,
                 })
                 .collect(),
             next,

@@ -20,6 +20,7 @@ mod dead_letters;
 mod format;
 mod job;
 mod jobs;
+mod operators;
 mod overview;
 pub mod plot;
 mod swimlane;
@@ -228,5 +229,9 @@ impl Console for LedgerConsole {
 
     fn drill_run(&self, run_id: String) -> Pending<'_, Option<fenceline_app::console::DrillRun>> {
         Box::pin(async move { self.build_drill_run(run_id).await.map_err(shown) })
+    }
+
+    fn operators(&self) -> Pending<'_, fenceline_app::console::OperatorsPage> {
+        Box::pin(async move { self.build_operators().await.map_err(shown) })
     }
 }

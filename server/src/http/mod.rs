@@ -17,6 +17,7 @@ pub mod gate;
 mod health;
 pub use health::probes;
 pub mod openapi;
+mod operators_admin;
 mod refusals;
 pub mod sessions;
 pub mod sign_in_form;
@@ -144,6 +145,15 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/jobs/{job_id}/rerun", post(actions::rerun))
         .route("/unknown/decisions", post(actions::decide_many))
+        .route("/operators", post(operators_admin::add))
+        .route("/operators/{name}/role", post(operators_admin::set_role))
+        .route(
+            "/operators/{name}/password",
+            post(operators_admin::reset_password),
+        )
+        .route("/operators/{name}/disable", post(operators_admin::disable))
+        .route("/operators/{name}/enable", post(operators_admin::enable))
+        .route("/tokens/{id}/revoke", post(operators_admin::revoke_token))
         .route("/drills", post(drills::start))
         .route("/drills/{run_id}/report.json", get(drills::report_json))
         .route("/drills/{run_id}/report.md", get(drills::report_markdown))

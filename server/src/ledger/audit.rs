@@ -69,6 +69,9 @@ pub struct AuditEntry {
     pub evidence: Option<String>,
     /// The job the action made (running a finished job again).
     pub new_job_id: Option<String>,
+    /// What an action on the deployment acted on (an operator, a token), when not a job.
+    #[sqlx(default)]
+    pub subject: Option<String>,
 }
 
 /// Which audit entries to read, newest first.
@@ -143,7 +146,8 @@ impl Ledger {
         }
         let sql = format!(
             "SELECT id, at, actor, action, job_id, tenant, seen_epoch, new_epoch, state_before, \
-             state_after, reason, evidence, new_job_id FROM audit_log {} ORDER BY id DESC LIMIT {}",
+             state_after, reason, evidence, new_job_id, subject FROM audit_log {} \
+             ORDER BY id DESC LIMIT {}",
             if conditions.is_empty() {
                 String::new()
             } else {
@@ -220,5 +224,30 @@ impl Ledger {
     pub(crate) async fn record_audit(&self, entry: &NewAudit<'_>) -> Result<(), LedgerError> {
         let mut conn = self.writer.acquire().await?;
         insert_audit(&mut conn, entry).await
+    }
+}
+
+impl Ledger {
+    /// Records an admin's action on the deployment itself (`action`: `operator_added`,
+    /// `token_revoked`, …) on `subject` (the operator's name, the token's id): no job, no
+    /// tenant, so only operators without a tenant limit read it.
+    pub async fn audit_admin(
+        &self,
+        actor: &str,
+        action: &str,
+        subject: &str,
+        reason: &str,
+    ) -> Result<(), LedgerError> {
+        sqlx::query::<Any>(
+            "INSERT INTO audit_log (at, actor, action, subject, reason) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(self.now_us().await?)
+        .bind(actor)
+        .bind(action)
+        .bind(subject)
+        .bind(reason)
+        .execute(&self.writer)
+        .await?;
+        Ok(())
     }
 }

@@ -19,6 +19,7 @@ mod automation;
 mod cancel;
 mod dead_letters;
 mod decisions;
+mod operators;
 mod pages;
 mod rerun;
 mod scopes;
