@@ -74,6 +74,20 @@ pub async fn examine(settings: &Settings) -> Vec<Finding> {
 
 async fn database(settings: &Settings, found: &mut Vec<Finding>) -> Option<Ledger> {
     let backend = settings.ledger.backend.as_str();
+    // Opening a SQLite file that is not there would make an empty one: say so instead.
+    if let Some(path) = sqlite_path(&settings.ledger.url) {
+        if !std::path::Path::new(&path).exists() {
+            found.push(finding(
+                "database",
+                Verdict::Fail,
+                format!(
+                    "no SQLite ledger at {path} (`fenceline serve` or `fenceline migrate` \
+                     makes it; or name the deployment's DATABASE_URL)"
+                ),
+            ));
+            return None;
+        }
+    }
     let connected = tokio::time::timeout(
         BOUND,
         Ledger::connect(&settings.ledger.url, &settings.ledger.options),
@@ -126,6 +140,14 @@ async fn database(settings: &Settings, found: &mut Vec<Finding>) -> Option<Ledge
     }
 }
 
+/// The file a `sqlite:` URL names (`None` for an in-memory database or another backend).
+fn sqlite_path(url: &str) -> Option<String> {
+    let rest = url.strip_prefix("sqlite:")?;
+    let path = rest.trim_start_matches("//");
+    let path = path.split('?').next().unwrap_or_default();
+    (!path.is_empty() && path != ":memory:").then(|| path.to_owned())
+}
+
 async fn ledger_checks(ledger: &Ledger, found: &mut Vec<Finding>) {
     let pending = ledger.pending_migrations().await;
     let migrated = matches!(&pending, Ok(p) if p.is_empty());
@@ -176,9 +198,14 @@ async fn ledger_checks(ledger: &Ledger, found: &mut Vec<Finding>) {
     found.push(match ledger.list_operators().await {
         Ok(operators) => {
             let enabled = operators.iter().filter(|o| !o.is_disabled()).count();
+            // Only an admin of every tenant manages operators.
             let admins = operators
                 .iter()
-                .filter(|o| !o.is_disabled() && o.role == crate::operators::Role::Admin)
+                .filter(|o| {
+                    !o.is_disabled()
+                        && o.role == crate::operators::Role::Admin
+                        && o.tenants.is_none()
+                })
                 .count();
             match (enabled, admins) {
                 (0, _) => finding(
@@ -190,12 +217,12 @@ async fn ledger_checks(ledger: &Ledger, found: &mut Vec<Finding>) {
                 (n, 0) => finding(
                     "operators",
                     Verdict::Warn,
-                    format!("{n} can sign in, no admin among them"),
+                    format!("{n} can sign in, no admin of every tenant among them"),
                 ),
                 (n, a) => finding(
                     "operators",
                     Verdict::Ok,
-                    format!("{n} can sign in, {a} of them admin"),
+                    format!("{n} can sign in, {a} of them admin of every tenant"),
                 ),
             }
         }
@@ -336,7 +363,7 @@ async fn sqs(settings: &Settings, found: &mut Vec<Finding>) {
             ),
         },
     );
-    found.push(probe(&client, name).await);
+    found.push(probe(&client, url.rsplit('/').next().unwrap_or(name)).await);
 }
 
 /// What SQS said, in a line: its error code and message.
@@ -359,7 +386,10 @@ where
 /// What this identity may do on a queue, tried on a queue of doctor's own: create, send,
 /// receive, change visibility, delete the message, delete the queue.
 async fn probe(client: &aws_sdk_sqs::Client, name: &str) -> Finding {
-    let probe_name = format!("{name}-doctor-{}", std::process::id());
+    // A standard queue of its own, named after the jobs queue (without a `.fifo` suffix).
+    let base = name.trim_end_matches(".fifo");
+    let base = &base[..base.len().min(60)];
+    let probe_name = format!("{base}-doctor-{}", std::process::id());
     let step = |what: &str, e: &dyn fmt::Display| {
         finding(
             "queue rights",
@@ -367,10 +397,18 @@ async fn probe(client: &aws_sdk_sqs::Client, name: &str) -> Finding {
             format!("on a probe queue of doctor's own, {what} was refused: {e}"),
         )
     };
-    let created = client.create_queue().queue_name(&probe_name).send().await;
+    let created =
+        tokio::time::timeout(BOUND, client.create_queue().queue_name(&probe_name).send()).await;
     let url = match created {
-        Ok(answer) => answer.queue_url().unwrap_or_default().to_owned(),
-        Err(e) => {
+        Ok(Ok(answer)) => answer.queue_url().unwrap_or_default().to_owned(),
+        Err(_) => {
+            return finding(
+                "queue rights",
+                Verdict::Fail,
+                format!("SQS did not answer within {BOUND:?}"),
+            )
+        }
+        Ok(Err(e)) => {
             return finding(
                 "queue rights",
                 Verdict::Warn,
@@ -540,7 +578,12 @@ async fn provider(check: &str, settings: &ProviderSettings) -> Finding {
         if let Ok(provider) = crate::startup::runtime::provider(settings) {
             use crate::provider::{Provider, Retrieval};
             let answer = tokio::time::timeout(BOUND, provider.retrieve("fenceline-doctor:0")).await;
-            if let Ok(Retrieval::Unsupported) = answer {
+            if let Ok(Retrieval::Found(_) | Retrieval::Inconclusive | Retrieval::NeverExecuted) =
+                answer
+            {
+                out.detail
+                    .push_str("; retrieval of stored completions answers");
+            } else if let Ok(Retrieval::Unsupported) = answer {
                 out = finding(
                     check,
                     Verdict::Fail,
@@ -551,8 +594,11 @@ async fn provider(check: &str, settings: &ProviderSettings) -> Finding {
                     ),
                 );
             } else {
-                out.detail
-                    .push_str("; retrieval of stored completions answers");
+                out = finding(
+                    check,
+                    Verdict::Warn,
+                    format!("{}; retrieval did not answer in time", out.detail),
+                );
             }
         }
     }

@@ -97,9 +97,11 @@ impl Operator {
     }
 }
 
-/// An operator name: 1 to 64 letters, digits, `.`, `_`, `-` or `@`.
+/// An operator name: 1 to 64 letters, digits, `.`, `_`, `-` or `@`, not dots alone.
 pub fn valid_name(name: &str) -> bool {
+    // Not `.` or `..`: a name is a segment of the console's addresses.
     (1..=64).contains(&name.len())
+        && name.bytes().any(|b| b != b'.')
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'@'))

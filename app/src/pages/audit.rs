@@ -117,7 +117,15 @@ pub fn AuditPage() -> impl IntoView {
                                     <th scope="col">"Before"</th><th scope="col">"After"</th><th scope="col">"Reason"</th>
                                 </tr></thead>
                                 <tbody>
-                                    {page.rows.into_iter().map(|r| view! {
+                                    {page.rows.into_iter().map(|r| {
+                                        // A job's states are badges; an operator's or a token's, text.
+                                        let on_job = r.job_id.is_some();
+                                        let shown = move |s: Option<String>| s.map(|s| if on_job {
+                                            view! { <StateBadge state=s/> }.into_any()
+                                        } else {
+                                            view! { <span>{s}</span> }.into_any()
+                                        });
+                                        view! {
                                         <tr>
                                             <td data-label="At">{r.at}</td>
                                             <td data-label="By">{r.actor}</td>
@@ -132,13 +140,13 @@ pub fn AuditPage() -> impl IntoView {
                                             <td data-label="Tenant">{or_dash(r.tenant)}</td>
                                             <td data-label="Saw epoch" class="num">{r.seen_epoch.map(|e| e.to_string()).unwrap_or_default()}</td>
                                             <td data-label="New epoch" class="num">{r.new_epoch.map(|e| e.to_string()).unwrap_or_default()}</td>
-                                            <td data-label="Before">{r.state_before.map(|s| view! { <StateBadge state=s/> })}</td>
-                                            <td data-label="After">{r.state_after.map(|s| view! { <StateBadge state=s/> })}</td>
+                                            <td data-label="Before">{shown(r.state_before)}</td>
+                                            <td data-label="After">{shown(r.state_after)}</td>
                                             <td data-label="Reason">{r.reason}{r.evidence.map(|e| view! {
                                                 <br/><span class="evidence">"Evidence: "<code>{e}</code></span>
                                             })}</td>
                                         </tr>
-                                    }).collect_view()}
+                                    }}).collect_view()}
                                 </tbody>
                             </table>
                         }.into_any()

@@ -12,7 +12,7 @@ use super::error::capitalized;
 use super::gate::{check_form_token, flash, forbidden, SignedIn};
 use super::AppState;
 use crate::job::Actor;
-use crate::ledger::LedgerError;
+use crate::ledger::{token_id, AdminAudit, AdminChange, LedgerError};
 use crate::operators::{hash_password, Operator, Role};
 use fenceline_app::action::Reason;
 
@@ -124,26 +124,47 @@ async fn hashed(password: String) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Says how the change went, audits it when it was made, and goes back to the page.
-async fn done(
+/// What one change is and says: its audit action, what it acts on, what that was and becomes,
+/// and what the page says once it is made.
+struct Applied<'a> {
+    action: &'a str,
+    subject: String,
+    before: Option<String>,
+    after: Option<String>,
+    said: String,
+}
+
+/// Makes `change` with its audit entry in one transaction, says how it went, and goes back to
+/// the page.
+async fn apply(
     state: &AppState,
     session: &Session,
-    (operator, action, subject, reason): (&Operator, &str, &str, &Reason),
-    outcome: Result<String, String>,
+    (operator, reason): (&Operator, &Reason),
+    change: Result<(AdminChange<'_>, Applied<'_>), String>,
 ) -> Response {
-    match outcome {
-        Ok(said) => {
+    let outcome = match change {
+        Ok((change, applied)) => {
             let actor = Actor::Operator(operator.name.clone()).to_string();
-            if let Err(error) = state
-                .ledger
-                .audit_admin(&actor, action, subject, reason.as_str())
-                .await
-            {
-                tracing::error!(%error, action, "could not write the audit entry");
+            let audit = AdminAudit {
+                actor: &actor,
+                action: applied.action,
+                subject: &applied.subject,
+                reason: reason.as_str(),
+                before: applied.before.as_deref(),
+                after: applied.after.as_deref(),
+            };
+            match state.ledger.change_operators(&change, Some(&audit)).await {
+                Ok(()) => {
+                    tracing::info!(operator = %operator.name, action = applied.action, subject = %applied.subject, "operators changed");
+                    Ok(applied.said)
+                }
+                Err(e) => Err(said(e)),
             }
-            tracing::info!(operator = %operator.name, action, subject, "operators changed");
-            flash(session, true, said).await;
         }
+        Err(refused) => Err(refused),
+    };
+    match outcome {
+        Ok(done) => flash(session, true, done).await,
         Err(refused) => {
             flash(
                 session,
@@ -156,6 +177,7 @@ async fn done(
     back()
 }
 
+/// What the ledger said of a refused change, for the page.
 fn said(e: LedgerError) -> String {
     match e {
         LedgerError::Invalid(message) => message,
@@ -164,6 +186,14 @@ fn said(e: LedgerError) -> String {
             "the ledger did not answer".to_owned()
         }
     }
+}
+
+/// `viewer · acme, globex`, as the audit shows a role and its tenants.
+fn standing(role: Role, tenants: Option<&[String]>) -> String {
+    format!(
+        "{role} · {}",
+        tenants.map_or("every tenant".to_owned(), |t| t.join(", "))
+    )
 }
 
 /// `POST /operators`: a new operator.
@@ -189,33 +219,31 @@ pub(super) async fn add(
         Ok(reason) => reason,
         Err(back) => return back,
     };
-    let outcome = async {
-        if !crate::operators::valid_name(&name) {
-            return Err("a name is 1 to 64 letters, digits, '.', '_', '-' or '@'".to_owned());
-        }
-        let role = role_of(&form.role)?;
-        let hash = hashed(form.password).await?;
-        let tenants = tenants_of(&form.tenants);
-        let added = state
-            .ledger
-            .add_operator(&name, role, tenants.as_deref(), &hash)
-            .await
-            .map_err(said)?;
-        Ok(format!("Added {} ({}).", added.name, added.role))
-    }
-    .await;
-    done(
-        &state,
-        &session,
-        (
-            &operator,
-            "operator_added",
-            &format!("operator {name}"),
-            &reason,
-        ),
-        outcome,
-    )
-    .await
+    let role = role_of(&form.role);
+    let tenants = tenants_of(&form.tenants);
+    let hash = match &role {
+        Ok(_) => hashed(form.password).await,
+        Err(_) => Err(String::new()),
+    };
+    let change = match (&role, &hash) {
+        (Err(refused), _) | (_, Err(refused)) => Err(refused.clone()),
+        (&Ok(role), Ok(hash)) => Ok((
+            AdminChange::Add {
+                name: &name,
+                role,
+                tenants: tenants.as_deref(),
+                password_hash: hash,
+            },
+            Applied {
+                action: "operator_added",
+                subject: format!("operator {name}"),
+                before: None,
+                after: Some(standing(role, tenants.as_deref())),
+                said: format!("Added {name} ({role})."),
+            },
+        )),
+    };
+    apply(&state, &session, (&operator, &reason), change).await
 }
 
 /// `POST /operators/{name}/role`: its role, and its tenants (blank: every tenant).
@@ -234,32 +262,30 @@ pub(super) async fn set_role(
         Ok(reason) => reason,
         Err(back) => return back,
     };
-    let outcome = async {
-        let role = role_of(&form.role)?;
-        let tenants = tenants_of(&form.tenants);
-        let changed = state
-            .ledger
-            .set_operator_role(&name, role, Some(tenants.as_deref()))
-            .await
-            .map_err(said)?;
-        Ok(format!(
-            "{} is now {}, for {}.",
-            changed.name,
-            changed.role,
-            changed
-                .tenants
-                .map_or("every tenant".to_owned(), |t| t.join(", "))
-        ))
-    }
-    .await;
-    let action = "operator_role_changed";
-    done(
-        &state,
-        &session,
-        (&operator, action, &format!("operator {name}"), &reason),
-        outcome,
-    )
-    .await
+    let before = match state.ledger.operator(&name).await {
+        Ok(Some(o)) => Some(standing(o.role, o.tenants.as_deref())),
+        Ok(None) => None,
+        Err(e) => return apply(&state, &session, (&operator, &reason), Err(said(e))).await,
+    };
+    let tenants = tenants_of(&form.tenants);
+    let change = role_of(&form.role).map(|role| {
+        let after = standing(role, tenants.as_deref());
+        (
+            AdminChange::Role {
+                name: &name,
+                role,
+                tenants: Some(tenants.as_deref()),
+            },
+            Applied {
+                action: "operator_role_changed",
+                subject: format!("operator {name}"),
+                before,
+                said: format!("{name} is now {after}."),
+                after: Some(after),
+            },
+        )
+    });
+    apply(&state, &session, (&operator, &reason), change).await
 }
 
 /// `POST /operators/{name}/password`: a new password; its sessions stop working.
@@ -278,27 +304,23 @@ pub(super) async fn reset_password(
         Ok(reason) => reason,
         Err(back) => return back,
     };
-    let outcome = async {
-        let hash = hashed(form.password).await?;
-        let changed = state
-            .ledger
-            .set_operator_password(&name, &hash)
-            .await
-            .map_err(said)?;
-        Ok(format!(
-            "{}'s password is reset; their sessions have ended.",
-            changed.name
-        ))
-    }
-    .await;
-    let action = "operator_password_reset";
-    done(
-        &state,
-        &session,
-        (&operator, action, &format!("operator {name}"), &reason),
-        outcome,
-    )
-    .await
+    let hash = hashed(form.password).await;
+    let change = hash.as_ref().map_err(Clone::clone).map(|hash| {
+        (
+            AdminChange::Password {
+                name: &name,
+                password_hash: hash,
+            },
+            Applied {
+                action: "operator_password_reset",
+                subject: format!("operator {name}"),
+                before: None,
+                after: None,
+                said: format!("{name}'s password is reset; their sessions have ended."),
+            },
+        )
+    });
+    apply(&state, &session, (&operator, &reason), change).await
 }
 
 /// `POST /operators/{name}/disable`: no sign-in, and its sessions and tokens stop working.
@@ -343,30 +365,33 @@ async fn switch(
         Ok(reason) => reason,
         Err(back) => return back,
     };
-    let outcome = state
-        .ledger
-        .set_operator_disabled(&name, disabled)
-        .await
-        .map(|o| {
-            if disabled {
-                format!("{} is disabled: signed out, and may not sign in.", o.name)
-            } else {
-                format!("{} may sign in again.", o.name)
-            }
-        })
-        .map_err(said);
-    let action = if disabled {
-        "operator_disabled"
+    let (was, is) = if disabled {
+        ("enabled", "disabled")
     } else {
-        "operator_enabled"
+        ("disabled", "enabled")
     };
-    done(
-        &state,
-        &session,
-        (&operator, action, &format!("operator {name}"), &reason),
-        outcome,
-    )
-    .await
+    let change = Ok((
+        AdminChange::Disabled {
+            name: &name,
+            disabled,
+        },
+        Applied {
+            action: if disabled {
+                "operator_disabled"
+            } else {
+                "operator_enabled"
+            },
+            subject: format!("operator {name}"),
+            before: Some(was.to_owned()),
+            after: Some(is.to_owned()),
+            said: if disabled {
+                format!("{name} is disabled: signed out, and may not sign in.")
+            } else {
+                format!("{name} may sign in again.")
+            },
+        },
+    ));
+    apply(&state, &session, (&operator, &reason), change).await
 }
 
 /// `POST /tokens/{id}/revoke`: an API token stops working.
@@ -384,18 +409,19 @@ pub(super) async fn revoke_token(
         Ok(reason) => reason,
         Err(back) => return back,
     };
-    let outcome = state
-        .ledger
-        .revoke_token(&id)
-        .await
-        .map(|t| format!("Token {} ({}) is revoked.", t.id, t.name))
-        .map_err(said);
-    let subject = format!("token {id}");
-    done(
-        &state,
-        &session,
-        (&operator, "token_revoked", &subject, &reason),
-        outcome,
-    )
-    .await
+    // The token as the ledger names it, not as the address spelled it.
+    let id = token_id(&id).map_err(said);
+    let change = id.as_ref().map_err(Clone::clone).map(|id| {
+        (
+            AdminChange::RevokeToken { id },
+            Applied {
+                action: "token_revoked",
+                subject: format!("token {id}"),
+                before: Some("live".to_owned()),
+                after: Some("revoked".to_owned()),
+                said: format!("Token {id} is revoked."),
+            },
+        )
+    });
+    apply(&state, &session, (&operator, &reason), change).await
 }

@@ -227,27 +227,25 @@ impl Ledger {
     }
 }
 
-impl Ledger {
-    /// Records an admin's action on the deployment itself (`action`: `operator_added`,
-    /// `token_revoked`, …) on `subject` (the operator's name, the token's id): no job, no
-    /// tenant, so only operators without a tenant limit read it.
-    pub async fn audit_admin(
-        &self,
-        actor: &str,
-        action: &str,
-        subject: &str,
-        reason: &str,
-    ) -> Result<(), LedgerError> {
-        sqlx::query::<Any>(
-            "INSERT INTO audit_log (at, actor, action, subject, reason) VALUES ($1, $2, $3, $4, $5)",
-        )
-        .bind(self.now_us().await?)
-        .bind(actor)
-        .bind(action)
-        .bind(subject)
-        .bind(reason)
-        .execute(&self.writer)
-        .await?;
-        Ok(())
-    }
+/// Writes an admin's audit entry in the transaction of the change it records: no job, no
+/// tenant, so only operators without a tenant limit read it.
+pub(crate) async fn insert_admin_audit(
+    conn: &mut AnyConnection,
+    audit: &super::AdminAudit<'_>,
+    at: i64,
+) -> Result<(), LedgerError> {
+    sqlx::query::<Any>(
+        "INSERT INTO audit_log (at, actor, action, subject, reason, state_before, state_after) \
+         VALUES ($7, $1, $2, $3, $4, $5, $6)",
+    )
+    .bind(audit.actor)
+    .bind(audit.action)
+    .bind(audit.subject)
+    .bind(audit.reason)
+    .bind(audit.before)
+    .bind(audit.after)
+    .bind(at)
+    .execute(conn)
+    .await?;
+    Ok(())
 }

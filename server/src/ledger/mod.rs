@@ -136,7 +136,7 @@ pub use model::{
     Job, JobFilter, JobPage, NewEvent, NewJob, NoEvidence, Owner, Recovered, Renewal, ReplayPolicy,
     Route, Spend, Throttle, Throttled, OPERATOR_RESOLVED_FAILED,
 };
-pub use operators::{Credentials, FailureScope};
+pub use operators::{AdminAudit, AdminChange, Credentials, FailureScope};
 pub use queue_store::{
     describe_embedded, LedgerMessage, QueueDepth, TakenMessage, VisibilityChange,
 };
@@ -145,7 +145,7 @@ pub use retention::{Pruned, RetentionRun};
 pub use rollup::{activity_statements, Activity, FINISHED, HOUR, REDELIVERED};
 pub use spend::{call_bound, JobSpend, ModelSpend, WindowSpend};
 pub use summary::RunSummary;
-pub use tokens::{valid_tenant, ActsAs, TokenInfo};
+pub use tokens::{token_id, valid_tenant, ActsAs, TokenInfo};
 pub use transport::{DeadLetterMove, RejectedMessage};
 pub use unknown::{UnknownForRetrieval, UnknownJob};
 pub use workers::{Reported, WorkerReport, WorkerSeen};

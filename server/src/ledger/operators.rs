@@ -68,6 +68,47 @@ fn tenant_list(tenants: Option<&[String]>) -> Result<Option<String>, LedgerError
     Ok(Some(list.join(",")))
 }
 
+/// A change of who may sign in, or of a token, as an admin (or the command line) makes it.
+#[derive(Debug, Clone, Copy)]
+pub enum AdminChange<'a> {
+    Add {
+        name: &'a str,
+        role: Role,
+        tenants: Option<&'a [String]>,
+        password_hash: &'a str,
+    },
+    /// A role, and when given its tenants (`Some(None)`: every tenant).
+    Role {
+        name: &'a str,
+        role: Role,
+        tenants: Option<Option<&'a [String]>>,
+    },
+    Password {
+        name: &'a str,
+        password_hash: &'a str,
+    },
+    Disabled {
+        name: &'a str,
+        disabled: bool,
+    },
+    /// The live token whose id (as `token list` shows it, lower case) this is.
+    RevokeToken {
+        id: &'a str,
+    },
+}
+
+/// The audit entry of an admin's change: who, what, on what, why, and what it was and became
+/// (`viewer · acme` → `operator · acme, globex`).
+#[derive(Debug, Clone, Copy)]
+pub struct AdminAudit<'a> {
+    pub actor: &'a str,
+    pub action: &'a str,
+    pub subject: &'a str,
+    pub reason: &'a str,
+    pub before: Option<&'a str>,
+    pub after: Option<&'a str>,
+}
+
 impl Ledger {
     /// Adds an operator with an already hashed password. Refused if the name is taken.
     pub async fn add_operator(
@@ -77,27 +118,128 @@ impl Ledger {
         tenants: Option<&[String]>,
         password_hash: &str,
     ) -> Result<Operator, LedgerError> {
-        if !crate::operators::valid_name(name) {
-            return Err(LedgerError::Invalid(
-                "an operator name is 1 to 64 letters, digits, '.', '_', '-' or '@'".into(),
-            ));
-        }
-        let added = sqlx::query(&self.sql.add_operator)
-            .bind(name)
-            .bind(password_hash)
-            .bind(role.as_str())
-            .bind(tenant_list(tenants)?)
-            .execute(&self.writer)
-            .await?
-            .rows_affected();
-        if added == 0 {
-            return Err(LedgerError::Invalid(format!(
-                "there is already an operator named {name}"
-            )));
-        }
+        let change = AdminChange::Add {
+            name,
+            role,
+            tenants,
+            password_hash,
+        };
+        self.change_operators(&change, None).await?;
         self.operator(name)
             .await?
             .ok_or_else(|| LedgerError::Corrupt("an added operator vanished".into()))
+    }
+
+    /// Makes `change`, and with it, in the same transaction, the audit entry that records it
+    /// (none from the command line). Refused, with nothing changed, when its operator or token
+    /// does not exist or the new name is taken.
+    pub async fn change_operators(
+        &self,
+        change: &AdminChange<'_>,
+        audit: Option<&AdminAudit<'_>>,
+    ) -> Result<(), LedgerError> {
+        // The database's clock, as every audit entry's.
+        let at = match audit {
+            Some(_) => self.now_us().await?,
+            None => 0,
+        };
+        let mut tx = self.begin_write().await?;
+        let changed = match *change {
+            AdminChange::Add {
+                name,
+                role,
+                tenants,
+                password_hash,
+            } => {
+                if !crate::operators::valid_name(name) {
+                    return Err(LedgerError::Invalid(
+                        "an operator name is 1 to 64 letters, digits, '.', '_', '-' or '@', \
+                         not dots alone"
+                            .into(),
+                    ));
+                }
+                let added = sqlx::query(&self.sql.add_operator)
+                    .bind(name)
+                    .bind(password_hash)
+                    .bind(role.as_str())
+                    .bind(tenant_list(tenants)?)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                if added == 0 {
+                    return Err(LedgerError::Invalid(format!(
+                        "there is already an operator named {name}"
+                    )));
+                }
+                added
+            }
+            AdminChange::Role {
+                name,
+                role,
+                tenants: None,
+            } => sqlx::query(&self.sql.set_operator_role)
+                .bind(name)
+                .bind(role.as_str())
+                .execute(&mut *tx)
+                .await?
+                .rows_affected(),
+            AdminChange::Role {
+                name,
+                role,
+                tenants: Some(tenants),
+            } => sqlx::query(&self.sql.set_operator_role_and_tenants)
+                .bind(name)
+                .bind(role.as_str())
+                .bind(tenant_list(tenants)?)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected(),
+            AdminChange::Password {
+                name,
+                password_hash,
+            } => sqlx::query(&self.sql.set_operator_password)
+                .bind(name)
+                .bind(password_hash)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected(),
+            AdminChange::Disabled { name, disabled } => {
+                sqlx::query(&self.sql.set_operator_disabled)
+                    .bind(name)
+                    .bind(i64::from(disabled))
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected()
+            }
+            AdminChange::RevokeToken { id } => {
+                let mut revoked = 0;
+                for sql in [&self.sql.revoke_token, &self.sql.revoke_operator_token] {
+                    revoked += sqlx::query(sql)
+                        .bind(id)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                }
+                if revoked == 0 {
+                    return Err(LedgerError::Invalid(format!("no live token with id {id}")));
+                }
+                revoked
+            }
+        };
+        if changed == 0 {
+            let name = match change {
+                AdminChange::Role { name, .. }
+                | AdminChange::Password { name, .. }
+                | AdminChange::Disabled { name, .. } => name,
+                _ => "",
+            };
+            return Err(LedgerError::Invalid(format!("no operator named {name}")));
+        }
+        if let Some(audit) = audit {
+            super::audit::insert_admin_audit(&mut tx, audit, at).await?;
+        }
+        tx.commit().await?;
+        Ok(())
     }
 
     /// Every operator, by name.
@@ -153,24 +295,13 @@ impl Ledger {
         role: Role,
         tenants: Option<Option<&[String]>>,
     ) -> Result<Operator, LedgerError> {
-        let changed = match tenants {
-            None => {
-                sqlx::query(&self.sql.set_operator_role)
-                    .bind(name)
-                    .bind(role.as_str())
-                    .execute(&self.writer)
-                    .await?
-            }
-            Some(tenants) => {
-                sqlx::query(&self.sql.set_operator_role_and_tenants)
-                    .bind(name)
-                    .bind(role.as_str())
-                    .bind(tenant_list(tenants)?)
-                    .execute(&self.writer)
-                    .await?
-            }
+        let change = AdminChange::Role {
+            name,
+            role,
+            tenants,
         };
-        self.changed_operator(name, changed.rows_affected()).await
+        self.change_operators(&change, None).await?;
+        self.changed_operator(name).await
     }
 
     /// Sets a new password hash; sessions begun before it stop working.
@@ -179,12 +310,12 @@ impl Ledger {
         name: &str,
         password_hash: &str,
     ) -> Result<Operator, LedgerError> {
-        let changed = sqlx::query(&self.sql.set_operator_password)
-            .bind(name)
-            .bind(password_hash)
-            .execute(&self.writer)
-            .await?;
-        self.changed_operator(name, changed.rows_affected()).await
+        let change = AdminChange::Password {
+            name,
+            password_hash,
+        };
+        self.change_operators(&change, None).await?;
+        self.changed_operator(name).await
     }
 
     /// Disables (or, with `false`, enables again) an operator: no sign-in, no session.
@@ -193,18 +324,12 @@ impl Ledger {
         name: &str,
         disabled: bool,
     ) -> Result<Operator, LedgerError> {
-        let changed = sqlx::query(&self.sql.set_operator_disabled)
-            .bind(name)
-            .bind(i64::from(disabled))
-            .execute(&self.writer)
-            .await?;
-        self.changed_operator(name, changed.rows_affected()).await
+        let change = AdminChange::Disabled { name, disabled };
+        self.change_operators(&change, None).await?;
+        self.changed_operator(name).await
     }
 
-    async fn changed_operator(&self, name: &str, changed: u64) -> Result<Operator, LedgerError> {
-        if changed == 0 {
-            return Err(LedgerError::Invalid(format!("no operator named {name}")));
-        }
+    async fn changed_operator(&self, name: &str) -> Result<Operator, LedgerError> {
         self.operator(name)
             .await?
             .ok_or_else(|| LedgerError::Corrupt("a changed operator vanished".into()))

@@ -51,6 +51,17 @@ pub fn valid_tenant(tenant: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
+/// A token id as `fenceline token list` shows it, from what was typed.
+pub fn token_id(typed: &str) -> Result<String, LedgerError> {
+    let id = typed.trim().to_ascii_lowercase();
+    if id.len() != TOKEN_ID_LEN || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(LedgerError::Invalid(format!(
+            "a token id is the {TOKEN_ID_LEN} hex characters `fenceline token list` shows"
+        )));
+    }
+    Ok(id)
+}
+
 impl Ledger {
     /// Creates a token for `tenant` and returns it; only its hash is stored.
     pub async fn add_token(&self, tenant: &str, name: &str) -> Result<String, LedgerError> {
@@ -105,25 +116,9 @@ impl Ledger {
     /// Revokes the one live token, a tenant's or an operator's, whose id is `id` (as `token
     /// list` shows it). Requests with it are refused from then on.
     pub async fn revoke_token(&self, id: &str) -> Result<TokenInfo, LedgerError> {
-        let id = id.trim().to_ascii_lowercase();
-        if id.len() != TOKEN_ID_LEN || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(LedgerError::Invalid(format!(
-                "a token id is the {TOKEN_ID_LEN} hex characters `fenceline token list` shows"
-            )));
-        }
-        let mut tx = self.begin_write().await?;
-        let mut revoked = 0;
-        for sql in [&self.sql.revoke_token, &self.sql.revoke_operator_token] {
-            revoked += sqlx::query(sql)
-                .bind(&id)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-        }
-        tx.commit().await?;
-        if revoked == 0 {
-            return Err(LedgerError::Invalid(format!("no live token with id {id}")));
-        }
+        let id = token_id(id)?;
+        self.change_operators(&super::AdminChange::RevokeToken { id: &id }, None)
+            .await?;
         self.list_tokens()
             .await?
             .into_iter()

@@ -212,4 +212,28 @@ async fn an_admin_manages_operators_and_tokens_from_the_console_each_change_audi
     assert_eq!(entries.len(), 1);
     assert_eq!(entries[0].actor, "operator:root");
     assert_eq!(entries[0].subject.as_deref(), Some("operator ana"));
+    assert_eq!(
+        (
+            entries[0].state_before.as_deref(),
+            entries[0].state_after.as_deref()
+        ),
+        (Some("enabled"), Some("disabled"))
+    );
+    let roles = app
+        .ledger
+        .audit_entries(&fenceline::ledger::AuditFilter {
+            action: Some("operator_role_changed".into()),
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            roles[0].state_before.as_deref(),
+            roles[0].state_after.as_deref()
+        ),
+        (Some("viewer · acme"), Some("operator · acme, globex")),
+        "what the role was and became"
+    );
 }
