@@ -147,7 +147,7 @@ pub use spend::{call_bound, JobSpend, ModelSpend, WindowSpend};
 pub use summary::RunSummary;
 pub use tokens::{token_id, valid_tenant, ActsAs, TokenInfo};
 pub use transport::{DeadLetterMove, RejectedMessage};
-pub use unknown::{UnknownForRetrieval, UnknownJob};
+pub use unknown::{OrphanedResponse, UnknownForRetrieval, UnknownJob};
 pub use workers::{Reported, WorkerReport, WorkerSeen};
 pub use write::{
     AcceptDelete, GroupStats, OutboxItem, RenewBoth, RenewedWithVisibility, EVIDENCE_MAX,

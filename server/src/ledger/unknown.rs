@@ -16,6 +16,19 @@ pub struct UnknownJob {
     pub retrieval_unsupported: bool,
 }
 
+/// A request running in the background at a provider that no job waits for any more: its
+/// job ended, or moved on to another attempt, while no worker polled it.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct OrphanedResponse {
+    pub job_id: String,
+    pub attempt_no: i64,
+    /// The provider's id the request runs under.
+    pub provider_id: String,
+    /// Where the job stands now.
+    pub state: String,
+    pub epoch: i64,
+}
+
 /// An `unknown` job as provider retrieval sees it.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct UnknownForRetrieval {
@@ -41,6 +54,30 @@ impl Ledger {
         rows.iter()
             .map(|row| Ok((row.try_get("job_id")?, row.try_get("owner_epoch")?)))
             .collect()
+    }
+
+    /// Up to `limit` requests running in the background at `provider` that no job waits for:
+    /// attempts with a provider id and no recorded outcome whose job is terminal or has moved
+    /// on to another attempt (never an `unknown` job's: its answer may yet be the evidence),
+    /// and that were not cancelled already.
+    pub async fn orphaned_responses(
+        &self,
+        provider: &str,
+        limit: u32,
+    ) -> Result<Vec<OrphanedResponse>, LedgerError> {
+        let sql = "SELECT a.job_id, a.attempt_no, a.submitted_id AS provider_id, \
+             j.state, j.owner_epoch AS epoch FROM attempts a JOIN jobs j ON j.job_id = a.job_id \
+             WHERE a.submitted_id IS NOT NULL AND a.outcome IN ('pending', 'lost') \
+             AND a.provider = $1 AND j.state <> 'unknown' \
+             AND (j.pending_attempt IS NULL OR j.pending_attempt <> a.attempt_no) \
+             AND NOT EXISTS (SELECT 1 FROM events e WHERE e.job_id = a.job_id \
+                 AND e.kind = 'upstream_cancelled' AND e.attempt_no = a.attempt_no) \
+             LIMIT $2";
+        Ok(sqlx::query_as(sql)
+            .bind(provider)
+            .bind(i64::from(limit))
+            .fetch_all(&self.reader)
+            .await?)
     }
 
     /// A page of `unknown` jobs for provider retrieval, after `cursor` (by last change, then

@@ -239,6 +239,38 @@ async fn settle(
     }
 }
 
+/// Cancels at the provider the requests running in the background that no job waits for any
+/// more (a held attempt whose job an operator cancelled, say), a few at a time, each on its
+/// job's timeline (`upstream_cancelled`, why: the job's state); how many were asked.
+pub async fn cancel_orphaned_once<P: Provider>(
+    ledger: &Ledger,
+    provider: &P,
+) -> Result<usize, LedgerError> {
+    if !provider.retains() {
+        return Ok(0);
+    }
+    let orphans = ledger.orphaned_responses(provider.name(), 20).await?;
+    for orphan in &orphans {
+        let answer =
+            match tokio::time::timeout(RETRIEVAL_BOUND, provider.cancel(&orphan.provider_id)).await
+            {
+                Ok(Ok(())) => "cancelled".to_owned(),
+                Ok(Err(code)) => code,
+                Err(_) => "timeout".to_owned(),
+            };
+        let event = NewEvent::new(EventKind::UpstreamCancelled, &Actor::System)
+            .epoch(orphan.epoch)
+            .attempt(orphan.attempt_no)
+            .detail(detail::UpstreamCancelled {
+                provider_id: orphan.provider_id.clone(),
+                why: orphan.state.clone(),
+                answer,
+            });
+        ledger.record_event(&orphan.job_id, &event).await?;
+    }
+    Ok(orphans.len())
+}
+
 /// Reaps every `interval` until `shutdown`, and runs provider retrieval beside it in its own
 /// task. Workable jobs quiet for `quiet` are re-sent.
 pub async fn run<P: Provider + Clone>(
@@ -294,6 +326,13 @@ async fn run_retrieval<P: Provider + Clone>(
         };
         if let Err(error) = round {
             tracing::warn!(%error, "provider retrieval round failed");
+        }
+        let cancelled = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            cancelled = cancel_orphaned_once(&ledger, &provider) => cancelled,
+        };
+        if let Err(error) = cancelled {
+            tracing::warn!(%error, "cancelling orphaned responses failed");
         }
         tokio::select! {
             _ = shutdown.cancelled() => return,

@@ -458,3 +458,51 @@ async fn litellms_responses_route_takes_the_request_and_an_ended_response_needs_
         other => panic!("expected LiteLLM's completed response, got {other:?}"),
     }
 }
+
+/// A response no worker polls any more — held for adoption when its worker died — whose job
+/// an operator then cancels is cancelled at the provider by the reaper, once, on the timeline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_reaper_cancels_a_held_response_whose_job_moved_on() {
+    let (ledger, _db) = fresh_ledger(Db::Sqlite).await;
+    let queue = EmbeddedQueue::new(ledger.clone(), "jobs", 5);
+    let base = stand_in(StandInConfig {
+        latency: Duration::from_secs(30),
+        lose_rate: 0.0,
+        lose_create_rate: 0.0,
+    })
+    .await;
+    let job_id = killed_after_submitting(&ledger, &queue, &base, "orphan").await;
+    reaper::reap_once(&ledger, Duration::from_secs(600))
+        .await
+        .unwrap();
+    let held = ledger.job(&job_id).await.unwrap().unwrap();
+    assert_eq!(
+        held.owner_id.as_deref(),
+        Some("system"),
+        "held for adoption"
+    );
+    ledger
+        .cancel(
+            &job_id,
+            held.owner_epoch,
+            JobState::Running,
+            &Actor::Operator("olga".into()),
+            "wrong document",
+        )
+        .await
+        .unwrap();
+    let provider = adapter(&base);
+    for _ in 0..2 {
+        reaper::cancel_orphaned_once(&ledger, &provider)
+            .await
+            .unwrap();
+    }
+    assert_eq!(cancels(&base).await, 1, "cancelled at the provider, once");
+    let events = ledger.events(&job_id, 0, 1000).await.unwrap();
+    let cancelled = events
+        .iter()
+        .find_map(|e| e.detail_as::<detail::UpstreamCancelled>())
+        .expect("the cancel at the provider is on the timeline");
+    assert_eq!(cancelled.why, "failed_terminal");
+    assert_eq!(cancelled.answer, "cancelled");
+}
