@@ -211,8 +211,7 @@ async fn ledger_checks(ledger: &Ledger, found: &mut Vec<Finding>) {
                 (0, _) => finding(
                     "operators",
                     Verdict::Fail,
-                    "no operator can sign in: `fenceline operator add NAME --role admin` \
-                     (or start `serve` once, which makes the first admin)",
+                    "no operator can sign in: `fenceline operator add NAME --role admin`",
                 ),
                 (n, 0) => finding(
                     "operators",
@@ -558,7 +557,8 @@ async fn provider(check: &str, settings: &ProviderSettings) -> Finding {
                 "{kind} at {} refuses the key (HTTP {status}){}",
                 settings.url,
                 if key.is_none() {
-                    ": none is set (FENCELINE_PROVIDER_API_KEY)"
+                    ": none is set (FENCELINE_PROVIDER_API_KEY, OPENAI_API_KEY or \
+                     ANTHROPIC_API_KEY, by kind)"
                 } else {
                     ""
                 }

@@ -366,7 +366,7 @@ pub struct RuntimeArgs {
     /// A tenant's fallback route, `tenant=provider:model,provider:model` (`*` for every
     /// tenant without its own): the pairs after the first (this worker's provider with the
     /// job's model) a job moves on to when its pair refuses it for longer than
-    /// --fallback-after. A job's own `fallback` parameter replaces its tenant's. Repeat the
+    /// --fallback-after-secs. A job's own `fallback` parameter replaces its tenant's. Repeat the
     /// flag; in the environment separate entries with `;`.
     #[arg(long = "fallback", env = "FENCELINE_FALLBACK", value_delimiter = ';')]
     pub fallback: Vec<String>,

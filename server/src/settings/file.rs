@@ -75,6 +75,11 @@ pub fn with_file_settings(argv: Vec<String>) -> Result<Vec<String>, SettingsErro
             (false, Value::Bool(true)) => argv.push(format!("--{long}")),
             (false, Value::Bool(false)) => {}
             (false, _) => return Err(file_error(format!("{key} is true or false"))),
+            // Each item of a list is the flag given once more, so a list reads the same
+            // whichever delimiter its environment variable uses.
+            (true, Value::List(items)) => {
+                argv.extend(items.iter().map(|item| format!("--{long}={item}")))
+            }
             (true, value) => argv.push(format!("--{long}={}", value.as_arg())),
         }
     }
@@ -98,6 +103,7 @@ fn knows(command: &clap::Command, long: &str) -> bool {
 enum Value {
     Bool(bool),
     Text(String),
+    List(Vec<String>),
 }
 
 impl Value {
@@ -105,6 +111,7 @@ impl Value {
         match self {
             Value::Bool(b) => b.to_string(),
             Value::Text(t) => t.clone(),
+            Value::List(items) => items.join(","),
         }
     }
 }
@@ -120,7 +127,7 @@ fn flatten(table: &toml::Table, out: &mut BTreeMap<String, Value>) -> Result<(),
             toml::Value::String(s) => Value::Text(s.clone()),
             toml::Value::Integer(i) => Value::Text(i.to_string()),
             toml::Value::Float(f) => Value::Text(f.to_string()),
-            toml::Value::Array(items) => Value::Text(
+            toml::Value::Array(items) => Value::List(
                 items
                     .iter()
                     .map(|item| match item {
@@ -128,8 +135,7 @@ fn flatten(table: &toml::Table, out: &mut BTreeMap<String, Value>) -> Result<(),
                         toml::Value::Integer(i) => Ok(i.to_string()),
                         _ => Err(format!("{key}: a list holds strings or numbers")),
                     })
-                    .collect::<Result<Vec<_>, _>>()?
-                    .join(","),
+                    .collect::<Result<Vec<_>, _>>()?,
             ),
             toml::Value::Datetime(_) => return Err(format!("{key}: dates are not settings")),
         };
@@ -169,6 +175,21 @@ mod tests {
                 let _ = std::fs::remove_file(&self.0);
             }
         }
+    }
+
+    /// Each item of a list is one more flag: lists whose variables split on `;` read right.
+    #[test]
+    fn a_list_in_the_file_is_the_flag_given_once_per_item() {
+        let f = file(
+            "[worker]\ntenant-weight = [\"reports=3\", \"batch-eval=1\"]\n\
+             fallback = [\"acme=stub:stub\", \"*=openai:gpt-4o-mini\"]\n",
+        );
+        let path = f.0.display().to_string();
+        let out = with_file_settings(argv(&["fenceline", "--config", &path, "worker"])).unwrap();
+        let cli = Cli::try_parse_from(out).unwrap();
+        let settings = crate::settings::Settings::from_cli(&cli).unwrap();
+        assert_eq!(settings.worker.tenant_shares.len(), 2);
+        assert_eq!(settings.provider.routes.by_tenant.len(), 2);
     }
 
     #[test]

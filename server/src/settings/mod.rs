@@ -267,6 +267,19 @@ impl Settings {
             },
         };
         settings.validate()?;
+        // Only the console needs its address: `worker`, `migrate` and the rest of a production
+        // deployment run without one.
+        let serves_console = matches!(&cli.command, None | Some(Command::Serve(_)));
+        if serves_console
+            && settings.environment == Environment::Production
+            && settings.http.public_url.is_none()
+        {
+            return Err(SettingsError::Invalid(
+                "a production deployment needs --public-url: the console answers only for \
+                 that host"
+                    .into(),
+            ));
+        }
         Ok(settings)
     }
 
@@ -287,13 +300,6 @@ impl Settings {
         if self.environment == Environment::Production && self.worker.soak_faults > 0.0 {
             return Err(SettingsError::Invalid(
                 "production refuses fault injection: --soak-faults is for the chaos soak".into(),
-            ));
-        }
-        if self.environment == Environment::Production && self.http.public_url.is_none() {
-            return Err(SettingsError::Invalid(
-                "a production deployment needs --public-url: the console answers only for \
-                 that host"
-                    .into(),
             ));
         }
         if !self.http.bind.ip().is_loopback() && self.http.public_url.is_none() {
@@ -712,6 +718,13 @@ mod tests {
                 .is_err_and(|e| e.contains("production refuses fault injection")),
             "{production:?}"
         );
+        // Only the console needs its public address: the rest of a production deployment
+        // starts without one.
+        for command in ["worker", "migrate", "doctor"] {
+            settings(&["--environment", "production", command]).unwrap();
+        }
+        let serve = settings(&["--environment", "production", "serve"]).unwrap_err();
+        assert!(serve.contains("--public-url"), "{serve}");
     }
 
     #[test]
