@@ -272,55 +272,29 @@ async fn sqs(settings: &Settings, found: &mut Vec<Finding>) {
     let url = if name.starts_with("http://") || name.starts_with("https://") {
         name.to_owned()
     } else {
-        match tokio::time::timeout(BOUND, client.get_queue_url().queue_name(name).send()).await {
-            Ok(Ok(answer)) => answer.queue_url().unwrap_or_default().to_owned(),
-            Ok(Err(e)) => {
-                found.push(finding(
-                    "queue",
-                    Verdict::Fail,
-                    format!(
-                        "the SQS queue `{name}` cannot be found ({}): create it with \
-                         `fenceline queue create {name}`, or name another with --queue-name",
-                        said(&e)
-                    ),
-                ));
-                return;
-            }
-            Err(_) => {
-                found.push(finding(
-                    "queue",
-                    Verdict::Fail,
-                    format!("SQS did not answer within {BOUND:?}"),
-                ));
+        let asked = bounded(client.get_queue_url().queue_name(name).send()).await;
+        match asked {
+            Ok(answer) => answer.queue_url().unwrap_or_default().to_owned(),
+            Err(e) => {
+                let why = format!(
+                    "the SQS queue `{name}` cannot be found ({e}): create it with \
+                     `fenceline queue create {name}`, or name another with --queue-name"
+                );
+                found.push(finding("queue", Verdict::Fail, why));
                 return;
             }
         }
     };
-    let attributes = tokio::time::timeout(
-        BOUND,
-        client
-            .get_queue_attributes()
-            .queue_url(&url)
-            .attribute_names(QueueAttributeName::All)
-            .send(),
-    )
-    .await;
-    let attributes = match attributes {
-        Ok(Ok(answer)) => answer.attributes().cloned().unwrap_or_default(),
-        Ok(Err(e)) => {
-            found.push(finding(
-                "queue",
-                Verdict::Fail,
-                format!("cannot read the queue's attributes: {}", said(&e)),
-            ));
-            return;
-        }
-        Err(_) => {
-            found.push(finding(
-                "queue",
-                Verdict::Fail,
-                format!("SQS did not answer within {BOUND:?}"),
-            ));
+    let asked = client
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(QueueAttributeName::All)
+        .send();
+    let attributes = match bounded(asked).await {
+        Ok(answer) => answer.attributes().cloned().unwrap_or_default(),
+        Err(e) => {
+            let why = format!("cannot read the queue's attributes: {e}");
+            found.push(finding("queue", Verdict::Fail, why));
             return;
         }
     };
@@ -363,6 +337,21 @@ async fn sqs(settings: &Settings, found: &mut Vec<Finding>) {
         },
     );
     found.push(probe(&client, url.rsplit('/').next().unwrap_or(name)).await);
+}
+
+/// An SQS request within [`BOUND`]: its answer, or what SQS said (or that it said nothing).
+async fn bounded<T, E, R>(
+    request: impl std::future::Future<Output = Result<T, aws_sdk_sqs::error::SdkError<E, R>>>,
+) -> Result<T, String>
+where
+    E: aws_sdk_sqs::error::ProvideErrorMetadata + std::error::Error + 'static,
+    R: fmt::Debug,
+{
+    match tokio::time::timeout(BOUND, request).await {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(e)) => Err(said(&e)),
+        Err(_) => Err(format!("no answer within {BOUND:?}")),
+    }
 }
 
 /// What SQS said, in a line: its error code and message.

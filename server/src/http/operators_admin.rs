@@ -53,52 +53,36 @@ pub(super) struct ReasonForm {
     reason: String,
 }
 
-/// The form came from this session and its sender manages operators: an admin of every
-/// tenant (one limited to tenants could grant itself the others).
-async fn may_manage(session: &Session, operator: &Operator, csrf: &str) -> Result<(), Response> {
+/// What every form here checks before its change: it came from this session; its sender
+/// manages operators (an admin of every tenant: one limited to tenants could grant itself the
+/// others); it does not change the sender's own account (`target`); it names a reason. `Err`
+/// is the answer to send: a refusal, or the page again with why nothing was changed.
+async fn admitted(
+    session: &Session,
+    operator: &Operator,
+    csrf: &str,
+    (target, reason, what): (Option<&str>, &str, &str),
+) -> Result<Reason, Response> {
     check_form_token(session, csrf).await?;
-    if operator.role.allows(Role::Admin) && operator.tenants.is_none() {
-        Ok(())
-    } else {
-        Err(forbidden(
+    if !(operator.role.allows(Role::Admin) && operator.tenants.is_none()) {
+        return Err(forbidden(
             "only an admin of every tenant manages operators and tokens",
-        ))
+        ));
     }
+    let refusal = if target == Some(operator.name.as_str()) {
+        format!("{what}: another admin changes your own account. Nothing was changed.")
+    } else {
+        match Reason::parse(reason) {
+            Ok(reason) => return Ok(reason),
+            Err(no) => format!("{what} needs {no}. Nothing was changed."),
+        }
+    };
+    flash(session, false, refusal).await;
+    Err(back())
 }
 
 fn back() -> Response {
     Redirect::to("/operators").into_response()
-}
-
-/// What the change needs before it is made; `Err` is the refusal already said on the page.
-async fn checked(
-    session: &Session,
-    operator: &Operator,
-    target: Option<&str>,
-    reason: &str,
-    what: &str,
-) -> Result<Reason, Response> {
-    if target == Some(operator.name.as_str()) {
-        flash(
-            session,
-            false,
-            format!("{what}: another admin changes your own account. Nothing was changed."),
-        )
-        .await;
-        return Err(back());
-    }
-    match Reason::parse(reason) {
-        Ok(reason) => Ok(reason),
-        Err(no) => {
-            flash(
-                session,
-                false,
-                format!("{what} needs {no}. Nothing was changed."),
-            )
-            .await;
-            Err(back())
-        }
-    }
 }
 
 /// `acme, globex` as a list; blank for every tenant.
@@ -203,21 +187,11 @@ pub(super) async fn add(
     session: Session,
     Form(form): Form<AddForm>,
 ) -> Response {
-    if let Err(refused) = may_manage(&session, &operator, &form.csrf).await {
-        return refused;
-    }
     let name = form.name.trim().to_owned();
-    let reason = match checked(
-        &session,
-        &operator,
-        None,
-        &form.reason,
-        "Adding an operator",
-    )
-    .await
-    {
+    let what = "Adding an operator";
+    let reason = match admitted(&session, &operator, &form.csrf, (None, &form.reason, what)).await {
         Ok(reason) => reason,
-        Err(back) => return back,
+        Err(refused) => return refused,
     };
     let role = role_of(&form.role);
     let tenants = tenants_of(&form.tenants);
@@ -254,13 +228,17 @@ pub(super) async fn set_role(
     Path(name): Path<String>,
     Form(form): Form<RoleForm>,
 ) -> Response {
-    if let Err(refused) = may_manage(&session, &operator, &form.csrf).await {
-        return refused;
-    }
     let what = "Changing a role";
-    let reason = match checked(&session, &operator, Some(&name), &form.reason, what).await {
+    let reason = match admitted(
+        &session,
+        &operator,
+        &form.csrf,
+        (Some(&name), &form.reason, what),
+    )
+    .await
+    {
         Ok(reason) => reason,
-        Err(back) => return back,
+        Err(refused) => return refused,
     };
     let before = match state.ledger.operator(&name).await {
         Ok(Some(o)) => Some(standing(o.role, o.tenants.as_deref())),
@@ -296,13 +274,17 @@ pub(super) async fn reset_password(
     Path(name): Path<String>,
     Form(form): Form<PasswordForm>,
 ) -> Response {
-    if let Err(refused) = may_manage(&session, &operator, &form.csrf).await {
-        return refused;
-    }
     let what = "Resetting a password";
-    let reason = match checked(&session, &operator, Some(&name), &form.reason, what).await {
+    let reason = match admitted(
+        &session,
+        &operator,
+        &form.csrf,
+        (Some(&name), &form.reason, what),
+    )
+    .await
+    {
         Ok(reason) => reason,
-        Err(back) => return back,
+        Err(refused) => return refused,
     };
     let hash = hashed(form.password).await;
     let change = hash.as_ref().map_err(Clone::clone).map(|hash| {
@@ -353,17 +335,21 @@ async fn switch(
     Form(form): Form<ReasonForm>,
     disabled: bool,
 ) -> Response {
-    if let Err(refused) = may_manage(&session, &operator, &form.csrf).await {
-        return refused;
-    }
     let what = if disabled {
         "Disabling an operator"
     } else {
         "Enabling an operator"
     };
-    let reason = match checked(&session, &operator, Some(&name), &form.reason, what).await {
+    let reason = match admitted(
+        &session,
+        &operator,
+        &form.csrf,
+        (Some(&name), &form.reason, what),
+    )
+    .await
+    {
         Ok(reason) => reason,
-        Err(back) => return back,
+        Err(refused) => return refused,
     };
     let (was, is) = if disabled {
         ("enabled", "disabled")
@@ -402,12 +388,10 @@ pub(super) async fn revoke_token(
     Path(id): Path<String>,
     Form(form): Form<ReasonForm>,
 ) -> Response {
-    if let Err(refused) = may_manage(&session, &operator, &form.csrf).await {
-        return refused;
-    }
-    let reason = match checked(&session, &operator, None, &form.reason, "Revoking a token").await {
+    let what = "Revoking a token";
+    let reason = match admitted(&session, &operator, &form.csrf, (None, &form.reason, what)).await {
         Ok(reason) => reason,
-        Err(back) => return back,
+        Err(refused) => return refused,
     };
     // The token as the ledger names it, not as the address spelled it.
     let id = token_id(&id).map_err(said);

@@ -106,8 +106,14 @@ pub(crate) async fn server() -> (String, Seen) {
 }
 
 pub(crate) async fn adapter(endpoint: &str, timeout: Duration) -> BedrockProvider {
+    adapter_in("us-east-1", Some(endpoint), timeout).await
+}
+
+/// The adapter on a configuration of its own: `region`, a key of the test's, and `endpoint`
+/// (else the region's).
+async fn adapter_in(region: &str, endpoint: Option<&str>, timeout: Duration) -> BedrockProvider {
     let sdk = fenceline::aws::loader()
-        .region(Region::new("us-east-1"))
+        .region(Region::new(region.to_owned()))
         .credentials_provider(Credentials::new(
             "AKIDEXAMPLE",
             "secret",
@@ -119,7 +125,7 @@ pub(crate) async fn adapter(endpoint: &str, timeout: Duration) -> BedrockProvide
         .await;
     BedrockProvider::with_sdk_config(
         BedrockConfig {
-            endpoint: Some(endpoint.to_owned()),
+            endpoint: endpoint.map(str::to_owned),
             default_model: "anthropic.claude-3-5-haiku-20241022-v1:0".into(),
             timeout,
         },
@@ -220,25 +226,7 @@ async fn the_bedrock_adapter_classifies_every_row_of_its_table_with_one_send_eac
     ));
     // A call that failed before it was handed to the HTTP client (here no endpoint can be
     // made for the region named) was never sent: refused, not uncertain.
-    let sdk = fenceline::aws::loader()
-        .region(Region::new("not a region!"))
-        .credentials_provider(Credentials::new(
-            "AKIDEXAMPLE",
-            "secret",
-            None,
-            None,
-            "test",
-        ))
-        .load()
-        .await;
-    let unsendable = BedrockProvider::with_sdk_config(
-        BedrockConfig {
-            endpoint: None,
-            default_model: "m".into(),
-            timeout: Duration::from_secs(2),
-        },
-        &sdk,
-    );
+    let unsendable = adapter_in("not a region!", None, Duration::from_secs(2)).await;
     let outcome = unsendable.call(request("ok"), Progress::default()).await;
     assert!(
         matches!(&outcome, ProviderOutcome::Throttled { code, .. } if code == "not_sent"),
