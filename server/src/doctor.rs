@@ -463,14 +463,10 @@ async fn probe(client: &aws_sdk_sqs::Client, name: &str) -> Finding {
 
 impl ProviderSettings {
     /// The provider's kind as `--provider` names it.
-    pub fn kind_name(&self) -> &'static str {
-        match self.kind {
-            ProviderKind::Stub => "stub",
-            ProviderKind::Openai => "openai",
-            ProviderKind::OpenaiResponses => "openai-responses",
-            ProviderKind::Anthropic => "anthropic",
-            ProviderKind::Bedrock => "bedrock",
-        }
+    pub fn kind_name(&self) -> String {
+        clap::ValueEnum::to_possible_value(&self.kind)
+            .map(|v| v.get_name().to_owned())
+            .unwrap_or_default()
     }
 }
 

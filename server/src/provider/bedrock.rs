@@ -198,16 +198,11 @@ fn inference(params: &Value) -> InferenceConfiguration {
 /// The tokens Converse reports: cache reads and writes are not part of `inputTokens`.
 pub fn usage_of(usage: &TokenUsage) -> Usage {
     let n = |v: i32| u64::try_from(v).unwrap_or(0);
-    let read = n(usage.cache_read_input_tokens().unwrap_or(0));
-    let write = n(usage.cache_write_input_tokens().unwrap_or(0));
-    Usage {
-        input: n(usage.input_tokens())
-            .saturating_add(read)
-            .saturating_add(write),
-        output: n(usage.output_tokens()),
-        cached: read,
-        reasoning: 0,
-    }
+    Usage::with_cache(
+        (n(usage.input_tokens()), n(usage.output_tokens())),
+        n(usage.cache_read_input_tokens().unwrap_or(0)),
+        n(usage.cache_write_input_tokens().unwrap_or(0)),
+    )
 }
 
 /// The part of an answer kept as the job's result.

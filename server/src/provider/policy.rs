@@ -113,10 +113,7 @@ impl ModelPolicy {
             }
             // The job's own route: each pair's model is held to the same list.
             "fallback" => {
-                let mut object = Map::new();
-                object.insert(key.to_owned(), value.clone());
-                let pairs = super::route::of_params(&Value::Object(object))?.unwrap_or_default();
-                for pair in pairs {
+                for pair in super::route::own(value)? {
                     self.check_one(tenant, "model", &Value::String(pair.model))?;
                 }
                 Ok(())

@@ -41,16 +41,27 @@ impl Usage {
         }
         let (input, output) = (n(&usage["input_tokens"])?, n(&usage["output_tokens"])?);
         // Anthropic: cache reads and writes are not part of `input_tokens`.
-        let cache_read = n(&usage["cache_read_input_tokens"]).unwrap_or(0);
-        let cache_write = n(&usage["cache_creation_input_tokens"]).unwrap_or(0);
-        Some(Usage {
+        let mut read = Usage::with_cache(
+            (input, output),
+            n(&usage["cache_read_input_tokens"]).unwrap_or(0),
+            n(&usage["cache_creation_input_tokens"]).unwrap_or(0),
+        );
+        read.cached = read
+            .cached
+            .saturating_add(n(&usage["input_tokens_details"]["cached_tokens"]).unwrap_or(0));
+        read.reasoning = n(&usage["output_tokens_details"]["reasoning_tokens"]).unwrap_or(0);
+        Some(read)
+    }
+
+    /// Usage as Anthropic and Bedrock count it: cache reads and writes apart from `input`;
+    /// both are input the model read, and the reads are its cached part.
+    pub fn with_cache((input, output): (u64, u64), cache_read: u64, cache_write: u64) -> Usage {
+        Usage {
             input: input.saturating_add(cache_read).saturating_add(cache_write),
             output,
-            cached: n(&usage["input_tokens_details"]["cached_tokens"])
-                .unwrap_or(0)
-                .saturating_add(cache_read),
-            reasoning: n(&usage["output_tokens_details"]["reasoning_tokens"]).unwrap_or(0),
-        })
+            cached: cache_read,
+            reasoning: 0,
+        }
     }
 
     pub fn total(&self) -> u64 {

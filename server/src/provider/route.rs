@@ -72,13 +72,9 @@ impl Pair {
     }
 }
 
-/// A job's own route after its first pair, from its `fallback` parameter (`None` when it names
-/// none).
-pub fn of_params(params: &Value) -> Result<Option<Vec<Pair>>, String> {
-    let Some(list) = params.get("fallback") else {
-        return Ok(None);
-    };
-    let list = list
+/// A job's own route after its first pair: the value of its `fallback` parameter.
+pub fn own(fallback: &Value) -> Result<Vec<Pair>, String> {
+    let list = fallback
         .as_array()
         .ok_or("`fallback` must be a list of `provider:model` pairs")?;
     if list.len() > MAX_FALLBACKS {
@@ -87,10 +83,7 @@ pub fn of_params(params: &Value) -> Result<Option<Vec<Pair>>, String> {
             list.len()
         ));
     }
-    list.iter()
-        .map(Pair::of_value)
-        .collect::<Result<_, _>>()
-        .map(Some)
+    list.iter().map(Pair::of_value).collect()
 }
 
 /// The deployment's routes and when a refusal moves a job on.
@@ -149,14 +142,14 @@ impl Routes {
         Ok(Routes { by_tenant, after })
     }
 
-    /// The pairs after the first for a job of `tenant` with model parameters `params`: its
-    /// own `fallback`, else its tenant's, else every tenant's. A `fallback` that does not read
-    /// (the API refuses it at submission) names none.
-    pub fn of(&self, tenant: &str, params: &Value) -> Vec<Pair> {
-        match of_params(params) {
-            Ok(Some(own)) => own,
-            Err(_) => Vec::new(),
-            Ok(None) => self
+    /// The pairs after the first for a job of `tenant` whose `fallback` parameter is `own`:
+    /// its own, else its tenant's, else every tenant's. A `fallback` that does not read (the
+    /// API refuses it at submission) names none.
+    pub fn of(&self, tenant: &str, own: Option<&Value>) -> Vec<Pair> {
+        match own.map(self::own) {
+            Some(Ok(own)) => own,
+            Some(Err(_)) => Vec::new(),
+            None => self
                 .by_tenant
                 .get(tenant)
                 .or_else(|| self.by_tenant.get("*"))
@@ -181,21 +174,21 @@ mod tests {
             Duration::from_secs(10),
         )
         .unwrap();
-        let acme = routes.of("acme", &json!({}));
+        let acme = routes.of("acme", None);
         assert_eq!(acme.len(), 2);
         assert_eq!(
             acme[1].model, "amazon.nova-lite-v1:0",
             "a model may hold `:`"
         );
-        assert_eq!(routes.of("other", &json!({}))[0].provider, "openai");
+        assert_eq!(routes.of("other", None)[0].provider, "openai");
         let own = routes.of(
             "acme",
-            &json!({"fallback": [{"provider": "bedrock", "model": "m"}, "stub:stub"]}),
+            Some(&json!([{"provider": "bedrock", "model": "m"}, "stub:stub"])),
         );
         assert_eq!(own.len(), 2, "a job's own route replaces its tenant's");
         assert!(Routes::parse(&["acme=nowhere:m".into()], Duration::ZERO).is_err());
-        assert!(of_params(&json!({"fallback": "openai:m"})).is_err());
-        assert!(of_params(&json!({"fallback": ["openai:"]})).is_err());
+        assert!(self::own(&json!("openai:m")).is_err());
+        assert!(self::own(&json!(["openai:"])).is_err());
     }
 
     #[test]

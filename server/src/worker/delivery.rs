@@ -20,7 +20,7 @@ use crate::ledger::{
 };
 use crate::metrics::DeliveryOutcome;
 use crate::provider::limits::{Answer, Key};
-use crate::provider::route::{self, Pair};
+use crate::provider::route;
 use crate::provider::{
     Progress, Provider, ProviderOutcome, ProviderRequest, RateLimits, Retrieval, Submission,
 };
@@ -125,8 +125,10 @@ struct Routing<'a, P> {
     /// The provider the attempt calls: the worker's own, or the route's pair's.
     provider: Option<&'a P>,
     route: &'a Route,
-    /// The job's pairs after its first.
-    pairs: Vec<Pair>,
+    /// The job's tenant and its own `fallback` parameter: its route after the first pair,
+    /// read only when a refusal may move it on.
+    tenant: &'a str,
+    own: Option<Value>,
     /// The database clock at the claim.
     claimed_at: i64,
 }
@@ -871,12 +873,12 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         let Some((input, mut model)) = input else {
             return Outcome::LedgerUnavailable;
         };
-        // The job's route: the pairs it may move on to, read before its parameters go to the
-        // provider without them, and the pair its attempts go to now.
+        // The job's route: its own `fallback`, taken out of the parameters the provider gets,
+        // and the pair its attempts go to now.
         let route = &claimed.route;
-        let routing = self.routing(&job.tenant, route, claimed.at, &model);
+        let own = model.as_object_mut().and_then(|p| p.remove("fallback"));
+        let routing = self.routing((&job.tenant, own), route, claimed.at);
         if let Some(params) = model.as_object_mut() {
-            params.remove("fallback");
             if let Some(routed) = &route.model {
                 params.insert("model".into(), Value::String(routed.clone()));
             }
@@ -1047,10 +1049,9 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
     /// worker's own.
     fn routing<'a>(
         &'a self,
-        tenant: &str,
+        (tenant, own): (&'a str, Option<Value>),
         route: &'a Route,
         claimed_at: i64,
-        params: &Value,
     ) -> Routing<'a, P> {
         let provider = match route.provider.as_deref() {
             None => Some(&self.provider),
@@ -1060,7 +1061,8 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         Routing {
             provider,
             route,
-            pairs: self.config.routes.of(tenant, params),
+            tenant,
+            own,
             claimed_at,
         }
     }
@@ -1076,7 +1078,8 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         wait: Duration,
     ) -> Option<detail::ProviderFallback> {
         let step = routing.route.step;
-        let next = routing.pairs.get(usize::try_from(step).ok()?)?;
+        let pairs = self.config.routes.of(routing.tenant, routing.own.as_ref());
+        let next = pairs.get(usize::try_from(step).ok()?)?;
         let refused_for = routing
             .route
             .since
