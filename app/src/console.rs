@@ -249,6 +249,9 @@ pub struct AttemptRow {
     /// What became of the call after the attempt was settled without it (a cancel, a
     /// recovery): stopped by its fenced-out worker, never sent, or its late answer rejected.
     pub after: Option<String>,
+    /// The attempt's span in the deployment's trace viewer, when one is configured and the
+    /// attempt was traced.
+    pub trace_url: Option<String>,
     /// The attempt's stretch of the swimlane, to zoom on it.
     pub zoom: Zoom,
 }
@@ -316,6 +319,9 @@ pub struct JobDetail {
     pub swimlane: crate::svg::Svg,
     /// The drill that produced this job, if any.
     pub drill: Option<String>,
+    /// The job's trace in the deployment's trace viewer (from its submission on), when one is
+    /// configured and the job kept a trace context.
+    pub trace_url: Option<String>,
     /// Runs of this job as new jobs (`("to", id)`) and the job this one re-runs (`("from", id)`).
     pub reruns: Vec<(String, String)>,
 }

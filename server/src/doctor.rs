@@ -66,6 +66,7 @@ pub async fn examine(settings: &Settings) -> Vec<Finding> {
         found.push(provider(&name, fallback).await);
     }
     found.push(public_url(settings.http.public_url.as_deref()));
+    found.push(traces().await);
     if let Some(ledger) = ledger {
         ledger.close().await;
     }
@@ -632,6 +633,48 @@ async fn bedrock(check: &str, settings: &ProviderSettings) -> Finding {
             check,
             Verdict::Fail,
             "bedrock: the AWS credentials did not resolve in time",
+        ),
+    }
+}
+
+/// Whether the OTLP collector the environment names takes traces: an empty export (valid
+/// protobuf, no span) sent as the exporter sends its batches.
+async fn traces() -> Finding {
+    let Some(endpoint) = crate::telemetry::traces_endpoint() else {
+        return finding(
+            "traces",
+            Verdict::Ok,
+            "off (set OTEL_EXPORTER_OTLP_ENDPOINT to send them)",
+        );
+    };
+    let http = match reqwest::Client::builder().timeout(BOUND).build() {
+        Ok(http) => http,
+        Err(e) => return finding("traces", Verdict::Fail, format!("no HTTP client: {e}")),
+    };
+    let mut request = http
+        .post(&endpoint)
+        .header("content-type", "application/x-protobuf");
+    for (name, value) in crate::telemetry::export_headers() {
+        request = request.header(name, value);
+    }
+    match request.body(Vec::<u8>::new()).send().await {
+        Ok(answer) if answer.status().is_success() => finding(
+            "traces",
+            Verdict::Ok,
+            format!("the collector at {endpoint} takes OTLP/HTTP"),
+        ),
+        Ok(answer) => finding(
+            "traces",
+            Verdict::Fail,
+            format!(
+                "the collector at {endpoint} refuses an export (HTTP {})",
+                answer.status().as_u16()
+            ),
+        ),
+        Err(e) => finding(
+            "traces",
+            Verdict::Fail,
+            format!("no collector answers at {endpoint}: {e}"),
         ),
     }
 }

@@ -27,6 +27,7 @@
 //! - [`time`]: instants and durations as text for people and programs, and operators' input
 //!   read back (on `chrono`).
 //! - [`startup`]: building the application and running it, stopping in order.
+//! - [`telemetry`]: OpenTelemetry traces over OTLP/HTTP, and the trace context a job keeps.
 //! - [`aws`]: the AWS configuration the SQS and Bedrock clients share.
 //! - [`bench`]: the benchmarks behind `fenceline bench …`, each beside its reference.
 
@@ -47,5 +48,6 @@ pub mod queue;
 pub mod settings;
 pub mod soak;
 pub mod startup;
+pub mod telemetry;
 pub mod time;
 pub mod worker;

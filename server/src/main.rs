@@ -12,8 +12,9 @@ use fenceline::settings::{BenchCommand, Command, Settings};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Logs to standard error as `FENCELINE_LOG` asks (never the session library's spans below
-/// warnings); with `count_statements`, also counts every SQL statement the process runs.
-fn init_tracing(count_statements: bool) {
+/// warnings); with `count_statements`, also counts every SQL statement the process runs; with
+/// `traces`, sends the trace spans over OTLP.
+fn init_tracing(count_statements: bool, traces: Option<&fenceline::telemetry::Traces>) {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::Layer;
@@ -26,6 +27,12 @@ fn init_tracing(count_statements: bool) {
             "tower_sessions_core=warn"
                 .parse()
                 .expect("a static directive"),
+        )
+        // The trace spans go to the OTLP exporter only: logs stay as they were.
+        .add_directive(
+            format!("{}=off", fenceline::telemetry::TARGET)
+                .parse()
+                .expect("a static directive"),
         );
     // Colours only for a terminal: a log file or a collector gets plain text.
     let log = tracing_subscriber::fmt::layer()
@@ -33,9 +40,11 @@ fn init_tracing(count_statements: bool) {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_filter(filter);
     let counter = count_statements.then(fenceline::bench::statement_counter);
+    let traces = traces.map(fenceline::telemetry::layer);
     tracing_subscriber::registry()
         .with(log)
         .with(counter)
+        .with(traces)
         .init();
 }
 
@@ -64,6 +73,21 @@ async fn run() -> anyhow::Result<()> {
         }
     };
     let command = cli.command.as_ref().expect("a subcommand");
-    init_tracing(matches!(command, Command::Bench(BenchCommand::Renewals(_))));
-    commands::run(&settings, command).await
+    let traces = match fenceline::telemetry::start() {
+        Ok(traces) => traces,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::exit(2);
+        }
+    };
+    init_tracing(
+        matches!(command, Command::Bench(BenchCommand::Renewals(_))),
+        traces.as_ref(),
+    );
+    let ran = commands::run(&settings, command).await;
+    if let Some(traces) = traces {
+        // The exporter's last requests run on this runtime: wait on another thread.
+        let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
+    }
+    ran
 }

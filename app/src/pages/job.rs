@@ -119,6 +119,7 @@ pub fn JobPage() -> impl IntoView {
                             <dt>"Replay policy"</dt><dd>{d.replay_policy}</dd>
                             <dt>"Terminal at"</dt><dd>{or_dash(d.terminal_at)}</dd>
                             {d.drill.map(|drill| view! { <dt>"Drill"</dt><dd><a href=format!("/drills/{drill}")>{drill.clone()}</a></dd> })}
+                            {d.trace_url.map(|url| view! { <dt>"Trace"</dt><dd><a class="trace-link" href=url rel="noopener noreferrer" target="_blank">"Open the job's trace"</a></dd> })}
                         </dl>
                         <p class="exports">
                             "Export for incident review: "
@@ -207,6 +208,7 @@ pub fn JobPage() -> impl IntoView {
                                             <a href=format!("/jobs/{}?from={}&to={}#swimlanes", d.job_id, a.zoom.from_ms, a.zoom.to_ms)>
                                                 {format!("Zoom on attempt {}", a.attempt_no)}
                                             </a>
+                                            {a.trace_url.map(|url| view! { <br/><a class="trace-link" href=url rel="noopener noreferrer" target="_blank">{format!("Trace of attempt {}", a.attempt_no)}</a> })}
                                         </td>
                                     </tr>
                                 }).collect_view()}

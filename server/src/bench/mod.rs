@@ -155,6 +155,7 @@ pub(super) fn generated_job(
         max_attempts,
         replay_policy: ReplayPolicy::Manual,
         drill_run: None,
+        traceparent: None,
     }
 }
 

@@ -264,6 +264,15 @@ impl LedgerConsole {
             )
             .await?;
         let drill = job.drill_run.clone();
+        let traces = match &self.queue.trace_url {
+            Some(_) => self.ledger.job_traces(&job.job_id).await?,
+            None => Vec::new(),
+        };
+        let trace_of = |attempt_no: i64| {
+            let template = self.queue.trace_url.as_deref()?;
+            let (_, traceparent) = traces.iter().find(|(n, _)| *n == attempt_no)?;
+            trace_link(template, traceparent)
+        };
         Ok(Some(JobDetail {
             job_id: job.job_id.clone(),
             tenant: job.tenant.clone(),
@@ -324,6 +333,7 @@ impl LedgerConsole {
                     error_code: a.error_code.clone(),
                     accepted: a.result_ref.is_some() && a.result_ref == job.result_ref,
                     after: after_the_attempt(a, &key, job.created_at),
+                    trace_url: trace_of(a.attempt_no),
                     zoom: {
                         let to = a.finished_at.unwrap_or(end.max(a.started_at));
                         // A little either side, so its edges and neighbours show.
@@ -351,6 +361,7 @@ impl LedgerConsole {
                 .collect(),
             swimlane: svg,
             drill,
+            trace_url: trace_of(0),
             reruns: reruns?,
         }))
     }
@@ -476,6 +487,17 @@ impl LedgerConsole {
 /// What became of an attempt's call once the ledger had settled the attempt without it, as
 /// its fenced-out worker recorded: stopped after running so long, never sent, or a late
 /// answer rejected and kept as evidence.
+/// The trace viewer's address of the span `traceparent` names: `{trace_id}` and `{span_id}`
+/// filled in (both hexadecimal, so nothing else can enter the address).
+fn trace_link(template: &str, traceparent: &str) -> Option<String> {
+    let (trace_id, span_id) = crate::telemetry::ids(traceparent)?;
+    Some(
+        template
+            .replace("{trace_id}", trace_id)
+            .replace("{span_id}", span_id),
+    )
+}
+
 fn after_the_attempt(a: &Attempt, key: &[Event], start: i64) -> Option<String> {
     let mine = |e: &&Event| e.attempt_no == Some(a.attempt_no) && e.epoch == a.epoch;
     key.iter().filter(mine).find_map(|e| match e.kind {

@@ -55,6 +55,9 @@ pub struct QueueInfo {
     pub prices: std::sync::Arc<crate::provider::prices::Prices>,
     /// The model a job goes to when its parameters name none.
     pub default_model: String,
+    /// A trace viewer's page for one trace (`{trace_id}`, `{span_id}`), for the job page's
+    /// links.
+    pub trace_url: Option<String>,
 }
 
 /// Where drills can run from this deployment.
@@ -88,6 +91,7 @@ impl Default for QueueInfo {
                     .expect("the stub's price reads"),
             ),
             default_model: "stub".into(),
+            trace_url: None,
         }
     }
 }

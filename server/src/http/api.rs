@@ -3,8 +3,9 @@
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Path, Query, Request, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::header::CONTENT_TYPE;
+use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -47,6 +48,25 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonBody<T> {
         serde_json::from_slice(&bytes)
             .map(JsonBody)
             .map_err(|e| ApiError::InvalidJson(format!("the body is not a valid request: {e}")))
+    }
+}
+
+/// The trace context a new job keeps: this request's span when traces are on here, else the
+/// submitting service's own `traceparent` (well formed), else none.
+pub(super) struct KeptTrace(Option<String>);
+
+impl<S: Send + Sync> FromRequestParts<S> for KeptTrace {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let own = crate::telemetry::traceparent_of(&tracing::Span::current());
+        let theirs = parts
+            .headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .and_then(crate::telemetry::valid_traceparent)
+            .map(str::to_owned);
+        Ok(KeptTrace(own.or(theirs)))
     }
 }
 
@@ -105,6 +125,7 @@ fn validate(request: &CreateJobRequest) -> Result<(), ApiError> {
     post,
     path = "/jobs",
     operation_id = "createJob",
+    params(("traceparent" = Option<String>, Header, description = "The caller's W3C trace context (`00-<trace id>-<span id>-<flags>`): the job keeps it, and the workers' spans continue that trace. Anything else is ignored.")),
     request_body = CreateJobRequest,
     responses(
         (status = 201, description = "Created", body = JobView),
@@ -120,9 +141,13 @@ fn validate(request: &CreateJobRequest) -> Result<(), ApiError> {
 pub(super) async fn create_job(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
+    KeptTrace(trace): KeptTrace,
     JsonBody(request): JsonBody<CreateJobRequest>,
 ) -> Result<Response, ApiError> {
-    let (status, job) = create_one(&state, &tenant, request).await?;
+    let (status, job) = create_one(&state, &tenant, request, trace).await?;
+    let span = tracing::Span::current();
+    span.record("job_id", job.job_id.as_str());
+    span.record("epoch", job.owner_epoch);
     Ok(made(status, &job))
 }
 
@@ -132,6 +157,7 @@ async fn create_one(
     state: &AppState,
     tenant: &str,
     request: CreateJobRequest,
+    traceparent: Option<String>,
 ) -> Result<(StatusCode, Job), ApiError> {
     validate(&request)?;
     if let Value::Object(params) = &request.model {
@@ -154,6 +180,7 @@ async fn create_one(
             .replay_policy
             .unwrap_or_else(|| state.tenant_replay.get(tenant).copied().unwrap_or_default()),
         drill_run: None,
+        traceparent,
     };
     let created = state
         .ledger
@@ -187,6 +214,7 @@ pub(super) fn made(status: StatusCode, job: &Job) -> Response {
     post,
     path = "/jobs/batch",
     operation_id = "createJobs",
+    params(("traceparent" = Option<String>, Header, description = "The caller's W3C trace context (`00-<trace id>-<span id>-<flags>`): the job keeps it, and the workers' spans continue that trace. Anything else is ignored.")),
     request_body = CreateJobsRequest,
     responses(
         (status = 200, description = "Each job answered on its own, in the order sent", body = BatchResponse),
@@ -200,6 +228,7 @@ pub(super) fn made(status: StatusCode, job: &Job) -> Response {
 pub(super) async fn create_jobs(
     State(state): State<AppState>,
     Tenant(tenant): Tenant,
+    KeptTrace(trace): KeptTrace,
     JsonBody(batch): JsonBody<CreateJobsRequest>,
 ) -> Result<Json<BatchResponse>, ApiError> {
     let n = batch.jobs.len();
@@ -237,13 +266,14 @@ pub(super) async fn create_jobs(
     for lane in lanes {
         let state = state.clone();
         let tenant = tenant.clone();
-        running.spawn(async move {
+        let trace = trace.clone();
+        running.spawn(tracing::Instrument::in_current_span(async move {
             let mut done = Vec::with_capacity(lane.len());
             for (i, request) in lane {
-                done.push((i, create_one(&state, &tenant, request).await));
+                done.push((i, create_one(&state, &tenant, request, trace.clone()).await));
             }
             done
-        });
+        }));
     }
     while let Some(lane) = running.join_next().await {
         for (i, answer) in lane.map_err(|_| ApiError::Internal)? {

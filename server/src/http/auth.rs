@@ -22,7 +22,10 @@ impl FromRequestParts<AppState> for Tenant {
         )
         .await?
         {
-            Some(JobReader::Tenant(tenant)) => Ok(Tenant(tenant)),
+            Some(JobReader::Tenant(tenant)) => {
+                tracing::Span::current().record("tenant", tenant.as_str());
+                Ok(Tenant(tenant))
+            }
             Some(JobReader::Operator(_)) => Err(ApiError::Forbidden(
                 "an operator token reads one job and its events and acts on jobs; submitting, \
                  listing jobs and reading results take a tenant's token (fenceline token add \

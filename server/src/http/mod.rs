@@ -216,6 +216,40 @@ fn api_routes() -> Router<AppState> {
         .route("/jobs/{job_id}/cancel", post(api_actions::cancel))
         .route("/jobs/{job_id}/rerun", post(api_actions::rerun))
         .route("/openapi.json", get(openapi::document))
+        .route_layer(middleware::from_fn(traced))
+}
+
+/// Each API request in a span of its own (when traces are on), continuing the caller's trace
+/// when it sent a `traceparent`. Its attributes name the route and the answer, never a header's
+/// value or the body.
+async fn traced(request: Request<axum::body::Body>, next: Next) -> Response {
+    use tracing::Instrument;
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("", |p| p.as_str())
+        .to_owned();
+    let method = request.method().as_str().to_owned();
+    let span = tracing::info_span!(
+        target: crate::telemetry::TARGET,
+        "api.request",
+        otel.name = format!("{method} {route}"),
+        otel.kind = "server",
+        http.request.method = method,
+        http.route = route,
+        http.response.status_code = tracing::field::Empty,
+        tenant = tracing::field::Empty,
+        job_id = tracing::field::Empty,
+        epoch = tracing::field::Empty,
+    );
+    let theirs = request
+        .headers()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok());
+    crate::telemetry::continue_from(&span, theirs);
+    let response = next.run(request).instrument(span.clone()).await;
+    span.record("http.response.status_code", response.status().as_u16());
+    response
 }
 
 /// What a page renders with: the visitor the gate found, and the console port limited to the

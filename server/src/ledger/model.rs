@@ -85,6 +85,8 @@ pub struct NewJob {
     pub replay_policy: ReplayPolicy,
     /// The drill run this job belongs to: its outbox rows go only to that run's dispatcher.
     pub drill_run: Option<String>,
+    /// The trace context it was submitted in (a W3C `traceparent`), kept for its workers.
+    pub traceparent: Option<String>,
 }
 
 /// The outcome of an idempotent create.

@@ -73,6 +73,17 @@ pub enum ProviderOutcome {
 
 impl ProviderOutcome {
     /// The provider's own id for the request, when its answer named one.
+    /// The outcome's kind, as a trace names it.
+    pub fn label(&self) -> &'static str {
+        match self {
+            ProviderOutcome::Succeeded { .. } => "succeeded",
+            ProviderOutcome::Throttled { .. } => "throttled",
+            ProviderOutcome::Retryable { .. } => "retryable",
+            ProviderOutcome::Fatal { .. } => "fatal",
+            ProviderOutcome::Uncertain { .. } => "uncertain",
+        }
+    }
+
     pub fn request_id(&self) -> Option<&str> {
         match self {
             ProviderOutcome::Succeeded { request_id, .. }

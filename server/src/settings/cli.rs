@@ -279,6 +279,11 @@ pub struct ServeArgs {
     /// (behind a proxy); shared links are made from it.
     #[arg(long, env = "FENCELINE_PUBLIC_URL")]
     pub public_url: Option<String>,
+    /// A trace viewer's page for one trace, with `{trace_id}` (and `{span_id}` if it takes
+    /// one), e.g. `https://jaeger.example.com/trace/{trace_id}`: the job page links each
+    /// attempt to its trace.
+    #[arg(long, env = "FENCELINE_TRACE_URL")]
+    pub trace_url: Option<String>,
     /// A proxy in front of the console whose `X-Forwarded-For` is believed, as a network
     /// (`10.0.0.0/8`) or an address (repeat the flag; comma-separated in the environment).
     /// Sign-in limits then count each operator's own address; without one, the peer's.

@@ -74,6 +74,8 @@ pub struct HttpSettings {
     /// The address operators reach the console at (`https://fenceline.example.com`), without
     /// a trailing slash; links that leave the console are made from it.
     pub public_url: Option<String>,
+    /// A trace viewer's page for one trace, with `{trace_id}` in it (`--trace-url`).
+    pub trace_url: Option<String>,
     /// Proxies whose `X-Forwarded-For` names the client (`--trusted-proxy`); none by default.
     pub trusted_proxies: proxies::TrustedProxies,
     /// The bearer token `/metrics` asks for; without one `/metrics` is not served.
@@ -228,6 +230,7 @@ impl Settings {
             http: HttpSettings {
                 bind: serve.bind,
                 public_url: public_url(serve.public_url.as_deref())?,
+                trace_url: trace_url(serve.trace_url.as_deref())?,
                 trusted_proxies: proxies::TrustedProxies::parse(&serve.trusted_proxies)
                     .map_err(|e| SettingsError::Invalid(format!("--trusted-proxy {e}")))?,
                 tenant_replay: tenant_replay(&serve.tenant_replay_policies)?,
@@ -362,6 +365,23 @@ fn public_url(raw: Option<&str>) -> Result<Option<String>, SettingsError> {
         )));
     }
     Ok(Some(raw.trim_end_matches('/').to_owned()))
+}
+
+/// A trace viewer's address: `http(s)://…` with `{trace_id}` in it.
+fn trace_url(raw: Option<&str>) -> Result<Option<String>, SettingsError> {
+    let Some(raw) = raw.map(str::trim).filter(|u| !u.is_empty()) else {
+        return Ok(None);
+    };
+    if !(raw.starts_with("https://") || raw.starts_with("http://"))
+        || !raw.contains("{trace_id}")
+        || raw.contains([' ', '"', '<', '>'])
+    {
+        return Err(SettingsError::Invalid(format!(
+            "--trace-url {raw:?} must be an http(s) address with {{trace_id}} in it, e.g. \
+             https://jaeger.example.com/trace/{{trace_id}}"
+        )));
+    }
+    Ok(Some(raw.to_owned()))
 }
 
 /// `tenant=N` entries of `flag`, each `N` within `range`.
@@ -587,6 +607,15 @@ fn prices_of(entries: &[String]) -> Result<Prices, SettingsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trace_url_is_an_address_that_names_the_trace() {
+        let good = "https://jaeger.example.com/trace/{trace_id}?uiFind={span_id}";
+        assert_eq!(trace_url(Some(good)).unwrap().as_deref(), Some(good));
+        assert_eq!(trace_url(None).unwrap(), None);
+        assert!(trace_url(Some("https://jaeger.example.com/search")).is_err());
+        assert!(trace_url(Some("javascript:{trace_id}")).is_err());
+    }
 
     #[test]
     fn public_urls_are_a_scheme_and_host_without_a_trailing_slash() {

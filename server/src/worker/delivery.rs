@@ -381,7 +381,47 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
     /// A delivery's future lives as long as its model call, and is as large as the largest
     /// state it may pass through: every path but the common one (claimed straight from the
     /// delivery, then the call) runs boxed, so it takes memory only while it runs.
-    pub(crate) async fn handle_delivery(&self, delivery: Delivery) -> Outcome {
+    pub(crate) fn handle_delivery(
+        &self,
+        delivery: Delivery,
+    ) -> impl std::future::Future<Output = Outcome> + Send + '_ {
+        use futures_util::future::Either;
+        // Not an `async fn`: its state would hold the delivery beside the one it hands on.
+        if crate::telemetry::enabled() {
+            Either::Left(Box::pin(self.handle_traced(delivery)))
+        } else {
+            Either::Right(self.handle(delivery))
+        }
+    }
+
+    /// [`Self::handle`] in a span of its own that continues the job's trace: the trace context
+    /// it was submitted in is read first.
+    async fn handle_traced(&self, delivery: Delivery) -> Outcome {
+        use tracing::Instrument;
+        let message = message::parse(&delivery.body).ok();
+        let job_id = message.as_ref().map(|m| m.job_id.as_str());
+        let span = tracing::info_span!(
+            target: crate::telemetry::TARGET,
+            "delivery",
+            otel.kind = "consumer",
+            job_id,
+            tenant = message.as_ref().map(|m| m.tenant.as_str()),
+            worker = self.config.worker_id.as_str(),
+            message_id = delivery.message_id.as_str(),
+            receive_count = delivery.receive_count,
+            epoch = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        if let Some(job_id) = job_id {
+            let parent = self.ledger.job_traceparent(job_id).await.ok().flatten();
+            crate::telemetry::continue_from(&span, parent.as_deref());
+        }
+        let outcome = self.handle(delivery).instrument(span.clone()).await;
+        span.record("outcome", outcome.label().as_str());
+        outcome
+    }
+
+    async fn handle(&self, delivery: Delivery) -> Outcome {
         let message = match message::parse(&delivery.body) {
             Ok(message) => message,
             Err(bad) => return Box::pin(self.reject(&delivery, bad, None)).await,
@@ -828,8 +868,10 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
                 next_renewal: std::time::Instant::now() + self.config.timings.heartbeat,
                 progress: progress.clone(),
                 stop: stop_tx,
+                span: tracing::Span::current(),
             },
         );
+        tracing::Span::current().record("epoch", epoch);
         // Refusals this job met before, for the wait after another one.
         let refused_before = claimed.attempt_count - claimed.budget_used;
         let deadline = asked + db_span(claimed.at, claimed.deadline_at);
@@ -908,96 +950,115 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
         let sent = std::sync::OnceLock::<std::time::Instant>::new();
         // The provider's id of the attempt running in the background, once it is kept.
         let submitted = std::sync::OnceLock::<String>::new();
+        let traced = tracing::info_span!(
+            target: crate::telemetry::TARGET,
+            "provider.attempt",
+            otel.kind = "client",
+            job_id,
+            tenant = job.tenant.as_str(),
+            epoch = claimed.epoch,
+            attempt = attempt.attempt_no,
+            provider = key.provider.as_str(),
+            model = key.model.as_str(),
+            provider.request_id = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        self.keep_attempt_trace(job_id, attempt.attempt_no, &traced);
         // The call waits for the provider's limit (a named reset, room within the learned
         // concurrency, a token of its bucket) before it is sent, its lease renewed meanwhile.
-        let call = async {
-            let Some(provider) = routing.provider else {
-                // The route names a provider this worker cannot call: held, never sent.
-                return ProviderOutcome::Throttled {
-                    code: PROVIDER_NOT_HERE.into(),
-                    request_id: None,
-                    limits: RateLimits::default(),
-                };
-            };
-            // An adopted attempt runs already: it is polled, never sent again, and never
-            // waits for the limit (a poll runs no model).
-            if let Some(provider_id) = &adopting {
-                let _ = submitted.set(provider_id.clone());
-                let _ = sent.set(std::time::Instant::now());
-                progress.tick();
-                return provider.poll(provider_id, progress).await;
-            }
-            // Waiting for the provider is not a call that hangs: the progress rule counts from
-            // the send. A job the limit holds back longer than a short while goes back to the
-            // ledger unsent, to wait there (no lease held, no budget spent) for the limit's
-            // reset.
-            let t = &self.config.timings;
-            let acquire =
-                self.limits
-                    .acquire_within(&key, pause_bound(t), before_deadline(t, deadline));
-            tokio::pin!(acquire);
-            let acquired = loop {
-                tokio::select! {
-                    acquired = &mut acquire => break acquired,
-                    () = tokio::time::sleep(Duration::from_secs(1)) => progress.tick(),
-                }
-            };
-            let permit = match acquired {
-                Ok(permit) => permit,
-                Err(wait) => {
+        let call = tracing::Instrument::instrument(
+            async {
+                let Some(provider) = routing.provider else {
+                    // The route names a provider this worker cannot call: held, never sent.
                     return ProviderOutcome::Throttled {
-                        code: HELD_BY_LIMIT.into(),
+                        code: PROVIDER_NOT_HERE.into(),
                         request_id: None,
-                        limits: RateLimits {
-                            retry_after: Some(wait),
-                            ..RateLimits::default()
-                        },
-                    }
+                        limits: RateLimits::default(),
+                    };
+                };
+                // An adopted attempt runs already: it is polled, never sent again, and never
+                // waits for the limit (a poll runs no model).
+                if let Some(provider_id) = &adopting {
+                    let _ = submitted.set(provider_id.clone());
+                    let _ = sent.set(std::time::Instant::now());
+                    progress.tick();
+                    return provider.poll(provider_id, progress).await;
                 }
-            };
-            progress.tick();
-            let _ = sent.set(std::time::Instant::now());
-            if provider.retains() {
-                let provider_id = match provider.submit(request, progress.clone()).await {
-                    Submission::Accepted {
-                        provider_id,
-                        limits,
-                        ..
-                    } => {
-                        permit.answered(Answer::Admitted, &limits);
-                        provider_id
+                // Waiting for the provider is not a call that hangs: the progress rule counts from
+                // the send. A job the limit holds back longer than a short while goes back to the
+                // ledger unsent, to wait there (no lease held, no budget spent) for the limit's
+                // reset.
+                let t = &self.config.timings;
+                let acquire =
+                    self.limits
+                        .acquire_within(&key, pause_bound(t), before_deadline(t, deadline));
+                tokio::pin!(acquire);
+                let acquired = loop {
+                    tokio::select! {
+                        acquired = &mut acquire => break acquired,
+                        () = tokio::time::sleep(Duration::from_secs(1)) => progress.tick(),
                     }
-                    Submission::Ended(outcome) => {
-                        let (answer, limits) = match &outcome {
-                            ProviderOutcome::Throttled { limits, .. } => (Answer::Refused, *limits),
-                            ProviderOutcome::Succeeded { limits, .. } => {
-                                (Answer::Admitted, *limits)
-                            }
-                            _ => (Answer::Admitted, RateLimits::default()),
-                        };
-                        permit.answered(answer, &limits);
+                };
+                let permit = match acquired {
+                    Ok(permit) => permit,
+                    Err(wait) => {
+                        return ProviderOutcome::Throttled {
+                            code: HELD_BY_LIMIT.into(),
+                            request_id: None,
+                            limits: RateLimits {
+                                retry_after: Some(wait),
+                                ..RateLimits::default()
+                            },
+                        }
+                    }
+                };
+                progress.tick();
+                let _ = sent.set(std::time::Instant::now());
+                if provider.retains() {
+                    let provider_id = match provider.submit(request, progress.clone()).await {
+                        Submission::Accepted {
+                            provider_id,
+                            limits,
+                            ..
+                        } => {
+                            permit.answered(Answer::Admitted, &limits);
+                            provider_id
+                        }
+                        Submission::Ended(outcome) => {
+                            let (answer, limits) = match &outcome {
+                                ProviderOutcome::Throttled { limits, .. } => {
+                                    (Answer::Refused, *limits)
+                                }
+                                ProviderOutcome::Succeeded { limits, .. } => {
+                                    (Answer::Admitted, *limits)
+                                }
+                                _ => (Answer::Admitted, RateLimits::default()),
+                            };
+                            permit.answered(answer, &limits);
+                            return outcome;
+                        }
+                    };
+                    // Kept before any waiting: from here on the attempt is never uncertain.
+                    if let Err(outcome) = self
+                        .keep_submitted(provider, owner, attempt.attempt_no, &provider_id)
+                        .await
+                    {
                         return outcome;
                     }
-                };
-                // Kept before any waiting: from here on the attempt is never uncertain.
-                if let Err(outcome) = self
-                    .keep_submitted(provider, owner, attempt.attempt_no, &provider_id)
-                    .await
-                {
-                    return outcome;
+                    let _ = submitted.set(provider_id.clone());
+                    return provider.poll(&provider_id, progress).await;
                 }
-                let _ = submitted.set(provider_id.clone());
-                return provider.poll(&provider_id, progress).await;
-            }
-            let outcome = provider.call(request, progress).await;
-            let (answer, limits) = match &outcome {
-                ProviderOutcome::Throttled { limits, .. } => (Answer::Refused, *limits),
-                ProviderOutcome::Succeeded { limits, .. } => (Answer::Admitted, *limits),
-                _ => (Answer::Admitted, RateLimits::default()),
-            };
-            permit.answered(answer, &limits);
-            outcome
-        };
+                let outcome = provider.call(request, progress).await;
+                let (answer, limits) = match &outcome {
+                    ProviderOutcome::Throttled { limits, .. } => (Answer::Refused, *limits),
+                    ProviderOutcome::Succeeded { limits, .. } => (Answer::Admitted, *limits),
+                    _ => (Answer::Admitted, RateLimits::default()),
+                };
+                permit.answered(answer, &limits);
+                outcome
+            },
+            traced.clone(),
+        );
         let stopped = async {
             loop {
                 if let Some(reason) = stop.borrow_and_update().clone() {
@@ -1009,7 +1070,13 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             }
         };
         let result = tokio::select! {
-            outcome = call => Ok(outcome),
+            outcome = call => {
+                if let Some(id) = outcome.request_id() {
+                    traced.record("provider.request_id", id);
+                }
+                traced.record("outcome", outcome.label());
+                Ok(outcome)
+            }
             reason = stopped => Err(reason),
             // The process died: the call is abandoned and nothing more is written or sent.
             () = crashed => return Outcome::Stopped("crashed".into()),
@@ -1042,6 +1109,23 @@ impl<Q: Queue, P: Provider> Shared<Q, P> {
             &routing,
         ))
         .await
+    }
+
+    /// Keeps an attempt's trace context for the job page's link, beside the attempt (only
+    /// while traces are sent; never in the attempt's way).
+    fn keep_attempt_trace(&self, job_id: &str, attempt_no: i64, span: &tracing::Span) {
+        let Some(traceparent) = crate::telemetry::traceparent_of(span) else {
+            return;
+        };
+        let (ledger, job_id) = (self.ledger.clone(), job_id.to_owned());
+        tokio::spawn(async move {
+            if let Err(error) = ledger
+                .keep_attempt_trace(&job_id, attempt_no, &traceparent)
+                .await
+            {
+                tracing::debug!(%error, job_id, "an attempt's trace context was not kept");
+            }
+        });
     }
 
     /// The provider a job's attempt goes to and its route after it: the route's pair's

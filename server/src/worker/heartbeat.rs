@@ -71,6 +71,8 @@ pub(crate) struct InFlight {
     pub(crate) next_renewal: Instant,
     pub(crate) progress: Progress,
     pub(crate) stop: watch::Sender<Option<StopReason>>,
+    /// The delivery's trace span: each renewal's span goes under it.
+    pub(crate) span: tracing::Span,
 }
 
 impl InFlight {
@@ -204,6 +206,8 @@ struct Due {
     visibility: Option<Duration>,
     /// What was left of the deadline when the renewal was asked.
     deadline_left: Duration,
+    /// The job's delivery span.
+    span: tracing::Span,
 }
 
 pub(crate) async fn run<Q: Queue, P: Provider>(
@@ -315,16 +319,48 @@ fn collect_due<Q: Queue, P: Provider>(shared: &Shared<Q, P>) -> Vec<Due> {
             delivery: entry.delivery.clone(),
             visibility: (!visibility.is_zero()).then_some(visibility),
             deadline_left: entry.deadline.saturating_duration_since(now),
+            span: entry.span.clone(),
         });
     }
     due
 }
 
 async fn renew_due<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>) {
+    use tracing::Instrument;
     let due = collect_due(shared);
     if due.is_empty() {
         return;
     }
+    let round = tracing::info_span!(
+        target: crate::telemetry::TARGET,
+        "heartbeat.round",
+        worker = shared.config.worker_id.as_str(),
+        jobs = due.len(),
+    );
+    // Each job's renewal also shows in its own trace, under its delivery, for the round.
+    let _renewals: Vec<tracing::Span> = if crate::telemetry::enabled() {
+        due.iter()
+            .map(|d| {
+                let span = tracing::info_span!(
+                    target: crate::telemetry::TARGET,
+                    parent: &d.span,
+                    "heartbeat.renewal",
+                    job_id = d.job_id.as_str(),
+                    epoch = d.epoch,
+                    deadline_left_ms = d.deadline_left.as_millis() as u64,
+                );
+                span.follows_from(&round);
+                span
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    renew_round(shared, due).instrument(round).await;
+}
+
+/// One round's renewals.
+async fn renew_round<Q: Queue, P: Provider>(shared: &Arc<Shared<Q, P>>, due: Vec<Due>) {
     let actor = Actor::Worker(shared.config.worker_id.clone());
     // Visibility and lease renew separately: one succeeding proves nothing about the other.
     let t = &shared.config.timings;

@@ -143,6 +143,7 @@ pub(crate) fn new_job(tenant: &str, key: &str, input: Value) -> NewJob {
         max_attempts: 3,
         replay_policy: ReplayPolicy::Manual,
         drill_run: None,
+        traceparent: None,
     }
 }
 

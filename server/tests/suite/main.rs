@@ -25,4 +25,5 @@ mod queue_contract;
 mod secrets;
 mod soak;
 mod spend;
+mod traces;
 mod worker;

@@ -169,6 +169,7 @@ impl Ctx<'_> {
             max_attempts,
             replay_policy: ReplayPolicy::Manual,
             drill_run: Some(self.rig.run_id.clone()),
+            traceparent: None,
         };
         match self
             .rig

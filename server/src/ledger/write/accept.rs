@@ -23,6 +23,8 @@ pub(crate) struct AcceptOp {
     pub(crate) spent: StoredSpend,
     /// The delivery to delete once the result is accepted, in the same transaction.
     pub(crate) delete: Option<Box<AcceptDelete>>,
+    /// The caller's transition span, told the sequence numbers its events got.
+    pub(crate) span: tracing::Span,
 }
 
 /// The delete that goes with an accepted result: the message of one of the ledger's own
@@ -40,6 +42,19 @@ impl Ledger {
     /// epoch's pending attempt, with a valid lease, before the deadline. A refused result is
     /// kept as restricted evidence (`stale_discarded`) and recorded as `result_rejected`; it
     /// never becomes the job's result.
+    #[tracing::instrument(
+        target = "fenceline::trace",
+        name = "ledger.transition",
+        skip_all,
+        fields(
+            transition = "accept",
+            job_id = owner.job_id(),
+            fence = owner.epoch,
+            epoch = tracing::field::Empty,
+            attempt = attempt_no,
+            event_seqs = tracing::field::Empty,
+        )
+    )]
     pub async fn accept_result(
         &self,
         owner: &Owner,
@@ -48,6 +63,7 @@ impl Ledger {
     ) -> Result<Accepted, LedgerError> {
         let answer = answer.into();
         let op = AcceptOp {
+            span: tracing::Span::current(),
             owner: owner.clone(),
             attempt_no,
             body: answer.body.clone(),
@@ -122,6 +138,19 @@ impl Ledger {
     /// timeline. `Some(deleted)` when the delete went with it (`false`: the handle was
     /// outdated and nothing was deleted); `None` when it did not (no group commit, or the
     /// result went alone): then the caller deletes apart, as after [`Ledger::accept_result`].
+    #[tracing::instrument(
+        target = "fenceline::trace",
+        name = "ledger.transition",
+        skip_all,
+        fields(
+            transition = "accept",
+            job_id = owner.job_id(),
+            fence = owner.epoch,
+            epoch = tracing::field::Empty,
+            attempt = attempt_no,
+            event_seqs = tracing::field::Empty,
+        )
+    )]
     pub async fn accept_result_deleting(
         &self,
         owner: &Owner,
@@ -131,6 +160,7 @@ impl Ledger {
     ) -> Result<(Accepted, Option<bool>), LedgerError> {
         let answer = answer.into();
         let op = AcceptOp {
+            span: tracing::Span::current(),
             owner: owner.clone(),
             attempt_no,
             body: answer.body.clone(),

@@ -99,6 +99,18 @@ impl Ledger {
     /// [`AttemptStarted::client_request_id`]). Refused unless the owner holds a valid lease at
     /// the current epoch, the budget and the deadline allow, and no earlier attempt of this
     /// owner is still without an outcome.
+    #[tracing::instrument(
+        target = "fenceline::trace",
+        name = "ledger.transition",
+        skip_all,
+        fields(
+            transition = "start_attempt",
+            job_id = owner.job_id(),
+            fence = owner.epoch,
+            epoch = tracing::field::Empty,
+            event_seqs = tracing::field::Empty,
+        )
+    )]
     pub async fn start_attempt(
         &self,
         owner: &Owner,
@@ -137,6 +149,19 @@ impl Ledger {
     /// background, durably and fenced, before any waiting for its answer
     /// (`attempt_submitted`): from then on a later owner adopts the attempt and polls it by
     /// this id instead of running the model again.
+    #[tracing::instrument(
+        target = "fenceline::trace",
+        name = "ledger.transition",
+        skip_all,
+        fields(
+            transition = "record_submitted",
+            job_id = owner.job_id(),
+            fence = owner.epoch,
+            epoch = tracing::field::Empty,
+            attempt = attempt_no,
+            event_seqs = tracing::field::Empty,
+        )
+    )]
     pub async fn record_submitted(
         &self,
         owner: &Owner,

@@ -14,6 +14,18 @@ use crate::ledger::{Ledger, LedgerError};
 impl Ledger {
     /// Cancels `job_id`, which the operator saw `seen_state` at `seen_epoch`. Refused (and
     /// nothing changes) if the job moved on since.
+    #[tracing::instrument(
+        target = "fenceline::trace",
+        name = "ledger.transition",
+        skip_all,
+        fields(
+            transition = "cancel",
+            job_id = job_id,
+            fence = seen_epoch,
+            epoch = tracing::field::Empty,
+            event_seqs = tracing::field::Empty,
+        )
+    )]
     pub async fn cancel(
         &self,
         job_id: &str,

@@ -24,6 +24,8 @@ pub(crate) struct ClaimOp {
     pub(crate) lease: Duration,
     pub(crate) provider: String,
     pub(crate) received: NewEvent,
+    /// The caller's transition span, told the sequence numbers its events got.
+    pub(crate) span: tracing::Span,
 }
 
 /// A claim that went through, with the job's stored input and model (JSON text).
@@ -52,6 +54,17 @@ impl Ledger {
     /// `ready`/`retry_authorized` → `running` under a new epoch with a lease of `lease`
     /// (never past the deadline). A claim that finds the deadline passed expires the job; one
     /// that finds the budget spent fails it; either way the refusal is returned.
+    #[tracing::instrument(
+        target = "fenceline::trace",
+        name = "ledger.transition",
+        skip_all,
+        fields(
+            transition = "claim",
+            job_id = job_id,
+            epoch = tracing::field::Empty,
+            event_seqs = tracing::field::Empty,
+        )
+    )]
     pub async fn claim(
         &self,
         job_id: &str,
@@ -68,6 +81,17 @@ impl Ledger {
     /// which always records its attempt right after claiming. Also records the
     /// `delivery_received` that triggered it (before `claimed`), when given. A refused claim
     /// writes nothing: the caller records the delivery itself.
+    #[tracing::instrument(
+        target = "fenceline::trace",
+        name = "ledger.transition",
+        skip_all,
+        fields(
+            transition = "claim",
+            job_id = job_id,
+            epoch = tracing::field::Empty,
+            event_seqs = tracing::field::Empty,
+        )
+    )]
     pub async fn claim_and_start(
         &self,
         job_id: &str,
@@ -115,6 +139,17 @@ impl Ledger {
     /// through (or there is no group commit) and nothing was written: the caller examines
     /// the job the long way.
     #[allow(clippy::type_complexity)]
+    #[tracing::instrument(
+        target = "fenceline::trace",
+        name = "ledger.transition",
+        skip_all,
+        fields(
+            transition = "claim",
+            job_id = job_id,
+            epoch = tracing::field::Empty,
+            event_seqs = tracing::field::Empty,
+        )
+    )]
     pub async fn claim_received(
         &self,
         job_id: &str,
@@ -125,6 +160,7 @@ impl Ledger {
         provider: &str,
     ) -> Result<Option<(Job, Claimed, AttemptStarted, Option<(Value, Value)>)>, LedgerError> {
         let op = ClaimOp {
+            span: tracing::Span::current(),
             job_id: job_id.to_owned(),
             tenant: tenant.to_owned(),
             worker_id: worker_id.to_owned(),

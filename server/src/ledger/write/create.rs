@@ -21,6 +21,8 @@ pub(crate) struct CreateOp {
     pub(crate) actor: Actor,
     /// Whether its message goes to the ledger's own queue in the same transaction.
     pub(crate) direct: bool,
+    /// The caller's transition span, told the sequence numbers its events got.
+    pub(crate) span: tracing::Span,
 }
 
 impl Ledger {
@@ -31,6 +33,17 @@ impl Ledger {
 
     /// [`Ledger::create_job`] with the id chosen beforehand: a drill arms its faults on a job
     /// before the job exists, so no dispatcher can send it first.
+    #[tracing::instrument(
+        target = "fenceline::trace",
+        name = "ledger.transition",
+        skip_all,
+        fields(
+            transition = "create",
+            job_id = job_id.as_str(),
+            epoch = tracing::field::Empty,
+            event_seqs = tracing::field::Empty,
+        )
+    )]
     pub async fn create_job_with_id(
         &self,
         job_id: JobId,
@@ -59,6 +72,7 @@ impl Ledger {
         direct: Option<&DirectQueue>,
     ) -> Result<Created, LedgerError> {
         let op = CreateOp {
+            span: tracing::Span::current(),
             job_id: job_id.clone(),
             new: new.clone(),
             actor: actor.clone(),
@@ -89,6 +103,9 @@ impl Ledger {
             .bind(new.model.to_string())
             .execute(&mut *created.tx)
             .await?;
+        if let Some(traceparent) = &new.traceparent {
+            keep_trace(&mut created.tx, job_id.as_str(), 0, traceparent).await?;
+        }
         let at = created.row.at;
         let mut events = vec![created_event(&new, actor)];
         match direct {
@@ -233,6 +250,59 @@ pub(super) fn first_unreserved(direct: bool) -> i64 {
 }
 
 /// `job_created`, with what the job was made with.
+/// Keeps the trace context of a job (`attempt_no` 0) or of one of its attempts.
+pub(crate) async fn keep_trace(
+    conn: &mut AnyConnection,
+    job_id: &str,
+    attempt_no: i64,
+    traceparent: &str,
+) -> Result<(), LedgerError> {
+    sqlx::query(
+        "INSERT INTO job_traces (job_id, attempt_no, traceparent) VALUES ($1, $2, $3) \
+         ON CONFLICT (job_id, attempt_no) DO UPDATE SET traceparent = excluded.traceparent",
+    )
+    .bind(job_id)
+    .bind(attempt_no)
+    .bind(traceparent)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+impl Ledger {
+    /// The trace context a job was submitted in, when it kept one.
+    pub async fn job_traceparent(&self, job_id: &str) -> Result<Option<String>, LedgerError> {
+        Ok(sqlx::query_scalar(
+            "SELECT traceparent FROM job_traces WHERE job_id = $1 AND attempt_no = 0",
+        )
+        .bind(job_id)
+        .fetch_optional(&self.reader)
+        .await?)
+    }
+
+    /// Keeps the trace context of one attempt's span, for the job page's trace link.
+    pub async fn keep_attempt_trace(
+        &self,
+        job_id: &str,
+        attempt_no: i64,
+        traceparent: &str,
+    ) -> Result<(), LedgerError> {
+        let mut conn = self.writer.acquire().await?;
+        keep_trace(&mut conn, job_id, attempt_no, traceparent).await
+    }
+
+    /// Every trace context a job kept, by attempt (0: its submission).
+    pub async fn job_traces(&self, job_id: &str) -> Result<Vec<(i64, String)>, LedgerError> {
+        Ok(sqlx::query_as(
+            "SELECT attempt_no, traceparent FROM job_traces WHERE job_id = $1 \
+             ORDER BY attempt_no",
+        )
+        .bind(job_id)
+        .fetch_all(&self.reader)
+        .await?)
+    }
+}
+
 pub(super) fn created_event(new: &NewJob, actor: &Actor) -> NewEvent {
     NewEvent::new(EventKind::JobCreated, actor).detail(detail::JobCreated {
         contract_version: new.contract_version.clone(),
@@ -301,6 +371,11 @@ impl Ledger {
             ]
         );
         query.execute(&mut *tx).await?;
+        for (i, _) in &created {
+            if let Some(traceparent) = &ops[*i].new.traceparent {
+                keep_trace(tx, ops[*i].job_id.as_str(), 0, traceparent).await?;
+            }
+        }
         // Jobs sent at once (a queue in this database) and jobs the dispatcher will send.
         let (sent, queued): (Vec<_>, Vec<_>) = created.iter().partition(|(i, _)| ops[*i].direct);
         if !queued.is_empty() {

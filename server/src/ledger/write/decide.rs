@@ -23,6 +23,18 @@ pub const EVIDENCE_MAX: usize = fenceline_app::action::EVIDENCE_MAX;
 impl Ledger {
     /// Records a decision over an `unknown` job, naming the epoch the decider saw. Audited in
     /// `decisions`. A retry advances the epoch and re-dispatches; it needs budget and time.
+    #[tracing::instrument(
+        target = "fenceline::trace",
+        name = "ledger.transition",
+        skip_all,
+        fields(
+            transition = "decide",
+            job_id = job_id,
+            fence = seen_epoch,
+            epoch = tracing::field::Empty,
+            event_seqs = tracing::field::Empty,
+        )
+    )]
     pub async fn decide(
         &self,
         job_id: &str,

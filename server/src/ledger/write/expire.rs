@@ -27,6 +27,17 @@ reserves!(ExpiredRow);
 impl Ledger {
     /// Moves a live job whose fixed deadline has passed to `expired`; an attempt in flight
     /// becomes `lost`. Returns whether this call expired it.
+    #[tracing::instrument(
+        target = "fenceline::trace",
+        name = "ledger.transition",
+        skip_all,
+        fields(
+            transition = "expire",
+            job_id = job_id,
+            epoch = tracing::field::Empty,
+            event_seqs = tracing::field::Empty,
+        )
+    )]
     pub async fn expire_if_due(&self, job_id: &str, actor: &Actor) -> Result<bool, LedgerError> {
         let mut tx = self.begin_write().await?;
         let Some(from) = sqlx::query_scalar::<_, String>(&self.sql.lock_state)

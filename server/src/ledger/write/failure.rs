@@ -22,6 +22,19 @@ impl Ledger {
     /// The owner reports a confirmed provider failure of its pending attempt. Retryable within
     /// budget → `retry_authorized` with a backoff and a re-dispatch after it; retryable with
     /// the budget spent, or fatal → `failed_terminal`.
+    #[tracing::instrument(
+        target = "fenceline::trace",
+        name = "ledger.transition",
+        skip_all,
+        fields(
+            transition = "failure",
+            job_id = owner.job_id(),
+            fence = owner.epoch,
+            epoch = tracing::field::Empty,
+            attempt = attempt_no,
+            event_seqs = tracing::field::Empty,
+        )
+    )]
     pub async fn record_failure(
         &self,
         owner: &Owner,

@@ -245,6 +245,25 @@ impl<Op: Send + 'static, Out: Send + 'static> Lane<Op, Out> {
     }
 }
 
+/// Tells each write's transition span the epoch and sequence numbers its job's events got in
+/// this commit.
+fn record_seqs<'a>(rows: &[EventRow], spans: impl Iterator<Item = (&'a str, &'a tracing::Span)>) {
+    let mut by_job: std::collections::HashMap<&str, (i64, Vec<i64>)> =
+        std::collections::HashMap::new();
+    for row in rows {
+        let entry = by_job
+            .entry(row.job_id.as_str())
+            .or_insert((row.epoch, Vec::new()));
+        entry.0 = entry.0.max(row.epoch);
+        entry.1.push(row.seq);
+    }
+    for (job_id, span) in spans {
+        if let Some((epoch, seqs)) = by_job.get(job_id) {
+            crate::telemetry::wrote(span, *epoch, seqs.iter().copied());
+        }
+    }
+}
+
 /// Group commits armed to lose their answer ([`Ledger::lose_commit_answers_at`]).
 #[derive(Debug, Default)]
 pub(crate) struct LostCommits {
@@ -698,6 +717,14 @@ impl Ledger {
                 .collect(),
         );
         insert_event_rows(&self.sql, &mut tx, &events_out).await?;
+        if crate::telemetry::enabled() {
+            let spans = claims
+                .iter()
+                .map(|op| (op.job_id.as_str(), &op.span))
+                .chain(accepts.iter().map(|op| (op.owner.job_id(), &op.span)))
+                .chain(creates.iter().map(|op| (op.job_id.as_str(), &op.span)));
+            record_seqs(&events_out, spans);
+        }
         sqlx::query(
             "INSERT INTO commit_marks (runner, batch, at) VALUES ($1, $2, $3) \
              ON CONFLICT (runner) DO UPDATE SET batch = excluded.batch, at = excluded.at",

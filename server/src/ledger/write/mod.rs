@@ -194,6 +194,12 @@ pub(crate) struct Fenced<'j, R> {
 impl<R: Reserves> Fenced<'_, R> {
     /// Appends the write's events at the sequence numbers it reserved, and commits.
     pub(crate) async fn commit(mut self, events: &[NewEvent]) -> Result<R, LedgerError> {
+        let at = self.row.reserved();
+        crate::telemetry::wrote(
+            &tracing::Span::current(),
+            at.epoch,
+            at.seq..at.seq + events.len() as i64,
+        );
         append(
             &self.sql,
             &mut self.tx,

@@ -56,6 +56,17 @@ impl Ledger {
     /// reached the provider: it becomes `lost` and the job `unknown`. With no attempt in flight
     /// the job becomes `retry_authorized`, re-dispatched through the outbox when `redispatch`
     /// (the caller holds no delivery).
+    #[tracing::instrument(
+        target = "fenceline::trace",
+        name = "ledger.transition",
+        skip_all,
+        fields(
+            transition = "recovery",
+            job_id = job_id,
+            epoch = tracing::field::Empty,
+            event_seqs = tracing::field::Empty,
+        )
+    )]
     pub async fn recovery_claim(
         &self,
         job_id: &str,
@@ -123,6 +134,17 @@ impl Ledger {
     /// ran it: a new epoch with a lease of `lease` for `worker_id`, the same attempt (same
     /// number, no budget spent), to poll by its provider id. `None` when the job has no such attempt (or is not in that
     /// state): nothing was written.
+    #[tracing::instrument(
+        target = "fenceline::trace",
+        name = "ledger.transition",
+        skip_all,
+        fields(
+            transition = "adopt",
+            job_id = job_id,
+            epoch = tracing::field::Empty,
+            event_seqs = tracing::field::Empty,
+        )
+    )]
     pub async fn adopt(
         &self,
         job_id: &str,
@@ -189,6 +211,18 @@ impl Ledger {
     /// 1, fencing itself out; past the deadline the job can only expire): with an attempt in
     /// flight the job becomes `unknown` (the call may have reached the provider), without one
     /// `retry_authorized` and re-dispatched through the outbox.
+    #[tracing::instrument(
+        target = "fenceline::trace",
+        name = "ledger.transition",
+        skip_all,
+        fields(
+            transition = "release",
+            job_id = owner.job_id(),
+            fence = owner.epoch,
+            epoch = tracing::field::Empty,
+            event_seqs = tracing::field::Empty,
+        )
+    )]
     pub async fn release(&self, owner: &Owner, reason: &str) -> Result<Recovered, LedgerError> {
         let job_id = owner.job_id();
         let statement = sqlx::query_as::<_, HandOverRow>(&self.sql.release)

@@ -72,6 +72,17 @@ impl Ledger {
     /// Runs the terminal job `job_id` again as a new job (see the module), as seen with its
     /// first `seen` events (`None`: as it is now). Running it again twice from one view makes
     /// one new job: the derived key is idempotent, and `Created::Existing` says it was made.
+    #[tracing::instrument(
+        target = "fenceline::trace",
+        name = "ledger.transition",
+        skip_all,
+        fields(
+            transition = "rerun",
+            job_id = job_id,
+            epoch = tracing::field::Empty,
+            event_seqs = tracing::field::Empty,
+        )
+    )]
     pub async fn run_again(
         &self,
         job_id: &str,
@@ -116,6 +127,7 @@ impl Ledger {
             // A drill's run is over by the time its job can run again: the copy is ordinary
             // work of the drill tenant.
             drill_run: None,
+            traceparent: None,
         };
         let created = self.create_job(new, actor).await?;
         if let Created::New(job) = &created {

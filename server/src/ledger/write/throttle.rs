@@ -26,6 +26,19 @@ impl Ledger {
     /// `running` → `retry_authorized` until `throttle.wait` from now (never past the deadline,
     /// where the reaper expires the job with the refusal as its last error), the budget as it
     /// was before the attempt, and a re-dispatch at that time.
+    #[tracing::instrument(
+        target = "fenceline::trace",
+        name = "ledger.transition",
+        skip_all,
+        fields(
+            transition = "throttle",
+            job_id = owner.job_id(),
+            fence = owner.epoch,
+            epoch = tracing::field::Empty,
+            attempt = attempt_no,
+            event_seqs = tracing::field::Empty,
+        )
+    )]
     pub async fn record_throttle(
         &self,
         owner: &Owner,
