@@ -651,6 +651,7 @@ async fn traces() -> Finding {
         Ok(http) => http,
         Err(e) => return finding("traces", Verdict::Fail, format!("no HTTP client: {e}")),
     };
+    let shown = crate::telemetry::shown_endpoint(&endpoint);
     let mut request = http
         .post(&endpoint)
         .header("content-type", "application/x-protobuf");
@@ -661,20 +662,20 @@ async fn traces() -> Finding {
         Ok(answer) if answer.status().is_success() => finding(
             "traces",
             Verdict::Ok,
-            format!("the collector at {endpoint} takes OTLP/HTTP"),
+            format!("the collector at {shown} takes OTLP/HTTP"),
         ),
         Ok(answer) => finding(
             "traces",
             Verdict::Fail,
             format!(
-                "the collector at {endpoint} refuses an export (HTTP {})",
+                "the collector at {shown} refuses an export (HTTP {})",
                 answer.status().as_u16()
             ),
         ),
         Err(e) => finding(
             "traces",
             Verdict::Fail,
-            format!("no collector answers at {endpoint}: {e}"),
+            format!("no collector answers at {shown}: {}", e.without_url()),
         ),
     }
 }

@@ -69,9 +69,42 @@ pub fn export_headers() -> Vec<(String, String)> {
         .unwrap_or_default();
     raw.split(',')
         .filter_map(|pair| pair.split_once('='))
-        .map(|(name, value)| (name.trim().to_owned(), value.trim().to_owned()))
+        .map(|(name, value)| (percent_decoded(name.trim()), percent_decoded(value.trim())))
         .filter(|(name, _)| !name.is_empty())
         .collect()
+}
+
+/// `%XX` escapes decoded, as the exporter reads `OTEL_EXPORTER_OTLP_HEADERS`.
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            let pair = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+            if let Some(b) = pair.and_then(|p| u8::from_str_radix(p, 16).ok()) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// An endpoint as it may be printed: without credentials in it or a query.
+pub fn shown_endpoint(endpoint: &str) -> String {
+    let without_query = endpoint.split(['?', '#']).next().unwrap_or_default();
+    match without_query.split_once("://") {
+        Some((scheme, rest)) => {
+            let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            let host = host.rsplit('@').next().unwrap_or(host);
+            format!("{scheme}://{host}{path}")
+        }
+        None => without_query.to_owned(),
+    }
 }
 
 /// The tracer provider while traces are on: flushes what is left when the process stops.
@@ -183,7 +216,10 @@ impl HttpClient for Sender {
 /// is not kept.
 pub fn valid_traceparent(value: &str) -> Option<&str> {
     let parts: Vec<&str> = value.trim().split('-').collect();
-    let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+    // Lowercase only, as the W3C format asks (and the propagator reads).
+    let hex = |s: &str, n: usize| {
+        s.len() == n && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
     let zero = |s: &str| s.bytes().all(|b| b == b'0');
     match parts.as_slice() {
         [version, trace, span, flags]
@@ -276,6 +312,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn headers_are_decoded_and_endpoints_printed_without_credentials() {
+        assert_eq!(percent_decoded("Basic%20abc%3D"), "Basic abc=");
+        assert_eq!(percent_decoded("100%"), "100%");
+        assert_eq!(
+            shown_endpoint("https://user:pw@otel.example:4318/v1/traces?key=secret"),
+            "https://otel.example:4318/v1/traces"
+        );
+    }
+
+    #[test]
     fn only_a_well_formed_traceparent_is_kept() {
         let good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
         assert_eq!(valid_traceparent(good), Some(good));
@@ -290,6 +336,7 @@ mod tests {
             "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
             "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
             "00-4bf92f3577b34da6a3ce929d0e0e473z-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
             "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01<script>",
         ] {
             assert_eq!(valid_traceparent(bad), None, "{bad}");

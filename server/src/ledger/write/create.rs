@@ -95,7 +95,10 @@ impl Ledger {
             .bind(new.drill_run.as_deref())
             .bind(first_unreserved(direct.is_some()));
         let Some(mut created) = self.try_guarded(job_id.as_str(), statement).await? else {
-            return self.idempotent_replay(new, actor).await;
+            let replayed = self.idempotent_replay(new, actor).await?;
+            // The span names the job the key made before, not the id this request drew.
+            tracing::Span::current().record("job_id", replayed.job().job_id.as_str());
+            return Ok(replayed);
         };
         sqlx::query("INSERT INTO job_inputs (job_id, input, model) VALUES ($1, $2, $3)")
             .bind(job_id.as_str())
@@ -250,7 +253,8 @@ pub(super) fn first_unreserved(direct: bool) -> i64 {
 }
 
 /// `job_created`, with what the job was made with.
-/// Keeps the trace context of a job (`attempt_no` 0) or of one of its attempts.
+/// Keeps the trace context of a job (`attempt_no` 0) or of one of its attempts: the first
+/// kept stays (an adopted attempt links to the span that sent it).
 pub(crate) async fn keep_trace(
     conn: &mut AnyConnection,
     job_id: &str,
@@ -259,13 +263,36 @@ pub(crate) async fn keep_trace(
 ) -> Result<(), LedgerError> {
     sqlx::query(
         "INSERT INTO job_traces (job_id, attempt_no, traceparent) VALUES ($1, $2, $3) \
-         ON CONFLICT (job_id, attempt_no) DO UPDATE SET traceparent = excluded.traceparent",
+         ON CONFLICT (job_id, attempt_no) DO NOTHING",
     )
     .bind(job_id)
     .bind(attempt_no)
     .bind(traceparent)
     .execute(&mut *conn)
     .await?;
+    Ok(())
+}
+
+/// Keeps the trace contexts new jobs were submitted in, a few hundred a statement.
+async fn keep_job_traces(
+    conn: &mut AnyConnection,
+    traces: &[(&str, &str)],
+) -> Result<(), LedgerError> {
+    for chunk in traces.chunks(300) {
+        let values: Vec<String> = (0..chunk.len())
+            .map(|k| format!("(${}, 0, ${})", 2 * k + 1, 2 * k + 2))
+            .collect();
+        let text = format!(
+            "INSERT INTO job_traces (job_id, attempt_no, traceparent) VALUES {} \
+             ON CONFLICT (job_id, attempt_no) DO NOTHING",
+            values.join(", ")
+        );
+        let mut query = sqlx::query(&text);
+        for (job_id, traceparent) in chunk {
+            query = query.bind(*job_id).bind(*traceparent);
+        }
+        query.execute(&mut *conn).await?;
+    }
     Ok(())
 }
 
@@ -371,11 +398,14 @@ impl Ledger {
             ]
         );
         query.execute(&mut *tx).await?;
-        for (i, _) in &created {
-            if let Some(traceparent) = &ops[*i].new.traceparent {
-                keep_trace(tx, ops[*i].job_id.as_str(), 0, traceparent).await?;
-            }
-        }
+        let traces: Vec<(&str, &str)> = created
+            .iter()
+            .filter_map(|(i, _)| {
+                let op = &ops[*i];
+                Some((op.job_id.as_str(), op.new.traceparent.as_deref()?))
+            })
+            .collect();
+        keep_job_traces(tx, &traces).await?;
         // Jobs sent at once (a queue in this database) and jobs the dispatcher will send.
         let (sent, queued): (Vec<_>, Vec<_>) = created.iter().partition(|(i, _)| ops[*i].direct);
         if !queued.is_empty() {

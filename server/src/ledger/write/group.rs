@@ -717,14 +717,35 @@ impl Ledger {
                 .collect(),
         );
         insert_event_rows(&self.sql, &mut tx, &events_out).await?;
-        if crate::telemetry::enabled() {
-            let spans = claims
+        // The transition spans of the writes that went through here, told once committed.
+        let traced: Vec<(&str, &tracing::Span)> = if crate::telemetry::enabled() {
+            let through = |slots: &[usize]| -> Vec<bool> {
+                slots.iter().map(|&i| out[i].is_some()).collect()
+            };
+            let (c, a, n) = (through(&slots[0]), through(&slots[1]), through(&slots[2]));
+            claims
                 .iter()
-                .map(|op| (op.job_id.as_str(), &op.span))
-                .chain(accepts.iter().map(|op| (op.owner.job_id(), &op.span)))
-                .chain(creates.iter().map(|op| (op.job_id.as_str(), &op.span)));
-            record_seqs(&events_out, spans);
-        }
+                .zip(c)
+                .filter(|(_, went)| *went)
+                .map(|(op, _)| (op.job_id.as_str(), &op.span))
+                .chain(
+                    accepts
+                        .iter()
+                        .zip(a)
+                        .filter(|(_, went)| *went)
+                        .map(|(op, _)| (op.owner.job_id(), &op.span)),
+                )
+                .chain(
+                    creates
+                        .iter()
+                        .zip(n)
+                        .filter(|(_, went)| *went)
+                        .map(|(op, _)| (op.job_id.as_str(), &op.span)),
+                )
+                .collect()
+        } else {
+            Vec::new()
+        };
         sqlx::query(
             "INSERT INTO commit_marks (runner, batch, at) VALUES ($1, $2, $3) \
              ON CONFLICT (runner) DO UPDATE SET batch = excluded.batch, at = excluded.at",
@@ -747,6 +768,7 @@ impl Ledger {
                 if let Some((conn, since)) = conn {
                     kept.keep(conn, since);
                 }
+                record_seqs(&events_out, traced.into_iter());
                 Ok(out)
             }
             Err(error) => {

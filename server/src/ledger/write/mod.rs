@@ -195,20 +195,13 @@ impl<R: Reserves> Fenced<'_, R> {
     /// Appends the write's events at the sequence numbers it reserved, and commits.
     pub(crate) async fn commit(mut self, events: &[NewEvent]) -> Result<R, LedgerError> {
         let at = self.row.reserved();
+        append(&self.sql, &mut self.tx, self.job_id, at, events).await?;
+        self.tx.commit().await?;
         crate::telemetry::wrote(
             &tracing::Span::current(),
             at.epoch,
             at.seq..at.seq + events.len() as i64,
         );
-        append(
-            &self.sql,
-            &mut self.tx,
-            self.job_id,
-            self.row.reserved(),
-            events,
-        )
-        .await?;
-        self.tx.commit().await?;
         Ok(self.row)
     }
 }
