@@ -32,6 +32,38 @@ pub trait Console: Send + Sync + 'static {
     fn drill_run(&self, run_id: String) -> Pending<'_, Option<DrillRun>>;
     /// Who may sign in, and every API token (admins of every tenant only).
     fn operators(&self) -> Pending<'_, OperatorsPage>;
+    /// The alert rules, the episodes open now and the latest closed ones.
+    fn alerts(&self) -> Pending<'_, AlertsPage>;
+}
+
+/// `/alerts`: the rules, what fires now, and what fired before, with what each notified.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertsPage {
+    /// The visitor sees some tenants only: alerts speak of every tenant's jobs, so none shows.
+    pub restricted: bool,
+    /// Whether notifications go to a webhook (its address is never shown).
+    pub webhook: bool,
+    /// How often the rules are judged, e.g. "15s".
+    pub interval: String,
+    /// Each rule's title and when it fires.
+    pub rules: Vec<(String, String)>,
+    pub open: Vec<AlertRow>,
+    pub closed: Vec<AlertRow>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertRow {
+    pub title: String,
+    pub subject: String,
+    pub summary: String,
+    /// The console page that shows it (a path).
+    pub path: String,
+    pub opened: String,
+    pub cleared: Option<String>,
+    /// How long it lasted, or has lasted.
+    pub lasted: String,
+    /// What each notification came to: "firing sent 12:03:04", "cleared: HTTP 500, 3 tries".
+    pub notified: Vec<String>,
 }
 
 /// `/operators`: who may sign in, and the API tokens.

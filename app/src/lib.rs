@@ -71,6 +71,7 @@ pub fn App() -> impl IntoView {
                         <A href="/unknown">"Unknown"</A>
                         <A href="/dlq">"Dead letters"</A>
                         <A href="/drills">"Drills"</A>
+                        <A href="/alerts">"Alerts"</A>
                         <A href="/audit">"Audit"</A>
                         <A href="/api">"API"</A>
                         {manages.then(|| view! { <A href="/operators">"Operators"</A> })}
@@ -114,6 +115,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/workers") view=pages::workers::WorkersPage ssr=SsrMode::Async/>
                     <Route path=path!("/dlq") view=pages::dlq::DeadLettersPage ssr=SsrMode::Async/>
                     <Route path=path!("/audit") view=pages::audit::AuditPage ssr=SsrMode::Async/>
+                    <Route path=path!("/alerts") view=pages::alerts::AlertsPage ssr=SsrMode::Async/>
                     <Route path=path!("/drills") view=pages::drills::DrillsPage ssr=SsrMode::Async/>
                     <Route path=path!("/drills/:run_id") view=pages::drills::DrillRunPage ssr=SsrMode::Async/>
                     <Route path=path!("/login") view=pages::login::LoginPage ssr=SsrMode::Async/>

@@ -28,9 +28,11 @@
 //!   read back (on `chrono`).
 //! - [`startup`]: building the application and running it, stopping in order.
 //! - [`telemetry`]: OpenTelemetry traces over OTLP/HTTP, and the trace context a job keeps.
+//! - [`alerts`]: alert rules judged over the ledger, their episodes and webhook notifications.
 //! - [`aws`]: the AWS configuration the SQS and Bedrock clients share.
 //! - [`bench`]: the benchmarks behind `fenceline bench …`, each beside its reference.
 
+pub mod alerts;
 pub mod aws;
 pub mod bench;
 pub mod console;

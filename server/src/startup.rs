@@ -82,6 +82,7 @@ impl Application {
             prices: std::sync::Arc::new(settings.provider.prices.clone()),
             default_model: settings.provider.default_model().to_owned(),
             trace_url: settings.http.trace_url.clone(),
+            alerts: settings.http.alerts.clone(),
         };
         // A run whose process ended mid-run says so.
         match ledger

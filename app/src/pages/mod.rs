@@ -1,5 +1,6 @@
 //! One file per page.
 
+pub mod alerts;
 pub mod api;
 pub mod audit;
 pub mod dlq;

@@ -6,6 +6,30 @@ use anyhow::Context;
 use fenceline::settings::Settings;
 use fenceline::startup::{runtime, shutdown_signal, Application, Supervisor};
 
+/// Where the alerts count dead letters: the embedded queue's `<name>-dlq`, or SQS's.
+async fn dead_letters(
+    ledger: &fenceline::ledger::Ledger,
+    settings: &Settings,
+) -> fenceline::alerts::DeadLetters {
+    use fenceline::alerts::DeadLetters;
+    use fenceline::settings::QueueKind;
+    let name = format!("{}-dlq", settings.queue.name);
+    match settings.queue.kind {
+        QueueKind::Embedded => DeadLetters::Embedded(name),
+        QueueKind::Sqs => {
+            let mut dlq = settings.queue.clone();
+            dlq.name = name;
+            match runtime::plain_queue(ledger, &dlq).await {
+                Ok(queue) => DeadLetters::Queue(queue),
+                Err(error) => {
+                    tracing::warn!(%error, "the dead-letter queue cannot be opened: no alert counts it");
+                    DeadLetters::None
+                }
+            }
+        }
+    }
+}
+
 pub(super) async fn run(settings: &Settings) -> anyhow::Result<()> {
     let app = Application::build(settings)
         .await
@@ -21,6 +45,17 @@ pub(super) async fn run(settings: &Settings) -> anyhow::Result<()> {
     if settings.http.run_worker {
         runtime::start(&mut supervisor, &ledger, settings, &metrics).await?;
     }
+    let alerts = fenceline::alerts::Alerts::new(
+        ledger.clone(),
+        settings.http.alerts.clone(),
+        settings.console_url(addr),
+        dead_letters(&ledger, settings).await,
+    );
+    supervisor.spawn(
+        "alerts",
+        false,
+        alerts.run(supervisor.stages().back.clone()),
+    );
     let stop = supervisor.stages().front.clone();
     supervisor.spawn("http", true, async move {
         if let Err(error) = app

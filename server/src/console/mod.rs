@@ -12,6 +12,7 @@
 //!
 //! Must not write to the ledger, and must not put SQL here: the ledger's read API serves it.
 
+mod alerts;
 mod audit;
 pub(crate) mod drills;
 pub(crate) use drills as drill_view;
@@ -58,6 +59,8 @@ pub struct QueueInfo {
     /// A trace viewer's page for one trace (`{trace_id}`, `{span_id}`), for the job page's
     /// links.
     pub trace_url: Option<String>,
+    /// The alert rules' thresholds, and whether a webhook is set.
+    pub alerts: crate::alerts::AlertSettings,
 }
 
 /// Where drills can run from this deployment.
@@ -92,6 +95,7 @@ impl Default for QueueInfo {
             ),
             default_model: "stub".into(),
             trace_url: None,
+            alerts: crate::alerts::AlertSettings::default(),
         }
     }
 }
@@ -237,5 +241,9 @@ impl Console for LedgerConsole {
 
     fn operators(&self) -> Pending<'_, fenceline_app::console::OperatorsPage> {
         Box::pin(async move { self.build_operators().await.map_err(shown) })
+    }
+
+    fn alerts(&self) -> Pending<'_, fenceline_app::console::AlertsPage> {
+        Box::pin(async move { self.build_alerts().await.map_err(shown) })
     }
 }

@@ -95,6 +95,7 @@ macro_rules! bind_rows {
     }};
 }
 
+mod alerts;
 mod audit;
 mod connect;
 mod console_reads;
@@ -120,6 +121,9 @@ mod unknown;
 mod workers;
 mod write;
 
+pub use alerts::{
+    AlertChange, AlertEpisode, AlertFiring, AlertNotification, DueNotification, UnknownWaiting,
+};
 pub use audit::{AuditEntry, AuditFilter};
 pub use connect::{LedgerOptions, SqliteSync};
 pub use console_reads::{

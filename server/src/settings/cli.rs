@@ -318,6 +318,34 @@ pub struct ServeArgs {
         value_delimiter = ';'
     )]
     pub tenant_replay_policies: Vec<String>,
+    /// Alerts: how often the rules are judged.
+    #[arg(long, env = "FENCELINE_ALERT_INTERVAL_SECS", default_value_t = 15)]
+    pub alert_interval_secs: u64,
+    /// Alerts: jobs waiting in `unknown` longer than this fire `unknown_waiting`.
+    #[arg(
+        long,
+        env = "FENCELINE_ALERT_UNKNOWN_AFTER_SECS",
+        default_value_t = 900
+    )]
+    pub alert_unknown_after_secs: u64,
+    /// Alerts: the oldest `ready` job waiting longer than this fires `ready_waiting`.
+    #[arg(long, env = "FENCELINE_ALERT_READY_AFTER_SECS", default_value_t = 600)]
+    pub alert_ready_after_secs: u64,
+    /// Alerts: a provider and model refusing calls in every minute for longer than this fire
+    /// `provider_refusing`.
+    #[arg(
+        long,
+        env = "FENCELINE_ALERT_REFUSED_AFTER_SECS",
+        default_value_t = 300
+    )]
+    pub alert_refused_after_secs: u64,
+    /// Alerts: more dead letters than this fire `dead_letters`.
+    #[arg(long, env = "FENCELINE_ALERT_DEAD_LETTERS_ABOVE", default_value_t = 0)]
+    pub alert_dead_letters_above: i64,
+    /// Alerts: an episode opening this soon after a notified one of the same rule and subject
+    /// cleared is listed but notifies nothing.
+    #[arg(long, env = "FENCELINE_ALERT_COOLDOWN_SECS", default_value_t = 900)]
+    pub alert_cooldown_secs: u64,
     /// Largest `max_tokens` / `max_completion_tokens` a job may ask for.
     #[arg(long, env = "FENCELINE_MAX_OUTPUT_TOKENS", default_value_t = 16_384)]
     pub max_output_tokens: u64,

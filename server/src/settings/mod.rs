@@ -76,6 +76,8 @@ pub struct HttpSettings {
     pub public_url: Option<String>,
     /// A trace viewer's page for one trace, with `{trace_id}` in it (`--trace-url`).
     pub trace_url: Option<String>,
+    /// The alert rules' thresholds and their webhook.
+    pub alerts: crate::alerts::AlertSettings,
     /// Proxies whose `X-Forwarded-For` names the client (`--trusted-proxy`); none by default.
     pub trusted_proxies: proxies::TrustedProxies,
     /// The bearer token `/metrics` asks for; without one `/metrics` is not served.
@@ -242,6 +244,7 @@ impl Settings {
                 max_body_bytes: serve.max_body_bytes,
                 model_policy: model_policy(&serve, runtime)?,
                 run_worker: !serve.no_worker,
+                alerts: alert_settings(&serve)?,
             },
             queue: QueueSettings {
                 kind: runtime.queue,
@@ -365,6 +368,31 @@ fn public_url(raw: Option<&str>) -> Result<Option<String>, SettingsError> {
         )));
     }
     Ok(Some(raw.trim_end_matches('/').to_owned()))
+}
+
+/// The alerts' thresholds from the flags, and their webhook from `FENCELINE_ALERT_WEBHOOK_URL`
+/// (the environment only: the URL is a secret).
+fn alert_settings(serve: &cli::ServeArgs) -> Result<crate::alerts::AlertSettings, SettingsError> {
+    let webhook = std::env::var("FENCELINE_ALERT_WEBHOOK_URL")
+        .ok()
+        .map(|u| u.trim().to_owned())
+        .filter(|u| !u.is_empty());
+    if let Some(url) = &webhook {
+        if !(url.starts_with("https://") || url.starts_with("http://")) || url.contains(' ') {
+            return Err(SettingsError::Invalid(
+                "FENCELINE_ALERT_WEBHOOK_URL must be an http(s) address".into(),
+            ));
+        }
+    }
+    Ok(crate::alerts::AlertSettings {
+        webhook: webhook.map(Secret::new),
+        interval: Duration::from_secs(serve.alert_interval_secs.max(1)),
+        unknown_after: Duration::from_secs(serve.alert_unknown_after_secs),
+        ready_after: Duration::from_secs(serve.alert_ready_after_secs),
+        refused_after: Duration::from_secs(serve.alert_refused_after_secs),
+        dead_letters_above: serve.alert_dead_letters_above.max(0),
+        cooldown: Duration::from_secs(serve.alert_cooldown_secs),
+    })
 }
 
 /// A trace viewer's address: `http(s)://…` with `{trace_id}` in it.

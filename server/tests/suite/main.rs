@@ -5,6 +5,7 @@
 //! `scripts/test.sh`). Without that variable the PostgreSQL half fails, unless
 //! `FENCELINE_TEST_SKIP_PG=1` says to skip it on purpose.
 
+mod alerts;
 mod anthropic;
 mod api;
 mod background;

@@ -144,6 +144,7 @@ async fn planted_secrets_stay_out_of_logs_events_pages_and_exports() {
         "/unknown".to_owned(),
         "/dlq".to_owned(),
         "/audit".to_owned(),
+        "/alerts".to_owned(),
     ] {
         let response = browser.get(&path).await;
         assert_eq!(response.status(), 200, "{path}");

@@ -28,6 +28,7 @@ async fn a_signed_out_visitor_is_sent_to_sign_in_and_back_to_the_same_address(db
         "/unknown".to_owned(),
         "/dlq".to_owned(),
         "/audit".to_owned(),
+        "/alerts".to_owned(),
     ] {
         let response = browser.get(&path).await;
         assert_eq!(response.status(), 303, "{path}");
