@@ -34,6 +34,48 @@ pub trait Console: Send + Sync + 'static {
     fn operators(&self) -> Pending<'_, OperatorsPage>;
     /// The alert rules, the episodes open now and the latest closed ones.
     fn alerts(&self) -> Pending<'_, AlertsPage>;
+    /// One action by filter: its preview, or its progress (its operator's, or for operators
+    /// of every tenant).
+    fn bulk(&self, bulk_id: String) -> Pending<'_, Option<BulkPage>>;
+}
+
+/// `/bulk/{id}`: an action on every job a filter matched.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BulkPage {
+    pub bulk_id: i64,
+    /// "authorize a fenced retry".
+    pub action: String,
+    /// The jobs list with the filter it was previewed from.
+    pub filter_link: String,
+    pub filter: String,
+    pub by: String,
+    /// `previewed`, `running` or `done`.
+    pub status: String,
+    pub total: i64,
+    pub created: String,
+    pub confirmed: Option<String>,
+    pub finished: Option<String>,
+    pub reason: Option<String>,
+    pub applied: i64,
+    pub moved_on: i64,
+    pub refused: i64,
+    /// The visitor made the preview and may still confirm it; until when.
+    pub confirm_until: Option<String>,
+    /// A preview nobody confirmed in time.
+    pub lapsed: bool,
+    /// Its audit entries (its own and its jobs').
+    pub audit_entries: i64,
+    /// The first jobs, with the epoch and state previewed and what came of each.
+    pub jobs: Vec<BulkJobRow>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct BulkJobRow {
+    pub job_id: String,
+    pub state: String,
+    pub epoch: i64,
+    /// "applied", "moved on", "refused: …", or "—" while waiting.
+    pub outcome: String,
 }
 
 /// `/alerts`: the rules, what fires now, and what fired before, with what each notified.

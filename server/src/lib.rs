@@ -30,11 +30,13 @@
 //! - [`telemetry`]: OpenTelemetry traces over OTLP/HTTP, and the trace context a job keeps.
 //! - [`alerts`]: alert rules judged over the ledger, their episodes and webhook notifications.
 //! - [`aws`]: the AWS configuration the SQS and Bedrock clients share.
+//! - [`bulk`]: actions by filter: the previewed set of jobs, confirmed, run in chunks.
 //! - [`bench`]: the benchmarks behind `fenceline bench …`, each beside its reference.
 
 pub mod alerts;
 pub mod aws;
 pub mod bench;
+pub mod bulk;
 pub mod console;
 pub mod deployment;
 pub mod doctor;

@@ -83,6 +83,7 @@ impl Application {
             default_model: settings.provider.default_model().to_owned(),
             trace_url: settings.http.trace_url.clone(),
             alerts: settings.http.alerts.clone(),
+            bulk_cap: settings.http.bulk_cap,
         };
         // A run whose process ended mid-run says so.
         match ledger

@@ -115,6 +115,50 @@ fn Filters(query: JobsQuery, tenants: Vec<String>, zone: String) -> impl IntoVie
     }
 }
 
+/// The form that previews an action on every job this list's filter matches, not only those
+/// on the page: it repeats the filter, and the preview shows the exact count first.
+#[component]
+fn ByFilter(query: JobsQuery, csrf: String, zone: String) -> impl IntoView {
+    let hidden = [
+        ("state", query.state.clone()),
+        ("tenant", query.tenant.clone()),
+        ("key_prefix", query.key_prefix.clone()),
+        ("created_after", query.created_after.clone()),
+        ("created_before", query.created_before.clone()),
+        ("worker", query.worker.clone()),
+        ("error_code", query.error_code.clone()),
+        ("owner", query.owner.clone()),
+        ("drills", query.with_drills.then(|| "1".to_owned())),
+        ("redelivered", query.redelivered.then(|| "1".to_owned())),
+        (
+            "stale_rejected",
+            query.stale_rejected.then(|| "1".to_owned()),
+        ),
+    ];
+    view! {
+        <details class="by-filter">
+            <summary>"Act on every job this filter matches…"</summary>
+            <form method="post" action="/bulk" class="inline">
+                <input type="hidden" name="csrf" value=csrf/>
+                <input type="hidden" name="tz" value=zone/>
+                {hidden.into_iter().filter_map(|(name, value)| value.map(|v| view! {
+                    <input type="hidden" name=name value=v/>
+                })).collect_view()}
+                <label>"Action"
+                    <select name="action">
+                        <option value="authorize_retry">"Authorize a fenced retry (unknown jobs)"</option>
+                        <option value="resolve_failed">"Resolve as failed (unknown jobs)"</option>
+                        <option value="cancel">"Cancel (running, unknown, retry authorized)"</option>
+                        <option value="rerun">"Run again as new jobs (finished jobs)"</option>
+                    </select>
+                </label>
+                <button type="submit">"Preview"</button>
+            </form>
+            <p class="muted">"The preview changes nothing: it shows how many jobs match now and the first of them, and asks for a reason to go ahead."</p>
+        </details>
+    }
+}
+
 #[component]
 pub fn JobsPage() -> impl IntoView {
     let query = use_query_map().with_untracked(|m| JobsQuery {
@@ -199,6 +243,9 @@ pub fn JobsPage() -> impl IntoView {
                                 }).collect_view()}
                             </nav>
                             {page.notice.map(|n| view! { <p class="notice">{n}</p> })}
+                            {(acting && query.q.is_none()).then(|| view! {
+                                <ByFilter query=query.clone() csrf=csrf.clone() zone=zone.clone()/>
+                            })}
                             {picking.then(|| view! {
                                 <p class="muted">
                                     "Tick jobs to act on them together (at most 100). "

@@ -3,6 +3,7 @@
 pub mod alerts;
 pub mod api;
 pub mod audit;
+pub mod bulk;
 pub mod dlq;
 pub mod drills;
 pub mod job;

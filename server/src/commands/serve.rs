@@ -56,6 +56,11 @@ pub(super) async fn run(settings: &Settings) -> anyhow::Result<()> {
         false,
         alerts.run(supervisor.stages().back.clone()),
     );
+    supervisor.spawn(
+        "bulk actions",
+        false,
+        fenceline::bulk::run(ledger.clone(), supervisor.stages().back.clone()),
+    );
     let stop = supervisor.stages().front.clone();
     supervisor.spawn("http", true, async move {
         if let Err(error) = app

@@ -15,24 +15,11 @@ impl LedgerConsole {
         let now = self.ledger.now_us().await?;
         // Exact up to 10,000 per state: enough to act on, and fast over millions of jobs.
         const CAP: i64 = 10_000;
-        // The tenants to pick from: those with jobs, within this operator's scope. A typed
-        // tenant matches whatever its case.
-        let known: Vec<String> = self
-            .ledger
-            .job_tenants(500)
-            .await?
-            .into_iter()
-            .filter(|t| self.covers(t))
-            .collect();
-        let tenant = query.tenant.as_deref().map(|wanted| {
-            known
-                .iter()
-                .find(|t| t.eq_ignore_ascii_case(wanted))
-                .cloned()
-                .unwrap_or_else(|| wanted.to_owned())
-        });
-        let tenants = self.tenants_for(tenant.as_deref());
-        let drills_apart = fenceline_app::pages::jobs::drills_apart(&query);
+        let Scoped {
+            known,
+            tenants,
+            drills_apart,
+        } = self.scope(&query).await?;
         let drills = if drills_apart {
             Drills::Apart
         } else {
@@ -91,75 +78,22 @@ impl LedgerConsole {
                 flow: Vec::new(),
             })
         };
-        let state = match query.state.as_deref() {
-            Some(text) => match text.parse::<JobState>() {
-                Ok(s) => Some(s),
-                Err(_) => {
-                    return bad(
-                        "state",
-                        text,
-                        "a job state (ready, running, unknown, retry_authorized, succeeded, \
-                         failed_terminal or expired)",
-                    )
-                }
+        let filter = match self.job_filter(
+            &query,
+            &Scoped {
+                known: Vec::new(),
+                tenants,
+                drills_apart,
             },
-            None => None,
-        };
-        let mut bounds = [None, None];
-        for (slot, name, text) in [
-            (0, "created_after", &query.created_after),
-            (1, "created_before", &query.created_before),
-        ] {
-            if let Some(text) = text.as_deref() {
-                match parse_instant_in(text, self.zone) {
-                    Ok(at) => bounds[slot] = Some(JobId::lower_bound_at(unix_ms(at))),
-                    Err(_) => {
-                        return bad(
-                            name,
-                            text,
-                            &format!(
-                                "a date and time such as 2026-12-01T09:30 (read in {})",
-                                self.zone.name()
-                            ),
-                        )
-                    }
-                }
-            }
-        }
-        let [from_id, to_id] = bounds;
-        if let (Some(from), Some(to)) = (&from_id, &to_id) {
-            if to <= from {
-                return bad(
-                    "created_before",
-                    query.created_before.as_deref().unwrap_or_default(),
-                    "later than created_after",
-                );
-            }
-        }
-        let before = match query.before.as_deref() {
-            Some(text) => match text.parse::<JobId>() {
-                Ok(id) => Some(id.to_string()),
-                Err(_) => return bad("before", text, "a job id from the list's next-page link"),
-            },
-            None => None,
+        ) {
+            Ok(filter) => filter,
+            Err(b) => return bad(&b.name, &b.value, &b.expected),
         };
         let page = self
             .ledger
             .list_jobs(&JobFilter {
-                tenant: None,
-                tenants,
-                state,
-                before,
-                from_id,
-                to_id,
-                key_prefix: query.key_prefix.clone(),
-                worker: query.worker.clone(),
-                error_code: query.error_code.clone(),
-                redelivered: query.redelivered,
-                stale_rejected: query.stale_rejected,
-                without_drills: drills_apart,
-                owner: query.owner.clone(),
                 limit: PAGE_JOBS,
+                ..filter
             })
             .await?;
         Ok(JobsPage {
@@ -175,6 +109,115 @@ impl LedgerConsole {
             bad_parameter: None,
             tenants: known,
             flow,
+        })
+    }
+}
+
+/// Whose jobs a list may show: the tenants there are (within the operator's scope), the
+/// tenants asked for, and whether drill jobs are left out.
+pub(super) struct Scoped {
+    pub(super) known: Vec<String>,
+    pub(super) tenants: Option<Vec<String>>,
+    pub(super) drills_apart: bool,
+}
+
+impl LedgerConsole {
+    /// The tenants `query` may show. A typed tenant matches whatever its case.
+    pub(super) async fn scope(&self, query: &JobsQuery) -> Result<Scoped, LedgerError> {
+        let known: Vec<String> = self
+            .ledger
+            .job_tenants(500)
+            .await?
+            .into_iter()
+            .filter(|t| self.covers(t))
+            .collect();
+        let tenant = query.tenant.as_deref().map(|wanted| {
+            known
+                .iter()
+                .find(|t| t.eq_ignore_ascii_case(wanted))
+                .cloned()
+                .unwrap_or_else(|| wanted.to_owned())
+        });
+        let tenants = self.tenants_for(tenant.as_deref());
+        Ok(Scoped {
+            known,
+            tenants,
+            drills_apart: fenceline_app::pages::jobs::drills_apart(query),
+        })
+    }
+
+    /// The ledger's filter for a jobs list `query` within `scoped`, or the parameter it cannot
+    /// use. Its `limit` is left for the caller.
+    pub(super) fn job_filter(
+        &self,
+        query: &JobsQuery,
+        scoped: &Scoped,
+    ) -> Result<JobFilter, BadParameter> {
+        let state = match query.state.as_deref() {
+            Some(text) => Some(text.parse::<JobState>().map_err(|_| {
+                BadParameter::new(
+                    "state",
+                    text,
+                    "a job state (ready, running, unknown, retry_authorized, succeeded, \
+                     failed_terminal or expired)",
+                )
+            })?),
+            None => None,
+        };
+        let mut bounds = [None, None];
+        for (slot, name, text) in [
+            (0, "created_after", &query.created_after),
+            (1, "created_before", &query.created_before),
+        ] {
+            if let Some(text) = text.as_deref() {
+                let at = parse_instant_in(text, self.zone).map_err(|_| {
+                    BadParameter::new(
+                        name,
+                        text,
+                        &format!(
+                            "a date and time such as 2026-12-01T09:30 (read in {})",
+                            self.zone.name()
+                        ),
+                    )
+                })?;
+                bounds[slot] = Some(JobId::lower_bound_at(unix_ms(at)));
+            }
+        }
+        let [from_id, to_id] = bounds;
+        if let (Some(from), Some(to)) = (&from_id, &to_id) {
+            if to <= from {
+                return Err(BadParameter::new(
+                    "created_before",
+                    query.created_before.as_deref().unwrap_or_default(),
+                    "later than created_after",
+                ));
+            }
+        }
+        let before = match query.before.as_deref() {
+            Some(text) => Some(
+                text.parse::<JobId>()
+                    .map_err(|_| {
+                        BadParameter::new("before", text, "a job id from the list's next-page link")
+                    })?
+                    .to_string(),
+            ),
+            None => None,
+        };
+        Ok(JobFilter {
+            tenant: None,
+            tenants: scoped.tenants.clone(),
+            state,
+            before,
+            from_id,
+            to_id,
+            key_prefix: query.key_prefix.clone(),
+            worker: query.worker.clone(),
+            error_code: query.error_code.clone(),
+            redelivered: query.redelivered,
+            stale_rejected: query.stale_rejected,
+            without_drills: scoped.drills_apart,
+            owner: query.owner.clone(),
+            limit: PAGE_JOBS,
         })
     }
 }

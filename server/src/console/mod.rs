@@ -14,6 +14,7 @@
 
 mod alerts;
 mod audit;
+mod bulk;
 pub(crate) mod drills;
 pub(crate) use drills as drill_view;
 pub mod charts;
@@ -61,6 +62,8 @@ pub struct QueueInfo {
     pub trace_url: Option<String>,
     /// The alert rules' thresholds, and whether a webhook is set.
     pub alerts: crate::alerts::AlertSettings,
+    /// Most jobs one action by filter may take.
+    pub bulk_cap: usize,
 }
 
 /// Where drills can run from this deployment.
@@ -96,6 +99,7 @@ impl Default for QueueInfo {
             default_model: "stub".into(),
             trace_url: None,
             alerts: crate::alerts::AlertSettings::default(),
+            bulk_cap: crate::bulk::DEFAULT_CAP,
         }
     }
 }
@@ -107,6 +111,8 @@ pub struct LedgerConsole {
     tenants: Option<Vec<String>>,
     /// The zone times are shown in.
     zone: crate::time::Tz,
+    /// The signed-in operator's name, for what only they may do (confirm their preview).
+    visitor: Option<String>,
 }
 
 impl LedgerConsole {
@@ -117,7 +123,14 @@ impl LedgerConsole {
             queue,
             tenants: None,
             zone: chrono_tz::UTC,
+            visitor: None,
         }
+    }
+
+    /// The console as `name` sees it.
+    pub fn for_operator(mut self, name: &str) -> Self {
+        self.visitor = Some(name.to_owned());
+        self
     }
 
     /// Shows times in `zone`.
@@ -245,5 +258,13 @@ impl Console for LedgerConsole {
 
     fn alerts(&self) -> Pending<'_, fenceline_app::console::AlertsPage> {
         Box::pin(async move { self.build_alerts().await.map_err(shown) })
+    }
+
+    fn bulk(&self, bulk_id: String) -> Pending<'_, Option<fenceline_app::console::BulkPage>> {
+        Box::pin(async move {
+            self.build_bulk(bulk_id, self.visitor.as_deref())
+                .await
+                .map_err(shown)
+        })
     }
 }

@@ -9,6 +9,7 @@ mod actions;
 mod api;
 mod api_actions;
 mod auth;
+mod bulk_forms;
 pub mod contract;
 mod drills;
 mod error;
@@ -145,6 +146,8 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/jobs/{job_id}/rerun", post(actions::rerun))
         .route("/unknown/decisions", post(actions::decide_many))
+        .route("/bulk", post(bulk_forms::preview))
+        .route("/bulk/{bulk_id}/confirm", post(bulk_forms::confirm))
         .route("/operators", post(operators_admin::add))
         .route("/operators/{name}/role", post(operators_admin::set_role))
         .route(
@@ -283,6 +286,7 @@ fn page_context(ledger: &Ledger, queue: &crate::console::QueueInfo) {
     }
     let visitor = visitor.unwrap_or_default();
     let zone = crate::time::zone(&visitor.zone).unwrap_or(chrono_tz::UTC);
+    let name = visitor.operator.as_ref().map(|o| o.name.clone());
     provide_context(visitor);
     if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
         provide_context(fenceline_app::console::HttpStatus(std::sync::Arc::new(
@@ -305,12 +309,14 @@ fn page_context(ledger: &Ledger, queue: &crate::console::QueueInfo) {
             response.insert_header(header::CONTENT_SECURITY_POLICY, policy);
         }
     }
-    let port: fenceline_app::console::SharedConsole = std::sync::Arc::new(
-        crate::console::LedgerConsole::new(ledger.clone(), queue.clone())
-            // Signed out (only `/login` renders then): no tenant at all.
-            .for_tenants(tenants.unwrap_or(Some(Vec::new())))
-            .in_zone(zone),
-    );
+    let mut console = crate::console::LedgerConsole::new(ledger.clone(), queue.clone())
+        // Signed out (only `/login` renders then): no tenant at all.
+        .for_tenants(tenants.unwrap_or(Some(Vec::new())))
+        .in_zone(zone);
+    if let Some(name) = &name {
+        console = console.for_operator(name);
+    }
+    let port: fenceline_app::console::SharedConsole = std::sync::Arc::new(console);
     provide_context(port);
 }
 

@@ -24,15 +24,23 @@ pub(crate) struct NewAudit<'a> {
     pub(crate) new_job_id: Option<&'a str>,
 }
 
+tokio::task_local! {
+    /// The bulk action a job's action is part of (`bulk:<id>`), while the bulk runner acts:
+    /// each job's audit entry names it as its subject, which links it to the bulk action's own.
+    pub(crate) static BULK_SUBJECT: String;
+}
+
 /// Writes `entry` in the transaction of the transition it records; the tenant is the job's.
 pub(crate) async fn insert_audit(
     conn: &mut AnyConnection,
     entry: &NewAudit<'_>,
 ) -> Result<(), LedgerError> {
+    let subject = BULK_SUBJECT.try_with(Clone::clone).ok();
     sqlx::query::<Any>(
         "INSERT INTO audit_log (at, actor, action, job_id, tenant, seen_epoch, new_epoch, \
-         state_before, state_after, reason, evidence, new_job_id) \
-         SELECT $1, $2, $3, $4, tenant, $5, $6, $7, $8, $9, $10, $11 FROM jobs WHERE job_id = $4",
+         state_before, state_after, reason, evidence, new_job_id, subject) \
+         SELECT $1, $2, $3, $4, tenant, $5, $6, $7, $8, $9, $10, $11, $12 FROM jobs \
+         WHERE job_id = $4",
     )
     .bind(entry.at)
     .bind(entry.actor)
@@ -45,6 +53,7 @@ pub(crate) async fn insert_audit(
     .bind(entry.reason)
     .bind(entry.evidence)
     .bind(entry.new_job_id)
+    .bind(subject)
     .execute(conn)
     .await?;
     Ok(())

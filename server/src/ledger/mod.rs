@@ -96,7 +96,8 @@ macro_rules! bind_rows {
 }
 
 mod alerts;
-mod audit;
+pub(crate) mod audit;
+mod bulk;
 mod connect;
 mod console_reads;
 mod dialect;
@@ -125,6 +126,7 @@ pub use alerts::{
     AlertChange, AlertEpisode, AlertFiring, AlertNotification, DueNotification, UnknownWaiting,
 };
 pub use audit::{AuditEntry, AuditFilter};
+pub use bulk::{BulkAction, BulkJob, PREVIEW_VALID};
 pub use connect::{LedgerOptions, SqliteSync};
 pub use console_reads::{
     detail_text, find_key_statement, Bucket, DeadLetter, Drills, Run, RunKind, DRILL_JOBS_BY_STATE,

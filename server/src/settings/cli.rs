@@ -318,6 +318,10 @@ pub struct ServeArgs {
         value_delimiter = ';'
     )]
     pub tenant_replay_policies: Vec<String>,
+    /// Most jobs one action by filter (console, API) may take; a filter matching more is
+    /// refused, to be narrowed.
+    #[arg(long, env = "FENCELINE_BULK_CAP", default_value_t = 10_000)]
+    pub bulk_cap: usize,
     /// Alerts: how often the rules are judged.
     #[arg(long, env = "FENCELINE_ALERT_INTERVAL_SECS", default_value_t = 15)]
     pub alert_interval_secs: u64,

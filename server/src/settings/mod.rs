@@ -78,6 +78,8 @@ pub struct HttpSettings {
     pub trace_url: Option<String>,
     /// The alert rules' thresholds and their webhook.
     pub alerts: crate::alerts::AlertSettings,
+    /// Most jobs one action by filter may take (`--bulk-cap`).
+    pub bulk_cap: usize,
     /// Proxies whose `X-Forwarded-For` names the client (`--trusted-proxy`); none by default.
     pub trusted_proxies: proxies::TrustedProxies,
     /// The bearer token `/metrics` asks for; without one `/metrics` is not served.
@@ -245,6 +247,7 @@ impl Settings {
                 model_policy: model_policy(&serve, runtime)?,
                 run_worker: !serve.no_worker,
                 alerts: alert_settings(&serve)?,
+                bulk_cap: serve.bulk_cap.max(1),
             },
             queue: QueueSettings {
                 kind: runtime.queue,

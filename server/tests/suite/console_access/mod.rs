@@ -16,6 +16,7 @@ use crate::helpers::{
 use crate::on_both_backends;
 
 mod automation;
+mod by_filter;
 mod cancel;
 mod dead_letters;
 mod decisions;

@@ -1,0 +1,32 @@
+-- Actions on every job a filter matched: the action as previewed (its exact set of jobs, each
+-- with the epoch and state it had then), confirmed with a reason, and run in the background in
+-- chunks, each job fenced at what it was previewed at. Progress survives a restart.
+CREATE TABLE bulk_actions (
+    bulk_id      BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    action       TEXT NOT NULL,
+    filter       TEXT NOT NULL,
+    actor        TEXT NOT NULL,
+    tenants      TEXT,
+    status       TEXT NOT NULL,
+    total        BIGINT NOT NULL,
+    reason       TEXT,
+    created_at   BIGINT NOT NULL,
+    confirmed_at BIGINT,
+    finished_at  BIGINT,
+    applied      BIGINT NOT NULL DEFAULT 0,
+    moved_on     BIGINT NOT NULL DEFAULT 0,
+    refused      BIGINT NOT NULL DEFAULT 0
+);
+CREATE INDEX bulk_actions_status ON bulk_actions (status);
+
+CREATE TABLE bulk_action_jobs (
+    bulk_id BIGINT NOT NULL REFERENCES bulk_actions (bulk_id) ON DELETE CASCADE,
+    job_id  TEXT NOT NULL,
+    epoch   BIGINT NOT NULL,
+    state   TEXT NOT NULL,
+    outcome TEXT,
+    PRIMARY KEY (bulk_id, job_id)
+);
+
+-- The entries of one bulk action and its jobs' (subject `bulk:<id>`).
+CREATE INDEX audit_log_subject ON audit_log (subject) WHERE subject IS NOT NULL;

@@ -1,0 +1,224 @@
+//! Actions by filter: the preview records the exact jobs a filter matches, the confirmation
+//! one audit entry, and the runner acts on each job fenced at what it was previewed at,
+//! leaving alone those that moved on, each job's audit entry naming the action.
+
+use super::*;
+use fenceline::ledger::Decision;
+
+/// `n` jobs of `tenant` whose provider call may have happened (`unknown`): claimed with a short
+/// lease, let lapse together, recovered. Their ids and epochs.
+async fn unknown_jobs(ledger: &Ledger, tenant: &str, prefix: &str, n: usize) -> Vec<(String, i64)> {
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        let id = create(ledger, new_job(tenant, &format!("{prefix}-{i}"), json!(i))).await;
+        ledger
+            .claim_and_start(&id, "w1", Duration::from_millis(300), None, "stub")
+            .await
+            .unwrap();
+        ids.push(id);
+    }
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let mut out = Vec::with_capacity(n);
+    for id in ids {
+        let recovered = ledger
+            .recovery_claim(&id, &Actor::System, "lease_expired", true)
+            .await
+            .unwrap();
+        assert_eq!(recovered.state, JobState::Unknown);
+        out.push((id, recovered.epoch));
+    }
+    out
+}
+
+async fn a_filtered_action_over_a_thousand_unknown_jobs_is_previewed_run_and_audited_once(db: Db) {
+    let app = spawn_app(db).await;
+    let ledger = &app.ledger;
+    let jobs = unknown_jobs(ledger, "acme", "inc", 1000).await;
+    let others = unknown_jobs(ledger, "globex", "other", 5).await;
+    let mut ana = signed_in(&app, "ana", Role::Operator, None).await;
+
+    // The list offers the action on every job its filter matches.
+    let list = ana.page("/jobs?state=unknown&tenant=acme").await;
+    assert!(
+        list.contains("Act on every job this filter matches"),
+        "{list}"
+    );
+    let csrf = ana.token("/jobs?state=unknown&tenant=acme").await;
+    let previewed = ana
+        .post(
+            "/bulk",
+            &[
+                ("csrf", &csrf),
+                ("action", "authorize_retry"),
+                ("state", "unknown"),
+                ("tenant", "acme"),
+            ],
+        )
+        .await;
+    let at = location(&previewed);
+    assert!(at.starts_with("/bulk/"), "{at}");
+    let bulk_id: i64 = at["/bulk/".len()..].parse().unwrap();
+    let preview = ana.page(&at).await;
+    assert!(
+        preview.contains("1000 jobs matched") && preview.contains("Confirm for 1000 jobs"),
+        "the exact count: {preview}"
+    );
+    // Nothing changed yet.
+    let bulk = ledger.bulk_action(bulk_id).await.unwrap().unwrap();
+    assert_eq!((bulk.status.as_str(), bulk.total), ("previewed", 1000));
+    assert_eq!(
+        ledger.job(&jobs[0].0).await.unwrap().unwrap().state,
+        JobState::Unknown
+    );
+
+    // Ten jobs move on between the preview and the confirmation.
+    let operator = Actor::Operator("olga".into());
+    for (id, epoch) in &jobs[..10] {
+        ledger
+            .decide(id, *epoch, &Decision::AuthorizeRetry, &operator, "by hand")
+            .await
+            .unwrap();
+    }
+    let moved: Vec<i64> = {
+        let mut epochs = Vec::new();
+        for (id, _) in &jobs[..10] {
+            epochs.push(ledger.job(id).await.unwrap().unwrap().owner_epoch);
+        }
+        epochs
+    };
+
+    // Another operator cannot confirm ana's preview; ana can, with a reason.
+    let mut olga = signed_in(&app, "olga", Role::Operator, None).await;
+    let olga_csrf = olga.token(&at).await;
+    olga.post(
+        &format!("/bulk/{bulk_id}/confirm"),
+        &[("csrf", &olga_csrf), ("reason", "not mine")],
+    )
+    .await;
+    assert_eq!(
+        ledger.bulk_action(bulk_id).await.unwrap().unwrap().status,
+        "previewed"
+    );
+    let csrf = ana.token(&at).await;
+    let confirmed = ana
+        .post(
+            &format!("/bulk/{bulk_id}/confirm"),
+            &[
+                ("csrf", &csrf),
+                ("reason", "INC-42: the provider confirmed none ran"),
+            ],
+        )
+        .await;
+    assert_eq!(location(&confirmed), at);
+
+    // The runner acts in the background, in chunks.
+    let until = tokio::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        fenceline::bulk::run_once(ledger).await.unwrap();
+        let bulk = ledger.bulk_action(bulk_id).await.unwrap().unwrap();
+        if bulk.status == "done" {
+            assert_eq!((bulk.applied, bulk.moved_on, bulk.refused), (990, 10, 0));
+            break;
+        }
+        assert!(tokio::time::Instant::now() < until, "{bulk:?}");
+    }
+    for (id, _) in &jobs[10..] {
+        assert_eq!(
+            ledger.job(id).await.unwrap().unwrap().state,
+            JobState::RetryAuthorized
+        );
+    }
+    for ((id, _), epoch) in jobs[..10].iter().zip(moved) {
+        let job = ledger.job(id).await.unwrap().unwrap();
+        assert_eq!(job.owner_epoch, epoch, "a job that moved on is left alone");
+    }
+    for (id, _) in &others {
+        assert_eq!(
+            ledger.job(id).await.unwrap().unwrap().state,
+            JobState::Unknown,
+            "another tenant's job is not in the filter"
+        );
+    }
+
+    // One audit entry for the action, and each of the 990 decisions names it.
+    let audit = ledger.bulk_audit(bulk_id, 2000).await.unwrap();
+    assert_eq!(audit.len(), 991);
+    assert_eq!(audit[0].action, "bulk_authorize_retry");
+    assert_eq!(audit[0].actor, "operator:ana");
+    assert_eq!(audit[0].reason, "INC-42: the provider confirmed none ran");
+    assert!(audit[0].job_id.is_none());
+    let decided: std::collections::HashSet<&str> = audit[1..]
+        .iter()
+        .map(|e| {
+            assert_eq!(e.action, "authorize_retry");
+            assert_eq!(
+                e.subject.as_deref(),
+                Some(format!("bulk:{bulk_id}").as_str())
+            );
+            e.job_id.as_deref().unwrap()
+        })
+        .collect();
+    assert_eq!(decided.len(), 990);
+    assert!(jobs[10..]
+        .iter()
+        .all(|(id, _)| decided.contains(id.as_str())));
+
+    let done = ana.page(&at).await;
+    assert!(
+        done.contains("990") && done.contains("Moved on since the preview"),
+        "{done}"
+    );
+    assert!(
+        done.contains("991 (this action"),
+        "the audit entries: {done}"
+    );
+}
+
+on_both_backends!(a_filtered_action_over_a_thousand_unknown_jobs_is_previewed_run_and_audited_once);
+
+/// A viewer cannot preview; a filter over more jobs than the cap, or a state the action does
+/// not apply to, is refused with a reason and records nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preview_is_refused_past_the_cap_for_a_wrong_state_and_to_a_viewer() {
+    let app = spawn_app_configured(Db::Sqlite, |s| s.http.bulk_cap = 3).await;
+    unknown_jobs(&app.ledger, "acme", "k", 4).await;
+    let mut vera = signed_in(&app, "vera", Role::Viewer, None).await;
+    let csrf = vera.token("/jobs").await;
+    let refused = vera
+        .post(
+            "/bulk",
+            &[("csrf", &csrf), ("action", "cancel"), ("state", "unknown")],
+        )
+        .await;
+    assert_eq!(refused.status(), 403);
+    let mut ana = signed_in(&app, "ana", Role::Operator, None).await;
+    let csrf = ana.token("/jobs").await;
+    let over = ana
+        .post(
+            "/bulk",
+            &[
+                ("csrf", &csrf),
+                ("action", "resolve_failed"),
+                ("state", "unknown"),
+            ],
+        )
+        .await;
+    assert_eq!(location(&over), "/jobs?state=unknown");
+    let page = ana.page("/jobs?state=unknown").await;
+    assert!(page.contains("matches more than 3 jobs"), "{page}");
+    let csrf = ana.token("/jobs").await;
+    let wrong = ana
+        .post(
+            "/bulk",
+            &[
+                ("csrf", &csrf),
+                ("action", "resolve_failed"),
+                ("state", "ready"),
+            ],
+        )
+        .await;
+    assert_eq!(location(&wrong), "/jobs?state=ready");
+    let page = ana.page("/jobs?state=ready").await;
+    assert!(page.contains("applies to unknown jobs"), "{page}");
+    assert!(app.ledger.bulk_actions(10).await.unwrap().is_empty());
+}
