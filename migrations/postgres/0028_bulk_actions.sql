@@ -15,7 +15,9 @@ CREATE TABLE bulk_actions (
     finished_at  BIGINT,
     applied      BIGINT NOT NULL DEFAULT 0,
     moved_on     BIGINT NOT NULL DEFAULT 0,
-    refused      BIGINT NOT NULL DEFAULT 0
+    refused      BIGINT NOT NULL DEFAULT 0,
+    -- Until when one process acts on it (several may run the runner).
+    lease_until  BIGINT
 );
 CREATE INDEX bulk_actions_status ON bulk_actions (status);
 

@@ -188,25 +188,36 @@ fn narrowed(asked: &Option<Vec<String>>, own: &Option<Vec<String>>) -> Option<Ve
 pub async fn run_once(ledger: &Ledger) -> Result<usize, LedgerError> {
     let mut acted = 0;
     for bulk in ledger.running_bulk_actions().await? {
-        let pending = ledger.bulk_pending(bulk.bulk_id, CHUNK).await?;
-        if pending.is_empty() {
-            ledger.finish_bulk(bulk.bulk_id).await?;
+        // Another process acts on it now: its chunk is that one's.
+        if !ledger.hold_bulk(bulk.bulk_id, HOLD).await? {
             continue;
         }
-        let may_act = acting_operator(ledger, &bulk).await?;
-        for job in &pending {
-            let outcome = match &may_act {
-                Some(actor) => act(ledger, &bulk, job, actor).await,
-                None => "refused: the operator may no longer act".to_owned(),
-            };
-            ledger
-                .bulk_job_done(bulk.bulk_id, &job.job_id, &outcome)
-                .await?;
-            acted += 1;
-        }
-        ledger.finish_bulk(bulk.bulk_id).await?;
+        let chunk = act_on_chunk(ledger, &bulk).await;
+        ledger.release_bulk(bulk.bulk_id).await?;
+        acted += chunk?;
     }
     Ok(acted)
+}
+
+/// How long a process holds a bulk action while it acts on a chunk: far longer than a chunk
+/// takes, so that a process that died lets another go on.
+const HOLD: Duration = Duration::from_secs(120);
+
+/// The next chunk of one bulk action, acted on; how many jobs.
+async fn act_on_chunk(ledger: &Ledger, bulk: &BulkAction) -> Result<usize, LedgerError> {
+    let pending = ledger.bulk_pending(bulk.bulk_id, CHUNK).await?;
+    let may_act = acting_operator(ledger, bulk).await?;
+    for job in &pending {
+        let outcome = match &may_act {
+            Some(actor) => act(ledger, bulk, job, actor).await,
+            None => "refused: the operator may no longer act".to_owned(),
+        };
+        ledger
+            .bulk_job_done(bulk.bulk_id, &job.job_id, &outcome)
+            .await?;
+    }
+    ledger.finish_bulk(bulk.bulk_id).await?;
+    Ok(pending.len())
 }
 
 /// The actor a bulk action acts as, while its operator is enabled and may still act.

@@ -4,6 +4,7 @@
 //! (marking a production database), and `soak check`, which only reads.
 
 mod bench;
+mod bulk;
 mod cancel;
 mod decide;
 mod dlq;
@@ -36,6 +37,7 @@ pub(crate) async fn run(settings: &Settings, command: &Command) -> anyhow::Resul
         Command::Queue(command) => queue::run(command).await,
         Command::Submit(args) => submit::run(args).await,
         Command::Decide(args) => decide::run(settings, args).await,
+        Command::Bulk(command) => bulk::run(settings, command).await,
         Command::Cancel {
             job_id,
             epoch,

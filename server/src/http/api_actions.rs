@@ -10,7 +10,8 @@ use axum::Json;
 use super::api::JsonBody;
 use super::auth::{ActingOperator, JobReader};
 use super::contract::{
-    ActionOutcome, CancelRequest, DecisionRequest, ErrorBody, JobIdPath, JobView, RerunRequest,
+    ActionOutcome, BulkConfirm, BulkIdPath, BulkJobView, BulkRequest, BulkView, CancelRequest,
+    DecisionRequest, ErrorBody, JobIdPath, JobView, RerunRequest,
 };
 use super::{ApiError, AppState};
 use crate::job::Actor;
@@ -164,4 +165,206 @@ pub(super) async fn rerun(
     super::count_send_at_creation(&state, &created);
     let (status, new) = super::api::status_of(created);
     Ok(super::api::made(status, &new))
+}
+
+/// Jobs a bulk action's answer lists.
+const BULK_LISTED: u32 = 100;
+
+/// A bulk action as the API shows it, if `operator` may see it (theirs, or any for an operator
+/// of every tenant).
+async fn bulk_view(
+    state: &AppState,
+    operator: &Operator,
+    raw: &str,
+) -> Result<Json<BulkView>, ApiError> {
+    let bulk_id: i64 = raw
+        .parse()
+        .map_err(|_| ApiError::NotFound(format!("no bulk action {raw}")))?;
+    let bulk = state
+        .ledger
+        .bulk_action(bulk_id)
+        .await?
+        .filter(|b| {
+            operator.tenants.is_none()
+                || b.actor == Actor::Operator(operator.name.clone()).to_string()
+        })
+        .ok_or_else(|| ApiError::NotFound(format!("no bulk action {bulk_id}")))?;
+    let jobs = state.ledger.bulk_jobs(bulk_id, None, BULK_LISTED).await?;
+    let valid_until = bulk.created_at + crate::ledger::PREVIEW_VALID.as_micros() as i64;
+    Ok(Json(BulkView {
+        bulk_id,
+        action: bulk.action,
+        confirm_before: (bulk.status == "previewed").then(|| crate::time::rfc3339_us(valid_until)),
+        status: bulk.status,
+        total: bulk.total,
+        applied: bulk.applied,
+        moved_on: bulk.moved_on,
+        refused: bulk.refused,
+        reason: bulk.reason,
+        jobs: jobs
+            .into_iter()
+            .map(|j| BulkJobView {
+                job_id: j.job_id,
+                epoch: j.epoch,
+                state: j.state,
+                outcome: j.outcome,
+            })
+            .collect(),
+        console: format!("/bulk/{bulk_id}"),
+    }))
+}
+
+/// Preview an action on every job a filter matches (an operator token): the exact set of jobs
+/// is recorded with the epoch and state each has now, and nothing changes until it is
+/// confirmed (within 15 minutes).
+#[utoipa::path(
+    post,
+    path = "/bulk",
+    operation_id = "previewBulk",
+    request_body = BulkRequest,
+    responses(
+        (status = 201, description = "Previewed: the exact count and the first jobs; nothing changed", body = BulkView),
+        (status = 400, description = "An unknown action, a bad filter, a state the action does not apply to, or more jobs than the cap", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Not an operator token, or a viewer's", body = ErrorBody),
+        (status = 503, description = "Ledger database unavailable", body = ErrorBody)
+    )
+)]
+pub(super) async fn preview_bulk(
+    State(state): State<AppState>,
+    ActingOperator(operator): ActingOperator,
+    JsonBody(request): JsonBody<BulkRequest>,
+) -> Result<(axum::http::StatusCode, Json<BulkView>), ApiError> {
+    use crate::bulk::{BulkError, BulkKind};
+    let kind = request
+        .action
+        .parse::<BulkKind>()
+        .map_err(ApiError::BadRequest)?;
+    let f = request.filter;
+    let query = fenceline_app::console::JobsQuery {
+        state: f.state.map(|s| s.as_str().to_owned()),
+        tenant: f.tenant,
+        key_prefix: f.key_prefix,
+        created_after: f.created_after,
+        created_before: f.created_before,
+        worker: f.worker,
+        error_code: f.error_code,
+        with_drills: f.with_drills,
+        ..Default::default()
+    };
+    let pairs: Vec<(&str, String)> = [
+        ("state", query.state.clone()),
+        ("tenant", query.tenant.clone()),
+        ("key_prefix", query.key_prefix.clone()),
+        ("created_after", query.created_after.clone()),
+        ("created_before", query.created_before.clone()),
+        ("worker", query.worker.clone()),
+        ("error_code", query.error_code.clone()),
+        ("drills", query.with_drills.then(|| "1".to_owned())),
+    ]
+    .into_iter()
+    .filter_map(|(name, value)| Some((name, value?)))
+    .collect();
+    let filter_text = serde_urlencoded::to_string(&pairs).unwrap_or_default();
+    let console = crate::console::LedgerConsole::new(state.ledger.clone(), state.queue.clone())
+        .for_tenants(operator.tenants.clone());
+    let filter = console
+        .bulk_filter(&query)
+        .await?
+        .map_err(|bad| ApiError::BadRequest(format!("{} must be {}", bad.name, bad.expected)))?;
+    let bulk_id = crate::bulk::preview(
+        &state.ledger,
+        &operator,
+        kind,
+        &filter,
+        &filter_text,
+        state.queue.bulk_cap,
+    )
+    .await
+    .map_err(|e| match e {
+        BulkError::NotAllowed => {
+            ApiError::Forbidden("this token's operator is a viewer: viewers read, they do not act")
+        }
+        BulkError::Ledger(e) => e.into(),
+        other => ApiError::BadRequest(other.to_string()),
+    })?;
+    Ok((
+        axum::http::StatusCode::CREATED,
+        bulk_view(&state, &operator, &bulk_id.to_string()).await?,
+    ))
+}
+
+/// Confirm a previewed action (the operator token that previewed it), with a reason: one audit
+/// entry records it, and the jobs are acted on in the background, each fenced at the epoch and
+/// state it was previewed at.
+#[utoipa::path(
+    post,
+    path = "/bulk/{bulk_id}/confirm",
+    operation_id = "confirmBulk",
+    params(BulkIdPath),
+    request_body = BulkConfirm,
+    responses(
+        (status = 202, description = "Confirmed: running in the background", body = BulkView),
+        (status = 400, description = "A missing reason", body = ErrorBody),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Not an operator token, or a viewer's", body = ErrorBody),
+        (status = 404, description = "No such bulk action for this operator", body = ErrorBody),
+        (status = 409, description = "Not a preview of this operator's within 15 minutes (confirmed already, or lapsed); nothing changed", body = ErrorBody),
+        (status = 503, description = "Ledger database unavailable", body = ErrorBody)
+    )
+)]
+pub(super) async fn confirm_bulk(
+    State(state): State<AppState>,
+    ActingOperator(operator): ActingOperator,
+    Path(BulkIdPath { bulk_id }): Path<BulkIdPath>,
+    JsonBody(request): JsonBody<BulkConfirm>,
+) -> Result<(axum::http::StatusCode, Json<BulkView>), ApiError> {
+    if !operator.role.allows(Role::Operator) {
+        return Err(ApiError::Forbidden(
+            "this token's operator is a viewer: viewers read, they do not act",
+        ));
+    }
+    let reason = fenceline_app::action::Reason::parse(&request.reason)
+        .map_err(|no| ApiError::BadRequest(format!("a bulk action needs {no}")))?;
+    // Not found unless the operator may see it.
+    let bulk_id = bulk_view(&state, &operator, &bulk_id).await?.bulk_id;
+    let actor = Actor::Operator(operator.name.clone()).to_string();
+    if !state
+        .ledger
+        .confirm_bulk(bulk_id, &actor, reason.as_str())
+        .await?
+    {
+        return Err(ApiError::Refused {
+            code: "not_confirmable",
+            message: "this bulk action is not a preview of yours made within 15 minutes \
+                      (confirmed already, or lapsed): nothing changed"
+                .into(),
+        });
+    }
+    Ok((
+        axum::http::StatusCode::ACCEPTED,
+        bulk_view(&state, &operator, &bulk_id.to_string()).await?,
+    ))
+}
+
+/// A bulk action: its preview, or how far it has come.
+#[utoipa::path(
+    get,
+    path = "/bulk/{bulk_id}",
+    operation_id = "readBulk",
+    params(BulkIdPath),
+    responses(
+        (status = 200, description = "The action and its first jobs", body = BulkView),
+        (status = 401, description = "Missing or invalid token", body = ErrorBody),
+        (status = 403, description = "Not an operator token", body = ErrorBody),
+        (status = 404, description = "No such bulk action for this operator", body = ErrorBody),
+        (status = 503, description = "Ledger database unavailable", body = ErrorBody)
+    )
+)]
+pub(super) async fn read_bulk(
+    State(state): State<AppState>,
+    ActingOperator(operator): ActingOperator,
+    Path(BulkIdPath { bulk_id }): Path<BulkIdPath>,
+) -> Result<Json<BulkView>, ApiError> {
+    bulk_view(&state, &operator, &bulk_id).await
 }

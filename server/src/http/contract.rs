@@ -472,6 +472,88 @@ pub struct CancelRequest {
     pub reason: String,
 }
 
+/// `POST /api/v1/bulk` (an operator token): preview an action on every job a filter matches.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkRequest {
+    /// `authorize_retry` or `resolve_failed` (`unknown` jobs), `cancel` (running, unknown,
+    /// retry authorized) or `rerun` (finished jobs).
+    pub action: String,
+    /// The jobs it acts on, as the jobs list filters them; every job the action applies to
+    /// within the operator's tenants when empty.
+    #[serde(default)]
+    pub filter: BulkFilter,
+}
+
+/// A jobs-list filter.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkFilter {
+    pub state: Option<JobState>,
+    pub tenant: Option<String>,
+    /// Idempotency keys starting with this.
+    pub key_prefix: Option<String>,
+    /// Created at or after this instant (RFC 3339, or `2026-12-01T09:30` in UTC).
+    pub created_after: Option<String>,
+    /// Created before this instant.
+    pub created_before: Option<String>,
+    /// An attempt of the job ran on this worker.
+    pub worker: Option<String>,
+    /// The job's last error code.
+    pub error_code: Option<String>,
+    /// Include drill jobs (left out by default).
+    #[serde(default)]
+    pub with_drills: bool,
+}
+
+/// `POST /api/v1/bulk/{bulk_id}/confirm` (the operator token that previewed it).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BulkConfirm {
+    /// Why, for the audit log and every job's timeline (1 to 2000 characters).
+    pub reason: String,
+}
+
+/// An action by filter: previewed (the exact count, nothing changed yet), running or done.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct BulkView {
+    pub bulk_id: i64,
+    pub action: String,
+    /// `previewed`, `running` or `done`.
+    pub status: String,
+    /// The jobs it matched when previewed: exactly those it acts on.
+    pub total: i64,
+    pub applied: i64,
+    /// Jobs that moved on since the preview: left alone.
+    pub moved_on: i64,
+    pub refused: i64,
+    /// Until when a preview may be confirmed (RFC 3339).
+    pub confirm_before: Option<String>,
+    pub reason: Option<String>,
+    /// The first jobs, with the epoch and state previewed and what came of each.
+    pub jobs: Vec<BulkJobView>,
+    /// The console page that shows it.
+    pub console: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct BulkJobView {
+    pub job_id: String,
+    pub epoch: i64,
+    pub state: String,
+    /// `applied`, `moved_on`, `refused: …`; none until acted on.
+    pub outcome: Option<String>,
+}
+
+/// A bulk action's id in a path.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct BulkIdPath {
+    /// The id `POST /api/v1/bulk` answered with.
+    #[param(pattern = "^[0-9]{1,18}$")]
+    pub bulk_id: String,
+}
+
 /// `POST /api/v1/jobs/{job_id}/rerun` (an operator token).
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -218,6 +218,9 @@ fn api_routes() -> Router<AppState> {
         .route("/jobs/{job_id}/decisions", post(api_actions::decide))
         .route("/jobs/{job_id}/cancel", post(api_actions::cancel))
         .route("/jobs/{job_id}/rerun", post(api_actions::rerun))
+        .route("/bulk", post(api_actions::preview_bulk))
+        .route("/bulk/{bulk_id}", get(api_actions::read_bulk))
+        .route("/bulk/{bulk_id}/confirm", post(api_actions::confirm_bulk))
         .route("/openapi.json", get(openapi::document))
         .route_layer(middleware::from_fn(traced))
 }

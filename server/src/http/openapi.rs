@@ -8,9 +8,10 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::contract::{
-    ActionOutcome, AttemptView, BatchItem, BatchResponse, CancelRequest, CreateJobRequest,
-    CreateJobsRequest, DecisionKind, DecisionRequest, Delivery, ErrorBody, ErrorDetail, EventPage,
-    EventView, JobPage, JobResult, JobView, Links, ModelParameters, RerunRequest, UsageView,
+    ActionOutcome, AttemptView, BatchItem, BatchResponse, BulkConfirm, BulkFilter, BulkJobView,
+    BulkRequest, BulkView, CancelRequest, CreateJobRequest, CreateJobsRequest, DecisionKind,
+    DecisionRequest, Delivery, ErrorBody, ErrorDetail, EventPage, EventView, JobPage, JobResult,
+    JobView, Links, ModelParameters, RerunRequest, UsageView,
 };
 use super::{api, api_actions};
 use crate::job::{EventKind, JobState};
@@ -35,7 +36,10 @@ use crate::ledger::{AttemptOutcome, ReplayPolicy};
         api::read_result,
         api_actions::decide,
         api_actions::cancel,
-        api_actions::rerun
+        api_actions::rerun,
+        api_actions::preview_bulk,
+        api_actions::confirm_bulk,
+        api_actions::read_bulk
     ),
     components(schemas(
         CreateJobRequest,
@@ -62,7 +66,12 @@ use crate::ledger::{AttemptOutcome, ReplayPolicy};
         DecisionKind,
         CancelRequest,
         RerunRequest,
-        ActionOutcome
+        ActionOutcome,
+        BulkRequest,
+        BulkFilter,
+        BulkConfirm,
+        BulkView,
+        BulkJobView
     )),
     modifiers(&BearerAuth)
 )]

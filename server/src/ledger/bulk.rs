@@ -225,6 +225,32 @@ impl Ledger {
         rows.iter().map(bulk_from_row).collect()
     }
 
+    /// Takes a running bulk action for `hold` unless another process holds it: one process
+    /// acts on it at a time. Released by [`Ledger::release_bulk`].
+    pub async fn hold_bulk(&self, bulk_id: i64, hold: Duration) -> Result<bool, LedgerError> {
+        let now = self.now_us().await?;
+        let until = now + hold.as_micros() as i64;
+        Ok(sqlx::query(
+            "UPDATE bulk_actions SET lease_until = $1 WHERE bulk_id = $2 AND status = 'running' \
+             AND (lease_until IS NULL OR lease_until < $3)",
+        )
+        .bind(until)
+        .bind(bulk_id)
+        .bind(now)
+        .execute(&self.writer)
+        .await?
+        .rows_affected()
+            == 1)
+    }
+
+    pub async fn release_bulk(&self, bulk_id: i64) -> Result<(), LedgerError> {
+        sqlx::query("UPDATE bulk_actions SET lease_until = NULL WHERE bulk_id = $1")
+            .bind(bulk_id)
+            .execute(&self.writer)
+            .await?;
+        Ok(())
+    }
+
     /// The next `limit` jobs of a running bulk action not acted on yet.
     pub async fn bulk_pending(
         &self,

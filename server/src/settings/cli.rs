@@ -167,6 +167,11 @@ pub enum Command {
         #[arg(long)]
         seen_events: Option<i64>,
     },
+    /// Act on every job a jobs-list filter matches, as a named operator: preview (the exact
+    /// jobs are recorded, nothing changes), confirm with a reason (`serve` then acts on each
+    /// job in the background, fenced at what it was previewed at), and follow it.
+    #[command(subcommand)]
+    Bulk(BulkCommand),
     /// Apply database migrations and exit.
     Migrate,
     /// Manage API tokens.
@@ -184,6 +189,61 @@ pub enum Command {
     /// The chaos soak (see `scripts/soak.sh`).
     #[command(subcommand)]
     Soak(SoakCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BulkCommand {
+    /// Record the exact jobs the filter matches now, print how many and the first of them, and
+    /// the id to confirm; nothing changes.
+    Preview(BulkPreviewArgs),
+    /// Confirm a preview of yours (within 15 minutes) with a reason.
+    Confirm {
+        bulk_id: i64,
+        /// Why, for the audit log and every job's timeline.
+        #[arg(long)]
+        reason: String,
+        /// Who confirms: the operator who previewed it.
+        #[arg(long)]
+        operator: String,
+    },
+    /// How far a bulk action has come.
+    Show { bulk_id: i64 },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BulkPreviewArgs {
+    /// `authorize_retry` or `resolve_failed` (`unknown` jobs), `cancel` (running, unknown,
+    /// retry authorized) or `rerun` (finished jobs).
+    #[arg(value_parser = ["authorize_retry", "resolve_failed", "cancel", "rerun"])]
+    pub action: String,
+    /// Who acts: an operator (role `operator` or `admin`); their tenants bound the filter.
+    #[arg(long)]
+    pub operator: String,
+    /// A job state (for `cancel`: running, unknown or retry_authorized; for `rerun`: a
+    /// finished state); every state the action applies to without one.
+    #[arg(long)]
+    pub state: Option<String>,
+    /// One tenant's jobs (within the operator's).
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// Idempotency keys starting with this.
+    #[arg(long)]
+    pub key_prefix: Option<String>,
+    /// Created at or after this instant (`2026-12-01T09:30`, UTC, or RFC 3339).
+    #[arg(long)]
+    pub created_after: Option<String>,
+    /// Created before this instant.
+    #[arg(long)]
+    pub created_before: Option<String>,
+    /// An attempt of the job ran on this worker.
+    #[arg(long)]
+    pub worker: Option<String>,
+    /// The job's last error code.
+    #[arg(long)]
+    pub error_code: Option<String>,
+    /// Include drill jobs.
+    #[arg(long)]
+    pub with_drills: bool,
 }
 
 #[derive(Debug, Subcommand)]

@@ -14,10 +14,10 @@ use std::time::Duration;
 use clap::{Args, FromArgMatches, Parser};
 
 pub use cli::{
-    BenchCommand, Cli, Command, DecideArgs, DrillCommand, DrillModel, DrillRunArgs,
-    OperatorCommand, ProviderArg as ProviderKind, QueueArg as QueueKind, QueueCommand,
-    ResponsesServerArgs, RuntimeArgs, ServeArgs, SoakCheckArgs, SoakCommand, SubmitArgs,
-    TimingsArg, TokenCommand,
+    BenchCommand, BulkCommand, BulkPreviewArgs, Cli, Command, DecideArgs, DrillCommand, DrillModel,
+    DrillRunArgs, OperatorCommand, ProviderArg as ProviderKind, QueueArg as QueueKind,
+    QueueCommand, ResponsesServerArgs, RuntimeArgs, ServeArgs, SoakCheckArgs, SoakCommand,
+    SubmitArgs, TimingsArg, TokenCommand,
 };
 
 use crate::ledger::{Backend, LedgerOptions, SqliteSync};

@@ -222,3 +222,201 @@ async fn a_preview_is_refused_past_the_cap_for_a_wrong_state_and_to_a_viewer() {
     assert!(page.contains("applies to unknown jobs"), "{page}");
     assert!(app.ledger.bulk_actions(10).await.unwrap().is_empty());
 }
+
+/// The same over the API with an operator token: preview (the exact count, nothing changed),
+/// confirm with a reason (only the operator who previewed), and read the progress; an operator
+/// of one tenant previews within that tenant only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn automation_previews_confirms_and_follows_an_action_by_filter() {
+    let app = spawn_app(Db::Sqlite).await;
+    let ledger = &app.ledger;
+    let acme = unknown_jobs(ledger, "acme", "a", 6).await;
+    let globex = unknown_jobs(ledger, "globex", "g", 3).await;
+    add_operator(ledger, "olga", Role::Operator, None).await;
+    let scope = ["globex".to_owned()];
+    add_operator(ledger, "gus", Role::Operator, Some(&scope)).await;
+    let olga = ledger.add_operator_token("olga", "ops").await.unwrap();
+    let gus = ledger.add_operator_token("gus", "ops").await.unwrap();
+    let call =
+        |token: &str, method: reqwest::Method, path: &str, body: Option<serde_json::Value>| {
+            let mut request = app
+                .client
+                .request(method, format!("{}/api/v1{path}", app.base))
+                .bearer_auth(token);
+            if let Some(body) = body {
+                request = request.json(&body);
+            }
+            async move {
+                let response = request.send().await.unwrap();
+                let status = response.status().as_u16();
+                (status, response.json::<serde_json::Value>().await.unwrap())
+            }
+        };
+    let (status, body) = call(
+        &olga,
+        reqwest::Method::POST,
+        "/bulk",
+        Some(
+            json!({"action": "resolve_failed", "filter": {"state": "unknown", "key_prefix": "a-"}}),
+        ),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(
+        (body["status"].as_str(), body["total"].as_i64()),
+        (Some("previewed"), Some(6))
+    );
+    assert_eq!(body["jobs"].as_array().unwrap().len(), 6);
+    let bulk_id = body["bulk_id"].as_i64().unwrap();
+    let confirm = format!("/bulk/{bulk_id}/confirm");
+    let (status, body) = call(
+        &gus,
+        reqwest::Method::POST,
+        &confirm,
+        Some(json!({"reason": "x"})),
+    )
+    .await;
+    assert_eq!(status, 404, "another operator's preview: {body}");
+    let (status, _) = call(
+        &olga,
+        reqwest::Method::POST,
+        &confirm,
+        Some(json!({"reason": " "})),
+    )
+    .await;
+    assert_eq!(status, 400, "a reason is needed");
+    let (status, body) = call(
+        &olga,
+        reqwest::Method::POST,
+        &confirm,
+        Some(json!({"reason": "INC-7: nothing ran"})),
+    )
+    .await;
+    assert_eq!(
+        (status, body["status"].as_str()),
+        (202, Some("running")),
+        "{body}"
+    );
+    let (status, _) = call(
+        &olga,
+        reqwest::Method::POST,
+        &confirm,
+        Some(json!({"reason": "again"})),
+    )
+    .await;
+    assert_eq!(status, 409, "confirmed once");
+    while fenceline::bulk::run_once(ledger).await.unwrap() > 0 {}
+    fenceline::bulk::run_once(ledger).await.unwrap();
+    let (status, body) = call(
+        &olga,
+        reqwest::Method::GET,
+        &format!("/bulk/{bulk_id}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        (body["status"].as_str(), body["applied"].as_i64()),
+        (Some("done"), Some(6)),
+        "{body}"
+    );
+    for (id, _) in &acme {
+        assert_eq!(
+            ledger.job(id).await.unwrap().unwrap().state,
+            JobState::FailedTerminal
+        );
+    }
+    // gus's filter without a tenant reaches globex's jobs only.
+    let (status, body) = call(
+        &gus,
+        reqwest::Method::POST,
+        "/bulk",
+        Some(json!({"action": "cancel"})),
+    )
+    .await;
+    assert_eq!((status, body["total"].as_i64()), (201, Some(3)), "{body}");
+    let ids: Vec<&str> = body["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["job_id"].as_str().unwrap())
+        .collect();
+    assert!(globex.iter().all(|(id, _)| ids.contains(&id.as_str())));
+    let (status, _) = call(
+        &olga,
+        reqwest::Method::POST,
+        "/bulk",
+        Some(json!({"action": "delete"})),
+    )
+    .await;
+    assert_eq!(status, 400);
+}
+
+/// From a terminal: `fenceline bulk preview` prints the exact count and the id, `confirm`
+/// starts it, and `show` follows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_previews_confirms_and_shows_an_action_by_filter() {
+    let (ledger, db) = crate::helpers::fresh_ledger(Db::Sqlite).await;
+    unknown_jobs(&ledger, "acme", "c", 3).await;
+    add_operator(&ledger, "ana", Role::Operator, None).await;
+    let fenceline = |args: &[&str]| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_fenceline"));
+        command.args(args).args(["--database-url", &db.url]);
+        async move {
+            let out = command.output().await.unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr);
+            (out.status.success(), text)
+        }
+    };
+    let (ok, printed) = fenceline(&[
+        "bulk",
+        "preview",
+        "resolve_failed",
+        "--operator",
+        "ana",
+        "--tenant",
+        "acme",
+    ])
+    .await;
+    assert!(ok, "{printed}");
+    assert!(
+        printed.contains("resolve_failed on 3 jobs matching tenant=acme (previewed)"),
+        "{printed}"
+    );
+    let bulk_id = printed
+        .split("fenceline bulk confirm ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the id to confirm")
+        .to_owned();
+    let (ok, printed) = fenceline(&[
+        "bulk",
+        "confirm",
+        &bulk_id,
+        "--operator",
+        "ana",
+        "--reason",
+        "INC-9",
+    ])
+    .await;
+    assert!(ok, "{printed}");
+    let (ok, printed) = fenceline(&[
+        "bulk",
+        "confirm",
+        &bulk_id,
+        "--operator",
+        "ana",
+        "--reason",
+        "INC-9",
+    ])
+    .await;
+    assert!(!ok && printed.contains("confirmed already"), "{printed}");
+    while fenceline::bulk::run_once(&ledger).await.unwrap() > 0 {}
+    fenceline::bulk::run_once(&ledger).await.unwrap();
+    let (ok, printed) = fenceline(&["bulk", "show", &bulk_id]).await;
+    assert!(
+        ok && printed.contains("(done); 3 applied, 0 moved on"),
+        "{printed}"
+    );
+}
