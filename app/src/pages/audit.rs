@@ -131,8 +131,16 @@ pub fn AuditPage() -> impl IntoView {
                                             <td data-label="By">{r.actor}</td>
                                             <td data-label="Action">{r.action.replace('_', " ")}</td>
                                             <td data-label="On">{match (r.job_id, r.subject) {
-                                                (Some(id), _) => view! { <a class="mono" href=format!("/jobs/{id}")>{id.clone()}</a> }.into_any(),
-                                                (None, Some(subject)) => view! { <span class="subject">{subject}</span> }.into_any(),
+                                                (Some(id), bulk) => view! {
+                                                    <a class="mono" href=format!("/jobs/{id}")>{id.clone()}</a>
+                                                    {bulk.and_then(|b| b.strip_prefix("bulk:").map(str::to_owned)).map(|n| view! {
+                                                        <br/><a class="subject" href=format!("/bulk/{n}")>{format!("in bulk action {n}")}</a>
+                                                    })}
+                                                }.into_any(),
+                                                (None, Some(subject)) => match subject.strip_prefix("bulk:") {
+                                                    Some(n) => view! { <a class="subject" href=format!("/bulk/{n}")>{format!("bulk action {n}")}</a> }.into_any(),
+                                                    None => view! { <span class="subject">{subject}</span> }.into_any(),
+                                                },
                                                 (None, None) => view! { <span>"—"</span> }.into_any(),
                                             }}{r.new_job_id.map(|new| view! {
                                                 <br/><span class="made">"made "<a class="mono" href=format!("/jobs/{new}")>{new.clone()}</a></span>

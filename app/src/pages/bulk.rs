@@ -49,7 +49,7 @@ pub fn BulkPage() -> impl IntoView {
                         "previewed" => match page.confirm_until.clone() {
                             Some(until) => view! {
                                 <section aria-labelledby="confirm" class="bulk-confirm">
-                                    <h2 id="confirm">{format!("Confirm: {} {} jobs", page.action, page.total)}</h2>
+                                    <h2 id="confirm">{format!("Confirm for {} jobs: {}", page.total, page.action)}</h2>
                                     <p>
                                         "Each job is acted on in the background, fenced at the epoch and state shown for it below: "
                                         "a job that has moved on since is counted and left as it is. One audit entry records the action, and each job's entry names it."
@@ -68,10 +68,10 @@ pub fn BulkPage() -> impl IntoView {
                             <section aria-labelledby="progress">
                                 <h2 id="progress">{if live { "Running" } else { "Done" }}</h2>
                                 <progress max=page.total value=done>{format!("{percent}%")}</progress>
-                                <dl class="facts">
+                                <dl class="facts wide">
                                     <dt>"Acted on"</dt><dd class="num">{format!("{done} of {} ({percent}%)", page.total)}</dd>
                                     <dt>"Applied"</dt><dd class="num bulk-applied">{page.applied}</dd>
-                                    <dt>"Moved on since the preview (left alone)"</dt><dd class="num bulk-moved-on">{page.moved_on}</dd>
+                                    <dt>"Moved on since (left alone)"</dt><dd class="num bulk-moved-on">{page.moved_on}</dd>
                                     <dt>"Refused"</dt><dd class="num bulk-refused">{page.refused}</dd>
                                     <dt>"Reason"</dt><dd>{page.reason.clone().unwrap_or_default()}</dd>
                                     <dt>"Confirmed"</dt><dd>{page.confirmed.clone().unwrap_or_default()}</dd>
@@ -89,15 +89,15 @@ pub fn BulkPage() -> impl IntoView {
                         }}</h2>
                         <table class="stack-narrow">
                             <thead><tr>
-                                <th scope="col">"Job"</th><th scope="col">"State previewed"</th>
-                                <th scope="col" class="num">"Epoch previewed"</th><th scope="col">"Outcome"</th>
+                                <th scope="col">"Job"</th><th scope="col">"State then"</th>
+                                <th scope="col" class="num">"Epoch then"</th><th scope="col">"Outcome"</th>
                             </tr></thead>
                             <tbody>
                                 {page.jobs.into_iter().map(|j| view! {
                                     <tr>
                                         <td data-label="Job" class="mono"><a href=format!("/jobs/{}", j.job_id)>{j.job_id.clone()}</a></td>
-                                        <td data-label="State previewed">{j.state.replace('_', " ")}</td>
-                                        <td data-label="Epoch previewed" class="num">{j.epoch}</td>
+                                        <td data-label="State then">{j.state.replace('_', " ")}</td>
+                                        <td data-label="Epoch then" class="num">{j.epoch}</td>
                                         <td data-label="Outcome">{j.outcome}</td>
                                     </tr>
                                 }).collect_view()}

@@ -163,9 +163,14 @@ async fn a_filtered_action_over_a_thousand_unknown_jobs_is_previewed_run_and_aud
         .iter()
         .all(|(id, _)| decided.contains(id.as_str())));
 
+    let log = ana.page("/audit").await;
+    assert!(
+        log.contains(&format!("href=\"/bulk/{bulk_id}\"")),
+        "the audit links the action"
+    );
     let done = ana.page(&at).await;
     assert!(
-        done.contains("990") && done.contains("Moved on since the preview"),
+        done.contains("990") && done.contains("Moved on since (left alone)"),
         "{done}"
     );
     assert!(
