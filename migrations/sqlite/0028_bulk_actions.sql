@@ -16,7 +16,8 @@ CREATE TABLE bulk_actions (
     applied      INTEGER NOT NULL DEFAULT 0,
     moved_on     INTEGER NOT NULL DEFAULT 0,
     refused      INTEGER NOT NULL DEFAULT 0,
-    -- Until when one process acts on it (several may run the runner).
+    -- Which process acts on it, until when (several may run the runner).
+    lease_by     TEXT,
     lease_until  INTEGER
 );
 CREATE INDEX bulk_actions_status ON bulk_actions (status);
@@ -26,6 +27,10 @@ CREATE TABLE bulk_action_jobs (
     job_id  TEXT NOT NULL,
     epoch   INTEGER NOT NULL,
     state   TEXT NOT NULL,
+    tenant  TEXT NOT NULL,
+    -- The events of its timeline when previewed: running a finished job again from that view
+    -- makes one new job, however often it is tried.
+    seen    INTEGER NOT NULL,
     outcome TEXT,
     PRIMARY KEY (bulk_id, job_id)
 );

@@ -271,6 +271,11 @@ pub fn body(change: &AlertChange, at: &str) -> String {
     .to_string()
 }
 
+/// Notifications claimed at once, and for how long: longer than sending them all can take
+/// (each request is bounded to 10 s), so that no other process sends one of them meanwhile.
+const CLAIMED: u32 = 10;
+const CLAIMED_FOR: Duration = Duration::from_secs(10 * 10 + 60);
+
 /// Most tries of a notification before it is given up.
 const MOST_TRIES: i64 = 8;
 
@@ -421,7 +426,7 @@ impl Alerts {
         };
         let due = self
             .ledger
-            .claim_alert_notifications(20, Duration::from_secs(60))
+            .claim_alert_notifications(CLAIMED, CLAIMED_FOR)
             .await?;
         for n in due {
             let sent = self

@@ -97,6 +97,8 @@ pub enum BulkError {
     NotAllowed,
     #[error("the filter matches more than {cap} jobs: narrow it (a tenant, a time range, an error code)")]
     TooMany { cap: usize },
+    #[error("no job the action applies to matches the filter")]
+    Nothing,
     #[error("{state} jobs cannot be acted on so: {kind} applies to {states} jobs")]
     WrongState {
         state: &'static str,
@@ -137,7 +139,8 @@ pub async fn preview(
         }
         None => kind.states().to_vec(),
     };
-    let mut jobs: Vec<(String, i64, String)> = Vec::new();
+    let mut jobs: Vec<BulkJob> = Vec::new();
+    let mut seen_ids = std::collections::HashSet::new();
     for state in states {
         let mut page_filter = JobFilter {
             state: Some(state),
@@ -148,10 +151,19 @@ pub async fn preview(
         };
         loop {
             let page = ledger.list_jobs(&page_filter).await?;
+            // A job that changed state between two pages is listed once, as first seen.
             jobs.extend(
                 page.jobs
                     .iter()
-                    .map(|j| (j.job_id.clone(), j.owner_epoch, j.state.as_str().to_owned())),
+                    .filter(|j| seen_ids.insert(j.job_id.clone()))
+                    .map(|j| BulkJob {
+                        job_id: j.job_id.clone(),
+                        epoch: j.owner_epoch,
+                        state: j.state.as_str().to_owned(),
+                        tenant: j.tenant.clone(),
+                        seen: j.next_event_seq - 1,
+                        outcome: None,
+                    }),
             );
             if jobs.len() > cap {
                 return Err(BulkError::TooMany { cap });
@@ -161,6 +173,9 @@ pub async fn preview(
                 None => break,
             }
         }
+    }
+    if jobs.is_empty() {
+        return Err(BulkError::Nothing);
     }
     let tenants = operator.tenants.as_ref().map(|t| t.join(","));
     Ok(ledger
@@ -189,14 +204,20 @@ pub async fn run_once(ledger: &Ledger) -> Result<usize, LedgerError> {
     let mut acted = 0;
     for bulk in ledger.running_bulk_actions().await? {
         // Another process acts on it now: its chunk is that one's.
-        if !ledger.hold_bulk(bulk.bulk_id, HOLD).await? {
+        if !ledger.hold_bulk(bulk.bulk_id, holder(), HOLD).await? {
             continue;
         }
         let chunk = act_on_chunk(ledger, &bulk).await;
-        ledger.release_bulk(bulk.bulk_id).await?;
+        ledger.release_bulk(bulk.bulk_id, holder()).await?;
         acted += chunk?;
     }
     Ok(acted)
+}
+
+/// This process, as it holds a bulk action.
+fn holder() -> &'static str {
+    static HOLDER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    HOLDER.get_or_init(|| format!("{}:{}", std::process::id(), uuid::Uuid::now_v7().simple()))
 }
 
 /// How long a process holds a bulk action while it acts on a chunk: far longer than a chunk
@@ -208,8 +229,20 @@ async fn act_on_chunk(ledger: &Ledger, bulk: &BulkAction) -> Result<usize, Ledge
     let pending = ledger.bulk_pending(bulk.bulk_id, CHUNK).await?;
     let may_act = acting_operator(ledger, bulk).await?;
     for job in &pending {
+        // Still this process's (a job takes far less than the hold): another never acts
+        // on the same job meanwhile.
+        if !ledger.hold_bulk(bulk.bulk_id, holder(), HOLD).await? {
+            break;
+        }
         let outcome = match &may_act {
-            Some(actor) => act(ledger, bulk, job, actor).await,
+            Some((_, operator)) if !operator.covers(&job.tenant) => {
+                "refused: no longer within the operator's tenants".to_owned()
+            }
+            Some((actor, _)) => match act(ledger, bulk, job, actor).await {
+                Acted::Outcome(outcome) => outcome,
+                // The ledger did not answer: the job is tried again with the next chunk.
+                Acted::Unavailable(error) => return Err(error),
+            },
             None => "refused: the operator may no longer act".to_owned(),
         };
         ledger
@@ -220,8 +253,12 @@ async fn act_on_chunk(ledger: &Ledger, bulk: &BulkAction) -> Result<usize, Ledge
     Ok(pending.len())
 }
 
-/// The actor a bulk action acts as, while its operator is enabled and may still act.
-async fn acting_operator(ledger: &Ledger, bulk: &BulkAction) -> Result<Option<Actor>, LedgerError> {
+/// The actor a bulk action acts as, and its operator as they are now, while they are enabled
+/// and may still act.
+async fn acting_operator(
+    ledger: &Ledger,
+    bulk: &BulkAction,
+) -> Result<Option<(Actor, Operator)>, LedgerError> {
     let Some(name) = bulk.actor.strip_prefix("operator:") else {
         return Ok(None);
     };
@@ -229,11 +266,19 @@ async fn acting_operator(ledger: &Ledger, bulk: &BulkAction) -> Result<Option<Ac
         .operator(name)
         .await?
         .filter(|o| o.disabled_at.is_none() && o.role.allows(Role::Operator))
-        .map(|o| Actor::Operator(o.name)))
+        .map(|o| (Actor::Operator(o.name.clone()), o)))
 }
 
-/// One job's action, fenced at the epoch and state it was previewed at; its outcome.
-async fn act(ledger: &Ledger, bulk: &BulkAction, job: &BulkJob, actor: &Actor) -> String {
+/// What came of one job's action.
+enum Acted {
+    Outcome(String),
+    /// The ledger did not answer (or its answer was lost): not recorded, tried again.
+    Unavailable(LedgerError),
+}
+
+/// One job's action, fenced at the epoch and state it was previewed at (a re-run at the
+/// timeline it had: tried twice, it makes one job); its outcome.
+async fn act(ledger: &Ledger, bulk: &BulkAction, job: &BulkJob, actor: &Actor) -> Acted {
     let reason = bulk.reason.as_deref().unwrap_or_default();
     let done = BULK_SUBJECT
         .scope(bulk.subject(), async {
@@ -269,22 +314,23 @@ async fn act(ledger: &Ledger, bulk: &BulkAction, job: &BulkJob, actor: &Actor) -
                     )),
                 },
                 Ok(BulkKind::Rerun) => ledger
-                    .run_again(&job.job_id, None, actor, reason)
+                    .run_again(&job.job_id, Some(job.seen), actor, reason)
                     .await
                     .map(|_| ()),
                 Err(e) => Err(LedgerError::Invalid(e)),
             }
         })
         .await;
-    match done {
+    Acted::Outcome(match done {
         Ok(()) => "applied".to_owned(),
         Err(LedgerError::Refused {
             refusal:
                 Refusal::StaleEpoch { .. } | Refusal::WrongState(_) | Refusal::AlreadyTerminal(_),
             ..
         }) => "moved_on".to_owned(),
+        Err(e) if e.is_unavailable() => return Acted::Unavailable(e),
         Err(e) => format!("refused: {e}"),
-    }
+    })
 }
 
 fn decision(kind: DecisionKind) -> Decision {

@@ -150,7 +150,9 @@ pub(super) async fn preview(
         Err(BulkError::NotAllowed) => {
             forbidden("your role (viewer) can read jobs but not act on them")
         }
-        Err(error @ (BulkError::TooMany { .. } | BulkError::WrongState { .. })) => {
+        Err(
+            error @ (BulkError::TooMany { .. } | BulkError::WrongState { .. } | BulkError::Nothing),
+        ) => {
             flash(
                 &session,
                 false,

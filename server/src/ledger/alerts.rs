@@ -116,6 +116,36 @@ impl Ledger {
             });
             still_open.insert((f.rule.as_str(), f.subject.as_str()));
             if known {
+                // Opened within the cooldown and firing still once it has passed: it is no
+                // flap, and notifies now.
+                let promoted: Option<i64> = sqlx::query_scalar(
+                    "UPDATE alerts SET notify = 1 WHERE rule = $1 AND subject = $2 \
+                     AND cleared_at IS NULL AND notify = 0 AND opened_at <= $3 \
+                     RETURNING alert_id",
+                )
+                .bind(&f.rule)
+                .bind(&f.subject)
+                .bind(now - cooldown_us)
+                .fetch_optional(&mut *tx)
+                .await?;
+                if let Some(alert_id) = promoted {
+                    let opened_at: i64 =
+                        sqlx::query_scalar("SELECT opened_at FROM alerts WHERE alert_id = $1")
+                            .bind(alert_id)
+                            .fetch_one(&mut *tx)
+                            .await?;
+                    changes.push(AlertChange {
+                        alert_id,
+                        status: "firing",
+                        rule: f.rule.clone(),
+                        subject: f.subject.clone(),
+                        summary: f.summary.clone(),
+                        link: f.link.clone(),
+                        opened_at,
+                        cleared_at: None,
+                        notify: true,
+                    });
+                }
                 sqlx::query(
                     "UPDATE alerts SET summary = $1, link = $2, seen_at = $3 \
                      WHERE rule = $4 AND subject = $5 AND cleared_at IS NULL",
@@ -214,7 +244,8 @@ impl Ledger {
     }
 
     /// Up to `limit` notifications due now, claimed for `hold` (another process takes one only
-    /// once that has passed without it being sent).
+    /// once that has passed without it being sent); an alert's notifications in the order
+    /// made: its "cleared" never before its "firing".
     pub async fn claim_alert_notifications(
         &self,
         limit: u32,
@@ -224,9 +255,12 @@ impl Ledger {
         let until = now + i64::try_from(hold.as_micros()).unwrap_or(i64::MAX / 2);
         let rows = sqlx::query(
             "UPDATE alert_notifications SET next_try_at = $2 \
-             WHERE notification_id IN (SELECT notification_id FROM alert_notifications \
-               WHERE sent_at IS NULL AND gave_up_at IS NULL AND next_try_at <= $1 \
-               ORDER BY notification_id LIMIT $3) \
+             WHERE notification_id IN (SELECT n.notification_id FROM alert_notifications n \
+               WHERE n.sent_at IS NULL AND n.gave_up_at IS NULL AND n.next_try_at <= $1 \
+               AND NOT EXISTS (SELECT 1 FROM alert_notifications o \
+                 WHERE o.alert_id = n.alert_id AND o.notification_id < n.notification_id \
+                 AND o.sent_at IS NULL AND o.gave_up_at IS NULL) \
+               ORDER BY n.notification_id LIMIT $3) \
              AND sent_at IS NULL AND gave_up_at IS NULL AND next_try_at <= $1 \
              RETURNING notification_id, body, tries",
         )

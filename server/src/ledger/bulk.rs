@@ -50,6 +50,9 @@ pub struct BulkJob {
     pub job_id: String,
     pub epoch: i64,
     pub state: String,
+    pub tenant: String,
+    /// Its timeline's events when previewed.
+    pub seen: i64,
     /// `applied`, `moved_on`, `refused: …`; `None` until acted on.
     pub outcome: Option<String>,
 }
@@ -80,15 +83,15 @@ fn bulk_from_row(row: &sqlx::any::AnyRow) -> Result<BulkAction, LedgerError> {
 }
 
 impl Ledger {
-    /// Records a preview: the action, its filter and the exact jobs it matched (job id, epoch,
-    /// state), in one transaction. Returns its id.
+    /// Records a preview: the action, its filter and the exact jobs it matched (as each was
+    /// then), in one transaction. Returns its id.
     pub async fn preview_bulk(
         &self,
         action: &str,
         filter: &str,
         actor: &str,
         tenants: Option<&str>,
-        jobs: &[(String, i64, String)],
+        jobs: &[BulkJob],
     ) -> Result<i64, LedgerError> {
         let now = self.now_us().await?;
         let mut tx = self.begin_write().await?;
@@ -104,17 +107,26 @@ impl Ledger {
         .bind(now)
         .fetch_one(&mut *tx)
         .await?;
-        for chunk in jobs.chunks(200) {
+        for chunk in jobs.chunks(150) {
             let values: Vec<String> = (0..chunk.len())
-                .map(|k| format!("($1, ${}, ${}, ${})", 3 * k + 2, 3 * k + 3, 3 * k + 4))
+                .map(|k| {
+                    let p = 5 * k + 2;
+                    format!("($1, ${p}, ${}, ${}, ${}, ${})", p + 1, p + 2, p + 3, p + 4)
+                })
                 .collect();
             let text = format!(
-                "INSERT INTO bulk_action_jobs (bulk_id, job_id, epoch, state) VALUES {}",
+                "INSERT INTO bulk_action_jobs (bulk_id, job_id, epoch, state, tenant, seen) \
+                 VALUES {}",
                 values.join(", ")
             );
             let mut query = sqlx::query(&text).bind(bulk_id);
-            for (job_id, epoch, state) in chunk {
-                query = query.bind(job_id).bind(*epoch).bind(state);
+            for j in chunk {
+                query = query
+                    .bind(&j.job_id)
+                    .bind(j.epoch)
+                    .bind(&j.state)
+                    .bind(&j.tenant)
+                    .bind(j.seen);
             }
             query.execute(&mut *tx).await?;
         }
@@ -151,7 +163,7 @@ impl Ledger {
         limit: u32,
     ) -> Result<Vec<BulkJob>, LedgerError> {
         Ok(sqlx::query_as(
-            "SELECT job_id, epoch, state, outcome FROM bulk_action_jobs \
+            "SELECT job_id, epoch, state, tenant, seen, outcome FROM bulk_action_jobs \
              WHERE bulk_id = $1 AND job_id > $2 ORDER BY job_id LIMIT $3",
         )
         .bind(bulk_id)
@@ -227,13 +239,20 @@ impl Ledger {
 
     /// Takes a running bulk action for `hold` unless another process holds it: one process
     /// acts on it at a time. Released by [`Ledger::release_bulk`].
-    pub async fn hold_bulk(&self, bulk_id: i64, hold: Duration) -> Result<bool, LedgerError> {
+    pub async fn hold_bulk(
+        &self,
+        bulk_id: i64,
+        holder: &str,
+        hold: Duration,
+    ) -> Result<bool, LedgerError> {
         let now = self.now_us().await?;
         let until = now + hold.as_micros() as i64;
         Ok(sqlx::query(
-            "UPDATE bulk_actions SET lease_until = $1 WHERE bulk_id = $2 AND status = 'running' \
-             AND (lease_until IS NULL OR lease_until < $3)",
+            "UPDATE bulk_actions SET lease_by = $1, lease_until = $2 \
+             WHERE bulk_id = $3 AND status = 'running' \
+             AND (lease_until IS NULL OR lease_until < $4 OR lease_by = $1)",
         )
+        .bind(holder)
         .bind(until)
         .bind(bulk_id)
         .bind(now)
@@ -243,11 +262,16 @@ impl Ledger {
             == 1)
     }
 
-    pub async fn release_bulk(&self, bulk_id: i64) -> Result<(), LedgerError> {
-        sqlx::query("UPDATE bulk_actions SET lease_until = NULL WHERE bulk_id = $1")
-            .bind(bulk_id)
-            .execute(&self.writer)
-            .await?;
+    /// Lets another process take the bulk action, if `holder` still holds it.
+    pub async fn release_bulk(&self, bulk_id: i64, holder: &str) -> Result<(), LedgerError> {
+        sqlx::query(
+            "UPDATE bulk_actions SET lease_by = NULL, lease_until = NULL \
+             WHERE bulk_id = $1 AND lease_by = $2",
+        )
+        .bind(bulk_id)
+        .bind(holder)
+        .execute(&self.writer)
+        .await?;
         Ok(())
     }
 
@@ -258,7 +282,7 @@ impl Ledger {
         limit: u32,
     ) -> Result<Vec<BulkJob>, LedgerError> {
         Ok(sqlx::query_as(
-            "SELECT job_id, epoch, state, outcome FROM bulk_action_jobs \
+            "SELECT job_id, epoch, state, tenant, seen, outcome FROM bulk_action_jobs \
              WHERE bulk_id = $1 AND outcome IS NULL ORDER BY job_id LIMIT $2",
         )
         .bind(bulk_id)

@@ -279,6 +279,16 @@ impl Settings {
         // Only the console needs its address: `worker`, `migrate` and the rest of a production
         // deployment run without one.
         let serves_console = matches!(&cli.command, None | Some(Command::Serve(_)));
+        let webhook = settings.http.alerts.webhook.as_ref().map(|w| w.expose());
+        if serves_console
+            && webhook.is_some_and(|url| {
+                !(url.starts_with("https://") || url.starts_with("http://")) || url.contains(' ')
+            })
+        {
+            return Err(SettingsError::Invalid(
+                "FENCELINE_ALERT_WEBHOOK_URL must be an http(s) address".into(),
+            ));
+        }
         if serves_console
             && settings.environment == Environment::Production
             && settings.http.public_url.is_none()
@@ -374,19 +384,12 @@ fn public_url(raw: Option<&str>) -> Result<Option<String>, SettingsError> {
 }
 
 /// The alerts' thresholds from the flags, and their webhook from `FENCELINE_ALERT_WEBHOOK_URL`
-/// (the environment only: the URL is a secret).
+/// (the environment only: the URL is a secret; `serve`, which sends, checks it).
 fn alert_settings(serve: &cli::ServeArgs) -> Result<crate::alerts::AlertSettings, SettingsError> {
     let webhook = std::env::var("FENCELINE_ALERT_WEBHOOK_URL")
         .ok()
         .map(|u| u.trim().to_owned())
         .filter(|u| !u.is_empty());
-    if let Some(url) = &webhook {
-        if !(url.starts_with("https://") || url.starts_with("http://")) || url.contains(' ') {
-            return Err(SettingsError::Invalid(
-                "FENCELINE_ALERT_WEBHOOK_URL must be an http(s) address".into(),
-            ));
-        }
-    }
     Ok(crate::alerts::AlertSettings {
         webhook: webhook.map(Secret::new),
         interval: Duration::from_secs(serve.alert_interval_secs.max(1)),

@@ -164,19 +164,32 @@ async fn a_job_left_unknown_notifies_once_and_once_more_when_decided(db: Db) {
         .for_tenants(Some(vec!["acme".into()]));
     let page = scoped.alerts().await.unwrap();
     assert!(page.restricted && page.open.is_empty() && page.closed.is_empty());
+
+    // Still firing once the cooldown has passed: no flap, so it notifies after all.
+    let later = AlertSettings {
+        cooldown: Duration::ZERO,
+        ..settings.clone()
+    };
+    alerts(&ledger, &later).round().await.unwrap();
+    let taken = hook.taken();
+    assert_eq!(taken.len(), 3, "{taken:?}");
+    assert_eq!(taken[2]["status"], "firing");
+    assert_ne!(taken[2]["episode"], taken[0]["episode"]);
+    alerts(&ledger, &later).round().await.unwrap();
+    assert_eq!(hook.taken().len(), 3, "once");
 }
 
 crate::on_both_backends!(a_job_left_unknown_notifies_once_and_once_more_when_decided);
 
 /// A notification the receiver refuses stays in the ledger and is sent again after its
-/// backoff; the page says why it waits.
+/// backoff; the page says why it waits; the alert's "cleared" waits for its "firing".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_notification_is_sent_again_after_its_backoff() {
     let hook = receiver().await;
     hook.refuse.store(1, Ordering::SeqCst);
     let (ledger, _db) = fresh_ledger(Db::Sqlite).await;
     let settings = settings(&hook.url);
-    unknown_job(&ledger, "k1").await;
+    let (job_id, epoch) = unknown_job(&ledger, "k1").await;
     let alerts = alerts(&ledger, &settings);
     alerts.round().await.unwrap();
     assert!(hook.taken().is_empty(), "refused once");
@@ -184,14 +197,32 @@ async fn a_refused_notification_is_sent_again_after_its_backoff() {
     let n = &episodes[0].notifications[0];
     assert_eq!((n.tries, n.sent_at), (1, None));
     assert_eq!(n.last_error.as_deref(), Some("HTTP 500"));
-    // Not before its backoff (10 s).
+    // Not before its backoff (10 s); and the episode's "cleared", due at once, waits for it.
+    ledger
+        .decide(
+            &job_id,
+            epoch,
+            &Decision::AuthorizeRetry,
+            &Actor::Operator("ana".into()),
+            "no trace",
+        )
+        .await
+        .unwrap();
+    alerts.round().await.unwrap();
     alerts.send_due().await.unwrap();
-    assert!(hook.taken().is_empty());
+    assert!(hook.taken().is_empty(), "{:?}", hook.taken());
     tokio::time::sleep(Duration::from_secs(11)).await;
     alerts.send_due().await.unwrap();
+    alerts.send_due().await.unwrap();
     let taken = hook.taken();
-    assert_eq!(taken.len(), 1);
-    assert_eq!(taken[0]["status"], "firing");
+    let statuses: Vec<&str> = taken
+        .iter()
+        .map(|t| t["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["firing", "cleared"]);
     let episodes = ledger.alert_episodes(10).await.unwrap();
-    assert!(episodes[0].notifications[0].sent_at.is_some());
+    assert!(episodes[0]
+        .notifications
+        .iter()
+        .all(|n| n.sent_at.is_some()));
 }

@@ -379,7 +379,12 @@ async fn every_documented_path_answers_without_a_server_error(db: Db) {
         let url = format!("/api/v1{}", path.replace("{job_id}", job_id));
         let response = app.get(Some(&token), &url).await;
         let status = response.status().as_u16();
-        assert!(status == 200 || status == 404, "{url} answered {status}");
+        // A path for operator tokens only refuses a tenant's token, as it documents.
+        let documented = |code: &str| operations["get"]["responses"].get(code).is_some();
+        assert!(
+            status == 200 || status == 404 || (status == 403 && documented("403")),
+            "{url} answered {status}"
+        );
     }
     assert_eq!(app.get(None, "/healthz").await.status(), 200);
     let ready: Value = app.get(None, "/readyz").await.json().await.unwrap();

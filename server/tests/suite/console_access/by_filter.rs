@@ -425,3 +425,58 @@ async fn the_cli_previews_confirms_and_shows_an_action_by_filter() {
         "{printed}"
     );
 }
+
+/// A re-run by filter makes one new job for each finished job, even when a try of it landed
+/// before its outcome was recorded (a process that died in between): tried again, it finds the
+/// job that try made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rerun_by_filter_tried_twice_makes_one_new_job() {
+    let app = spawn_app(Db::Sqlite).await;
+    let ledger = &app.ledger;
+    let first = finished(ledger, "acme", "done-1").await;
+    let second = finished(ledger, "acme", "done-2").await;
+    add_operator(ledger, "ana", Role::Operator, None).await;
+    let ana = ledger.operator("ana").await.unwrap().unwrap();
+    let filter = fenceline::ledger::JobFilter {
+        tenant: Some("acme".into()),
+        ..Default::default()
+    };
+    let bulk_id = fenceline::bulk::preview(
+        ledger,
+        &ana,
+        fenceline::bulk::BulkKind::Rerun,
+        &filter,
+        "tenant=acme",
+        100,
+    )
+    .await
+    .unwrap();
+    assert!(ledger
+        .confirm_bulk(bulk_id, "operator:ana", "INC-3: run them again")
+        .await
+        .unwrap());
+    // A try that landed and was never recorded: the job it made already exists.
+    let seen = ledger.bulk_jobs(bulk_id, None, 10).await.unwrap();
+    let earlier = seen.iter().find(|j| j.job_id == first).unwrap();
+    ledger
+        .run_again(
+            &first,
+            Some(earlier.seen),
+            &Actor::Operator("ana".into()),
+            "INC-3: run them again",
+        )
+        .await
+        .unwrap();
+    while fenceline::bulk::run_once(ledger).await.unwrap() > 0 {}
+    fenceline::bulk::run_once(ledger).await.unwrap();
+    let bulk = ledger.bulk_action(bulk_id).await.unwrap().unwrap();
+    assert_eq!(
+        (bulk.status.as_str(), bulk.applied),
+        ("done", 2),
+        "{bulk:?}"
+    );
+    for job in [&first, &second] {
+        let runs = ledger.rerun_links(job).await.unwrap();
+        assert_eq!(runs.len(), 1, "one new job for {job}: {runs:?}");
+    }
+}
