@@ -37,6 +37,21 @@ pub trait Console: Send + Sync + 'static {
     /// One action by filter: its preview, or its progress (its operator's, or for operators
     /// of every tenant).
     fn bulk(&self, bulk_id: String) -> Pending<'_, Option<BulkPage>>;
+    /// The latest actions by filter (the visitor's own for an operator of some tenants).
+    fn bulk_list(&self) -> Pending<'_, Vec<BulkRow>>;
+}
+
+/// One action by filter in the list.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BulkRow {
+    pub bulk_id: i64,
+    pub action: String,
+    pub filter: String,
+    pub by: String,
+    pub status: String,
+    /// "990 of 1,000 acted on (10 moved on)".
+    pub progress: String,
+    pub created: String,
 }
 
 /// `/bulk/{id}`: an action on every job a filter matched.

@@ -116,6 +116,7 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/dlq") view=pages::dlq::DeadLettersPage ssr=SsrMode::Async/>
                     <Route path=path!("/audit") view=pages::audit::AuditPage ssr=SsrMode::Async/>
                     <Route path=path!("/alerts") view=pages::alerts::AlertsPage ssr=SsrMode::Async/>
+                    <Route path=path!("/bulk") view=pages::bulk::BulkListPage ssr=SsrMode::Async/>
                     <Route path=path!("/bulk/:bulk_id") view=pages::bulk::BulkPage ssr=SsrMode::Async/>
                     <Route path=path!("/drills") view=pages::drills::DrillsPage ssr=SsrMode::Async/>
                     <Route path=path!("/drills/:run_id") view=pages::drills::DrillRunPage ssr=SsrMode::Async/>

@@ -10,6 +10,46 @@ use super::console;
 use crate::action::REASON_MAXLENGTH;
 use crate::components::{ErrorBox, LiveRefresh};
 
+/// `/bulk`: the latest actions by filter.
+#[component]
+pub fn BulkListPage() -> impl IntoView {
+    let console = console();
+    view! {
+        <Title text="Actions by filter · Fenceline"/>
+        <h1>"Actions by filter"</h1>
+        <p class="lead">"Actions on every job a filter matched, newest first. Start one from the "<a href="/jobs">"jobs list"</a>" (\u{201c}Act on every job this filter matches\u{201d})."</p>
+        <Suspense fallback=|| view! { <p>"Loading…"</p> }>
+            {Suspend::new(async move {
+                match console.bulk_list().await {
+                    Err(message) => view! { <ErrorBox message/> }.into_any(),
+                    Ok(rows) if rows.is_empty() => view! { <p class="muted">"None yet."</p> }.into_any(),
+                    Ok(rows) => view! {
+                        <table class="stack-narrow">
+                            <thead><tr>
+                                <th scope="col">"#"</th><th scope="col">"Action"</th><th scope="col">"Filter"</th>
+                                <th scope="col">"By"</th><th scope="col">"Status"</th><th scope="col">"Progress"</th><th scope="col">"Previewed"</th>
+                            </tr></thead>
+                            <tbody>
+                                {rows.into_iter().map(|r| view! {
+                                    <tr>
+                                        <td data-label="#"><a href=format!("/bulk/{}", r.bulk_id)>{r.bulk_id}</a></td>
+                                        <td data-label="Action">{r.action}</td>
+                                        <td data-label="Filter" class="mono">{r.filter}</td>
+                                        <td data-label="By">{r.by}</td>
+                                        <td data-label="Status">{r.status}</td>
+                                        <td data-label="Progress">{r.progress}</td>
+                                        <td data-label="Previewed">{r.created}</td>
+                                    </tr>
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+}
+
 #[component]
 pub fn BulkPage() -> impl IntoView {
     let bulk_id = use_params_map().with_untracked(|p| p.get("bulk_id").unwrap_or_default());
@@ -36,6 +76,7 @@ pub fn BulkPage() -> impl IntoView {
                 let percent = if page.total > 0 { done * 100 / page.total } else { 100 };
                 view! {
                     <LiveRefresh live seconds=2/>
+                    <p class="muted"><a href="/bulk">"All actions by filter"</a></p>
                     <h1>{format!("Bulk action {}: {}", page.bulk_id, page.action)}</h1>
                     <p class="muted">
                         {format!("{} jobs matched ", page.total)}

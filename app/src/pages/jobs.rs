@@ -154,7 +154,8 @@ fn ByFilter(query: JobsQuery, csrf: String, zone: String) -> impl IntoView {
                 </label>
                 <button type="submit">"Preview"</button>
             </form>
-            <p class="muted">"The preview changes nothing: it shows how many jobs match now and the first of them, and asks for a reason to go ahead."</p>
+            <p class="muted">"The preview changes nothing: it shows how many jobs match now and the first of them, and asks for a reason to go ahead. "
+                <a href="/bulk">"Earlier actions by filter"</a></p>
         </details>
     }
 }

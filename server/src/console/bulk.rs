@@ -2,7 +2,7 @@
 //! address describes, for the form that previews one.
 
 use fenceline_app::components::BadParameter;
-use fenceline_app::console::{BulkJobRow, BulkPage, JobsQuery};
+use fenceline_app::console::{BulkJobRow, BulkPage, BulkRow, JobsQuery};
 
 use super::LedgerConsole;
 use crate::ledger::{JobFilter, LedgerError, PREVIEW_VALID};
@@ -18,6 +18,45 @@ impl LedgerConsole {
     ) -> Result<Result<JobFilter, BadParameter>, LedgerError> {
         let scoped = self.scope(query).await?;
         Ok(self.job_filter(query, &scoped))
+    }
+
+    pub(super) async fn build_bulk_list(&self) -> Result<Vec<BulkRow>, LedgerError> {
+        let mine = self.visitor.as_ref().map(|name| format!("operator:{name}"));
+        Ok(self
+            .ledger
+            .bulk_actions(LISTED)
+            .await?
+            .into_iter()
+            .filter(|b| self.tenants.is_none() || mine.as_deref() == Some(b.actor.as_str()))
+            .map(|b| BulkRow {
+                bulk_id: b.bulk_id,
+                action: b
+                    .action
+                    .parse::<crate::bulk::BulkKind>()
+                    .map(|k| k.label().to_owned())
+                    .unwrap_or_else(|_| b.action.clone()),
+                filter: if b.filter.is_empty() {
+                    "every job".to_owned()
+                } else {
+                    b.filter.replace('&', " · ")
+                },
+                by: b
+                    .actor
+                    .strip_prefix("operator:")
+                    .unwrap_or(&b.actor)
+                    .to_owned(),
+                status: b.status.clone(),
+                progress: format!(
+                    "{} of {}: {} applied, {} moved on (left alone), {} refused",
+                    b.done(),
+                    b.total,
+                    b.applied,
+                    b.moved_on,
+                    b.refused
+                ),
+                created: self.at(b.created_at),
+            })
+            .collect())
     }
 
     pub(super) async fn build_bulk(

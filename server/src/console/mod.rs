@@ -260,6 +260,10 @@ impl Console for LedgerConsole {
         Box::pin(async move { self.build_alerts().await.map_err(shown) })
     }
 
+    fn bulk_list(&self) -> Pending<'_, Vec<fenceline_app::console::BulkRow>> {
+        Box::pin(async move { self.build_bulk_list().await.map_err(shown) })
+    }
+
     fn bulk(&self, bulk_id: String) -> Pending<'_, Option<fenceline_app::console::BulkPage>> {
         Box::pin(async move {
             self.build_bulk(bulk_id, self.visitor.as_deref())

@@ -53,6 +53,16 @@ impl Ledger {
             .bind(cutoff)
             .execute(&self.writer)
             .await?;
+        // Actions by filter finished or never confirmed, with their jobs' rows (their audit
+        // entries stay), and alerts that cleared before the cutoff, with their notifications.
+        sqlx::query("DELETE FROM bulk_actions WHERE created_at < $1 AND status <> 'running'")
+            .bind(cutoff)
+            .execute(&self.writer)
+            .await?;
+        sqlx::query("DELETE FROM alerts WHERE cleared_at < $1")
+            .bind(cutoff)
+            .execute(&self.writer)
+            .await?;
         // Marks of group-commit runners quiet since before the cutoff (one row a runner).
         sqlx::query("DELETE FROM commit_marks WHERE at < $1")
             .bind(cutoff)

@@ -226,3 +226,39 @@ async fn a_refused_notification_is_sent_again_after_its_backoff() {
         .iter()
         .all(|n| n.sent_at.is_some()));
 }
+
+/// Retention prunes alerts that cleared before its cutoff and actions by filter that finished
+/// or were never confirmed; an open alert stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_prunes_cleared_alerts_and_finished_bulk_actions() {
+    use fenceline::ledger::AlertFiring;
+    let (ledger, _db) = fresh_ledger(Db::Sqlite).await;
+    let firing = |subject: &str| AlertFiring {
+        rule: "dead_letters".into(),
+        subject: subject.into(),
+        summary: "s".into(),
+        link: "l".into(),
+    };
+    let judged = ["dead_letters"];
+    let sync = |f: Vec<AlertFiring>| {
+        let ledger = ledger.clone();
+        async move {
+            ledger
+                .sync_alerts(&judged, &f, Duration::ZERO, false, |_| String::new())
+                .await
+                .unwrap()
+        }
+    };
+    sync(vec![firing("a"), firing("b")]).await;
+    sync(vec![firing("b")]).await;
+    ledger
+        .preview_bulk("cancel", "state=running", "operator:ana", None, &[])
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    ledger.prune(Duration::ZERO).await.unwrap();
+    let left = ledger.alert_episodes(10).await.unwrap();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0].subject, "b");
+    assert!(ledger.bulk_actions(10).await.unwrap().is_empty());
+}

@@ -163,6 +163,12 @@ async fn a_filtered_action_over_a_thousand_unknown_jobs_is_previewed_run_and_aud
         .iter()
         .all(|(id, _)| decided.contains(id.as_str())));
 
+    let listed = ana.page("/bulk").await;
+    assert!(
+        listed.contains(&format!("href=\"/bulk/{bulk_id}\""))
+            && listed.contains("1000 of 1000: 990 applied, 10 moved on (left alone), 0 refused"),
+        "{listed}"
+    );
     let log = ana.page("/audit").await;
     assert!(
         log.contains(&format!("href=\"/bulk/{bulk_id}\"")),
