@@ -19,7 +19,7 @@ fn non_empty(v: Option<String>) -> Option<String> {
 
 /// The jobs-list URL for `query` with `state` and `before` replaced: every filter kept, so a
 /// tab, a page link or a pasted address reopens the same view.
-fn href(query: &JobsQuery, state: Option<&str>, before: Option<&str>) -> String {
+pub fn href(query: &JobsQuery, state: Option<&str>, before: Option<&str>) -> String {
     let mut pairs: Vec<(&str, String)> = Vec::new();
     let mut put = |name: &'static str, value: Option<&str>| {
         if let Some(v) = value {
@@ -128,7 +128,7 @@ fn ByFilter(query: JobsQuery, csrf: String, zone: String) -> impl IntoView {
         ("worker", query.worker.clone()),
         ("error_code", query.error_code.clone()),
         ("owner", query.owner.clone()),
-        ("drills", query.with_drills.then(|| "1".to_owned())),
+        ("with_drills", query.with_drills.then(|| "1".to_owned())),
         ("redelivered", query.redelivered.then(|| "1".to_owned())),
         (
             "stale_rejected",

@@ -60,20 +60,7 @@ async fn preview(
         with_drills: args.with_drills,
         ..Default::default()
     };
-    let pairs: Vec<(&str, String)> = [
-        ("state", &query.state),
-        ("tenant", &query.tenant),
-        ("key_prefix", &query.key_prefix),
-        ("created_after", &query.created_after),
-        ("created_before", &query.created_before),
-        ("worker", &query.worker),
-        ("error_code", &query.error_code),
-    ]
-    .into_iter()
-    .filter_map(|(name, value)| Some((name, value.clone()?)))
-    .chain(args.with_drills.then(|| ("drills", "1".to_owned())))
-    .collect();
-    let filter_text = serde_urlencoded::to_string(&pairs).unwrap_or_default();
+    let filter_text = fenceline::console::filter_text(&query);
     let filter = LedgerConsole::new(ledger.clone(), QueueInfo::default())
         .for_tenants(operator.tenants.clone())
         .bulk_filter(&query)

@@ -10,6 +10,17 @@ use crate::ledger::{JobFilter, LedgerError, PREVIEW_VALID};
 /// Jobs listed on the page.
 const LISTED: u32 = 100;
 
+/// A jobs-list filter as the list's address has it (`state=unknown&tenant=acme`), as a bulk
+/// action records what it was previewed from.
+pub fn filter_text(query: &JobsQuery) -> String {
+    let address = fenceline_app::pages::jobs::href(query, query.state.as_deref(), None);
+    address
+        .strip_prefix("/jobs")
+        .unwrap_or_default()
+        .trim_start_matches('?')
+        .to_owned()
+}
+
 impl LedgerConsole {
     /// The ledger's filter a jobs-list `query` describes, within this console's tenants.
     pub async fn bulk_filter(

@@ -15,6 +15,7 @@
 mod alerts;
 mod audit;
 mod bulk;
+pub use bulk::filter_text;
 pub(crate) mod drills;
 pub(crate) use drills as drill_view;
 pub mod charts;

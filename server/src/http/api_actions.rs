@@ -252,20 +252,7 @@ pub(super) async fn preview_bulk(
         with_drills: f.with_drills,
         ..Default::default()
     };
-    let pairs: Vec<(&str, String)> = [
-        ("state", query.state.clone()),
-        ("tenant", query.tenant.clone()),
-        ("key_prefix", query.key_prefix.clone()),
-        ("created_after", query.created_after.clone()),
-        ("created_before", query.created_before.clone()),
-        ("worker", query.worker.clone()),
-        ("error_code", query.error_code.clone()),
-        ("drills", query.with_drills.then(|| "1".to_owned())),
-    ]
-    .into_iter()
-    .filter_map(|(name, value)| Some((name, value?)))
-    .collect();
-    let filter_text = serde_urlencoded::to_string(&pairs).unwrap_or_default();
+    let filter_text = crate::console::filter_text(&query);
     let console = crate::console::LedgerConsole::new(state.ledger.clone(), state.queue.clone())
         .for_tenants(operator.tenants.clone());
     let filter = console

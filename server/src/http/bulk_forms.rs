@@ -28,36 +28,13 @@ pub(super) struct PreviewForm {
     worker: Option<String>,
     error_code: Option<String>,
     owner: Option<String>,
-    drills: Option<String>,
+    with_drills: Option<String>,
     redelivered: Option<String>,
     stale_rejected: Option<String>,
     tz: Option<String>,
 }
 
 impl PreviewForm {
-    /// The filter's fields that are set, as the jobs list's address has them.
-    fn filter_pairs(&self) -> Vec<(&'static str, String)> {
-        let text = [
-            ("state", &self.state),
-            ("tenant", &self.tenant),
-            ("key_prefix", &self.key_prefix),
-            ("created_after", &self.created_after),
-            ("created_before", &self.created_before),
-            ("worker", &self.worker),
-            ("error_code", &self.error_code),
-            ("owner", &self.owner),
-            ("drills", &self.drills),
-            ("redelivered", &self.redelivered),
-            ("stale_rejected", &self.stale_rejected),
-        ];
-        text.into_iter()
-            .filter_map(|(name, value)| {
-                let value = value.as_deref()?.trim();
-                (!value.is_empty()).then(|| (name, value.to_owned()))
-            })
-            .collect()
-    }
-
     fn query(&self) -> JobsQuery {
         fn set(v: &Option<String>) -> Option<&str> {
             v.as_deref().map(str::trim).filter(|v| !v.is_empty())
@@ -72,7 +49,7 @@ impl PreviewForm {
             worker: owned(&self.worker),
             error_code: owned(&self.error_code),
             owner: owned(&self.owner),
-            with_drills: set(&self.drills).is_some(),
+            with_drills: set(&self.with_drills).is_some(),
             redelivered: set(&self.redelivered).is_some(),
             stale_rejected: set(&self.stale_rejected).is_some(),
             ..JobsQuery::default()
@@ -94,8 +71,8 @@ pub(super) async fn preview(
     if !operator.role.allows(Role::Operator) {
         return forbidden("your role (viewer) can read jobs but not act on them");
     }
-    let pairs = form.filter_pairs();
-    let filter_text = serde_urlencoded::to_string(&pairs).unwrap_or_default();
+    let query = form.query();
+    let filter_text = crate::console::filter_text(&query);
     let back = Redirect::to(&format!("/jobs?{filter_text}")).into_response();
     let kind = match form.action.parse::<BulkKind>() {
         Ok(kind) => kind,
@@ -112,7 +89,7 @@ pub(super) async fn preview(
     let console = crate::console::LedgerConsole::new(state.ledger.clone(), state.queue.clone())
         .for_tenants(operator.tenants.clone())
         .in_zone(zone);
-    let filter = match console.bulk_filter(&form.query()).await {
+    let filter = match console.bulk_filter(&query).await {
         Ok(Ok(filter)) => filter,
         Ok(Err(bad)) => {
             flash(

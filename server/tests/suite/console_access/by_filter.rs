@@ -225,11 +225,13 @@ async fn a_preview_is_refused_past_the_cap_for_a_wrong_state_and_to_a_viewer() {
                 ("csrf", &csrf),
                 ("action", "resolve_failed"),
                 ("state", "ready"),
+                ("with_drills", "1"),
             ],
         )
         .await;
-    assert_eq!(location(&wrong), "/jobs?state=ready");
-    let page = ana.page("/jobs?state=ready").await;
+    // Back to the list the filter describes, which opens as it was.
+    assert_eq!(location(&wrong), "/jobs?state=ready&with_drills=1");
+    let page = ana.page("/jobs?state=ready&with_drills=1").await;
     assert!(page.contains("applies to unknown jobs"), "{page}");
     assert!(app.ledger.bulk_actions(10).await.unwrap().is_empty());
 }
