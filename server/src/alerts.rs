@@ -17,7 +17,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::ledger::{AlertChange, AlertFiring, Ledger, LedgerError, UnknownWaiting};
-use crate::settings::Secret;
+pub use crate::settings::AlertSettings;
 
 /// The rules, as stored and shown.
 pub const RULES: [(&str, &str); 6] = [
@@ -35,35 +35,6 @@ pub fn title(rule: &str) -> &str {
         .iter()
         .find(|(name, _)| *name == rule)
         .map_or(rule, |(_, title)| title)
-}
-
-/// What the alerts judge by, and where they notify.
-#[derive(Debug, Clone)]
-pub struct AlertSettings {
-    /// Where notifications go (`FENCELINE_ALERT_WEBHOOK_URL`): a secret, never shown.
-    pub webhook: Option<Secret>,
-    pub interval: Duration,
-    pub unknown_after: Duration,
-    pub ready_after: Duration,
-    pub refused_after: Duration,
-    pub dead_letters_above: i64,
-    /// An episode that opens this soon after a notified one of the same rule and subject
-    /// cleared is listed but sends nothing.
-    pub cooldown: Duration,
-}
-
-impl Default for AlertSettings {
-    fn default() -> Self {
-        AlertSettings {
-            webhook: None,
-            interval: Duration::from_secs(15),
-            unknown_after: Duration::from_secs(900),
-            ready_after: Duration::from_secs(600),
-            refused_after: Duration::from_secs(300),
-            dead_letters_above: 0,
-            cooldown: Duration::from_secs(900),
-        }
-    }
 }
 
 /// What the rules look at, read once a round. A part that could not be read is `None`, and its
@@ -350,7 +321,11 @@ impl Alerts {
                     .collect()
             });
         let dead_letters = match &self.dead_letters {
-            DeadLetters::Embedded(name) => ledger.embedded_queue_count(name).await.ok(),
+            DeadLetters::Embedded(name) => ledger
+                .queue_depth(name)
+                .await
+                .ok()
+                .map(|d| d.visible + d.in_flight + d.delayed),
             DeadLetters::Queue(queue) => {
                 use crate::queue::Queue;
                 queue

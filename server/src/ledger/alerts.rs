@@ -428,14 +428,4 @@ impl Ledger {
             })
             .collect()
     }
-
-    /// Messages in the embedded queue `name` (its dead letters, for `<queue>-dlq`).
-    pub async fn embedded_queue_count(&self, name: &str) -> Result<i64, LedgerError> {
-        Ok(
-            sqlx::query_scalar("SELECT COUNT(*) FROM queue_messages WHERE queue = $1")
-                .bind(name)
-                .fetch_one(&self.reader)
-                .await?,
-        )
-    }
 }

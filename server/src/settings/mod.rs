@@ -77,7 +77,7 @@ pub struct HttpSettings {
     /// A trace viewer's page for one trace, with `{trace_id}` in it (`--trace-url`).
     pub trace_url: Option<String>,
     /// The alert rules' thresholds and their webhook.
-    pub alerts: crate::alerts::AlertSettings,
+    pub alerts: AlertSettings,
     /// Most jobs one action by filter may take (`--bulk-cap`).
     pub bulk_cap: usize,
     /// Proxies whose `X-Forwarded-For` names the client (`--trusted-proxy`); none by default.
@@ -383,14 +383,43 @@ fn public_url(raw: Option<&str>) -> Result<Option<String>, SettingsError> {
     Ok(Some(raw.trim_end_matches('/').to_owned()))
 }
 
+/// What the alert rules judge by, and where they notify.
+#[derive(Debug, Clone)]
+pub struct AlertSettings {
+    /// Where notifications go (`FENCELINE_ALERT_WEBHOOK_URL`): a secret, never shown.
+    pub webhook: Option<Secret>,
+    pub interval: Duration,
+    pub unknown_after: Duration,
+    pub ready_after: Duration,
+    pub refused_after: Duration,
+    pub dead_letters_above: i64,
+    /// An episode that opens this soon after a notified one of the same rule and subject
+    /// cleared is listed but sends nothing.
+    pub cooldown: Duration,
+}
+
+impl Default for AlertSettings {
+    fn default() -> Self {
+        AlertSettings {
+            webhook: None,
+            interval: Duration::from_secs(15),
+            unknown_after: Duration::from_secs(900),
+            ready_after: Duration::from_secs(600),
+            refused_after: Duration::from_secs(300),
+            dead_letters_above: 0,
+            cooldown: Duration::from_secs(900),
+        }
+    }
+}
+
 /// The alerts' thresholds from the flags, and their webhook from `FENCELINE_ALERT_WEBHOOK_URL`
 /// (the environment only: the URL is a secret; `serve`, which sends, checks it).
-fn alert_settings(serve: &cli::ServeArgs) -> Result<crate::alerts::AlertSettings, SettingsError> {
+fn alert_settings(serve: &cli::ServeArgs) -> Result<AlertSettings, SettingsError> {
     let webhook = std::env::var("FENCELINE_ALERT_WEBHOOK_URL")
         .ok()
         .map(|u| u.trim().to_owned())
         .filter(|u| !u.is_empty());
-    Ok(crate::alerts::AlertSettings {
+    Ok(AlertSettings {
         webhook: webhook.map(Secret::new),
         interval: Duration::from_secs(serve.alert_interval_secs.max(1)),
         unknown_after: Duration::from_secs(serve.alert_unknown_after_secs),
