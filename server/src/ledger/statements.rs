@@ -408,12 +408,15 @@ macro_rules! catalogue {
     };
 }
 
-/// Whether a job's attempt in flight can be adopted: its provider id was kept.
+/// Whether a job's attempt in flight can be adopted: its provider id was kept, and it is still
+/// pending, or its owner's answer came after the lease lapsed (kept as evidence only: the
+/// provider still holds the response for a new owner to poll).
 macro_rules! adoptable {
     () => {
         "(pending_attempt IS NOT NULL AND EXISTS (SELECT 1 FROM attempts \
          WHERE attempts.job_id = jobs.job_id AND attempts.attempt_no = jobs.pending_attempt \
-         AND attempts.submitted_id IS NOT NULL))"
+         AND attempts.submitted_id IS NOT NULL \
+         AND attempts.outcome IN ('pending', 'stale_discarded')))"
     };
 }
 

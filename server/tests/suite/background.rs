@@ -17,7 +17,9 @@ use fenceline::worker::{reaper, Outcome, Timings, Worker, WorkerConfig};
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::helpers::{create, deliver, fresh_ledger, new_job, skip_postgres, wait_for_event, Db};
+use crate::helpers::{
+    as_owner, create, deliver, fresh_ledger, new_job, skip_postgres, wait_for_event, Db,
+};
 
 const LIMIT: Duration = Duration::from_secs(20);
 
@@ -288,6 +290,92 @@ async fn a_worker_that_dies_mid_call_leaves_its_response_to_be_adopted_on_postgr
         return;
     }
     adopted_by_a_receiver(Db::Postgres).await;
+}
+
+/// The owner's answer comes back after its lease lapsed, before anyone recovered the job: the
+/// answer is refused and kept as evidence, and the attempt is still the job's. The worker that
+/// receives the job next adopts it (the provider still holds the response) rather than finding
+/// it impossible to take over; so does the reaper.
+async fn late_answer_then_adopted(db: Db, by_reaper: bool) {
+    let (ledger, _db) = fresh_ledger(db).await;
+    let queue = EmbeddedQueue::new(ledger.clone(), "jobs", 5);
+    let base = stand_in(StandInConfig {
+        latency: Duration::from_secs(2),
+        lose_rate: 0.0,
+        lose_create_rate: 0.0,
+    })
+    .await;
+    let job_id = killed_after_submitting(&ledger, &queue, &base, "late-answer").await;
+    let late = ledger
+        .accept_result(&as_owner(&job_id, 1, "A"), 1, "\"late\"")
+        .await;
+    assert!(
+        matches!(
+            late,
+            Err(fenceline::ledger::LedgerError::Refused {
+                refusal: fenceline::ledger::Refusal::LeaseExpired,
+                ..
+            })
+        ),
+        "{late:?}"
+    );
+    let kinds = crate::helpers::kinds(&ledger, &job_id).await;
+    assert!(kinds.iter().any(|k| k == "result_rejected"), "{kinds:?}");
+    if by_reaper {
+        let round = reaper::reap_once(&ledger, Duration::from_secs(600))
+            .await
+            .unwrap();
+        assert_eq!(round.recovered, 1, "{round:?}");
+        let held = ledger.job(&job_id).await.unwrap().unwrap();
+        assert_eq!(
+            (held.state, held.pending_attempt),
+            (JobState::Running, Some(1)),
+            "held for adoption"
+        );
+    }
+    let b = worker(&ledger, &queue, &base, "B");
+    let stop = CancellationToken::new();
+    let heartbeat = b.spawn_heartbeat(stop.clone());
+    let delivery = deliver(&queue, &job_id).await;
+    let outcome = tokio::time::timeout(LIMIT, b.handle_delivery(delivery))
+        .await
+        .unwrap();
+    stop.cancel();
+    let _ = heartbeat.await;
+    assert_eq!(outcome, Outcome::Succeeded);
+    let job = ledger.job(&job_id).await.unwrap().unwrap();
+    assert_eq!((job.state, job.attempt_count), (JobState::Succeeded, 1));
+    assert_eq!(job.budget_used, 1, "no budget spent on the adoption");
+    assert_eq!(
+        creates(&base, &format!("{job_id}:1")).await,
+        1,
+        "the model ran once"
+    );
+    let attempts = ledger.attempts(&job_id).await.unwrap();
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(
+        attempts[0].outcome,
+        fenceline::ledger::AttemptOutcome::Succeeded
+    );
+    crate::helpers::assert_gap_free(&ledger, &job_id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_answer_refused_for_a_lapsed_lease_leaves_its_attempt_to_be_adopted_on_sqlite() {
+    late_answer_then_adopted(Db::Sqlite, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_answer_refused_for_a_lapsed_lease_leaves_its_attempt_to_be_adopted_on_postgres() {
+    if skip_postgres() {
+        return;
+    }
+    late_answer_then_adopted(Db::Postgres, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_reaper_holds_an_attempt_whose_answer_came_too_late_for_adoption() {
+    late_answer_then_adopted(Db::Sqlite, true).await;
 }
 
 /// The reaper finds the lease lapsed first: it holds the attempt for adoption and sends the

@@ -78,7 +78,7 @@ async fn a_refusal_is_recorded_but_spends_none_of_the_budget(db: Db) {
         let job = ledger.job(&job_id).await.unwrap().unwrap();
         assert_eq!(job.budget_used, 1, "the pending attempt holds its share");
         let throttled = ledger
-            .record_throttle(&as_owner(&job_id, epoch, "a"), attempt_no, &throttle(30))
+            .record_throttle(&as_owner(&job_id, epoch, "a"), attempt_no, &throttle(500))
             .await
             .unwrap();
         let job = ledger.job(&job_id).await.unwrap().unwrap();

@@ -265,9 +265,12 @@ async fn adopt_attempt(
     epoch: i64,
     worker_id: &str,
 ) -> Result<String, LedgerError> {
+    // An answer refused for its lapsed lease stays evidence (its result row); the attempt is
+    // pending again, to be polled and accepted under the new epoch.
     let id: Option<String> = sqlx::query_scalar(
-        "UPDATE attempts SET epoch = $3, worker_id = $4 \
-         WHERE job_id = $1 AND attempt_no = $2 AND outcome = 'pending' \
+        "UPDATE attempts SET epoch = $3, worker_id = $4, outcome = 'pending', \
+         finished_at = NULL \
+         WHERE job_id = $1 AND attempt_no = $2 AND outcome IN ('pending', 'stale_discarded') \
          RETURNING submitted_id",
     )
     .bind(job_id)
