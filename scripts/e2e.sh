@@ -48,5 +48,24 @@ export FENCELINE_E2E_LONG_JOB=$("$FENCELINE_BIN" bench seed-timeline --database-
   --events 3000 --pattern alternating --tenant e2e-seed)
 export FENCELINE_E2E_FOLDED_JOB=$("$FENCELINE_BIN" bench seed-timeline --database-url "$FENCELINE_E2E_DATABASE_URL" \
   --events 3000 --pattern renewals --tenant e2e-seed)
+# A real OpenID provider (npm's oidc-provider) the console signs operators in through, beside
+# local passwords: `admin-…` names land as admins, `acme-…` as operators of tenant acme.
+export OIDC_PORT=$(free_port)
+export OIDC_CLIENT_ID=fenceline-e2e
+export OIDC_CLIENT_SECRET="e2e-$(python3 -c 'import secrets; print(secrets.token_hex(12))')"
+export OIDC_REDIRECT_URI="http://127.0.0.1:$FENCELINE_E2E_PORT/login/oidc/callback"
+(cd end2end && exec node oidc-provider.mjs) > "$dir/oidc.log" 2>&1 &
+oidc_pid=$!
+_fenceline_cleanups+=("kill $oidc_pid")
+for _ in $(seq 50); do
+  python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+    "http://127.0.0.1:$OIDC_PORT/.well-known/openid-configuration" 2>/dev/null && break
+  sleep 0.2
+done
+export FENCELINE_PUBLIC_URL="http://127.0.0.1:$FENCELINE_E2E_PORT"
+export FENCELINE_OIDC_ISSUER="http://127.0.0.1:$OIDC_PORT"
+export FENCELINE_OIDC_CLIENT_ID=$OIDC_CLIENT_ID FENCELINE_OIDC_CLIENT_SECRET=$OIDC_CLIENT_SECRET
+export FENCELINE_OIDC_GROUPS="fenceline-admins=admin;acme-ops=operator:acme"
+export FENCELINE_OIDC_SCOPES="openid profile groups"
 cd end2end
 npx playwright test "$@"

@@ -39,6 +39,75 @@ pub trait Console: Send + Sync + 'static {
     fn bulk(&self, bulk_id: String) -> Pending<'_, Option<BulkPage>>;
     /// The latest actions by filter (the visitor's own for an operator of some tenants).
     fn bulk_list(&self) -> Pending<'_, Vec<BulkRow>>;
+    /// The incidents, open ones first.
+    fn incidents(&self) -> Pending<'_, Vec<IncidentRow>>;
+    /// One incident: its jobs, their key events merged, the decisions taken, its bundle.
+    fn incident(&self, incident_id: String) -> Pending<'_, Option<IncidentPage>>;
+}
+
+/// One incident in the list.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IncidentRow {
+    pub incident_id: i64,
+    pub title: String,
+    pub external_id: Option<String>,
+    pub open: bool,
+    pub opened: String,
+    pub opened_by: String,
+    pub jobs: i64,
+}
+
+/// `/incidents/{id}`: the jobs of one incident and what happened to them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IncidentPage {
+    pub incident_id: i64,
+    pub title: String,
+    pub external_id: Option<String>,
+    pub opened: String,
+    pub opened_by: String,
+    /// When, by whom, and until when its jobs are kept, once closed.
+    pub closed: Option<(String, String, String)>,
+    /// The SHA-256 of the frozen bundle's files (Markdown, JSON, HTML), once closed.
+    pub digests: Option<[String; 3]>,
+    /// The visitor covers every tenant of its jobs: the bundle is theirs to download and to
+    /// close with.
+    pub whole: bool,
+    pub total_jobs: i64,
+    /// Its jobs the visitor sees (the first of them).
+    pub jobs: Vec<IncidentJobRow>,
+    /// The key events of its jobs, merged in time order.
+    pub timeline: Vec<IncidentEventRow>,
+    pub decisions: Vec<IncidentEventRow>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct IncidentJobRow {
+    pub job_id: String,
+    pub tenant: String,
+    pub state: String,
+    pub epoch: i64,
+    pub attempts: String,
+    pub created: String,
+}
+
+/// An event of one of an incident's jobs, or a decision over one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IncidentEventRow {
+    pub at: String,
+    pub job_id: String,
+    /// The event's place on its job's timeline, for the link.
+    pub seq: Option<i64>,
+    pub kind: String,
+    pub actor: String,
+    pub detail: String,
+}
+
+/// An incident a job is pinned to, as its page names it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IncidentLink {
+    pub incident_id: i64,
+    pub title: String,
+    pub open: bool,
 }
 
 /// One action by filter in the list.
@@ -138,6 +207,9 @@ pub struct OperatorRow {
     pub tenants: Option<String>,
     pub created: String,
     pub disabled: Option<String>,
+    /// Signs in through the identity provider: its subject (`issuer|sub`); role and tenants
+    /// follow the operator's groups at each sign-in.
+    pub sso: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -413,6 +485,10 @@ pub struct JobDetail {
     pub trace_url: Option<String>,
     /// Runs of this job as new jobs (`("to", id)`) and the job this one re-runs (`("from", id)`).
     pub reruns: Vec<(String, String)>,
+    /// The incidents it is pinned to.
+    pub incidents: Vec<IncidentLink>,
+    /// Open incidents it could be pinned to.
+    pub pin_to: Vec<IncidentLink>,
 }
 
 /// Which part of a timeline to show. Runs of the same event kind are folded unless `open`
@@ -550,6 +626,10 @@ pub struct Visitor {
     pub zone: String,
     /// A `?tz=` that names no time zone: the page answers 400 naming it.
     pub bad_zone: Option<String>,
+    /// Operators may sign in through the company's identity provider.
+    pub sso: bool,
+    /// Local passwords do not sign anyone in.
+    pub password_off: bool,
 }
 
 impl Visitor {

@@ -71,6 +71,7 @@ pub fn App() -> impl IntoView {
                         <A href="/unknown">"Unknown"</A>
                         <A href="/dlq">"Dead letters"</A>
                         <A href="/drills">"Drills"</A>
+                        <A href="/incidents">"Incidents"</A>
                         <A href="/alerts">"Alerts"</A>
                         <A href="/audit">"Audit"</A>
                         <A href="/api">"API"</A>
@@ -116,6 +117,8 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/dlq") view=pages::dlq::DeadLettersPage ssr=SsrMode::Async/>
                     <Route path=path!("/audit") view=pages::audit::AuditPage ssr=SsrMode::Async/>
                     <Route path=path!("/alerts") view=pages::alerts::AlertsPage ssr=SsrMode::Async/>
+                    <Route path=path!("/incidents") view=pages::incidents::IncidentsPage ssr=SsrMode::Async/>
+                    <Route path=path!("/incidents/:incident_id") view=pages::incidents::IncidentPage ssr=SsrMode::Async/>
                     <Route path=path!("/bulk") view=pages::bulk::BulkListPage ssr=SsrMode::Async/>
                     <Route path=path!("/bulk/:bulk_id") view=pages::bulk::BulkPage ssr=SsrMode::Async/>
                     <Route path=path!("/drills") view=pages::drills::DrillsPage ssr=SsrMode::Async/>

@@ -280,6 +280,37 @@ test('exports for incident review are frozen, complete and free of secrets', asy
   expect(JSON.stringify(json)).not.toContain(secret);
 });
 
+test('an operator pins a job to an incident from its page and closes it with a frozen bundle whose digest the page shows', async ({ page }, info) => {
+  const request = page.request;
+  const jobId = await submitAndFinish(request, `incident-${info.project.name}`);
+  const title = `Lost answers (${info.project.name})`;
+  await page.goto('/incidents');
+  await page.getByText('Open an incident…').click();
+  await page.getByLabel('Title').fill(title);
+  await page.getByRole('button', { name: 'Open', exact: true }).click();
+  await expect(page).toHaveURL(/\/incidents\/\d+$/);
+  const id = new URL(page.url()).pathname.split('/').pop();
+  await page.goto(`/jobs/${jobId}`);
+  await page.getByLabel('Pin to incident').selectOption({ label: `#${id} ${title}` });
+  await page.getByRole('button', { name: 'Pin', exact: true }).click();
+  await expect(page.locator('.incidents')).toContainText(`#${id} ${title}`);
+  await page.goto(`/incidents/${id}`);
+  await expect(page.locator('main')).toContainText(jobId);
+  await page.getByLabel('Reason').fill('review written');
+  await page.getByRole('button', { name: 'Close and freeze' }).click();
+  await expect(page.locator('.digest')).toHaveCount(3);
+  const shown = await page.locator('.digest').nth(2).textContent();
+  const html = await request.get(`/incidents/${id}/bundle.html`);
+  expect(html.status()).toBe(200);
+  const bytes = await html.body();
+  const { createHash } = await import('node:crypto');
+  expect(createHash('sha256').update(bytes).digest('hex')).toBe(shown);
+  const text = bytes.toString('utf8');
+  expect(text).toContain('<svg');
+  expect(text).toContain(jobId);
+  expect(text).not.toContain(secret);
+});
+
 test('the unknown and dead-letter pages render', async ({ page }, info) => {
   await page.goto('/unknown');
   await expect(page.getByRole('heading', { level: 1, name: 'Needs a decision' })).toBeVisible();
@@ -445,6 +476,8 @@ test('every page fits the screen from 1400 to 360 px, in light and dark', async 
     ['dlq', '/dlq'],
     ['drills', '/drills'],
     ['audit', '/audit'],
+    ['incidents', '/incidents'],
+    ['incident', '/incidents/1'],
     ['api', '/api'],
     ['bad-parameter', '/jobs?state=nope'],
     ['unknown-parameter', '/jobs?limit=abc'],

@@ -66,6 +66,7 @@ pub async fn examine(settings: &Settings) -> Vec<Finding> {
         found.push(provider(&name, fallback).await);
     }
     found.push(public_url(settings.http.public_url.as_deref()));
+    found.push(sign_in(settings).await);
     found.push(traces().await);
     if let Some(ledger) = ledger {
         ledger.close().await;
@@ -634,6 +635,49 @@ async fn bedrock(check: &str, settings: &ProviderSettings) -> Finding {
             Verdict::Fail,
             "bedrock: the AWS credentials did not resolve in time",
         ),
+    }
+}
+
+/// How operators sign in: local passwords, and the identity provider's discovery document and
+/// keys when one is configured.
+async fn sign_in(settings: &Settings) -> Finding {
+    let passwords = if settings.http.password_sign_in {
+        "local passwords on"
+    } else {
+        "local passwords off"
+    };
+    let (Some(oidc), Some(public)) = (&settings.http.oidc, settings.http.public_url.as_deref())
+    else {
+        return finding(
+            "sign-in",
+            Verdict::Ok,
+            format!("{passwords}; no identity provider (--oidc-issuer)"),
+        );
+    };
+    let client = match crate::oidc::OidcClient::new(oidc.clone(), public) {
+        Ok(client) => client,
+        Err(e) => return finding("sign-in", Verdict::Fail, e.to_string()),
+    };
+    match client.check().await {
+        Ok(0) => finding(
+            "sign-in",
+            Verdict::Fail,
+            format!(
+                "the identity provider at {} publishes no signing key",
+                client.issuer()
+            ),
+        ),
+        Ok(keys) => finding(
+            "sign-in",
+            Verdict::Ok,
+            format!(
+                "the identity provider at {} answers with {keys} signing key(s); it calls back \
+                 at {}; {passwords}",
+                client.issuer(),
+                client.redirect_uri()
+            ),
+        ),
+        Err(e) => finding("sign-in", Verdict::Fail, e.to_string()),
     }
 }
 

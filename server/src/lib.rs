@@ -46,6 +46,7 @@ pub mod http;
 pub mod job;
 pub mod ledger;
 pub mod metrics;
+pub mod oidc;
 pub mod operators;
 pub mod provider;
 pub mod queue;

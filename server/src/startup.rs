@@ -84,6 +84,7 @@ impl Application {
             trace_url: settings.http.trace_url.clone(),
             alerts: settings.http.alerts.clone(),
             bulk_cap: settings.http.bulk_cap,
+            incident_keep: settings.http.incident_keep,
         };
         // A run whose process ended mid-run says so.
         match ledger

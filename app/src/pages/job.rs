@@ -120,12 +120,34 @@ pub fn JobPage() -> impl IntoView {
                             <dt>"Terminal at"</dt><dd>{or_dash(d.terminal_at)}</dd>
                             {d.drill.map(|drill| view! { <dt>"Drill"</dt><dd><a href=format!("/drills/{drill}")>{drill.clone()}</a></dd> })}
                             {d.trace_url.map(|url| view! { <dt>"Trace"</dt><dd><a class="trace-link" href=url rel="noopener noreferrer" target="_blank">"Open the job's trace"</a></dd> })}
+                            {(!d.incidents.is_empty()).then(|| view! {
+                                <dt>"Incidents"</dt>
+                                <dd class="incidents">{d.incidents.iter().map(|i| view! {
+                                    <span><a href=format!("/incidents/{}", i.incident_id)>{format!("#{} {}", i.incident_id, i.title)}</a>
+                                    {if i.open { " (open: kept from retention)" } else { " (closed)" }}" "</span>
+                                }).collect_view()}</dd>
+                            })}
                         </dl>
                         <p class="exports">
                             "Export for incident review: "
                             <a href=format!("/jobs/{}/export.md", d.job_id)>"Markdown"</a>" · "
                             <a href=format!("/jobs/{}/export.json", d.job_id)>"JSON"</a>
                         </p>
+                        {(visitor.can_act() && !d.pin_to.is_empty()).then(|| view! {
+                            <form method="post" action="/incidents/pin" class="inline pin-to">
+                                <input type="hidden" name="csrf" value=visitor.csrf.clone()/>
+                                <input type="hidden" name="job_ids" value=d.job_id.clone()/>
+                                <input type="hidden" name="back" value="job"/>
+                                <label>"Pin to incident "
+                                    <select name="incident">
+                                        {d.pin_to.iter().map(|i| view! {
+                                            <option value=i.incident_id.to_string()>{format!("#{} {}", i.incident_id, i.title)}</option>
+                                        }).collect_view()}
+                                    </select>
+                                </label>
+                                <button type="submit">"Pin"</button>
+                            </form>
+                        })}
                         {(!d.reruns.is_empty()).then(|| view! {
                             <p class="reruns">
                                 {d.reruns.iter().map(|(dir, id)| view! {

@@ -135,9 +135,10 @@ fn ByFilter(query: JobsQuery, csrf: String, zone: String) -> impl IntoView {
             query.stale_rejected.then(|| "1".to_owned()),
         ),
     ];
+    let (csrf_pin, zone_pin, hidden_pin) = (csrf.clone(), zone.clone(), hidden.clone());
     view! {
         <details class="by-filter">
-            <summary>"Act on every job this filter matches…"</summary>
+            <summary>"Act on every job this filter matches, or pin them to an incident…"</summary>
             <form method="post" action="/bulk" class="inline">
                 <input type="hidden" name="csrf" value=csrf/>
                 <input type="hidden" name="tz" value=zone/>
@@ -156,6 +157,19 @@ fn ByFilter(query: JobsQuery, csrf: String, zone: String) -> impl IntoView {
             </form>
             <p class="muted">"The preview changes nothing: it shows how many jobs match now and the first of them, and asks for a reason to go ahead. "
                 <a href="/bulk">"Earlier actions by filter"</a></p>
+            <form method="post" action="/incidents/pin-filter" class="inline">
+                <input type="hidden" name="csrf" value=csrf_pin/>
+                <input type="hidden" name="tz" value=zone_pin/>
+                {hidden_pin.into_iter().filter_map(|(name, value)| value.map(|v| view! {
+                    <input type="hidden" name=name value=v/>
+                })).collect_view()}
+                <label>"Pin every match to incident #"
+                    <input type="number" name="incident" min="1" required=true class="short"/>
+                </label>
+                <button type="submit">"Pin"</button>
+            </form>
+            <p class="muted">"Pinned jobs are kept from retention while the incident is open and for a while after. "
+                <a href="/incidents">"Incidents"</a></p>
         </details>
     }
 }

@@ -46,16 +46,28 @@ pub fn LoginPage() -> impl IntoView {
                 Some(op) => view! {
                     <p>{format!("You are signed in as {} ({}).", op.name, op.role)}" "<a href=next>"Continue"</a></p>
                 }.into_any(),
-                None => view! {
-                    <form method="post" action="/login" class="stack">
-                        <input type="hidden" name="csrf" value=visitor.csrf/>
-                        <input type="hidden" name="next" value=next/>
-                        <label>"Name"<input name="name" autocomplete="username" required=true autofocus=true maxlength="64"/></label>
-                        <label>"Password"<input name="password" type="password" autocomplete="current-password" required=true maxlength="256"/></label>
-                        <button type="submit">"Sign in"</button>
-                    </form>
-                    <p class="muted">"Operators are added with "<code>"fenceline operator add"</code>"."</p>
-                }.into_any(),
+                None => {
+                    let sso_href = format!(
+                        "/login/oidc?next={}",
+                        next.replace('%', "%25").replace('&', "%26").replace('#', "%23").replace('+', "%2B")
+                    );
+                    view! {
+                        {visitor.sso.then(|| view! {
+                            <p><a class="button sso" href=sso_href.clone()>"Sign in with your company account"</a></p>
+                        })}
+                        {(!visitor.password_off).then(|| view! {
+                            {visitor.sso.then(|| view! { <p class="muted">"Or with a local password:"</p> })}
+                            <form method="post" action="/login" class="stack">
+                                <input type="hidden" name="csrf" value=visitor.csrf.clone()/>
+                                <input type="hidden" name="next" value=next.clone()/>
+                                <label>"Name"<input name="name" autocomplete="username" required=true autofocus=true maxlength="64"/></label>
+                                <label>"Password"<input name="password" type="password" autocomplete="current-password" required=true maxlength="256"/></label>
+                                <button type="submit">"Sign in"</button>
+                            </form>
+                            <p class="muted">"Operators are added with "<code>"fenceline operator add"</code>"."</p>
+                        })}
+                    }.into_any()
+                }
             }}
         </section>
     }

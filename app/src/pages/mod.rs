@@ -6,6 +6,7 @@ pub mod audit;
 pub mod bulk;
 pub mod dlq;
 pub mod drills;
+pub mod incidents;
 pub mod job;
 pub mod jobs;
 pub mod login;

@@ -83,7 +83,8 @@ pub fn OperatorsPage() -> impl IntoView {
                                     let path = format!("/operators/{}", o.name);
                                     view! {
                                         <tr class:disabled=o.disabled.is_some()>
-                                            <td data-label="Name" class="mono">{o.name.clone()}{yours.then(|| view! { <span class="muted">" (you)"</span> })}</td>
+                                            <td data-label="Name" class="mono">{o.name.clone()}{yours.then(|| view! { <span class="muted">" (you)"</span> })}
+                                                {o.sso.clone().map(|subject| view! { <br/><span class="muted sso-subject" title=subject>"company sign-in: role and tenants follow their groups"</span> })}</td>
                                             <td data-label="Role">{o.role.clone()}</td>
                                             <td data-label="Tenants">{o.tenants.clone().unwrap_or_else(|| "every tenant".into())}</td>
                                             <td data-label="Added">{o.created.clone()}</td>

@@ -9,7 +9,7 @@ use super::LedgerConsole;
 const PAGE: u32 = 100;
 
 /// The actions the audit log records, for the filter.
-const ACTIONS: [&str; 18] = [
+const ACTIONS: [&str; 22] = [
     "cancel",
     "dlq_dropped",
     "run_again",
@@ -28,6 +28,10 @@ const ACTIONS: [&str; 18] = [
     "operator_enabled",
     "operator_password_reset",
     "token_revoked",
+    "signed_in_oidc",
+    "incident_opened",
+    "incident_pinned",
+    "incident_closed",
 ];
 
 impl LedgerConsole {

@@ -77,3 +77,27 @@ pub(super) fn event_row(created_at: i64, e: &Event, zone: Tz, with_date: bool) -
         detail: detail_text(&e.detail),
     }
 }
+
+/// A Markdown table cell: pipes and line breaks may not break the table.
+pub fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace(['\n', '\r'], " ")
+}
+
+/// A value from outside the ledger's own words (a tenant's key, a worker's or a provider's id,
+/// an operator's reason, an event's details) in a table cell, as a Markdown code span: shown
+/// as written, never a link, an image or markup once pasted into a Markdown tool. Its fence is
+/// one backtick longer than the longest run of them inside.
+pub fn code(s: &str) -> String {
+    let s = cell(s);
+    if s.is_empty() {
+        return s;
+    }
+    let longest = s.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest + 1);
+    let pad = if s.starts_with('`') || s.ends_with('`') {
+        " "
+    } else {
+        ""
+    };
+    format!("{fence}{pad}{s}{pad}{fence}")
+}

@@ -19,6 +19,13 @@ use super::{LedgerConsole, FOLD_MIN, PAGE_RUNS};
 use crate::time::{clock_in, day_in, human_duration};
 use fenceline_app::console::Zoom;
 
+/// A job's swimlane chart, with the key events it was drawn from and the instant it ends at.
+pub(super) struct Lane {
+    pub(super) svg: fenceline_app::svg::Svg,
+    pub(super) key: Vec<Event>,
+    pub(super) end: i64,
+}
+
 /// At most this many events of an opened run are shown.
 const OPEN_MAX: i64 = 2000;
 
@@ -202,58 +209,16 @@ impl LedgerConsole {
         else {
             return Ok(None);
         };
-        // Transitions always; transport facts (deliveries, duplicates, dispatches) one by one
-        // while they are few, in buckets when a storm of them would bury the chart.
-        const TRANSPORT_SHOWN: i64 = 150;
-        let (now, attempts, decisions, event_count, last_event, transport, reruns) = tokio::join!(
+        let (now, attempts, decisions, event_count, reruns) = tokio::join!(
             self.ledger.now_us(),
             self.ledger.attempts(&job.job_id),
             self.ledger.decisions(&job.job_id),
             self.ledger.event_count(&job.job_id),
-            self.ledger.last_event(&job.job_id),
-            self.ledger
-                .kind_count_capped(&job.job_id, &TRANSPORT_KINDS, TRANSPORT_SHOWN + 1),
             self.ledger.rerun_links(&job.job_id),
         );
         let (now, attempts, decisions, event_count) = (now?, attempts?, decisions?, event_count?);
-        let mut bucketed: Vec<EventKind> = RENEWAL_KINDS.to_vec();
-        if transport? > TRANSPORT_SHOWN {
-            bucketed.extend(TRANSPORT_KINDS);
-        }
-        // The chart covers what happened, and up to now while the job is under way or waits
-        // (`unknown` for a decision, `retry_authorized` for a worker): a wait is drawn across a
-        // compressed break, so the work before it keeps its scale.
-        let last = last_event?
-            .map_or(job.created_at, |(_, at)| at)
-            .max(job.terminal_at.unwrap_or(job.created_at))
-            .max(
-                attempts
-                    .iter()
-                    .map(|a| a.finished_at.unwrap_or(a.started_at))
-                    .max()
-                    .unwrap_or(0),
-            );
-        let waiting = matches!(
-            job.state,
-            JobState::Running | JobState::Unknown | JobState::RetryAuthorized
-        );
-        let end = if waiting { now.max(last) } else { last };
-        let (from, to) = match zoom {
-            Some(z) => (
-                (job.created_at + z.from_ms * 1_000).max(job.created_at),
-                (job.created_at + z.to_ms * 1_000).min(end.max(job.created_at + 1)),
-            ),
-            None => (job.created_at, end),
-        };
-        let width = ((to - from) / 120).max(1);
-        // The transitions drawn one by one and the counts drawn in buckets, side by side.
-        let (key, buckets) = tokio::join!(
-            self.ledger.key_events(&job.job_id, &bucketed, 650),
-            self.ledger
-                .kind_buckets(&job.job_id, &bucketed, from, width)
-        );
-        let (key, buckets) = (key?, buckets?);
-        let svg = swimlane_of(&job, &attempts, &key, &buckets, (from, to), end, width);
+        let Lane { svg, key, end } = self.swimlane(&job, &attempts, now, zoom).await?;
+        let (incidents, pin_to) = self.incident_links(&job.job_id).await?;
         let spend = self
             .ledger
             .job_spend(
@@ -363,7 +328,70 @@ impl LedgerConsole {
             drill,
             trace_url: trace_of(0),
             reruns: reruns?,
+            incidents,
+            pin_to,
         }))
+    }
+
+    /// The swimlane chart of `job` as of `now`: the whole job, or `zoom` (milliseconds after
+    /// its creation).
+    pub(super) async fn swimlane(
+        &self,
+        job: &Job,
+        attempts: &[Attempt],
+        now: i64,
+        zoom: Option<Zoom>,
+    ) -> Result<Lane, LedgerError> {
+        // Transitions always; transport facts (deliveries, duplicates, dispatches) one by one
+        // while they are few, in buckets when a storm of them would bury the chart.
+        const TRANSPORT_SHOWN: i64 = 150;
+        let (last_event, transport) = tokio::join!(
+            self.ledger.last_event(&job.job_id),
+            self.ledger
+                .kind_count_capped(&job.job_id, &TRANSPORT_KINDS, TRANSPORT_SHOWN + 1),
+        );
+        let mut bucketed: Vec<EventKind> = RENEWAL_KINDS.to_vec();
+        if transport? > TRANSPORT_SHOWN {
+            bucketed.extend(TRANSPORT_KINDS);
+        }
+        // The chart covers what happened, and up to now while the job is under way or waits
+        // (`unknown` for a decision, `retry_authorized` for a worker): a wait is drawn across a
+        // compressed break, so the work before it keeps its scale.
+        let last = last_event?
+            .map_or(job.created_at, |(_, at)| at)
+            .max(job.terminal_at.unwrap_or(job.created_at))
+            .max(
+                attempts
+                    .iter()
+                    .map(|a| a.finished_at.unwrap_or(a.started_at))
+                    .max()
+                    .unwrap_or(0),
+            );
+        let waiting = matches!(
+            job.state,
+            JobState::Running | JobState::Unknown | JobState::RetryAuthorized
+        );
+        let end = if waiting { now.max(last) } else { last };
+        let (from, to) = match zoom {
+            Some(z) => (
+                (job.created_at + z.from_ms * 1_000).max(job.created_at),
+                (job.created_at + z.to_ms * 1_000).min(end.max(job.created_at + 1)),
+            ),
+            None => (job.created_at, end),
+        };
+        let width = ((to - from) / 120).max(1);
+        // The transitions drawn one by one and the counts drawn in buckets, side by side.
+        let (key, buckets) = tokio::join!(
+            self.ledger.key_events(&job.job_id, &bucketed, 650),
+            self.ledger
+                .kind_buckets(&job.job_id, &bucketed, from, width)
+        );
+        let (key, buckets) = (key?, buckets?);
+        Ok(Lane {
+            svg: swimlane_of(job, attempts, &key, &buckets, (from, to), end, width),
+            key,
+            end,
+        })
     }
 
     pub(super) async fn build_timeline(

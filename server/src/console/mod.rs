@@ -21,6 +21,9 @@ pub(crate) use drills as drill_view;
 pub mod charts;
 mod dead_letters;
 mod format;
+pub use format::{cell, code};
+mod incident;
+pub use incident::BundleContext;
 mod job;
 mod jobs;
 mod operators;
@@ -65,6 +68,8 @@ pub struct QueueInfo {
     pub alerts: crate::alerts::AlertSettings,
     /// Most jobs one action by filter may take.
     pub bulk_cap: usize,
+    /// How long an incident's jobs are kept from retention after it closes.
+    pub incident_keep: std::time::Duration,
 }
 
 /// Where drills can run from this deployment.
@@ -101,6 +106,7 @@ impl Default for QueueInfo {
             trace_url: None,
             alerts: crate::alerts::AlertSettings::default(),
             bulk_cap: crate::bulk::DEFAULT_CAP,
+            incident_keep: std::time::Duration::from_secs(365 * 86_400),
         }
     }
 }
@@ -263,6 +269,17 @@ impl Console for LedgerConsole {
 
     fn bulk_list(&self) -> Pending<'_, Vec<fenceline_app::console::BulkRow>> {
         Box::pin(async move { self.build_bulk_list().await.map_err(shown) })
+    }
+
+    fn incidents(&self) -> Pending<'_, Vec<fenceline_app::console::IncidentRow>> {
+        Box::pin(async move { self.build_incidents().await.map_err(shown) })
+    }
+
+    fn incident(
+        &self,
+        incident_id: String,
+    ) -> Pending<'_, Option<fenceline_app::console::IncidentPage>> {
+        Box::pin(async move { self.build_incident(incident_id).await.map_err(shown) })
     }
 
     fn bulk(&self, bulk_id: String) -> Pending<'_, Option<fenceline_app::console::BulkPage>> {

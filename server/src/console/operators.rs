@@ -15,12 +15,17 @@ impl LedgerConsole {
                 "only an admin of every tenant manages operators".into(),
             ));
         }
-        let (operators, tokens) =
-            tokio::join!(self.ledger.list_operators(), self.ledger.list_tokens());
+        let (operators, tokens, subjects) = tokio::join!(
+            self.ledger.list_operators(),
+            self.ledger.list_tokens(),
+            self.ledger.operator_subjects()
+        );
+        let subjects = subjects?;
         Ok(OperatorsPage {
             operators: operators?
                 .into_iter()
                 .map(|o| OperatorRow {
+                    sso: subjects.get(&o.name).cloned(),
                     tenants: o.tenants.as_ref().map(|t| t.join(", ")),
                     name: o.name,
                     role: o.role.to_string(),

@@ -15,11 +15,18 @@ use crate::operators::Role;
 use fenceline_app::action::Reason;
 use fenceline_app::console::JobsQuery;
 
-/// The jobs list's filter as the form repeats it, and the action.
+/// The jobs list's filter and the action.
 #[derive(Debug, Default, Deserialize)]
 pub(super) struct PreviewForm {
     csrf: String,
     action: String,
+    #[serde(flatten)]
+    filter: FilterFields,
+}
+
+/// The jobs list's filter as a form repeats it in hidden fields.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct FilterFields {
     state: Option<String>,
     tenant: Option<String>,
     key_prefix: Option<String>,
@@ -34,8 +41,8 @@ pub(super) struct PreviewForm {
     tz: Option<String>,
 }
 
-impl PreviewForm {
-    fn query(&self) -> JobsQuery {
+impl FilterFields {
+    pub(super) fn query(&self) -> JobsQuery {
         fn set(v: &Option<String>) -> Option<&str> {
             v.as_deref().map(str::trim).filter(|v| !v.is_empty())
         }
@@ -71,7 +78,7 @@ pub(super) async fn preview(
     if !operator.role.allows(Role::Operator) {
         return forbidden("your role (viewer) can read jobs but not act on them");
     }
-    let query = form.query();
+    let query = form.filter.query();
     let filter_text = crate::console::filter_text(&query);
     let back = Redirect::to(&format!("/jobs?{filter_text}")).into_response();
     let kind = match form.action.parse::<BulkKind>() {
@@ -82,6 +89,7 @@ pub(super) async fn preview(
         }
     };
     let zone = form
+        .filter
         .tz
         .as_deref()
         .and_then(|tz| crate::time::zone(tz).ok())

@@ -11,9 +11,9 @@ use axum::{Extension, Form, Json};
 use serde::Deserialize;
 use tower_sessions::Session;
 
-use super::export::cell;
 use super::gate::{check_form_token, flash, forbidden, SignedIn};
 use super::{ApiError, AppState};
+use crate::console::cell;
 use crate::console::drill_view;
 use crate::drill::{DrillKind, DrillProvider, DrillQueue, DrillRequest, DrillTimings, Report};
 use crate::operators::Role;

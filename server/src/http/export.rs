@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use super::gate::SignedIn;
 use super::{ApiError, AppState};
+use crate::console::code;
 use crate::job::JobId;
 use crate::ledger::{
     detail_text, Attempt, DecisionRecord, Event, Job, JobSpend, Ledger, LedgerError,
@@ -216,30 +217,6 @@ pub(super) async fn json_export(
         streamed(state.ledger.clone(), j, head, timeline),
     )
         .into_response())
-}
-
-/// A Markdown table cell: pipes and line breaks may not break the table.
-pub(super) fn cell(s: &str) -> String {
-    s.replace('|', "\\|").replace(['\n', '\r'], " ")
-}
-
-/// A value from outside the ledger's own words (a tenant's key, a worker's or a provider's id,
-/// an operator's reason, an event's details) in a table cell, as a Markdown code span: shown
-/// as written, never a link, an image or markup once pasted into a Markdown tool. Its fence is
-/// one backtick longer than the longest run of them inside.
-pub(super) fn code(s: &str) -> String {
-    let s = cell(s);
-    if s.is_empty() {
-        return s;
-    }
-    let longest = s.split(|c| c != '`').map(str::len).max().unwrap_or(0);
-    let fence = "`".repeat(longest + 1);
-    let pad = if s.starts_with('`') || s.ends_with('`') {
-        " "
-    } else {
-        ""
-    };
-    format!("{fence}{pad}{s}{pad}{fence}")
 }
 
 /// [`code`], or a dash for nothing.

@@ -36,6 +36,10 @@ pub struct Access {
     pub sessions: SessionPolicy,
     /// Signs the sign-in form's cookie: the ledger's key, shared by every `serve` process.
     pub form_key: sign_in_form::FormKey,
+    /// Sign-in through an OpenID Connect provider, when configured.
+    pub oidc: Option<std::sync::Arc<crate::oidc::OidcClient>>,
+    /// Whether local passwords sign operators in.
+    pub password_sign_in: bool,
 }
 
 /// The signed-in operator, for handlers.
@@ -72,6 +76,14 @@ impl Access {
             sessions: Default::default(),
             // The ledger's key replaces it once the ledger is open (`startup`).
             form_key: Default::default(),
+            oidc: settings.http.oidc.clone().and_then(|oidc| {
+                let public = settings.http.public_url.as_deref()?;
+                crate::oidc::OidcClient::new(oidc, public)
+                    .map(std::sync::Arc::new)
+                    .inspect_err(|error| tracing::error!(%error, "OpenID Connect sign-in is off"))
+                    .ok()
+            }),
+            password_sign_in: settings.http.password_sign_in,
         }
     }
 
@@ -253,7 +265,10 @@ pub(super) async fn console_gate(
         Ok(operator) => operator,
         Err(response) => return response,
     };
-    let open = request.uri().path() == "/login";
+    let open = matches!(
+        request.uri().path(),
+        "/login" | "/login/oidc" | "/login/oidc/callback"
+    );
     let safe = matches!(*request.method(), Method::GET | Method::HEAD);
     if operator.is_none() && !open {
         return if safe {
@@ -324,6 +339,8 @@ pub(super) async fn console_gate(
         origin: state.access.origin(request.headers()),
         zone,
         bad_zone,
+        sso: state.access.oidc.is_some(),
+        password_off: !state.access.password_sign_in,
     };
     request.extensions_mut().insert(visitor);
     if let Some(operator) = operator {

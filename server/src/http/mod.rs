@@ -16,6 +16,8 @@ mod error;
 mod export;
 pub mod gate;
 mod health;
+mod incident_forms;
+mod oidc;
 pub use health::probes;
 pub mod openapi;
 mod operators_admin;
@@ -133,6 +135,8 @@ pub fn router(state: AppState) -> Router {
     let console = Router::new()
         .route("/login", post(signin::login))
         .route("/logout", post(signin::logout))
+        .route("/login/oidc", get(oidc::start))
+        .route("/login/oidc/callback", get(oidc::callback))
         .route("/zone", post(signin::choose_zone))
         .route("/jobs/{job_id}/decisions", post(actions::decide))
         .route("/jobs/{job_id}/cancel", post(actions::cancel))
@@ -148,6 +152,17 @@ pub fn router(state: AppState) -> Router {
         .route("/unknown/decisions", post(actions::decide_many))
         .route("/bulk", post(bulk_forms::preview))
         .route("/bulk/{bulk_id}/confirm", post(bulk_forms::confirm))
+        .route("/incidents", post(incident_forms::open))
+        .route("/incidents/pin", post(incident_forms::pin))
+        .route("/incidents/pin-filter", post(incident_forms::pin_filter))
+        .route(
+            "/incidents/{incident_id}/close",
+            post(incident_forms::close),
+        )
+        .route(
+            "/incidents/{incident_id}/{file}",
+            get(incident_forms::bundle),
+        )
         .route("/operators", post(operators_admin::add))
         .route("/operators/{name}/role", post(operators_admin::set_role))
         .route(

@@ -61,6 +61,19 @@ impl FormKey {
         (token, value)
     }
 
+    /// `payload` (without dots) signed by this key, good until `expires` (seconds since the
+    /// epoch): a cookie value that [`FormKey::unseal`] reads back.
+    pub(super) fn seal(&self, payload: &str, expires: i64) -> String {
+        let signature = hex::encode(self.signature(payload, expires).finalize().into_bytes());
+        format!("{payload}.{expires}.{signature}")
+    }
+
+    /// The payload a [`FormKey::seal`]ed value carries, if this key sealed it and it has not
+    /// expired.
+    pub(super) fn unseal(&self, value: &str) -> Option<String> {
+        self.vouched(value, seconds_now())
+    }
+
     /// The token a cookie value vouches for, if this key signed it and it has not expired.
     fn vouched(&self, value: &str, now: i64) -> Option<String> {
         self.vouched_until(value, now).map(|(token, _)| token)
@@ -156,6 +169,12 @@ pub(super) enum Said {
     Wrong,
     Throttled,
     SignedOut,
+    SsoUnavailable,
+    SsoFailed,
+    SsoDeclined,
+    SsoNoRole,
+    SsoNameTaken,
+    SsoDisabled,
 }
 
 impl Said {
@@ -164,14 +183,30 @@ impl Said {
             Said::Wrong => "wrong",
             Said::Throttled => "throttled",
             Said::SignedOut => "signed-out",
+            Said::SsoUnavailable => "sso-unavailable",
+            Said::SsoFailed => "sso-failed",
+            Said::SsoDeclined => "sso-declined",
+            Said::SsoNoRole => "sso-no-role",
+            Said::SsoNameTaken => "sso-name-taken",
+            Said::SsoDisabled => "sso-disabled",
         }
     }
 
     /// The message of a `said=` value; anything else says nothing.
     pub(super) fn parse(code: &str) -> Option<Said> {
-        [Said::Wrong, Said::Throttled, Said::SignedOut]
-            .into_iter()
-            .find(|said| said.code() == code)
+        [
+            Said::Wrong,
+            Said::Throttled,
+            Said::SignedOut,
+            Said::SsoUnavailable,
+            Said::SsoFailed,
+            Said::SsoDeclined,
+            Said::SsoNoRole,
+            Said::SsoNameTaken,
+            Said::SsoDisabled,
+        ]
+        .into_iter()
+        .find(|said| said.code() == code)
     }
 
     pub(super) fn text(self) -> &'static str {
@@ -181,6 +216,22 @@ impl Said {
                 "Too many failed sign-ins in the last minute. Wait a minute, then try again."
             }
             Said::SignedOut => "Signed out.",
+            Said::SsoUnavailable => {
+                "The identity provider could not be reached. Try again in a moment."
+            }
+            Said::SsoFailed => {
+                "The identity provider's answer could not be verified, or belonged to another \
+                 sign-in; nobody was signed in. Start again."
+            }
+            Said::SsoDeclined => "The identity provider did not sign you in.",
+            Said::SsoNoRole => {
+                "None of your groups at the identity provider gives a role in this console. \
+                 Ask an admin."
+            }
+            Said::SsoNameTaken => {
+                "Your name at the identity provider is a local operator's here. Ask an admin."
+            }
+            Said::SsoDisabled => "Your account was disabled. Ask an admin.",
         }
     }
 

@@ -83,6 +83,11 @@ pub(super) async fn login(
     session: Session,
     Form(form): Form<LoginForm>,
 ) -> Response {
+    if !state.access.password_sign_in {
+        return forbidden(
+            "sign-in with a password is off on this console: sign in through the identity provider",
+        );
+    }
     if !sign_in_form::accepts(&state.access.form_key, &headers, &form.csrf) {
         return forbidden(
             "this form has expired or did not come from this console; reload the page and try again",
@@ -157,13 +162,28 @@ pub(super) async fn login(
         tracing::warn!(%error, "a right password's sign-in could not be recorded");
         return unavailable();
     }
-    // A fresh id: whatever id the visitor had before signing in is deleted.
-    if session.cycle_id().await.is_err() {
-        return plain(
+    if let Err(refused) = begin_session(&session, &credentials).await {
+        return refused;
+    }
+    tracing::info!(operator = %credentials.operator.name, "signed in");
+    let mut response = Redirect::to(&local_path(&form.next)).into_response();
+    sign_in_form::forget(&mut response, state.access.https);
+    response
+}
+
+/// Starts the signed-in session of `credentials`' operator under a fresh id: whatever id the
+/// visitor had before signing in is deleted.
+pub(super) async fn begin_session(
+    session: &Session,
+    credentials: &crate::ledger::Credentials,
+) -> Result<(), Response> {
+    let unavailable = || {
+        plain(
             axum::http::StatusCode::SERVICE_UNAVAILABLE,
             "sessions are unavailable; try again",
-        );
-    }
+        )
+    };
+    session.cycle_id().await.map_err(|_| unavailable())?;
     let at = now();
     let stored = async {
         session
@@ -176,16 +196,7 @@ pub(super) async fn login(
             .await?;
         session.insert(keys::CSRF, new_token()).await
     };
-    if stored.await.is_err() {
-        return plain(
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            "sessions are unavailable; try again",
-        );
-    }
-    tracing::info!(operator = %credentials.operator.name, "signed in");
-    let mut response = Redirect::to(&local_path(&form.next)).into_response();
-    sign_in_form::forget(&mut response, state.access.https);
-    response
+    stored.await.map_err(|_| unavailable())
 }
 
 #[derive(Deserialize)]

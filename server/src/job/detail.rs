@@ -334,6 +334,11 @@ details! {
         retry_in_ms: i64,
         after_ms: i64,
     }
+    /// The job was pinned to incident `incident_id`, titled `title` then.
+    IncidentPinned {
+        incident_id: i64,
+        title: String,
+    }
 }
 
 #[cfg(test)]

@@ -69,6 +69,9 @@ event_kinds! {
     // A refusal that proved the model did not run moved the job on to the next provider/model
     // pair of its route: its next attempt goes there, within the same deadline and budget.
     ProviderFallback => "provider_fallback",
+    // An operator pinned the job to an incident: it and its records are kept from retention
+    // while the incident is open, and for a while after it closed.
+    IncidentPinned => "incident_pinned",
 }
 
 /// The text is not a known event kind.
@@ -151,13 +154,14 @@ mod tests {
     fn event_kind_names_are_the_stable_ones_from_the_domain() {
         let names: Vec<_> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
         // domain.md's 28, then Fenceline's own extensions (appended, never renamed).
-        assert_eq!(names.len(), 34);
+        assert_eq!(names.len(), 35);
         assert_eq!(names[28], "retrieval_unsupported");
         assert_eq!(names[29], "rerun");
         assert_eq!(names[30], "throttled");
         assert_eq!(names[31], "attempt_submitted");
         assert_eq!(names[32], "upstream_cancelled");
         assert_eq!(names[33], "provider_fallback");
+        assert_eq!(names[34], "incident_pinned");
         for name in [
             "job_created",
             "duplicate_suppressed",

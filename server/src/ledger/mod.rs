@@ -105,6 +105,7 @@ mod drills;
 mod error;
 mod flow;
 mod generated;
+mod incidents;
 mod model;
 mod operators;
 mod queue_store;
@@ -114,6 +115,7 @@ mod retention;
 mod rollup;
 mod scans;
 mod spend;
+mod sso;
 mod statements;
 mod summary;
 mod tokens;
@@ -136,6 +138,7 @@ pub use dialect::Backend;
 pub use drills::{DrillRunRow, OutboxSend};
 pub use error::{LedgerError, Refusal};
 pub use flow::{LimitReport, ProviderLimit, TenantFlow, TenantShare};
+pub use incidents::{Bundle, Incident, MAX_PINNED};
 pub use model::{
     handle_hash, Accepted, Adopted, Answered, Attempt, AttemptOutcome, AttemptStarted, Claimed,
     Created, Decision, DecisionKind, DecisionRecord, DeliveryRef, Event, Failure, FailureOutcome,
@@ -150,6 +153,7 @@ pub use read::list_jobs_statement;
 pub use retention::{Pruned, RetentionRun};
 pub use rollup::{activity_statements, Activity, FINISHED, HOUR, REDELIVERED};
 pub use spend::{call_bound, JobSpend, ModelSpend, WindowSpend};
+pub use sso::SsoSignIn;
 pub use summary::RunSummary;
 pub use tokens::{token_id, valid_tenant, ActsAs, TokenInfo};
 pub use transport::{DeadLetterMove, RejectedMessage};

@@ -88,17 +88,23 @@ impl Ledger {
     /// microseconds) with everything they own, and bookkeeping rows older than `cutoff`.
     pub async fn prune_before(&self, cutoff: i64) -> Result<Pruned, LedgerError> {
         let mut pruned = Pruned::default();
+        let now = self.now_us().await?;
         loop {
             // Terminal states only, checked again inside the delete: a live job never goes.
             let deleted = sqlx::query(
                 "DELETE FROM jobs WHERE job_id IN (SELECT job_id FROM jobs \
                  WHERE terminal_at IS NOT NULL AND terminal_at < $1 \
                  AND state IN ('succeeded', 'failed_terminal', 'expired') \
+                 AND NOT EXISTS (SELECT 1 FROM incident_jobs p JOIN incidents i \
+                   ON i.incident_id = p.incident_id WHERE p.job_id = jobs.job_id \
+                   AND (i.keep_until IS NULL OR i.keep_until > $3)) \
                  ORDER BY terminal_at LIMIT $2) \
                  AND state IN ('succeeded', 'failed_terminal', 'expired')",
             )
             .bind(cutoff)
             .bind(JOBS_PER_BATCH)
+            // Jobs pinned to an incident stay while it is open, and until its keep time after.
+            .bind(now)
             .execute(&self.writer)
             .await?
             .rows_affected();

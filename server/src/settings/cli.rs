@@ -382,6 +382,44 @@ pub struct ServeArgs {
     /// refused, to be narrowed.
     #[arg(long, env = "FENCELINE_BULK_CAP", default_value_t = 10_000)]
     pub bulk_cap: usize,
+    /// Days the jobs pinned to an incident are kept from retention after it closes (while it
+    /// is open they are always kept).
+    #[arg(long, env = "FENCELINE_INCIDENT_KEEP_DAYS", default_value_t = 365)]
+    pub incident_keep_days: u32,
+    /// OpenID Connect sign-in: the identity provider's issuer URL (https, or http on this
+    /// machine). The client id and secret come from FENCELINE_OIDC_CLIENT_ID and
+    /// FENCELINE_OIDC_CLIENT_SECRET, from the environment only. Needs --public-url.
+    #[arg(long, env = "FENCELINE_OIDC_ISSUER")]
+    pub oidc_issuer: Option<String>,
+    /// OpenID Connect: what a group of the identity provider gives, `group=role` or
+    /// `group=role:tenant,tenant`; repeat the flag (`;` between them in the environment).
+    #[arg(
+        long = "oidc-group",
+        env = "FENCELINE_OIDC_GROUPS",
+        value_delimiter = ';'
+    )]
+    pub oidc_groups: Vec<String>,
+    /// OpenID Connect: the ID token's claim that lists the operator's groups.
+    #[arg(long, env = "FENCELINE_OIDC_GROUPS_CLAIM", default_value = "groups")]
+    pub oidc_groups_claim: String,
+    /// OpenID Connect: the scopes asked for (some providers need one for the groups claim).
+    #[arg(
+        long,
+        env = "FENCELINE_OIDC_SCOPES",
+        default_value = "openid profile email"
+    )]
+    pub oidc_scopes: String,
+    /// Sign-in with a local password (`true` or `false`). With OpenID Connect on, `false`
+    /// leaves the identity provider the only way in; turned on again, local passwords are the
+    /// break-glass way.
+    #[arg(
+        long,
+        env = "FENCELINE_PASSWORD_SIGN_IN",
+        default_value = "true",
+        value_parser = BoolishValueParser::new(),
+        action = clap::ArgAction::Set
+    )]
+    pub password_sign_in: bool,
     /// Alerts: how often the rules are judged.
     #[arg(long, env = "FENCELINE_ALERT_INTERVAL_SECS", default_value_t = 15)]
     pub alert_interval_secs: u64,

@@ -80,6 +80,12 @@ pub struct HttpSettings {
     pub alerts: AlertSettings,
     /// Most jobs one action by filter may take (`--bulk-cap`).
     pub bulk_cap: usize,
+    /// How long an incident's jobs are kept after it closes (`--incident-keep-days`).
+    pub incident_keep: Duration,
+    /// Sign-in through an OpenID Connect provider, when configured.
+    pub oidc: Option<OidcSettings>,
+    /// Whether local passwords sign operators in (`--password-sign-in`).
+    pub password_sign_in: bool,
     /// Proxies whose `X-Forwarded-For` names the client (`--trusted-proxy`); none by default.
     pub trusted_proxies: proxies::TrustedProxies,
     /// The bearer token `/metrics` asks for; without one `/metrics` is not served.
@@ -248,6 +254,9 @@ impl Settings {
                 run_worker: !serve.no_worker,
                 alerts: alert_settings(&serve)?,
                 bulk_cap: serve.bulk_cap.max(1),
+                incident_keep: Duration::from_secs(u64::from(serve.incident_keep_days) * 86_400),
+                oidc: oidc_settings(&serve)?,
+                password_sign_in: serve.password_sign_in,
             },
             queue: QueueSettings {
                 kind: runtime.queue,
@@ -410,6 +419,138 @@ impl Default for AlertSettings {
             cooldown: Duration::from_secs(900),
         }
     }
+}
+
+/// Sign-in through an OpenID Connect provider.
+#[derive(Debug, Clone)]
+pub struct OidcSettings {
+    pub issuer: String,
+    pub client_id: String,
+    /// From `FENCELINE_OIDC_CLIENT_SECRET` only.
+    pub client_secret: Secret,
+    pub groups_claim: String,
+    pub scopes: String,
+    pub groups: Vec<GroupRule>,
+}
+
+/// What one group of the identity provider gives: a role, over some tenants or every one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupRule {
+    pub group: String,
+    pub role: crate::operators::Role,
+    pub tenants: Option<Vec<String>>,
+}
+
+impl std::str::FromStr for GroupRule {
+    type Err = String;
+    /// `group=role` or `group=role:tenant,tenant`.
+    fn from_str(raw: &str) -> Result<Self, Self::Err> {
+        let (group, grant) = raw
+            .split_once('=')
+            .ok_or_else(|| format!("{raw:?} is not group=role or group=role:tenant,tenant"))?;
+        let (role, tenants) = match grant.split_once(':') {
+            Some((role, tenants)) => (role, Some(tenants)),
+            None => (grant, None),
+        };
+        let role = role
+            .trim()
+            .parse::<crate::operators::Role>()
+            .map_err(|_| format!("{raw:?}: the role is viewer, operator or admin"))?;
+        let tenants = match tenants {
+            None => None,
+            Some(list) => {
+                let list: Vec<String> = list
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|t| !t.is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                if list.is_empty() {
+                    return Err(format!("{raw:?}: name the tenants after the colon"));
+                }
+                Some(list)
+            }
+        };
+        let group = group.trim();
+        if group.is_empty() {
+            return Err(format!("{raw:?}: the group is empty"));
+        }
+        Ok(GroupRule {
+            group: group.to_owned(),
+            role,
+            tenants,
+        })
+    }
+}
+
+/// OpenID Connect sign-in, when an issuer is set: its client from the environment, its groups
+/// mapping from the flags. Off unless configured; with local passwords off it must be on.
+fn oidc_settings(serve: &cli::ServeArgs) -> Result<Option<OidcSettings>, SettingsError> {
+    let env = |name: &str| {
+        std::env::var(name)
+            .ok()
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    };
+    let Some(issuer) = serve
+        .oidc_issuer
+        .as_deref()
+        .map(str::trim)
+        .filter(|i| !i.is_empty())
+    else {
+        if !serve.password_sign_in {
+            return Err(SettingsError::Invalid(
+                "--password-sign-in false leaves no way to sign in without --oidc-issuer".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    let loopback = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
+        .iter()
+        .any(|p| issuer.starts_with(p));
+    if !issuer.starts_with("https://") && !loopback {
+        return Err(SettingsError::Invalid(format!(
+            "--oidc-issuer {issuer:?} must be an https address (http only on this machine)"
+        )));
+    }
+    if serve.public_url.is_none() {
+        return Err(SettingsError::Invalid(
+            "--oidc-issuer needs --public-url: the provider calls the console back at \
+             <public URL>/login/oidc/callback"
+                .into(),
+        ));
+    }
+    let (Some(client_id), Some(client_secret)) = (
+        env("FENCELINE_OIDC_CLIENT_ID"),
+        env("FENCELINE_OIDC_CLIENT_SECRET"),
+    ) else {
+        return Err(SettingsError::Invalid(
+            "--oidc-issuer needs FENCELINE_OIDC_CLIENT_ID and FENCELINE_OIDC_CLIENT_SECRET in \
+             the environment"
+                .into(),
+        ));
+    };
+    let groups = serve
+        .oidc_groups
+        .iter()
+        .map(|g| g.trim())
+        .filter(|g| !g.is_empty())
+        .map(|g| g.parse::<GroupRule>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| SettingsError::Invalid(format!("--oidc-group {e}")))?;
+    if groups.is_empty() {
+        return Err(SettingsError::Invalid(
+            "--oidc-issuer needs at least one --oidc-group group=role: no one could sign in".into(),
+        ));
+    }
+    Ok(Some(OidcSettings {
+        issuer: issuer.trim_end_matches('/').to_owned(),
+        client_id,
+        client_secret: Secret::new(client_secret),
+        groups_claim: serve.oidc_groups_claim.trim().to_owned(),
+        scopes: serve.oidc_scopes.trim().to_owned(),
+        groups,
+    }))
 }
 
 /// The alerts' thresholds from the flags, and their webhook from `FENCELINE_ALERT_WEBHOOK_URL`

@@ -20,6 +20,8 @@ mod by_filter;
 mod cancel;
 mod dead_letters;
 mod decisions;
+mod incidents;
+mod oidc;
 mod operators;
 mod pages;
 mod rerun;

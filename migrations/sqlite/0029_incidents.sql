@@ -1,0 +1,28 @@
+-- Incidents: the jobs of one incident, pinned so that retention keeps them (with their events,
+-- attempts and decisions) while it is open and until `keep_until` after it closed, and the
+-- frozen bundle made once when it closed: its bytes, stored, and their SHA-256.
+CREATE TABLE incidents (
+    incident_id  INTEGER PRIMARY KEY AUTOINCREMENT,
+    title        TEXT NOT NULL,
+    external_id  TEXT,
+    opened_by    TEXT NOT NULL,
+    opened_at    INTEGER NOT NULL,
+    closed_by    TEXT,
+    closed_at    INTEGER,
+    keep_until   INTEGER,
+    bundle_md    TEXT,
+    bundle_json  TEXT,
+    bundle_html  TEXT,
+    sha256_md    TEXT,
+    sha256_json  TEXT,
+    sha256_html  TEXT
+);
+
+CREATE TABLE incident_jobs (
+    incident_id INTEGER NOT NULL REFERENCES incidents (incident_id),
+    job_id      TEXT NOT NULL,
+    pinned_by   TEXT NOT NULL,
+    pinned_at   INTEGER NOT NULL,
+    PRIMARY KEY (incident_id, job_id)
+);
+CREATE INDEX incident_jobs_job ON incident_jobs (job_id);

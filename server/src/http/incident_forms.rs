@@ -1,0 +1,512 @@
+//! The console's incident forms and downloads: open an incident, pin jobs to it (from a job's
+//! page, a list of ids, or every job a jobs-list filter matches), close it with its bundle
+//! frozen, and download the bundle's stored bytes.
+
+use axum::extract::{Path, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::{Extension, Form};
+use serde::Deserialize;
+use tower_sessions::Session;
+
+use super::bulk_forms::FilterFields;
+use super::gate::{check_form_token, flash, forbidden, SignedIn};
+use super::{ApiError, AppState};
+use crate::console::{BundleContext, LedgerConsole};
+use crate::job::Actor;
+use crate::ledger::{JobFilter, Ledger, LedgerError, MAX_PINNED};
+use crate::operators::{Operator, Role};
+use fenceline_app::action::Reason;
+
+const VIEWER: &str = "your role (viewer) can read incidents but not change them";
+const TITLE_MAX: usize = 200;
+const EXTERNAL_MAX: usize = 100;
+
+fn console(state: &AppState, operator: &Operator) -> LedgerConsole {
+    LedgerConsole::new(state.ledger.clone(), state.queue.clone())
+        .for_tenants(operator.tenants.clone())
+}
+
+async fn unavailable(session: &Session, error: &LedgerError) {
+    tracing::error!(%error, "an incident form failed");
+    flash(
+        session,
+        false,
+        "The ledger database is unavailable; nothing was changed.",
+    )
+    .await;
+}
+
+/// A form of this console, posted by an operator whose role may change incidents.
+async fn admitted(session: &Session, csrf: &str, operator: &Operator) -> Result<(), Response> {
+    check_form_token(session, csrf).await?;
+    if !operator.role.allows(Role::Operator) {
+        return Err(forbidden(VIEWER));
+    }
+    Ok(())
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct OpenForm {
+    csrf: String,
+    title: String,
+    #[serde(default)]
+    external_id: String,
+}
+
+/// `POST /incidents`: opens an incident and shows it.
+pub(super) async fn open(
+    State(state): State<AppState>,
+    Extension(SignedIn(operator)): Extension<SignedIn>,
+    session: Session,
+    Form(form): Form<OpenForm>,
+) -> Response {
+    if let Err(refused) = admitted(&session, &form.csrf, &operator).await {
+        return refused;
+    }
+    let back = Redirect::to("/incidents").into_response();
+    let title = form.title.trim();
+    let external = form.external_id.trim();
+    if title.is_empty() || title.chars().count() > TITLE_MAX {
+        flash(
+            &session,
+            false,
+            format!(
+                "An incident needs a title of 1 to {TITLE_MAX} characters. Nothing was opened."
+            ),
+        )
+        .await;
+        return back;
+    }
+    if external.chars().count() > EXTERNAL_MAX {
+        flash(
+            &session,
+            false,
+            format!("The external id is at most {EXTERNAL_MAX} characters. Nothing was opened."),
+        )
+        .await;
+        return back;
+    }
+    let actor = Actor::Operator(operator.name.clone());
+    match state
+        .ledger
+        .open_incident(title, (!external.is_empty()).then_some(external), &actor)
+        .await
+    {
+        Ok(id) => {
+            flash(&session, true, format!("Incident {id} opened.")).await;
+            Redirect::to(&format!("/incidents/{id}")).into_response()
+        }
+        Err(error) => {
+            unavailable(&session, &error).await;
+            back
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct PinForm {
+    csrf: String,
+    incident: String,
+    /// Job ids, separated by spaces, commas or lines.
+    #[serde(default)]
+    job_ids: String,
+    /// Where to go after: `job` (the one job's page), else the incident's.
+    #[serde(default)]
+    back: String,
+}
+
+/// `POST /incidents/pin`: pins the jobs named (those of the operator's tenants) to an open
+/// incident.
+pub(super) async fn pin(
+    State(state): State<AppState>,
+    Extension(SignedIn(operator)): Extension<SignedIn>,
+    session: Session,
+    Form(form): Form<PinForm>,
+) -> Response {
+    if let Err(refused) = admitted(&session, &form.csrf, &operator).await {
+        return refused;
+    }
+    let asked: Vec<String> = form
+        .job_ids
+        .split(|c: char| c.is_whitespace() || c == ',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    let back = match (form.back.as_str(), asked.first()) {
+        ("job", Some(job_id)) if job_id.parse::<crate::job::JobId>().is_ok() => {
+            format!("/jobs/{job_id}")
+        }
+        _ => match form.incident.parse::<i64>() {
+            Ok(id) => format!("/incidents/{id}"),
+            Err(_) => "/incidents".to_owned(),
+        },
+    };
+    let back = Redirect::to(&back).into_response();
+    let Ok(incident_id) = form.incident.parse::<i64>() else {
+        flash(
+            &session,
+            false,
+            "Choose an incident to pin to. Nothing was pinned.",
+        )
+        .await;
+        return back;
+    };
+    if asked.is_empty() {
+        flash(
+            &session,
+            false,
+            "Name at least one job id. Nothing was pinned.",
+        )
+        .await;
+        return back;
+    }
+    let mut ids = Vec::new();
+    for raw in &asked {
+        match covered(&state.ledger, &operator, raw).await {
+            Ok(Some(id)) => ids.push(id),
+            Ok(None) => {
+                flash(
+                    &session,
+                    false,
+                    format!("There is no job {raw} you can see. Nothing was pinned."),
+                )
+                .await;
+                return back;
+            }
+            Err(error) => {
+                unavailable(&session, &error).await;
+                return back;
+            }
+        }
+    }
+    pinned(&state, &session, &operator, incident_id, &ids).await;
+    back
+}
+
+/// The job's id, if it exists and the operator's tenants include it.
+async fn covered(
+    ledger: &Ledger,
+    operator: &Operator,
+    raw: &str,
+) -> Result<Option<String>, LedgerError> {
+    let Ok(id) = raw.parse::<crate::job::JobId>() else {
+        return Ok(None);
+    };
+    Ok(ledger
+        .job(id.as_str())
+        .await?
+        .filter(|j| operator.covers(&j.tenant))
+        .map(|j| j.job_id))
+}
+
+/// Pins `ids` and tells the operator what came of it.
+async fn pinned(
+    state: &AppState,
+    session: &Session,
+    operator: &Operator,
+    incident_id: i64,
+    ids: &[String],
+) {
+    let actor = Actor::Operator(operator.name.clone());
+    match state.ledger.pin_jobs(incident_id, ids, &actor).await {
+        Ok(0) => {
+            flash(
+                session,
+                true,
+                format!("Every job named was pinned to incident {incident_id} already."),
+            )
+            .await
+        }
+        Ok(n) => {
+            flash(
+                session,
+                true,
+                format!(
+                    "Pinned {} to incident {incident_id}: kept from retention while it is \
+                     open, and after it closes for the configured time.",
+                    if n == 1 {
+                        "1 job".to_owned()
+                    } else {
+                        format!("{n} jobs")
+                    }
+                ),
+            )
+            .await
+        }
+        Err(LedgerError::Invalid(why)) => {
+            flash(
+                session,
+                false,
+                format!("{}. Nothing was pinned.", super::error::capitalized(&why)),
+            )
+            .await
+        }
+        Err(error) => unavailable(session, &error).await,
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct PinFilterForm {
+    csrf: String,
+    incident: String,
+    #[serde(flatten)]
+    filter: FilterFields,
+}
+
+/// `POST /incidents/pin-filter`: pins every job a jobs-list filter matches (within the
+/// operator's tenants), at most what the incident still holds.
+pub(super) async fn pin_filter(
+    State(state): State<AppState>,
+    Extension(SignedIn(operator)): Extension<SignedIn>,
+    session: Session,
+    Form(form): Form<PinFilterForm>,
+) -> Response {
+    if let Err(refused) = admitted(&session, &form.csrf, &operator).await {
+        return refused;
+    }
+    let query = form.filter.query();
+    let filter_text = crate::console::filter_text(&query);
+    let list = Redirect::to(&format!("/jobs?{filter_text}")).into_response();
+    let Ok(incident_id) = form.incident.parse::<i64>() else {
+        flash(
+            &session,
+            false,
+            "Choose an incident to pin to. Nothing was pinned.",
+        )
+        .await;
+        return list;
+    };
+    let filter = match console(&state, &operator).bulk_filter(&query).await {
+        Ok(Ok(filter)) => filter,
+        Ok(Err(bad)) => {
+            flash(
+                &session,
+                false,
+                format!("{} must be {}. Nothing was pinned.", bad.name, bad.expected),
+            )
+            .await;
+            return list;
+        }
+        Err(error) => {
+            unavailable(&session, &error).await;
+            return list;
+        }
+    };
+    match matching(&state.ledger, &filter, MAX_PINNED as usize).await {
+        Ok(Some(ids)) if ids.is_empty() => {
+            flash(
+                &session,
+                false,
+                "No job matches this filter. Nothing was pinned.",
+            )
+            .await;
+            list
+        }
+        Ok(Some(ids)) => {
+            pinned(&state, &session, &operator, incident_id, &ids).await;
+            Redirect::to(&format!("/incidents/{incident_id}")).into_response()
+        }
+        Ok(None) => {
+            flash(
+                &session,
+                false,
+                format!(
+                    "This filter matches more than the {MAX_PINNED} jobs an incident holds: \
+                     narrow it. Nothing was pinned."
+                ),
+            )
+            .await;
+            list
+        }
+        Err(error) => {
+            unavailable(&session, &error).await;
+            list
+        }
+    }
+}
+
+/// The ids of every job `filter` matches, newest first; `None` past `cap`.
+async fn matching(
+    ledger: &Ledger,
+    filter: &JobFilter,
+    cap: usize,
+) -> Result<Option<Vec<String>>, LedgerError> {
+    let mut page_filter = JobFilter {
+        before: None,
+        limit: 500,
+        ..filter.clone()
+    };
+    let mut ids = Vec::new();
+    loop {
+        let page = ledger.list_jobs(&page_filter).await?;
+        ids.extend(page.jobs.into_iter().map(|j| j.job_id));
+        if ids.len() > cap {
+            return Ok(None);
+        }
+        match page.next {
+            Some(next) => page_filter.before = Some(next),
+            None => return Ok(Some(ids)),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct CloseForm {
+    csrf: String,
+    reason: String,
+}
+
+/// `POST /incidents/{id}/close`: freezes the incident's bundle (its bytes made once, stored,
+/// their SHA-256 written to the audit) and closes it; its jobs stay kept for the configured
+/// time after. Only an operator who sees every one of its jobs closes it.
+pub(super) async fn close(
+    State(state): State<AppState>,
+    Extension(SignedIn(operator)): Extension<SignedIn>,
+    session: Session,
+    headers: axum::http::HeaderMap,
+    Path(incident_id): Path<i64>,
+    Form(form): Form<CloseForm>,
+) -> Response {
+    if let Err(refused) = admitted(&session, &form.csrf, &operator).await {
+        return refused;
+    }
+    let back = Redirect::to(&format!("/incidents/{incident_id}")).into_response();
+    let reason = match Reason::parse(&form.reason) {
+        Ok(reason) => reason,
+        Err(no) => {
+            flash(
+                &session,
+                false,
+                format!("Closing an incident needs {no}. Nothing was changed."),
+            )
+            .await;
+            return back;
+        }
+    };
+    let console = console(&state, &operator);
+    match console.covers_incident(incident_id).await {
+        Ok(true) => {}
+        Ok(false) => {
+            return forbidden(
+                "this incident holds jobs of tenants you do not see: an operator who sees \
+                 them all closes it",
+            )
+        }
+        Err(error) => {
+            unavailable(&session, &error).await;
+            return back;
+        }
+    }
+    let ctx = BundleContext {
+        origin: state.access.origin(&headers),
+        closed_by: operator.name.clone(),
+        reason: reason.as_str().to_owned(),
+        stylesheet: super::STYLESHEET,
+    };
+    let actor = Actor::Operator(operator.name.clone());
+    let keep = state.queue.incident_keep.as_micros() as i64;
+    /// What one try at closing came to.
+    enum Closing {
+        Closed,
+        ClosedBefore,
+        Gone,
+        /// A job was pinned while the bundle was made.
+        Stale,
+    }
+    // A pin that lands while the bundle is made leaves it stale: made again, a few times.
+    for _ in 0..3 {
+        let closed = async {
+            let Some(incident) = state.ledger.incident(incident_id).await? else {
+                return Ok(Closing::Gone);
+            };
+            if incident.closed_at.is_some() {
+                return Ok(Closing::ClosedBefore);
+            }
+            let bundle = console.incident_bundle(&incident, &ctx).await?;
+            let now = state.ledger.now_us().await?;
+            let done = state
+                .ledger
+                .close_incident(
+                    incident_id,
+                    &actor,
+                    (reason.as_str(), incident.jobs),
+                    &bundle,
+                    now + keep,
+                )
+                .await?;
+            Ok::<_, LedgerError>(if done {
+                Closing::Closed
+            } else {
+                Closing::Stale
+            })
+        }
+        .await;
+        match closed {
+            Ok(Closing::Stale) => continue,
+            Ok(Closing::Closed) => {
+                flash(
+                    &session,
+                    true,
+                    "Closed: its bundle is frozen, and its SHA-256 is in the audit.",
+                )
+                .await;
+                return back;
+            }
+            Ok(Closing::ClosedBefore) => {
+                flash(&session, false, "This incident was closed already.").await;
+                return back;
+            }
+            Ok(Closing::Gone) => return back,
+            Err(error) => {
+                unavailable(&session, &error).await;
+                return back;
+            }
+        }
+    }
+    flash(
+        &session,
+        false,
+        "Jobs were being pinned while the bundle was made; nothing was changed. Close again.",
+    )
+    .await;
+    back
+}
+
+/// `GET /incidents/{id}/bundle.{md,json,html}`: the frozen bundle's stored bytes, the same on
+/// every download.
+pub(super) async fn bundle(
+    State(state): State<AppState>,
+    Extension(SignedIn(operator)): Extension<SignedIn>,
+    Path((incident_id, file)): Path<(i64, String)>,
+) -> Result<Response, ApiError> {
+    let (content_type, pick): (&str, fn(crate::ledger::Bundle) -> String) = match file.as_str() {
+        "bundle.md" => ("text/markdown; charset=utf-8", |b| b.markdown),
+        "bundle.json" => ("application/json", |b| b.json),
+        "bundle.html" => ("text/html; charset=utf-8", |b| b.html),
+        _ => return Err(ApiError::NotFound(format!("no file {file}"))),
+    };
+    if !console(&state, &operator)
+        .covers_incident(incident_id)
+        .await?
+    {
+        return Err(ApiError::NotFound(format!("no incident {incident_id}")));
+    }
+    let Some(bundle) = state.ledger.incident_bundle(incident_id).await? else {
+        return Err(ApiError::NotFound(format!(
+            "incident {incident_id} has no frozen bundle: it is made when the incident closes"
+        )));
+    };
+    let extension = file.trim_start_matches("bundle.");
+    Ok((
+        [
+            (header::CONTENT_TYPE, content_type.to_owned()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"incident-{incident_id}.{extension}\""),
+            ),
+        ],
+        pick(bundle),
+    )
+        .into_response())
+}
