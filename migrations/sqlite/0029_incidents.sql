@@ -21,6 +21,9 @@ CREATE TABLE incidents (
 CREATE TABLE incident_jobs (
     incident_id INTEGER NOT NULL REFERENCES incidents (incident_id),
     job_id      TEXT NOT NULL,
+    -- The job's tenant, kept: who may see the incident's record once retention has pruned
+    -- the job itself.
+    tenant      TEXT NOT NULL,
     pinned_by   TEXT NOT NULL,
     pinned_at   INTEGER NOT NULL,
     PRIMARY KEY (incident_id, job_id)

@@ -331,7 +331,7 @@ impl OidcClient {
                 header.alg
             )));
         }
-        let (_, mut keys) = self.known(false).await?;
+        let (metadata, mut keys) = self.known(false).await?;
         let find = |keys: &JwkSet| match &header.kid {
             Some(kid) => keys.find(kid).cloned(),
             None if keys.keys.len() == 1 => keys.keys.first().cloned(),
@@ -351,7 +351,8 @@ impl OidcClient {
             .map_err(|e| OidcError::BadToken(format!("the provider's key: {e}")))?;
         let mut validation = Validation::new(header.alg);
         validation.leeway = LEEWAY_SECS;
-        validation.set_issuer(&[self.settings.issuer.trim_end_matches('/')]);
+        // As the provider writes it (some end it with `/`), once discovery matched it.
+        validation.set_issuer(&[metadata.issuer.as_str()]);
         validation.set_audience(&[&self.settings.client_id]);
         validation.set_required_spec_claims(&["exp", "iat", "iss", "aud", "sub"]);
         let claims = jsonwebtoken::decode::<Claims>(token, &key, &validation)
@@ -381,10 +382,17 @@ impl OidcClient {
             Some(serde_json::Value::String(one)) => vec![one.clone()],
             _ => Vec::new(),
         };
-        let name = claims
-            .preferred_username
-            .or(claims.email)
-            .unwrap_or_else(|| claims.sub.clone());
+        // An address counts only once the provider has verified it.
+        let verified = matches!(
+            claims.rest.get("email_verified"),
+            Some(serde_json::Value::Bool(true))
+        ) || matches!(claims.rest.get("email_verified"), Some(serde_json::Value::String(s)) if s == "true");
+        let name = operator_name(
+            &claims
+                .preferred_username
+                .or(claims.email.filter(|_| verified))
+                .unwrap_or_else(|| claims.sub.clone()),
+        );
         Ok(Identity {
             subject: format!(
                 "{}|{}",
@@ -400,6 +408,28 @@ impl OidcClient {
     /// tenants of the rules granting it (every tenant if one of them names none).
     pub fn access(&self, groups: &[String]) -> Result<(Role, Option<Vec<String>>), OidcError> {
         access(&self.settings.groups, groups)
+    }
+}
+
+/// A name the console can show and address for `raw` (a provider's user name): the characters
+/// an operator name allows, others as `-`, at most 56 of them (room for a suffix that tells two
+/// apart).
+pub fn operator_name(raw: &str) -> String {
+    let name: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(56)
+        .collect();
+    if name.chars().all(|c| c == '.' || c == '-') {
+        "sso".to_owned()
+    } else {
+        name
     }
 }
 
@@ -439,6 +469,24 @@ mod tests {
             role,
             tenants: tenants.map(|t| t.iter().map(|s| (*s).to_owned()).collect()),
         }
+    }
+
+    #[test]
+    fn a_providers_user_name_becomes_a_valid_operator_name() {
+        for (raw, name) in [
+            ("ada", "ada"),
+            (
+                "ada.lovelace+ops@example.com",
+                "ada.lovelace-ops@example.com",
+            ),
+            ("Ada Lovelace", "Ada-Lovelace"),
+            ("..", "sso"),
+            ("Ærøskøbing", "-r-sk-bing"),
+        ] {
+            assert_eq!(operator_name(raw), name);
+            assert!(crate::operators::valid_name(&operator_name(raw)), "{raw}");
+        }
+        assert_eq!(operator_name(&"x".repeat(100)).len(), 56);
     }
 
     #[test]

@@ -7,7 +7,7 @@ use fenceline_app::console::{
 };
 use serde_json::{json, Value};
 
-use super::format::code;
+use super::format::{cell, code};
 use super::job::Lane;
 use super::LedgerConsole;
 use crate::job::EventKind;
@@ -62,10 +62,39 @@ fn who(actor: &str) -> String {
 }
 
 impl LedgerConsole {
+    /// Whether this console shows `incident`: to an operator of every tenant, any; to one of
+    /// some tenants, those they opened or that hold a job of theirs.
+    async fn sees(&self, incident: &Incident) -> Result<bool, LedgerError> {
+        if self.tenants.is_none() {
+            return Ok(true);
+        }
+        let mine = self
+            .visitor
+            .as_ref()
+            .is_some_and(|name| incident.opened_by == format!("operator:{name}"));
+        Ok(mine
+            || self
+                .ledger
+                .incident_tenants(incident.incident_id)
+                .await?
+                .iter()
+                .any(|t| self.covers(t)))
+    }
+
+    /// The latest incidents this console shows.
+    async fn shown_incidents(&self, limit: u32) -> Result<Vec<Incident>, LedgerError> {
+        let mut shown = Vec::new();
+        for incident in self.ledger.incidents(limit).await? {
+            if self.sees(&incident).await? {
+                shown.push(incident);
+            }
+        }
+        Ok(shown)
+    }
+
     pub(super) async fn build_incidents(&self) -> Result<Vec<IncidentRow>, LedgerError> {
         Ok(self
-            .ledger
-            .incidents(200)
+            .shown_incidents(200)
             .await?
             .into_iter()
             .map(|i| IncidentRow {
@@ -100,6 +129,9 @@ impl LedgerConsole {
         let Some(incident) = self.ledger.incident(incident_id).await? else {
             return Ok(None);
         };
+        if !self.sees(&incident).await? {
+            return Ok(None);
+        }
         let (jobs, merged, whole) = tokio::join!(
             self.ledger.incident_jobs(incident_id, LISTED_JOBS),
             self.ledger
@@ -173,7 +205,7 @@ impl LedgerConsole {
     ) -> Result<(Vec<IncidentLink>, Vec<IncidentLink>), LedgerError> {
         let (pinned, latest) = tokio::join!(
             self.ledger.incidents_of_job(job_id),
-            self.ledger.incidents(50)
+            self.shown_incidents(50)
         );
         let link = |i: &Incident| IncidentLink {
             incident_id: i.incident_id,
@@ -318,11 +350,17 @@ impl Made<'_> {
         }
     }
 
+    /// The incident's name: one line, whatever its title holds.
     fn heading(&self) -> String {
         let i = self.incident;
         match &i.external_id {
-            Some(ext) => format!("Incident {}: {} ({ext})", i.incident_id, i.title),
-            None => format!("Incident {}: {}", i.incident_id, i.title),
+            Some(ext) => format!(
+                "Incident {}: {} ({})",
+                i.incident_id,
+                cell(&i.title),
+                cell(ext)
+            ),
+            None => format!("Incident {}: {}", i.incident_id, cell(&i.title)),
         }
     }
 

@@ -78,6 +78,15 @@ pub(super) async fn open(
         .await;
         return back;
     }
+    if title.chars().chain(external.chars()).any(char::is_control) {
+        flash(
+            &session,
+            false,
+            "A title or external id is one line of text. Nothing was opened.",
+        )
+        .await;
+        return back;
+    }
     if external.chars().count() > EXTERNAL_MAX {
         flash(
             &session,
@@ -413,6 +422,8 @@ pub(super) async fn close(
         Gone,
         /// A job was pinned while the bundle was made.
         Stale,
+        /// It holds a job of a tenant the closer does not see (pinned meanwhile).
+        Uncovered,
     }
     // A pin that lands while the bundle is made leaves it stale: made again, a few times.
     for _ in 0..3 {
@@ -422,6 +433,9 @@ pub(super) async fn close(
             };
             if incident.closed_at.is_some() {
                 return Ok(Closing::ClosedBefore);
+            }
+            if !console.covers_incident(incident_id).await? {
+                return Ok(Closing::Uncovered);
             }
             let bundle = console.incident_bundle(&incident, &ctx).await?;
             let now = state.ledger.now_us().await?;
@@ -444,6 +458,12 @@ pub(super) async fn close(
         .await;
         match closed {
             Ok(Closing::Stale) => continue,
+            Ok(Closing::Uncovered) => {
+                return forbidden(
+                    "this incident holds jobs of tenants you do not see: an operator who sees \
+                     them all closes it",
+                )
+            }
             Ok(Closing::Closed) => {
                 flash(
                     &session,

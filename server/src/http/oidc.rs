@@ -178,6 +178,10 @@ pub(super) async fn callback(
         Ok(access) => access,
         Err(_) => {
             tracing::info!(subject = %identity.subject, "no group of this identity maps to a role");
+            // Someone who signed in before has lost their role: their sessions end too.
+            if let Err(error) = state.ledger.end_sso_sessions(&identity.subject).await {
+                tracing::warn!(%error, "the sessions of an identity without a role could not be ended");
+            }
             return refused(&state, &next, Said::SsoNoRole);
         }
     };

@@ -20,6 +20,7 @@ use super::gate::{check_form_token, flash, forbidden, now, plain};
 use super::sessions::{keys, new_token};
 use super::sign_in_form::{self, Said};
 use super::AppState;
+use crate::ledger::NO_PASSWORD;
 use crate::operators::{hash_password, verify_password};
 
 /// Failed sign-ins allowed per account in [`WINDOW_US`]; the next is refused.
@@ -122,7 +123,8 @@ pub(super) async fn login(
         Err(_) => return unavailable(),
     };
     let credentials = match ledger.credentials(&name).await {
-        Ok(c) => c.filter(|c| !c.operator.is_disabled()),
+        // An operator of the identity provider has no password: checked as an unknown name.
+        Ok(c) => c.filter(|c| !c.operator.is_disabled() && c.password_hash != NO_PASSWORD),
         Err(_) => {
             // Not checked: not a failure either.
             let _ = ledger.clear_sign_in_slot(&slot).await;

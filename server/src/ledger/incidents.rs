@@ -143,8 +143,8 @@ impl Ledger {
             let mut tx = self.begin_write().await?;
             let now = self.now_us().await?;
             let added = sqlx::query(
-                "INSERT INTO incident_jobs (incident_id, job_id, pinned_by, pinned_at) \
-                 SELECT i.incident_id, j.job_id, $2, $3 FROM incidents i, jobs j \
+                "INSERT INTO incident_jobs (incident_id, job_id, tenant, pinned_by, pinned_at) \
+                 SELECT i.incident_id, j.job_id, j.tenant, $2, $3 FROM incidents i, jobs j \
                  WHERE i.incident_id = $1 AND i.closed_at IS NULL AND j.job_id = $4 \
                  ON CONFLICT DO NOTHING",
             )
@@ -394,11 +394,11 @@ impl Ledger {
         .await?)
     }
 
-    /// The tenants of an incident's jobs.
+    /// The tenants of an incident's jobs, as they were pinned (retention may have pruned the
+    /// jobs since).
     pub async fn incident_tenants(&self, incident_id: i64) -> Result<Vec<String>, LedgerError> {
         Ok(sqlx::query_scalar(
-            "SELECT DISTINCT j.tenant FROM incident_jobs p JOIN jobs j ON j.job_id = p.job_id \
-             WHERE p.incident_id = $1 ORDER BY j.tenant",
+            "SELECT DISTINCT tenant FROM incident_jobs WHERE incident_id = $1 ORDER BY tenant",
         )
         .bind(incident_id)
         .fetch_all(&self.reader)

@@ -153,7 +153,7 @@ pub use read::list_jobs_statement;
 pub use retention::{Pruned, RetentionRun};
 pub use rollup::{activity_statements, Activity, FINISHED, HOUR, REDELIVERED};
 pub use spend::{call_bound, JobSpend, ModelSpend, WindowSpend};
-pub use sso::SsoSignIn;
+pub use sso::{SsoSignIn, NO_PASSWORD};
 pub use summary::RunSummary;
 pub use tokens::{token_id, valid_tenant, ActsAs, TokenInfo};
 pub use transport::{DeadLetterMove, RejectedMessage};

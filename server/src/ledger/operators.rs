@@ -197,12 +197,26 @@ impl Ledger {
             AdminChange::Password {
                 name,
                 password_hash,
-            } => sqlx::query(&self.sql.set_operator_password)
-                .bind(name)
-                .bind(password_hash)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected(),
+            } => {
+                // An operator of the identity provider gets no password here: it would outlive
+                // their removal there.
+                let sso: Option<Option<String>> =
+                    sqlx::query_scalar("SELECT oidc_subject FROM operators WHERE name = $1")
+                        .bind(name)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                if matches!(sso, Some(Some(_))) {
+                    return Err(LedgerError::Invalid(format!(
+                        "{name} signs in through the identity provider and has no password here"
+                    )));
+                }
+                sqlx::query(&self.sql.set_operator_password)
+                    .bind(name)
+                    .bind(password_hash)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected()
+            }
             AdminChange::Disabled { name, disabled } => {
                 sqlx::query(&self.sql.set_operator_disabled)
                     .bind(name)

@@ -18,7 +18,7 @@ pub enum SsoSignIn {
 }
 
 /// Never a password hash: a local password never signs this operator in.
-const NO_PASSWORD: &str = "!sso";
+pub const NO_PASSWORD: &str = "!sso";
 
 impl Ledger {
     /// Signs in the operator `subject` names (`issuer|sub`), made as `name` at its first
@@ -58,29 +58,42 @@ impl Ledger {
                 name
             }
             None => {
-                if !crate::operators::valid_name(name) {
+                // The name asked for; if a local operator or another subject has it, the name
+                // with the start of this subject's hash, so that neither is mistaken for the
+                // other.
+                let suffixed = format!(
+                    "{name}-{}",
+                    &hex::encode(<sha2::Sha256 as sha2::Digest>::digest(subject.as_bytes()))[..6]
+                );
+                let mut made = None;
+                for candidate in [name.to_owned(), suffixed] {
+                    if !crate::operators::valid_name(&candidate) {
+                        continue;
+                    }
+                    let added = sqlx::query(
+                        "INSERT INTO operators (name, password_hash, role, tenants, created_at, \
+                         updated_at, password_set_at, oidc_subject) \
+                         VALUES ($1, $2, $3, $4, $5, $5, $5, $6) ON CONFLICT (name) DO NOTHING",
+                    )
+                    .bind(&candidate)
+                    .bind(NO_PASSWORD)
+                    .bind(role.as_str())
+                    .bind(&tenants)
+                    .bind(now)
+                    .bind(subject)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                    if added == 1 {
+                        made = Some(candidate);
+                        break;
+                    }
+                }
+                let Some(made) = made else {
                     tx.rollback().await?;
                     return Ok(SsoSignIn::NameTaken);
-                }
-                let added = sqlx::query(
-                    "INSERT INTO operators (name, password_hash, role, tenants, created_at, \
-                     updated_at, password_set_at, oidc_subject) \
-                     VALUES ($1, $2, $3, $4, $5, $5, $5, $6) ON CONFLICT (name) DO NOTHING",
-                )
-                .bind(name)
-                .bind(NO_PASSWORD)
-                .bind(role.as_str())
-                .bind(&tenants)
-                .bind(now)
-                .bind(subject)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-                if added == 0 {
-                    tx.rollback().await?;
-                    return Ok(SsoSignIn::NameTaken);
-                }
-                name.to_owned()
+                };
+                made
             }
         };
         let actor = format!("operator:{name}");
@@ -105,6 +118,21 @@ impl Ledger {
             Some(c) => Ok(SsoSignIn::SignedIn(c)),
             None => Err(LedgerError::Corrupt("a signed-in operator vanished".into())),
         }
+    }
+
+    /// Ends every session of the operator `subject` names (their groups no longer give them a
+    /// role): their sessions were begun before the change the gate checks each request against.
+    pub async fn end_sso_sessions(&self, subject: &str) -> Result<bool, LedgerError> {
+        let now = self.now_us().await?;
+        Ok(sqlx::query(
+            "UPDATE operators SET password_set_at = $2, updated_at = $2 WHERE oidc_subject = $1",
+        )
+        .bind(subject)
+        .bind(now)
+        .execute(&self.writer)
+        .await?
+        .rows_affected()
+            > 0)
     }
 
     /// The provider's subject of each operator who signs in through it, by name.

@@ -445,8 +445,9 @@ impl std::str::FromStr for GroupRule {
     type Err = String;
     /// `group=role` or `group=role:tenant,tenant`.
     fn from_str(raw: &str) -> Result<Self, Self::Err> {
+        // The last `=`: a group may hold one (an LDAP name), a grant never does.
         let (group, grant) = raw
-            .split_once('=')
+            .rsplit_once('=')
             .ok_or_else(|| format!("{raw:?} is not group=role or group=role:tenant,tenant"))?;
         let (role, tenants) = match grant.split_once(':') {
             Some((role, tenants)) => (role, Some(tenants)),
@@ -505,9 +506,10 @@ fn oidc_settings(serve: &cli::ServeArgs) -> Result<Option<OidcSettings>, Setting
         }
         return Ok(None);
     };
-    let loopback = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
-        .iter()
-        .any(|p| issuer.starts_with(p));
+    let loopback = reqwest::Url::parse(issuer).is_ok_and(|url| {
+        url.scheme() == "http"
+            && matches!(url.host_str(), Some("127.0.0.1" | "localhost" | "[::1]"))
+    });
     if !issuer.starts_with("https://") && !loopback {
         return Err(SettingsError::Invalid(format!(
             "--oidc-issuer {issuer:?} must be an https address (http only on this machine)"

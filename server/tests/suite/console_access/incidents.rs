@@ -229,7 +229,10 @@ async fn incidents_keep_to_roles_and_tenants() {
 
     let acme = ["acme".to_owned()];
     let mut olga = signed_in(&app, "olga", Role::Operator, Some(&acme)).await;
-    let csrf = olga.token(&format!("/incidents/{id}")).await;
+    // An incident of another tenant's jobs does not exist for her.
+    assert!(!olga.page("/incidents").await.contains("Mixed"));
+    assert_eq!(olga.get(&format!("/incidents/{id}")).await.status(), 404);
+    let csrf = olga.token("/incidents").await;
     // Another tenant's job does not exist for her.
     olga.post(
         "/incidents/pin",
@@ -309,4 +312,39 @@ async fn incidents_keep_to_roles_and_tenants() {
         .await
         .unwrap();
     assert_eq!(audit.len(), 3, "one entry per pinning: {audit:?}");
+
+    // Closed, and kept no longer: retention prunes its jobs, and the record stays another
+    // tenant's.
+    let incident = ledger.incident(id).await.unwrap().unwrap();
+    let bundle = fenceline::ledger::Bundle {
+        markdown: "m".into(),
+        json: "{}".into(),
+        html: "h".into(),
+    };
+    let now = ledger.now_us().await.unwrap();
+    assert!(ledger
+        .close_incident(
+            id,
+            &Actor::Operator("ana".into()),
+            ("done", incident.jobs),
+            &bundle,
+            now
+        )
+        .await
+        .unwrap());
+    ledger.prune_before(now + 1).await.unwrap();
+    assert!(ledger.job(&theirs).await.unwrap().is_none(), "pruned");
+    assert_eq!(
+        olga.get(&format!("/incidents/{id}/bundle.md"))
+            .await
+            .status(),
+        404,
+        "the bundle holds another tenant's jobs"
+    );
+    assert_eq!(
+        ana.get(&format!("/incidents/{id}/bundle.md"))
+            .await
+            .status(),
+        200
+    );
 }

@@ -44,6 +44,18 @@ struct Provider {
     shape: Option<Shape>,
     groups: Vec<String>,
     user: String,
+    /// Writes its issuer with a trailing `/`, as some providers do.
+    slash: bool,
+}
+
+impl Provider {
+    fn issuer(&self) -> String {
+        if self.slash {
+            format!("{}/", self.base)
+        } else {
+            self.base.clone()
+        }
+    }
 }
 
 struct Keys {
@@ -65,9 +77,12 @@ fn key_pair() -> (EcdsaKeyPair, Vec<u8>) {
 }
 
 async fn discovery(State(p): State<Shared>) -> Json<serde_json::Value> {
-    let base = p.0.lock().unwrap().base.clone();
+    let (base, issuer) = {
+        let p = p.0.lock().unwrap();
+        (p.base.clone(), p.issuer())
+    };
     Json(json!({
-        "issuer": base,
+        "issuer": issuer,
         "authorization_endpoint": format!("{base}/authorize"),
         "token_endpoint": format!("{base}/token"),
         "jwks_uri": format!("{base}/jwks"),
@@ -147,7 +162,7 @@ async fn token(
         .unwrap()
         .as_secs();
     let claims = json!({
-        "iss": if shape == Shape::OtherIssuer { "https://elsewhere.example".to_owned() } else { provider.base.clone() },
+        "iss": if shape == Shape::OtherIssuer { "https://elsewhere.example".to_owned() } else { provider.issuer() },
         "sub": format!("sub-{}", provider.user),
         "aud": if shape == Shape::WrongAudience { "another-app" } else { CLIENT_ID },
         "exp": if shape == Shape::Expired { now - 600 } else { now + 300 },
@@ -317,6 +332,22 @@ async fn an_operator_signs_in_through_the_provider_with_the_role_their_group_map
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_that_writes_its_issuer_with_a_trailing_slash_signs_in() {
+    let idp = provider().await;
+    let app = console_with(&idp, true).await;
+    {
+        let mut p = idp.0.lock().unwrap();
+        p.slash = true;
+        p.user = "sam".into();
+        p.groups = vec!["acme-ops".into()];
+    }
+    let mut browser = Browser::new(&app.base);
+    let callback = through_provider(&mut browser, "/").await;
+    assert_eq!(browser.get(&callback).await.status(), 200);
+    assert!(app.ledger.operator("sam").await.unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_the_console_did_not_ask_for_are_refused() {
     let idp = provider().await;
     let app = console_with(&idp, true).await;
@@ -365,6 +396,51 @@ async fn tokens_the_console_did_not_ask_for_are_refused() {
     let no_role = browser.get(&callback).await;
     assert_eq!(said(&no_role), "/login?next=%2F&said=sso-no-role");
     assert!(app.ledger.operator("mallory").await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_taken_here_is_told_apart_and_a_lost_role_ends_the_sessions() {
+    let idp = provider().await;
+    let app = console_with(&idp, true).await;
+    add_operator(&app.ledger, "olga", Role::Viewer, None).await;
+    {
+        let mut p = idp.0.lock().unwrap();
+        p.user = "olga".into();
+        p.groups = vec!["fenceline-admins".into()];
+    }
+    let mut browser = Browser::new(&app.base);
+    let callback = through_provider(&mut browser, "/").await;
+    assert_eq!(browser.get(&callback).await.status(), 200);
+    let page = browser.page("/").await;
+    let name = page
+        .split("olga-")
+        .nth(1)
+        .map(|rest| format!("olga-{}", &rest[..6]))
+        .expect("signed in under a name of her own");
+    let her = app.ledger.operator(&name).await.unwrap().unwrap();
+    assert_eq!(her.role, Role::Admin);
+    let local = app.ledger.operator("olga").await.unwrap().unwrap();
+    assert_eq!(local.role, Role::Viewer, "the local olga is untouched");
+    // No local password for her, from the console or anywhere.
+    let reset = app
+        .ledger
+        .change_operators(
+            &fenceline::ledger::AdminChange::Password {
+                name: &name,
+                password_hash: &hash_password(PASSWORD).unwrap(),
+            },
+            None,
+        )
+        .await;
+    assert!(reset.is_err(), "{reset:?}");
+
+    // Out of every mapped group: refused, and her open session ends.
+    idp.0.lock().unwrap().groups = vec!["strangers".into()];
+    let mut again = Browser::new(&app.base);
+    let callback = through_provider(&mut again, "/").await;
+    assert!(location(&again.get(&callback).await).ends_with("said=sso-no-role"));
+    let ended = browser.get("/jobs").await;
+    assert_eq!(ended.status(), 303, "her earlier session is over");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
