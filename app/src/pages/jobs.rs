@@ -335,6 +335,12 @@ pub fn JobsPage() -> impl IntoView {
                                         })}
                                     </span>
                                 </fieldset>
+                                <fieldset class="bulk pin-picked">
+                                    <legend>"Pin the picked jobs to an incident"</legend>
+                                    <label>"Incident #"<input type="number" name="incident" min="1" class="short"/></label>
+                                    " "
+                                    <button type="submit" formaction="/incidents/pin-picked" formnovalidate=true>"Pin picked jobs"</button>
+                                </fieldset>
                             })}
                             </form>
                             <nav class="pager" aria-label="Pages">

@@ -700,6 +700,51 @@ async fn list_form(
     Ok((picked, reason, back))
 }
 
+/// `POST /incidents/pin-picked`: the jobs picked on the jobs list (those of the operator's
+/// tenants) pinned to an incident; back to the list.
+pub(super) async fn pin_picked(
+    State(state): State<AppState>,
+    Extension(SignedIn(operator)): Extension<SignedIn>,
+    session: Session,
+    body: String,
+) -> Response {
+    let pairs = match repeated_fields(&body) {
+        Ok(pairs) => pairs,
+        Err(refused) => return *refused,
+    };
+    let field = |name: &str| field_of(&pairs, name);
+    if let Err(refused) = may_act(&session, &operator, &field("csrf")).await {
+        return refused;
+    }
+    let back = list_back(&field("back"));
+    let Ok(incident_id) = field("incident").trim().parse::<i64>() else {
+        flash(
+            &session,
+            false,
+            "Name the incident to pin to by its number. Nothing was pinned.",
+        )
+        .await;
+        return back;
+    };
+    let mut ids = Vec::new();
+    for pick in list_picks(&pairs) {
+        if covers(&state, &operator, &pick.job_id).await {
+            ids.push(pick.job_id);
+        }
+    }
+    if ids.is_empty() {
+        flash(
+            &session,
+            false,
+            "Pick at least one job. Nothing was pinned.",
+        )
+        .await;
+        return back;
+    }
+    super::incident_forms::pinned(&state, &session, &operator, incident_id, &ids).await;
+    back
+}
+
 /// The way back after a bulk action from the jobs list: only to a jobs list of this console,
 /// and only an address a header can carry.
 fn list_back(back: &str) -> Response {

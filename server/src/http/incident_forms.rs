@@ -210,7 +210,7 @@ async fn covered(
 }
 
 /// Pins `ids` and tells the operator what came of it.
-async fn pinned(
+pub(super) async fn pinned(
     state: &AppState,
     session: &Session,
     operator: &Operator,

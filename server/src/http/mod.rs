@@ -155,6 +155,7 @@ pub fn router(state: AppState) -> Router {
         .route("/incidents", post(incident_forms::open))
         .route("/incidents/pin", post(incident_forms::pin))
         .route("/incidents/pin-filter", post(incident_forms::pin_filter))
+        .route("/incidents/pin-picked", post(actions::pin_picked))
         .route(
             "/incidents/{incident_id}/close",
             post(incident_forms::close),

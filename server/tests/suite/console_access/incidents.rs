@@ -303,6 +303,35 @@ async fn incidents_keep_to_roles_and_tenants() {
         );
     }
     assert_eq!(ledger.incident(id).await.unwrap().unwrap().jobs, 5);
+
+    // Jobs picked on the list, pinned together.
+    let picked = [
+        finished_job(ledger, "umbrella", "picked-1").await,
+        finished_job(ledger, "umbrella", "picked-2").await,
+    ];
+    let list = ana.page("/jobs?tenant=umbrella").await;
+    assert!(list.contains("Pin picked jobs"), "{list}");
+    let picks = pick_values(&list);
+    assert_eq!(picks.len(), 2, "{picks:?}");
+    let csrf = crate::helpers::token_in(&list).unwrap();
+    let incident = id.to_string();
+    let mut form = vec![
+        ("csrf", csrf.as_str()),
+        ("incident", incident.as_str()),
+        ("back", "/jobs?tenant=umbrella"),
+        ("reason", ""),
+    ];
+    form.extend(picks.iter().map(|p| ("job", p.as_str())));
+    let response = ana.post("/incidents/pin-picked", &form).await;
+    assert_eq!(location(&response), "/jobs?tenant=umbrella");
+    for job in &picked {
+        assert_eq!(
+            ledger.incidents_of_job(job).await.unwrap().len(),
+            1,
+            "{job}"
+        );
+    }
+    assert_eq!(ledger.incident(id).await.unwrap().unwrap().jobs, 7);
     let audit = ledger
         .audit_entries(&AuditFilter {
             action: Some("incident_pinned".into()),
@@ -311,7 +340,7 @@ async fn incidents_keep_to_roles_and_tenants() {
         })
         .await
         .unwrap();
-    assert_eq!(audit.len(), 3, "one entry per pinning: {audit:?}");
+    assert_eq!(audit.len(), 4, "one entry per pinning: {audit:?}");
 
     // Closed, and kept no longer: retention prunes its jobs, and the record stays another
     // tenant's.
