@@ -142,36 +142,30 @@ pub async fn preview(
     let mut jobs: Vec<BulkJob> = Vec::new();
     let mut seen_ids = std::collections::HashSet::new();
     for state in states {
-        let mut page_filter = JobFilter {
+        let state_filter = JobFilter {
             state: Some(state),
             tenants: narrowed(&filter.tenants, &operator.tenants),
-            before: None,
-            limit: 500,
             ..filter.clone()
         };
-        loop {
-            let page = ledger.list_jobs(&page_filter).await?;
-            // A job that changed state between two pages is listed once, as first seen.
-            jobs.extend(
-                page.jobs
-                    .iter()
-                    .filter(|j| seen_ids.insert(j.job_id.clone()))
-                    .map(|j| BulkJob {
-                        job_id: j.job_id.clone(),
-                        epoch: j.owner_epoch,
-                        state: j.state.as_str().to_owned(),
-                        tenant: j.tenant.clone(),
-                        seen: j.next_event_seq - 1,
-                        outcome: None,
-                    }),
-            );
-            if jobs.len() > cap {
-                return Err(BulkError::TooMany { cap });
-            }
-            match page.next {
-                Some(next) => page_filter.before = Some(next),
-                None => break,
-            }
+        let Some(found) = ledger.matching_jobs(&state_filter, cap).await? else {
+            return Err(BulkError::TooMany { cap });
+        };
+        // A job that changed state between two pages is listed once, as first seen.
+        jobs.extend(
+            found
+                .iter()
+                .filter(|j| seen_ids.insert(j.job_id.clone()))
+                .map(|j| BulkJob {
+                    job_id: j.job_id.clone(),
+                    epoch: j.owner_epoch,
+                    state: j.state.as_str().to_owned(),
+                    tenant: j.tenant.clone(),
+                    seen: j.next_event_seq - 1,
+                    outcome: None,
+                }),
+        );
+        if jobs.len() > cap {
+            return Err(BulkError::TooMany { cap });
         }
     }
     if jobs.is_empty() {

@@ -62,30 +62,27 @@ fn who(actor: &str) -> String {
 }
 
 impl LedgerConsole {
-    /// Whether this console shows `incident`: to an operator of every tenant, any; to one of
-    /// some tenants, those they opened or that hold a job of theirs.
-    async fn sees(&self, incident: &Incident) -> Result<bool, LedgerError> {
-        if self.tenants.is_none() {
-            return Ok(true);
-        }
-        let mine = self
-            .visitor
-            .as_ref()
-            .is_some_and(|name| incident.opened_by == format!("operator:{name}"));
-        Ok(mine
+    /// Whether this console shows `incident`, whose jobs are of `tenants`: to an operator of
+    /// every tenant, any; to one of some tenants, those they opened or that hold a job of theirs.
+    fn sees<'t>(&self, incident: &Incident, mut tenants: impl Iterator<Item = &'t str>) -> bool {
+        self.tenants.is_none()
             || self
-                .ledger
-                .incident_tenants(incident.incident_id)
-                .await?
-                .iter()
-                .any(|t| self.covers(t)))
+                .visitor
+                .as_ref()
+                .is_some_and(|name| incident.opened_by == format!("operator:{name}"))
+            || tenants.any(|t| self.covers(t))
     }
 
     /// The latest incidents this console shows.
     async fn shown_incidents(&self, limit: u32) -> Result<Vec<Incident>, LedgerError> {
         let mut shown = Vec::new();
         for incident in self.ledger.incidents(limit).await? {
-            if self.sees(&incident).await? {
+            // Their tenants are read only for an operator of some tenants.
+            let tenants = match self.tenants {
+                Some(_) => self.ledger.incident_tenants(incident.incident_id).await?,
+                None => Vec::new(),
+            };
+            if self.sees(&incident, tenants.iter().map(String::as_str)) {
                 shown.push(incident);
             }
         }
@@ -129,25 +126,28 @@ impl LedgerConsole {
         let Some(incident) = self.ledger.incident(incident_id).await? else {
             return Ok(None);
         };
-        if !self.sees(&incident).await? {
+        // Every pin's tenant, read once: whether the page shows, whether the visitor sees the
+        // whole incident, and which of its events they see.
+        let pins = self.ledger.incident_pins(incident_id).await?;
+        if !self.sees(&incident, pins.iter().map(|(_, t)| t.as_str())) {
             return Ok(None);
         }
-        let (jobs, merged, whole) = tokio::join!(
-            self.ledger.incident_jobs(incident_id, LISTED_JOBS),
-            self.ledger
-                .incident_events(incident_id, KEY_KINDS, MERGED_SHOWN * 2),
-            self.covers_incident(incident_id),
-        );
-        let (jobs, merged, whole) = (jobs?, merged?, whole?);
-        let tenants: std::collections::HashMap<&str, &str> = jobs
+        let whole = pins.iter().all(|(_, t)| self.covers(t));
+        let tenants: std::collections::HashMap<&str, &str> = pins
             .iter()
-            .map(|j| (j.job_id.as_str(), j.tenant.as_str()))
+            .map(|(job, tenant)| (job.as_str(), tenant.as_str()))
             .collect();
         let seen = |job_id: &str| {
             tenants
                 .get(job_id)
                 .is_some_and(|tenant| self.covers(tenant))
         };
+        let (jobs, merged) = tokio::join!(
+            self.ledger.incident_jobs(incident_id, LISTED_JOBS),
+            self.ledger
+                .incident_events(incident_id, KEY_KINDS, MERGED_SHOWN * 2),
+        );
+        let (jobs, merged) = (jobs?, merged?);
         let visible: Vec<&Event> = merged.iter().filter(|e| seen(&e.job_id)).collect();
         let row = |e: &Event| IncidentEventRow {
             at: self.at(e.at),

@@ -137,7 +137,11 @@ async fn flash_unchanged(session: &Session, error: LedgerError, log: &str, text:
 
 /// The checks every action starts with: the form came from this session, and the operator's
 /// role may act. The refusal to send otherwise.
-async fn may_act(session: &Session, operator: &Operator, csrf: &str) -> Result<(), Response> {
+pub(super) async fn may_act(
+    session: &Session,
+    operator: &Operator,
+    csrf: &str,
+) -> Result<(), Response> {
     check_form_token(session, csrf).await?;
     if operator.role.allows(Role::Operator) {
         Ok(())

@@ -9,16 +9,16 @@ use axum::{Extension, Form};
 use serde::Deserialize;
 use tower_sessions::Session;
 
+use super::actions::may_act;
 use super::bulk_forms::FilterFields;
-use super::gate::{check_form_token, flash, forbidden, SignedIn};
+use super::gate::{flash, forbidden, SignedIn};
 use super::{ApiError, AppState};
 use crate::console::{BundleContext, LedgerConsole};
 use crate::job::Actor;
-use crate::ledger::{JobFilter, Ledger, LedgerError, MAX_PINNED};
-use crate::operators::{Operator, Role};
+use crate::ledger::{LedgerError, MAX_PINNED};
+use crate::operators::Operator;
 use fenceline_app::action::Reason;
 
-const VIEWER: &str = "your role (viewer) can read incidents but not change them";
 const TITLE_MAX: usize = 200;
 const EXTERNAL_MAX: usize = 100;
 
@@ -37,15 +37,6 @@ async fn unavailable(session: &Session, error: &LedgerError) {
     .await;
 }
 
-/// A form of this console, posted by an operator whose role may change incidents.
-async fn admitted(session: &Session, csrf: &str, operator: &Operator) -> Result<(), Response> {
-    check_form_token(session, csrf).await?;
-    if !operator.role.allows(Role::Operator) {
-        return Err(forbidden(VIEWER));
-    }
-    Ok(())
-}
-
 #[derive(Debug, Deserialize)]
 pub(super) struct OpenForm {
     csrf: String,
@@ -61,7 +52,7 @@ pub(super) async fn open(
     session: Session,
     Form(form): Form<OpenForm>,
 ) -> Response {
-    if let Err(refused) = admitted(&session, &form.csrf, &operator).await {
+    if let Err(refused) = may_act(&session, &operator, &form.csrf).await {
         return refused;
     }
     let back = Redirect::to("/incidents").into_response();
@@ -133,7 +124,7 @@ pub(super) async fn pin(
     session: Session,
     Form(form): Form<PinForm>,
 ) -> Response {
-    if let Err(refused) = admitted(&session, &form.csrf, &operator).await {
+    if let Err(refused) = may_act(&session, &operator, &form.csrf).await {
         return refused;
     }
     let asked: Vec<String> = form
@@ -172,9 +163,9 @@ pub(super) async fn pin(
     }
     let mut ids = Vec::new();
     for raw in &asked {
-        match covered(&state.ledger, &operator, raw).await {
-            Ok(Some(id)) => ids.push(id),
-            Ok(None) => {
+        match super::export::covered_job(&state, &operator, raw).await {
+            Ok(job) => ids.push(job.job_id),
+            Err(ApiError::NotFound(_) | ApiError::BadRequest(_)) => {
                 flash(
                     &session,
                     false,
@@ -183,30 +174,19 @@ pub(super) async fn pin(
                 .await;
                 return back;
             }
-            Err(error) => {
-                unavailable(&session, &error).await;
+            Err(_) => {
+                flash(
+                    &session,
+                    false,
+                    "The ledger database is unavailable; nothing was changed.",
+                )
+                .await;
                 return back;
             }
         }
     }
     pinned(&state, &session, &operator, incident_id, &ids).await;
     back
-}
-
-/// The job's id, if it exists and the operator's tenants include it.
-async fn covered(
-    ledger: &Ledger,
-    operator: &Operator,
-    raw: &str,
-) -> Result<Option<String>, LedgerError> {
-    let Ok(id) = raw.parse::<crate::job::JobId>() else {
-        return Ok(None);
-    };
-    Ok(ledger
-        .job(id.as_str())
-        .await?
-        .filter(|j| operator.covers(&j.tenant))
-        .map(|j| j.job_id))
 }
 
 /// Pins `ids` and tells the operator what came of it.
@@ -271,7 +251,7 @@ pub(super) async fn pin_filter(
     session: Session,
     Form(form): Form<PinFilterForm>,
 ) -> Response {
-    if let Err(refused) = admitted(&session, &form.csrf, &operator).await {
+    if let Err(refused) = may_act(&session, &operator, &form.csrf).await {
         return refused;
     }
     let query = form.filter.query();
@@ -302,7 +282,12 @@ pub(super) async fn pin_filter(
             return list;
         }
     };
-    match matching(&state.ledger, &filter, MAX_PINNED as usize).await {
+    let matching = state
+        .ledger
+        .matching_jobs(&filter, MAX_PINNED as usize)
+        .await
+        .map(|found| found.map(|jobs| jobs.into_iter().map(|j| j.job_id).collect::<Vec<_>>()));
+    match matching {
         Ok(Some(ids)) if ids.is_empty() => {
             flash(
                 &session,
@@ -335,31 +320,6 @@ pub(super) async fn pin_filter(
     }
 }
 
-/// The ids of every job `filter` matches, newest first; `None` past `cap`.
-async fn matching(
-    ledger: &Ledger,
-    filter: &JobFilter,
-    cap: usize,
-) -> Result<Option<Vec<String>>, LedgerError> {
-    let mut page_filter = JobFilter {
-        before: None,
-        limit: 500,
-        ..filter.clone()
-    };
-    let mut ids = Vec::new();
-    loop {
-        let page = ledger.list_jobs(&page_filter).await?;
-        ids.extend(page.jobs.into_iter().map(|j| j.job_id));
-        if ids.len() > cap {
-            return Ok(None);
-        }
-        match page.next {
-            Some(next) => page_filter.before = Some(next),
-            None => return Ok(Some(ids)),
-        }
-    }
-}
-
 #[derive(Debug, Deserialize)]
 pub(super) struct CloseForm {
     csrf: String,
@@ -377,7 +337,7 @@ pub(super) async fn close(
     Path(incident_id): Path<i64>,
     Form(form): Form<CloseForm>,
 ) -> Response {
-    if let Err(refused) = admitted(&session, &form.csrf, &operator).await {
+    if let Err(refused) = may_act(&session, &operator, &form.csrf).await {
         return refused;
     }
     let back = Redirect::to(&format!("/incidents/{incident_id}")).into_response();

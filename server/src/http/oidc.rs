@@ -7,7 +7,7 @@
 //! operator's role and tenants come from their groups; the session starts as a password's does.
 
 use axum::extract::{Query, State};
-use axum::http::header::{COOKIE, SET_COOKIE};
+use axum::http::header::SET_COOKIE;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Redirect, Response};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -16,9 +16,8 @@ use serde::Deserialize;
 use tower_sessions::cookie::{Cookie, SameSite};
 use tower_sessions::Session;
 
-use super::gate::now;
 use super::sessions::token_matches;
-use super::sign_in_form::Said;
+use super::sign_in_form::{cookie_named, seconds_now, Said};
 use super::AppState;
 use crate::ledger::SsoSignIn;
 use crate::oidc::OidcError;
@@ -27,10 +26,6 @@ const COOKIE_NAME: &str = "fenceline_oidc";
 const PATH: &str = "/login/oidc";
 /// How long a sign-in at the provider may take.
 const VALID_SECS: i64 = 600;
-
-fn seconds_now() -> i64 {
-    now() / 1_000_000
-}
 
 /// The flow cookie, or the one that clears it.
 fn flow_cookie(value: Option<String>, https: bool) -> HeaderValue {
@@ -49,22 +44,9 @@ fn flow_cookie(value: Option<String>, https: bool) -> HeaderValue {
     HeaderValue::from_str(&cookie.to_string()).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
-fn flow_value(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get_all(COOKIE)
-        .iter()
-        .filter_map(|h| h.to_str().ok())
-        .flat_map(Cookie::split_parse)
-        .filter_map(Result::ok)
-        .find(|c| c.name() == COOKIE_NAME)
-        .map(|c| c.value().to_owned())
-}
-
 /// Back to the sign-in page, saying why, with the flow cookie cleared.
 fn refused(state: &AppState, next: &str, said: Said) -> Response {
-    let query =
-        serde_urlencoded::to_string([("next", next), ("said", said.code())]).unwrap_or_default();
-    let mut response = Redirect::to(&format!("/login?{query}")).into_response();
+    let mut response = super::signin::back_to_login(next, said);
     response
         .headers_mut()
         .append(SET_COOKIE, flow_cookie(None, state.access.https));
@@ -121,7 +103,10 @@ pub(super) struct Callback {
 
 /// The flow a sealed cookie carries: state, nonce, verifier, where to go after.
 fn flow(state: &AppState, headers: &HeaderMap) -> Option<(String, String, String, String)> {
-    let payload = state.access.form_key.unseal(&flow_value(headers)?)?;
+    let payload = state
+        .access
+        .form_key
+        .unseal(&cookie_named(headers, COOKIE_NAME)?)?;
     let parts: Vec<&str> = payload.split('~').collect();
     let ["oidc", st, nonce, verifier, next] = parts.as_slice() else {
         return None;

@@ -93,7 +93,7 @@ impl FormKey {
     }
 }
 
-fn seconds_now() -> i64 {
+pub(super) fn seconds_now() -> i64 {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
@@ -102,13 +102,18 @@ fn seconds_now() -> i64 {
 
 /// The form's cookie in a request, if any.
 fn cookie_value(headers: &HeaderMap) -> Option<String> {
+    cookie_named(headers, NAME)
+}
+
+/// The value of the cookie `name` in a request, if any.
+pub(super) fn cookie_named(headers: &HeaderMap, name: &str) -> Option<String> {
     headers
         .get_all(COOKIE)
         .iter()
         .filter_map(|h| h.to_str().ok())
         .flat_map(Cookie::split_parse)
         .filter_map(Result::ok)
-        .find(|c| c.name() == NAME)
+        .find(|c| c.name() == name)
         .map(|c| c.value().to_owned())
 }
 

@@ -46,7 +46,7 @@ fn local_path(next: &str) -> String {
     fenceline_app::pages::login::local_path(Some(next.to_owned()))
 }
 
-fn back_to_login(next: &str, said: Said) -> Response {
+pub(super) fn back_to_login(next: &str, said: Said) -> Response {
     let query =
         serde_urlencoded::to_string([("next", local_path(next).as_str()), ("said", said.code())])
             .unwrap_or_default();

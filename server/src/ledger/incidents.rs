@@ -231,16 +231,6 @@ impl Ledger {
         rows.iter().map(incident_from_row).collect()
     }
 
-    /// The ids of the jobs pinned to an incident, in the order pinned.
-    pub async fn incident_job_ids(&self, incident_id: i64) -> Result<Vec<String>, LedgerError> {
-        Ok(sqlx::query_scalar(
-            "SELECT job_id FROM incident_jobs WHERE incident_id = $1 ORDER BY pinned_at, job_id",
-        )
-        .bind(incident_id)
-        .fetch_all(&self.reader)
-        .await?)
-    }
-
     /// The incidents a job is pinned to.
     pub async fn incidents_of_job(&self, job_id: &str) -> Result<Vec<Incident>, LedgerError> {
         let rows = sqlx::query(&format!(
@@ -392,6 +382,20 @@ impl Ledger {
         .bind(i64::from(limit))
         .fetch_all(&self.reader)
         .await?)
+    }
+
+    /// Each job pinned to an incident with its tenant as pinned.
+    pub async fn incident_pins(
+        &self,
+        incident_id: i64,
+    ) -> Result<Vec<(String, String)>, LedgerError> {
+        let rows = sqlx::query("SELECT job_id, tenant FROM incident_jobs WHERE incident_id = $1")
+            .bind(incident_id)
+            .fetch_all(&self.reader)
+            .await?;
+        rows.iter()
+            .map(|row| Ok((row.try_get("job_id")?, row.try_get("tenant")?)))
+            .collect()
     }
 
     /// The tenants of an incident's jobs, as they were pinned (retention may have pruned the

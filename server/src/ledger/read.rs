@@ -64,6 +64,32 @@ impl Ledger {
         row.as_ref().map(job_from_row).transpose()
     }
 
+    /// Every job `filter` matches (its `before` and `limit` aside), newest first, read a page
+    /// at a time; `None` once more than `cap` match.
+    pub async fn matching_jobs(
+        &self,
+        filter: &JobFilter,
+        cap: usize,
+    ) -> Result<Option<Vec<Job>>, LedgerError> {
+        let mut page_filter = JobFilter {
+            before: None,
+            limit: 500,
+            ..filter.clone()
+        };
+        let mut jobs = Vec::new();
+        loop {
+            let page = self.list_jobs(&page_filter).await?;
+            jobs.extend(page.jobs);
+            if jobs.len() > cap {
+                return Ok(None);
+            }
+            match page.next {
+                Some(next) => page_filter.before = Some(next),
+                None => return Ok(Some(jobs)),
+            }
+        }
+    }
+
     /// One job, only if it belongs to `tenant`: another tenant's job does not exist for them.
     pub async fn job_for_tenant(
         &self,

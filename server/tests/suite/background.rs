@@ -233,6 +233,26 @@ async fn killed_after_submitting(
     job_id
 }
 
+/// Worker `name` (with its heartbeat) receives the job's message and handles it to its end.
+async fn received_by(
+    ledger: &Ledger,
+    queue: &EmbeddedQueue,
+    base: &str,
+    name: &str,
+    job_id: &str,
+) -> Outcome {
+    let w = worker(ledger, queue, base, name);
+    let stop = CancellationToken::new();
+    let heartbeat = w.spawn_heartbeat(stop.clone());
+    let delivery = deliver(queue, job_id).await;
+    let outcome = tokio::time::timeout(LIMIT, w.handle_delivery(delivery))
+        .await
+        .unwrap();
+    stop.cancel();
+    let _ = heartbeat.await;
+    outcome
+}
+
 async fn adopted_by_a_receiver(db: Db) {
     let (ledger, _db) = fresh_ledger(db).await;
     let queue = EmbeddedQueue::new(ledger.clone(), "jobs", 5);
@@ -243,16 +263,8 @@ async fn adopted_by_a_receiver(db: Db) {
     })
     .await;
     let job_id = killed_after_submitting(&ledger, &queue, &base, "adopt-me").await;
-    let b = worker(&ledger, &queue, &base, "B");
-    let stop = CancellationToken::new();
-    let heartbeat = b.spawn_heartbeat(stop.clone());
-    let delivery = deliver(&queue, &job_id).await;
-    let outcome = tokio::time::timeout(LIMIT, b.handle_delivery(delivery))
-        .await
-        .unwrap();
+    let outcome = received_by(&ledger, &queue, &base, "B", &job_id).await;
     assert_eq!(outcome, Outcome::Succeeded);
-    stop.cancel();
-    let _ = heartbeat.await;
 
     let job = ledger.job(&job_id).await.unwrap().unwrap();
     assert_eq!(job.state, JobState::Succeeded);
@@ -333,15 +345,7 @@ async fn late_answer_then_adopted(db: Db, by_reaper: bool) {
             "held for adoption"
         );
     }
-    let b = worker(&ledger, &queue, &base, "B");
-    let stop = CancellationToken::new();
-    let heartbeat = b.spawn_heartbeat(stop.clone());
-    let delivery = deliver(&queue, &job_id).await;
-    let outcome = tokio::time::timeout(LIMIT, b.handle_delivery(delivery))
-        .await
-        .unwrap();
-    stop.cancel();
-    let _ = heartbeat.await;
+    let outcome = received_by(&ledger, &queue, &base, "B", &job_id).await;
     assert_eq!(outcome, Outcome::Succeeded);
     let job = ledger.job(&job_id).await.unwrap().unwrap();
     assert_eq!((job.state, job.attempt_count), (JobState::Succeeded, 1));
@@ -418,16 +422,8 @@ async fn the_reaper_holds_an_attempt_with_an_id_for_adoption_and_a_worker_adopts
         "only the provider that ran it can be polled for it"
     );
 
-    let b = worker(&ledger, &queue, &base, "B");
-    let stop = CancellationToken::new();
-    let heartbeat = b.spawn_heartbeat(stop.clone());
-    let delivery = deliver(&queue, &job_id).await;
-    let outcome = tokio::time::timeout(LIMIT, b.handle_delivery(delivery))
-        .await
-        .unwrap();
+    let outcome = received_by(&ledger, &queue, &base, "B", &job_id).await;
     assert_eq!(outcome, Outcome::Succeeded);
-    stop.cancel();
-    let _ = heartbeat.await;
     let job = ledger.job(&job_id).await.unwrap().unwrap();
     assert_eq!(
         (job.state, job.owner_epoch, job.attempt_count),
